@@ -1,0 +1,160 @@
+"""``byteps.torch``: BytePS for PyTorch (API-compatible with upstream BytePS and Horovod).
+
+Typical use::
+
+    import byteps.torch as bps
+    bps.init()
+    bps.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    bps.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Run under the launcher: ``bpslaunch --workers 2 --servers 1 python train.py``.
+
+Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
+:func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
+:func:`push_pull_async`, :func:`push_pull_async_inplace`, :func:`push_pull_inplace`,
+:func:`byteps_push_pull`, :func:`poll`, :func:`synchronize`, :class:`Compression`,
+:class:`DistributedOptimizer`, :func:`broadcast_parameters`,
+:func:`broadcast_optimizer_state`, :func:`broadcast_object`.
+
+This build handles CPU tensors; a CUDA tensor raises ``TypeError``. Requires torch >= 2.1
+(``Tensor.register_post_accumulate_grad_hook``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+_MIN_TORCH = (2, 1)
+
+
+def _torch_version() -> tuple:
+    parts = []
+    for piece in torch.__version__.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
+                                                "register_post_accumulate_grad_hook"):
+    raise ImportError(
+        f"byteps.torch needs torch >= {_MIN_TORCH[0]}.{_MIN_TORCH[1]} (it hooks gradients with "
+        f"Tensor.register_post_accumulate_grad_hook); found torch {torch.__version__}"
+    )
+
+from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
+from .ops import (  # noqa: E402
+    SUPPORTED_DTYPES,
+    byteps_push_pull,
+    declare,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    poll,
+    push_pull_async,
+    push_pull_async_inplace,
+    push_pull_inplace,
+    rank,
+    shutdown,
+    size,
+    synchronize,
+)
+from .ops import _resolve_name  # noqa: E402
+from .optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: E402
+from .broadcast import (  # noqa: E402
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "declare",
+    "push_pull",
+    "push_pull_async",
+    "push_pull_async_inplace",
+    "push_pull_inplace",
+    "byteps_push_pull",
+    "poll",
+    "synchronize",
+    "Compression",
+    "Compressor",
+    "NoneCompressor",
+    "FP16Compressor",
+    "DistributedOptimizer",
+    "broadcast_parameters",
+    "broadcast_optimizer_state",
+    "broadcast_object",
+    "SUPPORTED_DTYPES",
+]
+
+
+class _PushPull(torch.autograd.Function):
+    """Autograd function: forward = push_pull of the input; backward = push_pull of the
+    incoming gradient under ``name + ".grad"`` with the same ``average``."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, version, priority):  # noqa: D102
+        ctx.average = average
+        ctx.name = name
+        ctx.version = version
+        ctx.priority = priority
+        return synchronize(push_pull_async(tensor, average, name, version, priority))
+
+    @staticmethod
+    def backward(ctx, grad_output):  # noqa: D102
+        grad = synchronize(push_pull_async(grad_output, ctx.average, ctx.name + ".grad",
+                                           ctx.version, ctx.priority))
+        return grad, None, None, None, None
+
+
+def push_pull(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None,
+              version: int = 0, priority: int = 0,
+              compression=Compression.none) -> torch.Tensor:
+    """Sum (or average) ``tensor`` over all workers and return the result as a new tensor.
+
+    Synchronous and differentiable: the gradient of the output is push_pulled the same way
+    (same ``average``) under the name ``name + ".grad"``, so ``d(sum_r x_r)/dx`` works across
+    ranks. The input is not modified.
+
+    Args:
+        tensor: CPU tensor, any shape (0-d and empty included), dtype float16, bfloat16,
+            float32, float64, int8, uint8, int32 or int64; non-contiguous is fine.
+        average: divide by :func:`size` (floor division for integer dtypes). Default True.
+        name: the same name on every rank. Upstream required one (``AssertionError``);
+            ``None`` here generates a unique name (all ranks must then make their unnamed
+            calls in the same order). Each distinct name takes a key in the core, so name
+            tensors you reduce repeatedly.
+        version: accepted for upstream compatibility; unused.
+        priority: 0 = core default (declaration order), otherwise larger runs first.
+        compression: :class:`Compression` member applied around the reduction (e.g.
+            ``Compression.fp16`` reduces float tensors as float16 and returns the input dtype).
+
+    Returns:
+        a new tensor with the input's shape and dtype.
+
+    Raises:
+        TypeError: unsupported dtype (bool, int16, complex, ...), GPU tensor, or not a tensor.
+        ValueError: an operation with this name is already in flight.
+        byteps.errors.MismatchError: ranks disagree on this name's dtype or shape.
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    name = _resolve_name(name)
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+        # Declare the gradient's name now, in forward order, so its key agrees on every rank
+        # whatever order the backward passes run in.
+        declare(name)
+        declare(name + ".grad")
+    compressed, ctx = compression.compress(tensor)
+    summed = _PushPull.apply(compressed, average, name, version, priority)
+    return compression.decompress(summed, ctx)

@@ -1,0 +1,384 @@
+"""PyTorch tensor operations over the byteps core (upstream ``byteps/torch/ops.py``).
+
+Every function here turns a torch CPU tensor into what :mod:`byteps.basics` takes (a raw
+pointer to a C-contiguous buffer, a byte count, a dtype name, a shape) and keeps everything
+the core writes into or reads from alive until the handle is synchronised.
+
+Handle bookkeeping: ``handle -> _Op`` holds the tensor returned by :func:`synchronize`, every
+buffer the core may touch (including contiguous copies of non-contiguous inputs) and, for
+in-place operations on non-contiguous tensors, the original tensor the result is copied back
+into. Records are removed when :func:`synchronize` returns or raises a byteps error.
+
+Differences from upstream (fixes):
+
+* ``name=None`` gets a process-unique name (upstream sent every unnamed tensor to the same
+  ``"byteps.noname.0"`` context, which broke as soon as two unnamed tensors differed in size).
+* non-contiguous tensors are accepted (a contiguous copy is reduced; in-place operations copy
+  the result back) instead of raising ``ValueError``;
+* int8 and bfloat16 are supported; unsupported dtypes raise ``TypeError`` naming the supported
+  ones; GPU tensors raise ``TypeError`` (the CUDA path is not part of this build).
+* averaging is done by the core (floor division for integer dtypes, as upstream on
+  torch >= 1.5), not in a Python callback.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from byteps import basics as _b
+
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "declare",
+    "push_pull_async",
+    "push_pull_async_inplace",
+    "push_pull_inplace",
+    "byteps_push_pull",
+    "poll",
+    "synchronize",
+    "SUPPORTED_DTYPES",
+]
+
+#: torch dtypes the core can sum, with the core's name for each.
+_DTYPE_NAMES: Dict[torch.dtype, str] = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+#: Supported torch dtypes, in the order error messages list them.
+SUPPORTED_DTYPES: Tuple[torch.dtype, ...] = tuple(_DTYPE_NAMES)
+
+_SUPPORTED_TEXT = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+
+
+# --------------------------------------------------------------------------------------------
+# basics (re-exported by byteps.torch)
+# --------------------------------------------------------------------------------------------
+def init(lazy: bool = True) -> None:
+    """Start byteps in this process. Idempotent: a second call does nothing.
+
+    Args:
+        lazy: accepted for upstream compatibility. The core always connects at ``init`` so that
+            configuration and network errors surface here.
+
+    Raises:
+        byteps.errors.ConfigError: a ``BYTEPS_*`` / ``DMLC_*`` variable is missing or bad.
+        byteps.errors.BytePSTimeoutError: the scheduler did not answer in time.
+        byteps.errors.PeerLostError: a peer failed during rendezvous.
+    """
+    _b.init(lazy=lazy)
+
+
+def shutdown() -> None:
+    """Stop byteps (joins the core's threads). Safe to call twice or without :func:`init`.
+
+    Operations still in flight are failed by the core; their handles stay registered here
+    until synchronised so their buffers are never freed under the core.
+    """
+    _b.shutdown()
+
+
+def is_initialized() -> bool:
+    """True between :func:`init` and :func:`shutdown`."""
+    return _b.is_initialized()
+
+
+def size() -> int:
+    """Total number of worker processes (``DMLC_NUM_WORKER * BYTEPS_LOCAL_SIZE``).
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.size()
+
+
+def rank() -> int:
+    """Global rank of this process, ``worker_id * local_size + local_rank``.
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.rank()
+
+
+def local_size() -> int:
+    """Number of worker processes on this machine (``BYTEPS_LOCAL_SIZE``).
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.local_size()
+
+
+def local_rank() -> int:
+    """Rank of this process among the workers of its machine (``BYTEPS_LOCAL_RANK``).
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.local_rank()
+
+
+def declare(name: str) -> int:
+    """Declare a tensor name ahead of use and return its key.
+
+    Keys follow declaration order, which must be the same on every worker; declaring names
+    up front (as :class:`~byteps.torch.DistributedOptimizer` does for its gradients) keeps
+    keys in agreement even when the first push_pulls start in a different order on different
+    ranks. Declaring an existing name returns the same key. Upstream declared
+    ``"byteps." + name``; names are used unchanged here.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"declare(name): name must be a str, got {type(name).__name__}")
+    return _b.declare(name)
+
+
+# --------------------------------------------------------------------------------------------
+# handle bookkeeping
+# --------------------------------------------------------------------------------------------
+class _Op:
+    """What one in-flight operation needs: the result to hand back, buffers to keep alive,
+    and an optional (destination, source) pair to copy back when it completes."""
+
+    __slots__ = ("name", "output", "keep", "writeback")
+
+    def __init__(self, name: str, output: torch.Tensor, keep: Tuple[Any, ...],
+                 writeback: Optional[Tuple[torch.Tensor, torch.Tensor]]):
+        self.name = name
+        self.output = output
+        self.keep = keep
+        self.writeback = writeback
+
+
+_ops_lock = threading.Lock()
+_ops: Dict[int, _Op] = {}
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    try:
+        return _DTYPE_NAMES[tensor.dtype]
+    except KeyError:
+        raise TypeError(
+            f"byteps.torch: unsupported tensor dtype {tensor.dtype}; supported dtypes: "
+            f"{_SUPPORTED_TEXT}"
+        ) from None
+
+
+def _check_tensor(tensor: Any, fn: str) -> str:
+    """Validate ``tensor`` for the core; returns the core's dtype name."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{fn}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise TypeError(
+            f"{fn}: tensor is on device {tensor.device}; this build of byteps.torch supports "
+            "CPU tensors only (GPU tensors come with the CUDA path)"
+        )
+    if tensor.layout != torch.strided:
+        raise TypeError(f"{fn}: only dense (strided) tensors are supported, got {tensor.layout}")
+    return _dtype_name(tensor)
+
+
+def _resolve_name(name: Optional[str]) -> str:
+    if name is None:
+        return _b.unique_name("torch.noname")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name must not be empty (pass None for an automatic unique name)")
+    return name
+
+
+def _resolve_priority(priority: Optional[int]) -> Optional[int]:
+    # 0 (the upstream default) and None both mean: let the core order by declaration
+    # (earlier-declared first, DESIGN.md §2.3). Other values are explicit (larger first).
+    if priority is None or priority == 0:
+        return None
+    return int(priority)
+
+
+def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: int,
+           priority: Optional[int], inplace: bool, fn: str) -> int:
+    dtype = _check_tensor(tensor, fn)
+    name = _resolve_name(name)
+    prio = _resolve_priority(priority)
+    src = tensor.detach()
+    shape = tuple(src.shape)
+    writeback = None
+    if inplace:
+        if src.is_contiguous():
+            buf = src
+        else:
+            buf = src.contiguous()  # a copy; copied back into `tensor` by synchronize()
+            writeback = (src, buf)
+        inp = out = buf
+        result = tensor
+        keep: Tuple[Any, ...] = (tensor, buf)
+    else:
+        inp = src.contiguous()  # no copy if already contiguous
+        out = torch.empty(shape, dtype=src.dtype)
+        result = out
+        keep = (tensor, inp, out)
+    nbytes = inp.numel() * inp.element_size()
+    handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, shape,
+                                bool(average), priority=prio, version=int(version))
+    # Nobody else knows the handle before we return it, so registering afterwards is race-free.
+    with _ops_lock:
+        _ops[handle] = _Op(name, result, keep, writeback)
+    return handle
+
+
+# --------------------------------------------------------------------------------------------
+# public operations
+# --------------------------------------------------------------------------------------------
+def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None,
+                    version: int = 0, priority: int = 0) -> int:
+    """Start summing (or averaging) ``tensor`` across all workers into a new tensor.
+
+    The input is not modified; its contents are read by the core while the operation runs,
+    so do not write to it before :func:`synchronize`. The output is a new C-contiguous tensor
+    with the input's shape and dtype, returned by :func:`synchronize`.
+
+    Args:
+        tensor: a CPU tensor of any shape (including 0-d and empty) with a dtype in
+            :data:`SUPPORTED_DTYPES` (float16, bfloat16, float32, float64, int8, uint8, int32,
+            int64). Non-contiguous tensors are copied to a contiguous buffer first.
+        average: divide the sum by :func:`size` (floor division for integer dtypes, as upstream
+            on torch >= 1.5). Default True.
+        name: the tensor's name, the same on every rank; at most one operation per name may be
+            in flight. ``None`` generates a unique name (the same on every rank as long as all
+            ranks make their unnamed calls in the same order). Each new name takes a key in the
+            core: name tensors that are reduced repeatedly.
+        version: accepted for upstream compatibility (upstream never read it; rounds are
+            versioned inside the core).
+        priority: 0 (default) lets the core schedule by declaration order (earlier-declared
+            first); any other value is an explicit priority, larger runs first.
+
+    Returns:
+        an integer handle for :func:`poll` and :func:`synchronize`.
+
+    Raises:
+        TypeError: not a tensor, GPU/sparse tensor, or unsupported dtype (e.g. bool, int16,
+            complex); the message lists the supported dtypes.
+        ValueError: an operation with the same name is already in flight, or an empty name.
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _start(tensor, average, name, version, priority, False, "push_pull_async")
+
+
+def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True,
+                            name: Optional[str] = None, version: int = 0,
+                            priority: int = 0) -> int:
+    """Like :func:`push_pull_async`, but the result is written into ``tensor`` itself.
+
+    ``tensor`` must not be read or written until :func:`synchronize` returns. A non-contiguous
+    ``tensor`` is reduced through a contiguous copy which :func:`synchronize` copies back.
+    Also exported as ``byteps.torch.byteps_push_pull`` (upstream's name).
+
+    Returns:
+        an integer handle; :func:`synchronize` returns ``tensor``.
+
+    Raises:
+        the same errors as :func:`push_pull_async`.
+    """
+    return _start(tensor, average, name, version, priority, True, "push_pull_async_inplace")
+
+
+#: Upstream's package-level name for :func:`push_pull_async_inplace`.
+byteps_push_pull = push_pull_async_inplace
+
+
+def push_pull_inplace(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None,
+                      version: int = 0, priority: int = 0) -> torch.Tensor:
+    """Synchronous in-place push_pull: :func:`push_pull_async_inplace` then
+    :func:`synchronize`. Returns ``tensor`` (now holding the sum or average).
+
+    Raises:
+        the errors of :func:`push_pull_async` and :func:`synchronize`.
+    """
+    return synchronize(push_pull_async_inplace(tensor, average, name, version, priority))
+
+
+def poll(handle: int) -> bool:
+    """True if the operation behind ``handle`` has finished (successfully or not); never
+    blocks. :func:`synchronize` must still be called to get the result and release it.
+
+    Raises:
+        ValueError: unknown handle (never issued, or already synchronised).
+    """
+    with _ops_lock:
+        if handle not in _ops:
+            raise ValueError(f"poll: unknown or already synchronized handle {handle!r}")
+    return _b.poll(handle)
+
+
+def synchronize(handle: int) -> torch.Tensor:
+    """Wait for the operation behind ``handle`` and return its output tensor.
+
+    For out-of-place operations that is the new tensor; for in-place ones the input tensor
+    (for a non-contiguous input the result is first copied back into it). The handle is
+    released: synchronising it again raises ``ValueError`` (upstream returned None).
+    The wait blocks with the GIL released; the core times out stalled operations.
+
+    Raises:
+        ValueError: unknown or already synchronised handle.
+        byteps.errors.MismatchError: ranks disagree on this name's dtype or shape.
+        byteps.errors.PeerLostError, byteps.errors.BytePSTimeoutError, ...: the operation's
+            error, raised on every rank taking part.
+    """
+    with _ops_lock:
+        op = _ops.get(handle)
+    if op is None:
+        raise ValueError(f"synchronize: unknown or already synchronized handle {handle!r}")
+    try:
+        _b.wait(handle)
+    except Exception:
+        # The core has released the handle and no longer touches the buffers.
+        with _ops_lock:
+            _ops.pop(handle, None)
+        raise
+    # (On KeyboardInterrupt the record stays, so the buffers outlive the core's use of them.)
+    with _ops_lock:
+        _ops.pop(handle, None)
+    if op.writeback is not None:
+        dst, src = op.writeback
+        with torch.no_grad():
+            dst.copy_(src)
+    elif op.output is not None and op.keep and op.keep[0] is op.output:
+        # In place through raw memory: tell autograd the tensor changed, so a stale saved
+        # value is reported instead of silently used.
+        _bump_version(op.output)
+    return op.output
+
+
+def _bump_version(tensor: torch.Tensor) -> None:
+    inc = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+    if inc is not None:
+        try:
+            inc(tensor)
+        except Exception:  # pragma: no cover - inference tensors etc.
+            pass
+
+
+def _in_flight() -> int:
+    """Number of operations started and not yet synchronised (for tests)."""
+    with _ops_lock:
+        return len(_ops)

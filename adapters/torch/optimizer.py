@@ -1,0 +1,295 @@
+"""``DistributedOptimizer``: averages gradients across workers before each optimizer step
+(upstream ``byteps/torch/__init__.py`` ``_DistributedOptimizer``, Horovod semantics).
+
+How it works: every parameter gets a ``register_post_accumulate_grad_hook``. When a
+parameter's gradient has been accumulated ``backward_passes_per_step`` times, the hook starts an
+asynchronous in-place push_pull (average) of the (compressed) gradient under the name
+``"Gradient.<name>"``, so communication overlaps with the rest of the backward pass.
+:meth:`synchronize` starts the parameters whose hook did not fire, waits for all of them and
+writes the averaged gradients into ``p.grad``; :meth:`step` calls it and then the wrapped
+optimizer's own ``step``.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from contextlib import contextmanager
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from . import ops
+from .compression import Compression
+
+__all__ = ["DistributedOptimizer", "_DistributedOptimizer"]
+
+_ZERO_GRAD_ERROR = (
+    "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+    "optimizer.synchronize(); the gradients are still being reduced. Call zero_grad() before "
+    "backward() or after step()."
+)
+
+
+def _unhooked(fn):
+    """The optimizer's ``step`` without torch's hook/profiling wrapper (which our own ``step``
+    already went through), so user step hooks do not run twice."""
+    if getattr(fn, "hooked", False) and hasattr(fn, "__wrapped__"):
+        return fn.__wrapped__
+    return fn
+
+
+def _name_parameters(named_parameters: Optional[Iterable], param_groups: List[dict]
+                     ) -> Dict[torch.Tensor, str]:
+    """Map every parameter of ``param_groups`` to its name; validates ``named_parameters``."""
+    all_params = [p for group in param_groups for p in group["params"]]
+    if named_parameters is None:
+        # Upstream numbered within each group, so names collided across groups.
+        return {p: f"noname.{i}" for i, p in enumerate(all_params)}
+    if isinstance(named_parameters, dict):
+        named = list(named_parameters.items())
+    else:
+        try:
+            named = list(named_parameters)
+        except TypeError:
+            raise ValueError(
+                "named_parameters should be a sequence of (name, parameter) tuples, usually "
+                f"model.named_parameters(); got {type(named_parameters).__name__}"
+            ) from None
+    for item in named:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], torch.Tensor)):
+            raise ValueError(
+                "named_parameters should be a sequence of (name, parameter) tuples, usually "
+                f"model.named_parameters(); found an element of type {type(item).__name__}"
+            )
+    counts = collections.Counter(name for name, _ in named)
+    dups = sorted(name for name, c in counts.items() if c > 1)
+    if dups:
+        raise ValueError(f"parameter names in named_parameters must be unique; duplicates: {dups}")
+    names: Dict[torch.Tensor, str] = {}
+    for name, p in sorted(named, key=lambda item: item[0]):
+        names.setdefault(p, name)  # a tensor listed twice keeps its first name in sorted order
+    unnamed = [p for p in all_params if p not in names]
+    if unnamed:
+        shapes = [tuple(p.shape) for p in unnamed]
+        raise ValueError(
+            "named_parameters was specified, but one or more parameters of the optimizer are "
+            f"not named (shapes {shapes}); pass model.named_parameters() of the model they "
+            "belong to"
+        )
+    return {p: names[p] for p in all_params}
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Methods copied into the dynamic subclass built by :func:`DistributedOptimizer`.
+
+    Never instantiated directly. ``_bps_base`` is the wrapped optimizer's class.
+    """
+
+    _bps_base = torch.optim.Optimizer
+    _bps_distributed = True
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
+        self._bps_base.__init__(self, params)
+        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise ValueError(
+                f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}"
+            )
+        if compression is None:
+            compression = Compression.none
+        if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+            raise TypeError("compression must provide compress() and decompress() "
+                            "(use byteps.torch.Compression.none or .fp16)")
+        self._compression = compression
+        self._parameter_names = _name_parameters(named_parameters, self.param_groups)
+        self._bps_params = list(self._parameter_names)
+        # Earlier parameters (usually nearer the input) are needed first by the next forward
+        # pass: give them higher priority (ByteScheduler). Explicit, never 0 (= core default).
+        self._priorities = {p: -(i + 1) for i, p in enumerate(self._bps_params)}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._delay = {p: backward_passes_per_step for p in self._bps_params}
+        self._handles: Dict[torch.Tensor, Tuple[int, Any]] = {}
+        self._hook_handles: List[Any] = []
+        self._synchronized = False
+        self._should_synchronize = True
+        self._size = ops.size()  # raises NotInitializedError before init()
+        # Same keys on every rank whatever order the hooks fire in: declare all up front.
+        for name in sorted(self._parameter_names.values()):
+            ops.declare("Gradient." + name)
+        if self._size > 1:
+            self._register_hooks()
+
+    # ---------------------------------------------------------------- hooks and reduction
+    def _register_hooks(self) -> None:
+        for p in self._bps_params:
+            if p.requires_grad:
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook()))
+
+    def _make_hook(self):
+        def hook(p: torch.Tensor) -> None:
+            if p in self._handles:
+                raise RuntimeError(
+                    "Gradients were computed more than backward_passes_per_step "
+                    f"({self.backward_passes_per_step}) times before optimizer.step() or "
+                    "optimizer.synchronize(). Increase backward_passes_per_step to accumulate "
+                    "gradients locally."
+                )
+            self._delay[p] -= 1
+            if self._delay[p] <= 0:
+                self._handles[p] = self._push_pull_grad_async(p)
+        return hook
+
+    def _push_pull_grad_async(self, p: torch.Tensor) -> Tuple[int, Any]:
+        if p.grad is None:
+            # No gradient on this rank (the parameter was not used): contribute zeros, so the
+            # ranks that did compute one are not left waiting.
+            p.grad = torch.zeros_like(p, memory_format=torch.preserve_format).detach()
+        compressed, ctx = self._compression.compress(p.grad)
+        handle = ops.push_pull_async_inplace(
+            compressed, average=True, name="Gradient." + self._parameter_names[p],
+            priority=self._priorities[p],
+        )
+        return handle, ctx
+
+    def synchronize(self) -> None:
+        """Finish the gradient reduction: start push_pull for every parameter whose hook has
+        not fired this step (a parameter without a gradient contributes zeros), wait for all,
+        and write the averaged gradients (decompressed) into ``p.grad``.
+
+        Call it before modifying gradients (e.g. clipping), then call :meth:`step` inside
+        :meth:`skip_synchronize`. All ranks must call it (it is a collective).
+
+        Raises:
+            the first byteps error of any reduction (after waiting for all of them).
+        """
+        if self._size > 1:
+            for p in self._bps_params:
+                if p.requires_grad and p not in self._handles:
+                    self._handles[p] = self._push_pull_grad_async(p)
+        first_error: Optional[BaseException] = None
+        handles, self._handles = self._handles, {}
+        for p, (handle, ctx) in handles.items():
+            try:
+                output = ops.synchronize(handle)
+            except Exception as e:  # keep draining, so no buffer is left to the core
+                first_error = first_error or e
+                continue
+            self._delay[p] = self.backward_passes_per_step
+            result = self._compression.decompress(output, ctx)
+            if result is not p.grad:
+                with torch.no_grad():
+                    p.grad.copy_(result)
+        for p in self._bps_params:
+            self._delay[p] = self.backward_passes_per_step
+        self._synchronized = True
+        if first_error is not None:
+            raise first_error
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Context manager: :meth:`step` inside it does not call :meth:`synchronize`.
+
+        For use after an explicit ``optimizer.synchronize()``, e.g.::
+
+            loss.backward()
+            optimizer.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Change how many backward passes are accumulated locally before a reduction starts
+        (resets the per-parameter countdowns)."""
+        if not isinstance(passes, int) or passes < 1:
+            raise ValueError(f"backward_passes_per_step must be an int >= 1, got {passes!r}")
+        self.backward_passes_per_step = passes
+        for p in self._bps_params:
+            self._delay[p] = passes
+
+    # ------------------------------------------------------------------ Optimizer overrides
+    def step(self, closure=None):
+        """Synchronize the gradients (unless inside :meth:`skip_synchronize`), then run the
+        wrapped optimizer's ``step(closure)``. A ``closure``'s backward pass runs after the
+        reduction, so its gradients are not averaged (as upstream/Horovod)."""
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn(
+                    "optimizer.step() called without optimizer.skip_synchronize() after "
+                    "optimizer.synchronize(); the gradients are reduced a second time. Use "
+                    "'with optimizer.skip_synchronize(): optimizer.step()'.",
+                    stacklevel=2,
+                )
+            self.synchronize()
+        self._synchronized = False
+        return _unhooked(self._bps_base.step)(self, closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """As ``torch.optim.Optimizer.zero_grad``.
+
+        Raises:
+            RuntimeError: gradients are still being reduced (called between ``backward()``
+                and ``step()``/``synchronize()``).
+        """
+        if self._handles:
+            raise RuntimeError(_ZERO_GRAD_ERROR)
+        return self._bps_base.zero_grad(self, set_to_none=set_to_none)
+
+    def _bps_remove_hooks(self) -> None:
+        """Detach the gradient hooks (the optimizer then only reduces in synchronize())."""
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles = []
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
+                         compression=Compression.none, backward_passes_per_step: int = 1):
+    """Wrap a torch optimizer so gradients are averaged over all workers before each step.
+
+    Returns an instance of a dynamic subclass of ``optimizer``'s class (so ``isinstance``
+    checks, ``state_dict()``, LR schedulers on the same ``param_groups`` keep working) that
+    shares ``optimizer``'s parameter groups and state.
+
+    Args:
+        optimizer: the torch optimizer to wrap (any ``torch.optim.Optimizer`` whose
+            constructor accepts its ``param_groups`` as first argument).
+        named_parameters: ``model.named_parameters()`` (a sequence of ``(name, tensor)``
+            tuples, names unique). The names key the reductions (``"Gradient.<name>"``); they
+            must be the same on every rank. If None, parameters are named ``noname.<i>`` by
+            position across all groups (upstream numbered per group and could collide).
+        compression: ``Compression.none`` (default) or ``Compression.fp16`` (gradients travel
+            as float16 and are cast back into ``p.grad``).
+        backward_passes_per_step: number of ``backward()`` calls whose gradients are
+            accumulated locally before they are reduced; gradients are summed over the passes
+            (not divided) and averaged over workers.
+
+    Every rank must construct it with the same parameters. Gradients are averaged (divided by
+    :func:`byteps.torch.size`). With one worker no communication happens.
+
+    Raises:
+        ValueError: ``named_parameters`` is not a sequence of ``(str, tensor)`` tuples, has
+            duplicate names or misses optimizer parameters; ``backward_passes_per_step < 1``;
+            the optimizer is already distributed.
+        TypeError: ``optimizer`` is not a ``torch.optim.Optimizer``.
+        byteps.errors.NotInitializedError: before ``byteps.torch.init()``.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if getattr(optimizer, "_bps_distributed", False):
+        raise ValueError("optimizer is already a byteps DistributedOptimizer")
+    namespace = {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                 if k not in ("__dict__", "__weakref__")}
+    namespace["_bps_base"] = optimizer.__class__
+    namespace["__qualname__"] = optimizer.__class__.__qualname__
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), namespace)
+    dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
+    # Keep any state the optimizer already has (e.g. momentum after a few local steps).
+    for p, st in optimizer.state.items():
+        dist.state[p] = st
+    return dist

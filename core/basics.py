@@ -1,0 +1,173 @@
+"""Framework-independent basics shared by every adapter (upstream ``BytePSBasics``).
+
+These wrap ``byteps._core``. Tensors reach the core as raw buffers: a data pointer, a byte
+count, a dtype name and a shape. Adapters (``byteps.torch`` …) turn framework tensors into that
+and keep the tensors alive until the operation's handle is waited on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import threading
+from typing import Optional, Sequence
+
+from . import _core
+from .errors import NotInitializedError
+
+#: dtype names the summation service supports (DESIGN.md §2; server SIMD kernels).
+SUPPORTED_DTYPES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int32",
+    "int64",
+)
+
+_lock = threading.Lock()
+_atexit_registered = False
+_noname_counter = itertools.count()
+
+
+def init(lazy: bool = True) -> None:
+    """Start the core: read and validate every knob, connect to the job.
+
+    Idempotent: a second call while initialised does nothing. ``lazy`` is accepted for upstream
+    compatibility; the core always connects at init so that configuration and network errors
+    surface here (upstream deferred the connection to the first tensor).
+
+    Raises:
+        byteps.errors.ConfigError: a ``BYTEPS_*``/``DMLC_*`` variable is missing or malformed
+            (raised before any thread or socket starts).
+        byteps.errors.BytePSTimeoutError: the scheduler did not answer within ``BYTEPS_TIMEOUT``.
+        byteps.errors.PeerLostError: a peer failed during rendezvous.
+    """
+    global _atexit_registered
+    with _lock:
+        _core.init()
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+
+
+def shutdown() -> None:
+    """Stop the core: finish with the servers, join every thread, release shared memory.
+
+    Safe to call twice or without ``init()``.
+    """
+    with _lock:
+        _core.shutdown()
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return bool(_core.is_initialized())
+
+
+def _require_init() -> None:
+    if not _core.is_initialized():
+        raise NotInitializedError("byteps is not initialised: call init() first")
+
+
+def size() -> int:
+    """Number of worker processes in the job (``DMLC_NUM_WORKER * BYTEPS_LOCAL_SIZE``)."""
+    _require_init()
+    return int(_core.size())
+
+
+def rank() -> int:
+    """Global rank of this process: ``worker_id * local_size + local_rank`` (or
+    ``BYTEPS_GLOBAL_RANK``)."""
+    _require_init()
+    return int(_core.rank())
+
+
+def local_size() -> int:
+    """Number of worker processes on this machine (``BYTEPS_LOCAL_SIZE``)."""
+    _require_init()
+    return int(_core.local_size())
+
+
+def local_rank() -> int:
+    """Rank of this process on its machine (``BYTEPS_LOCAL_RANK``)."""
+    _require_init()
+    return int(_core.local_rank())
+
+
+def declare(name: str) -> int:
+    """Declare a tensor name; returns its key (declaration order, which must agree on every
+    worker). Declaring an existing name returns its key again."""
+    _require_init()
+    return int(_core.declare(name))
+
+
+def unique_name(prefix: str = "noname") -> str:
+    """A process-unique tensor name (upstream gave every unnamed tensor the same name)."""
+    return f"{prefix}.{next(_noname_counter)}"
+
+
+def push_pull_async(
+    name: str,
+    input_ptr: int,
+    output_ptr: int,
+    nbytes: int,
+    dtype: str,
+    shape: Sequence[int],
+    average: bool,
+    priority: Optional[int] = None,
+    version: int = 0,
+) -> int:
+    """Start summing ``nbytes`` at ``input_ptr`` across all worker processes into ``output_ptr``.
+
+    Args:
+        name: tensor name; the same name on every rank. At most one operation per name may be
+            in flight (a second raises ``ValueError``).
+        input_ptr, output_ptr: addresses of C-contiguous host buffers of ``nbytes`` bytes; may be
+            equal (in place). They must stay valid until the handle is waited on.
+        dtype: one of :data:`SUPPORTED_DTYPES`.
+        shape: the tensor's shape (checked across ranks on first use).
+        average: divide the sum by :func:`size` (floor division for integer dtypes).
+        priority: larger runs first; ``None`` = by declaration order (earlier first).
+        version: accepted for upstream compatibility; rounds are versioned internally.
+
+    Returns:
+        an integer handle for :func:`poll` / :func:`wait`.
+
+    Raises:
+        TypeError: unsupported dtype.  ValueError: bad size/shape or duplicate in-flight name.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"unsupported dtype {dtype!r}; supported: {', '.join(SUPPORTED_DTYPES)}"
+        )
+    _require_init()
+    return int(
+        _core.push_pull_async(
+            name,
+            int(input_ptr),
+            int(output_ptr),
+            int(nbytes),
+            dtype,
+            [int(s) for s in shape],
+            bool(average),
+            priority,
+            int(version),
+        )
+    )
+
+
+def poll(handle: int) -> bool:
+    """True when the operation behind ``handle`` has finished (successfully or not)."""
+    return bool(_core.poll(int(handle)))
+
+
+def wait(handle: int, timeout: Optional[float] = None) -> None:
+    """Block (GIL released) until the operation finishes; release the handle.
+
+    Raises the operation's error as a typed :mod:`byteps.errors` exception.
+    """
+    _core.wait(int(handle), -1.0 if timeout is None else float(timeout))

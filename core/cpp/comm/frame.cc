@@ -1,0 +1,73 @@
+#include "frame.h"
+
+#include "common/dtype.h"
+
+namespace byteps {
+
+bool IsControlType(MsgType t) {
+  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 9;
+}
+
+const char* MsgTypeName(MsgType t) {
+  switch (t) {
+    case MsgType::kRegister: return "REGISTER";
+    case MsgType::kAddressBook: return "ADDRESS_BOOK";
+    case MsgType::kDeclare: return "DECLARE";
+    case MsgType::kDeclareReply: return "DECLARE_REPLY";
+    case MsgType::kHeartbeat: return "HEARTBEAT";
+    case MsgType::kFinalize: return "FINALIZE";
+    case MsgType::kFinalizeDone: return "FINALIZE_DONE";
+    case MsgType::kShutdown: return "SHUTDOWN";
+    case MsgType::kNodeFailed: return "NODE_FAILED";
+    case MsgType::kHello: return "HELLO";
+    case MsgType::kPush: return "PUSH";
+    case MsgType::kPull: return "PULL";
+    case MsgType::kPullResponse: return "PULL_RESPONSE";
+    case MsgType::kDataError: return "DATA_ERROR";
+    case MsgType::kGoodbye: return "GOODBYE";
+  }
+  return "UNKNOWN";
+}
+
+Status ValidateHeader(const FrameHeader& h) {
+  if (h.magic != kFrameMagic)
+    return Status::InvalidArgument("bad frame magic 0x" + std::to_string(h.magic));
+  MsgType t = TypeOf(h);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 25);
+  if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
+  if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
+  uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello
+                       ? kMaxControlPayload
+                       : kMaxDataPayload;
+  if (h.payload_len > limit)
+    return Status::InvalidArgument(std::string(MsgTypeName(t)) + " payload of " +
+                                   std::to_string(h.payload_len) + " bytes exceeds the limit " +
+                                   std::to_string(limit));
+  if ((t == MsgType::kPull || t == MsgType::kGoodbye) && h.payload_len != 0)
+    return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
+  return Status::OK();
+}
+
+std::string WireReader::Str(size_t max_len) {
+  uint32_t n = U32();
+  if (!ok_ || n > max_len || n_ - off_ < n) {
+    ok_ = false;
+    return {};
+  }
+  std::string s(p_ + off_, n);
+  off_ += n;
+  return s;
+}
+
+std::vector<int64_t> WireReader::I64s(size_t max_count) {
+  uint32_t n = U32();
+  if (!ok_ || n > max_count || (n_ - off_) / 8 < n) {
+    ok_ = false;
+    return {};
+  }
+  std::vector<int64_t> v(n);
+  for (auto& x : v) x = I64();
+  return v;
+}
+
+}  // namespace byteps

@@ -1,0 +1,150 @@
+#include "socket_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace byteps {
+namespace {
+std::string Errno(const char* what) { return std::string(what) + ": " + strerror(errno); }
+
+bool Resolve(const std::string& host, sockaddr_in* addr) {
+  memset(addr, 0, sizeof(*addr));
+  addr->sin_family = AF_INET;
+  if (host.empty() || host == "0.0.0.0") {
+    addr->sin_addr.s_addr = htonl(INADDR_ANY);
+    return true;
+  }
+  if (inet_pton(AF_INET, host.c_str(), &addr->sin_addr) == 1) return true;
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  addr->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return true;
+}
+}  // namespace
+
+Status ConnectWithRetry(const std::string& host, int port, double timeout_s, int* fd_out) {
+  sockaddr_in addr;
+  if (!Resolve(host, &addr)) return Status::Config("cannot resolve host '" + host + "'");
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string last;
+  int delay_ms = 10;
+  while (true) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Status::Internal(Errno("socket"));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      TuneDataSocket(fd);
+      *fd_out = fd;
+      return Status::OK();
+    }
+    last = strerror(errno);
+    close(fd);
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status::Timeout("could not connect to " + host + ":" + std::to_string(port) +
+                             " within " + std::to_string(static_cast<int>(timeout_s)) +
+                             " s (last error: " + last + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    delay_ms = std::min(delay_ms * 2, 200);
+  }
+}
+
+Status Listen(const std::string& host, int port, int* fd_out, int* port_out) {
+  sockaddr_in addr;
+  if (!Resolve(host, &addr)) return Status::Config("cannot resolve host '" + host + "'");
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::Internal(Errno("socket"));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    Status st = Status::Config(Errno(("cannot bind " + host + ":" + std::to_string(port)).c_str()));
+    close(fd);
+    return st;
+  }
+  if (listen(fd, 1024) != 0) {
+    close(fd);
+    return Status::Internal(Errno("listen"));
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *fd_out = fd;
+  *port_out = ntohs(addr.sin_port);
+  return Status::OK();
+}
+
+std::string LocalAddressOf(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf)) ? buf : "";
+}
+
+std::string InterfaceAddress(const std::string& ifname) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return "";
+  std::string out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || ifname != i->ifa_name) continue;
+    char buf[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
+                  sizeof(buf)))
+      out = buf;
+    break;
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+void TuneDataSocket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int buf = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+Status ReadFull(int fd, void* buf, size_t n) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    } else if (r == 0) {
+      return Status::PeerLost("connection closed by peer");
+    } else if (errno != EINTR) {
+      return Status::PeerLost(Errno("recv"));
+    }
+  }
+  return Status::OK();
+}
+
+Status WriteFull(int fd, const void* buf, size_t n) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    } else if (r < 0 && errno != EINTR) {
+      return Status::PeerLost(Errno("send"));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace byteps

@@ -1,0 +1,24 @@
+// Thin POSIX socket helpers for the TCP van and the control plane (IPv4).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace byteps {
+
+// Connects to host:port, retrying refused connections until `timeout_s` passes.
+Status ConnectWithRetry(const std::string& host, int port, double timeout_s, int* fd_out);
+// Binds and listens on host:port (port 0 = any free port); returns the bound port.
+Status Listen(const std::string& host, int port, int* fd_out, int* port_out);
+// Local IPv4 address of a connected socket (the interface that routes to the peer).
+std::string LocalAddressOf(int fd);
+// IPv4 address of a network interface, or "" if it has none.
+std::string InterfaceAddress(const std::string& ifname);
+// TCP_NODELAY, large buffers, keepalive.
+void TuneDataSocket(int fd);
+// Reads/writes exactly n bytes (restarting on EINTR). Status kPeerLost on EOF/reset.
+Status ReadFull(int fd, void* buf, size_t n);
+Status WriteFull(int fd, const void* buf, size_t n);
+
+}  // namespace byteps

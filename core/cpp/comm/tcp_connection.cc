@@ -1,0 +1,200 @@
+#include "tcp_connection.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "comm/socket_util.h"
+#include "common/logging.h"
+
+namespace byteps {
+
+Connection::Connection(int fd, std::string peer_name, ConnectionHandler* handler)
+    : fd_(fd), peer_name_(std::move(peer_name)), handler_(handler) {}
+
+Connection::~Connection() {
+  Join();
+  if (fd_ >= 0) close(fd_);
+}
+
+void Connection::Start() {
+  send_thread_ = std::thread([this] { SendLoop(); });
+  recv_thread_ = std::thread([this] { RecvLoop(); });
+}
+
+void Connection::Send(SendItem* item) {
+  item->next = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!closed_) {
+      if (tail_) tail_->next = item; else head_ = item;
+      tail_ = item;
+      cv_.notify_one();
+      return;
+    }
+  }
+  Status st = Status::PeerLost("connection to " + peer_name_ + " is closed");
+  if (item->done) item->done(item->arg, st);
+  if (item->heap) delete item;
+}
+
+void Connection::SendControl(MsgType type, std::string payload, uint64_t key, uint32_t sender,
+                             uint64_t aux) {
+  auto* item = new SendItem;
+  item->heap = true;
+  item->owned = std::move(payload);
+  item->hdr.type = static_cast<uint16_t>(type);
+  item->hdr.key = key;
+  item->hdr.sender = sender;
+  item->hdr.aux = aux;
+  item->hdr.payload_len = item->owned.size();
+  item->payload = item->owned.data();
+  item->len = item->owned.size();
+  Send(item);
+}
+
+bool Connection::Flush(double timeout_s) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return drained_cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
+                              [&] { return closed_ || (!head_ && !sending_); }) &&
+         !closed_;
+}
+
+void Connection::Close() {
+  closing_ = true;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+  }
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+  cv_.notify_all();
+  drained_cv_.notify_all();
+}
+
+void Connection::Join() {
+  Close();
+  if (send_thread_.joinable()) send_thread_.join();
+  if (recv_thread_.joinable()) recv_thread_.join();
+}
+
+void Connection::FailQueued(const Status& st) {
+  SendItem* list;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    list = head_;
+    head_ = tail_ = nullptr;
+  }
+  while (list) {
+    SendItem* next = list->next;
+    if (list->done) list->done(list->arg, st);
+    if (list->heap) delete list;
+    list = next;
+  }
+  drained_cv_.notify_all();
+}
+
+void Connection::SendLoop() {
+  while (true) {
+    SendItem* item;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return closed_ || head_ != nullptr; });
+      if (closed_) break;
+      item = head_;
+      head_ = item->next;
+      if (!head_) tail_ = nullptr;
+      sending_ = true;
+    }
+    item->hdr.magic = kFrameMagic;
+    item->hdr.payload_len = item->len;
+    iovec iov[2];
+    iov[0] = {&item->hdr, sizeof(FrameHeader)};
+    iov[1] = {const_cast<void*>(item->payload), item->len};
+    int iovcnt = item->len ? 2 : 1;
+    Status st;
+    size_t total = sizeof(FrameHeader) + item->len, sent = 0;
+    while (sent < total) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = iovcnt;
+      ssize_t r = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        st = Status::PeerLost("send to " + peer_name_ + " failed: " + strerror(errno));
+        break;
+      }
+      sent += static_cast<size_t>(r);
+      // Advance the iovec past what was written.
+      size_t adv = static_cast<size_t>(r);
+      while (adv > 0 && iovcnt > 0) {
+        if (adv >= iov[0].iov_len) {
+          adv -= iov[0].iov_len;
+          iov[0] = iov[1];
+          --iovcnt;
+        } else {
+          iov[0].iov_base = static_cast<char*>(iov[0].iov_base) + adv;
+          iov[0].iov_len -= adv;
+          adv = 0;
+        }
+      }
+    }
+    if (item->done) item->done(item->arg, st);
+    if (item->heap) delete item;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      sending_ = false;
+    }
+    drained_cv_.notify_all();
+    if (!st.ok()) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        closed_ = true;
+      }
+      shutdown(fd_, SHUT_RDWR);
+      break;
+    }
+  }
+  FailQueued(Status::PeerLost("connection to " + peer_name_ + " closed"));
+}
+
+void Connection::RecvLoop() {
+  Status st;
+  while (true) {
+    FrameHeader h;
+    st = ReadFull(fd_, &h, sizeof(h));
+    if (!st.ok()) break;
+    st = ValidateHeader(h);
+    if (!st.ok()) {
+      BPS_LOG(WARNING) << "dropping connection from " << peer_name_ << ": " << st.message();
+      break;
+    }
+    void* dest = nullptr;
+    st = handler_->OnHeader(this, h, &dest);
+    if (!st.ok()) {
+      BPS_LOG(WARNING) << "dropping connection from " << peer_name_ << ": " << st.message();
+      break;
+    }
+    if (h.payload_len > 0) {
+      if (!dest) {
+        if (scratch_.size() < h.payload_len) scratch_.resize(h.payload_len);
+        dest = scratch_.data();
+      }
+      st = ReadFull(fd_, dest, h.payload_len);
+      if (!st.ok()) break;
+    }
+    handler_->OnFrame(this, h, dest);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+  drained_cv_.notify_all();
+  if (!closing_) handler_->OnClosed(this, st);
+}
+
+}  // namespace byteps

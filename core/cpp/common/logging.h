@@ -1,0 +1,43 @@
+// Rank-prefixed logging to stderr. Level from BYTEPS_LOG_LEVEL (TRACE, DEBUG, INFO, WARNING,
+// ERROR), read once at init. Lines look like:
+//   [byteps worker 1 WARNING 05:53:01.123] message
+#pragma once
+#include <sstream>
+#include <string>
+
+namespace byteps {
+
+enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kOff = 5 };
+
+bool ParseLogLevel(const std::string& s, LogLevel* out);
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+void SetLogHideTime(bool hide);
+// e.g. "worker 1", "server 0", "scheduler"
+void SetLogIdentity(const std::string& who);
+const std::string& LogIdentity();
+
+class LogMessage {
+ public:
+  explicit LogMessage(LogLevel level) : level_(level) {}
+  ~LogMessage();
+  std::ostringstream& stream() { return os_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream os_;
+};
+
+inline bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= static_cast<int>(GetLogLevel()); }
+
+}  // namespace byteps
+
+#define BPS_LOG_LEVEL_TRACE ::byteps::LogLevel::kTrace
+#define BPS_LOG_LEVEL_DEBUG ::byteps::LogLevel::kDebug
+#define BPS_LOG_LEVEL_INFO ::byteps::LogLevel::kInfo
+#define BPS_LOG_LEVEL_WARNING ::byteps::LogLevel::kWarning
+#define BPS_LOG_LEVEL_ERROR ::byteps::LogLevel::kError
+#define BPS_LOG(level)                                   \
+  if (!::byteps::LogEnabled(BPS_LOG_LEVEL_##level)) {    \
+  } else                                                 \
+    ::byteps::LogMessage(BPS_LOG_LEVEL_##level).stream()

@@ -1,0 +1,100 @@
+#include "pipeline/api.h"
+
+#include <mutex>
+
+#include "common/logging.h"
+#include "ps/scheduler.h"
+#include "ps/server.h"
+
+namespace byteps {
+namespace {
+std::mutex g_mu;
+std::shared_ptr<WorkerCore> g_core;
+}  // namespace
+
+void ApplyLogKnobs(const Knobs& k) {
+  LogLevel level;
+  if (ParseLogLevel(k.Str("BYTEPS_LOG_LEVEL"), &level)) SetLogLevel(level);
+  SetLogHideTime(k.Bool("BYTEPS_LOG_HIDE_TIME"));
+}
+
+Status CoreInit() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_core) return Status::OK();
+  Knobs knobs;
+  BPS_RETURN_IF_ERROR(Knobs::FromEnvironment(&knobs));
+  ApplyLogKnobs(knobs);
+  WorkerConfig cfg;
+  BPS_RETURN_IF_ERROR(LoadWorkerConfig(knobs, &cfg));
+  for (auto& [name, value] : knobs.AsStrings())
+    if (knobs.IsSet(name) && name != "BYTEPS_SECRET") BPS_LOG(INFO) << name << "=" << value;
+  auto core = std::make_shared<WorkerCore>(cfg);
+  Status st = core->Start();
+  if (!st.ok()) {
+    core->Stop();
+    return st;
+  }
+  g_core = std::move(core);
+  return Status::OK();
+}
+
+void CoreShutdown() {
+  std::shared_ptr<WorkerCore> core;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    core.swap(g_core);
+  }
+  if (core) core->Stop();
+}
+
+std::shared_ptr<WorkerCore> CoreInstance() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return g_core;
+}
+
+Status RunNodeFromEnvironment() {
+  Knobs k;
+  BPS_RETURN_IF_ERROR(Knobs::FromEnvironment(&k));
+  ApplyLogKnobs(k);
+  const std::string role = k.Str("DMLC_ROLE");
+  if (role == "worker")
+    return Status::Config("DMLC_ROLE=worker: `python -m byteps.server` runs a server or the "
+                          "scheduler; set DMLC_ROLE=server or DMLC_ROLE=scheduler");
+  if (k.Str("DMLC_PS_ROOT_URI").empty())
+    return Status::Config("DMLC_PS_ROOT_URI is not set: the " + role +
+                          " needs the scheduler's IP address");
+  if (!k.IsSet("DMLC_PS_ROOT_PORT"))
+    return Status::Config("DMLC_PS_ROOT_PORT is not set: the " + role +
+                          " needs the scheduler's TCP port");
+  if (k.Int("DMLC_NUM_SERVER") < 1)
+    return Status::Config("DMLC_NUM_SERVER=" + k.Str("DMLC_NUM_SERVER") +
+                          ": a distributed job needs at least one server");
+  if (role == "scheduler") {
+    SetLogIdentity("scheduler");
+    SchedulerOptions o;
+    o.host = k.Str("DMLC_PS_ROOT_URI");
+    o.port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
+    o.num_worker = static_cast<int>(k.Int("DMLC_NUM_WORKER"));
+    o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
+    o.timeout_s = k.Float("BYTEPS_TIMEOUT");
+    o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
+    Scheduler sched(o);
+    return sched.Run();
+  }
+  SetLogIdentity("server");
+  ServerOptions o;
+  o.scheduler_host = k.Str("DMLC_PS_ROOT_URI");
+  o.scheduler_port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
+  o.node_host = k.Str("DMLC_NODE_HOST");
+  o.interface = k.Str("DMLC_INTERFACE");
+  o.port = static_cast<int>(k.Int("DMLC_PORT"));
+  o.num_worker = static_cast<int>(k.Int("DMLC_NUM_WORKER"));
+  o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
+  o.engine_threads = static_cast<int>(k.Int("BYTEPS_SERVER_ENGINE_THREAD"));
+  o.timeout_s = k.Float("BYTEPS_TIMEOUT");
+  o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
+  SummationServer server(o);
+  return server.Run();
+}
+
+}  // namespace byteps

@@ -1,0 +1,92 @@
+// Per-tensor state of the worker pipeline: the tensor context (one per declared name) and its
+// partition tasks, which are allocated once and reused every round (no allocation per operation
+// in steady state).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/local_channel.h"
+#include "comm/tcp_connection.h"
+#include "common/dtype.h"
+#include "scheduling/partitioner.h"
+
+namespace byteps {
+
+// Pipeline stages (DESIGN.md §2). The order of a task's stages is data: see StageList.
+enum class Stage : uint8_t {
+  kCopyIn = 0,       // copy my input into my slot of the shared-memory buffer
+  kLocalReduce = 1,  // sum my shard of every local slot into the aggregate buffer
+  kPush = 2,         // send the partition to its server
+  kPull = 3,         // wait for the server's sum, received straight into place
+  kCopyOut = 4,      // copy to the output, divide when averaging, finish
+  kCount = 5,
+};
+const char* StageName(Stage s);
+
+struct StageList {
+  Stage stages[8];
+  uint8_t size = 0;
+  uint8_t pos = 0;
+  Stage current() const { return stages[pos]; }
+};
+
+struct TensorContext;
+class WorkerCore;
+
+struct PartTask {
+  WorkerCore* owner = nullptr;
+  TensorContext* ctx = nullptr;
+  Partition part;
+  uint64_t key = 0;   // declared_key << 16 | index
+  int server = -1;    // index of the server that sums this partition
+  StageList stages;
+  // Reused frames: the push (payload straight from the buffer) and the pull request.
+  SendItem push_item;
+  SendItem pull_item;
+  bool receiving = false;  // a pull response is being received into this task's buffer
+};
+
+struct TensorContext {
+  std::string name;
+  uint32_t declared_key = 0;
+  bool initialized = false;  // dtype/shape fixed by the first use
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  size_t nbytes = 0;
+  uint64_t sig = 0;  // hash of (name, dtype, shape)
+  std::vector<std::unique_ptr<PartTask>> parts;
+
+  // Distributed: placement from the scheduler's plan.
+  bool declared = false;
+  bool declare_sent = false;
+  bool waiting_for_declare = false;
+
+  // Local reduce (BYTEPS_LOCAL_SIZE > 1): slots [0, L) then aggregates [L, L+2) of `region`.
+  std::unique_ptr<ShmSegment> shm;
+  size_t region = 0;
+
+  // The operation in flight (at most one per name).
+  std::mutex mu;
+  std::atomic<bool> in_flight{false};
+  int64_t handle = 0;
+  uint32_t round = 0;
+  char* input = nullptr;
+  char* output = nullptr;
+  bool average = false;
+  int64_t priority = 0;
+  std::atomic<int> remaining{0};
+  std::chrono::steady_clock::time_point started;
+  Status sticky;  // once an operation on this tensor failed for good, later ones fail too
+
+  char* slot(int i) const { return shm->data() + static_cast<size_t>(i) * region; }
+  char* aggregate(int local_size) const {
+    return shm->data() + static_cast<size_t>(local_size + (round & 1)) * region;
+  }
+};
+
+}  // namespace byteps

@@ -1,0 +1,75 @@
+#include "handles.h"
+
+#include <chrono>
+
+namespace byteps {
+
+int64_t HandleTable::Create() {
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t h = next_++;
+  states_.emplace(h, State{});
+  return h;
+}
+
+void HandleTable::MarkDone(int64_t handle, const Status& st) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = states_.find(handle);
+    if (it == states_.end() || it->second.done) return;
+    it->second.done = true;
+    it->second.status = st;
+  }
+  cv_.notify_all();
+}
+
+Status HandleTable::Poll(int64_t handle, bool* done) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = states_.find(handle);
+  if (it == states_.end())
+    return Status::InvalidArgument("unknown handle " + std::to_string(handle) +
+                                   " (already synchronized, or never returned by push_pull)");
+  *done = it->second.done;
+  return Status::OK();
+}
+
+Status HandleTable::Wait(int64_t handle, double timeout_s) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = states_.find(handle);
+  if (it == states_.end())
+    return Status::InvalidArgument("unknown handle " + std::to_string(handle) +
+                                   " (already synchronized, or never returned by push_pull)");
+  auto ready = [&] { return states_.at(handle).done; };
+  if (timeout_s < 0) {
+    cv_.wait(lk, ready);
+  } else if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), ready)) {
+    return Status::Timeout("handle " + std::to_string(handle) + " not done after " +
+                           std::to_string(timeout_s) + " s");
+  }
+  Status st = states_.at(handle).status;
+  states_.erase(handle);
+  return st;
+}
+
+void HandleTable::Release(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  states_.erase(handle);
+}
+
+void HandleTable::FailAll(const Status& st) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [h, s] : states_) {
+      if (s.done) continue;
+      s.done = true;
+      s.status = st;
+    }
+  }
+  cv_.notify_all();
+}
+
+size_t HandleTable::open_handles() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return states_.size();
+}
+
+}  // namespace byteps

@@ -1,0 +1,136 @@
+// The worker core: one per worker process. Owns the tensor table, the stage loops, the local
+// signalling channel and (on the local root of a distributed job) the connections to the
+// scheduler and the servers. Entry points are the functions in api.h.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/local_channel.h"
+#include "comm/tcp_connection.h"
+#include "common/knobs.h"
+#include "pipeline/context.h"
+#include "pipeline/gate.h"
+#include "pipeline/handles.h"
+#include "ps/control_client.h"
+#include "scheduling/scheduled_queue.h"
+
+namespace byteps {
+
+struct PushPullArgs {
+  std::string name;
+  char* input = nullptr;
+  char* output = nullptr;
+  size_t nbytes = 0;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  bool average = true;
+  bool has_priority = false;
+  int64_t priority = 0;
+};
+
+struct WorkerConfig {
+  int num_worker = 1, worker_id = 0, local_size = 1, local_rank = 0, rank = 0, size = 1;
+  int num_server = 0;
+  bool distributed = false;
+  size_t partition_bound = 0;
+  size_t credit_bytes = 0;
+  double timeout_s = 120, heartbeat_interval_s = 1;
+  std::string job, root_uri, node_host, interface;
+  int root_port = 0;
+  bool is_root() const { return local_rank == 0; }
+};
+
+// Reads and validates every knob for a worker process (raises nothing; returns the error).
+Status LoadWorkerConfig(const Knobs& knobs, WorkerConfig* cfg);
+
+class WorkerCore : public ConnectionHandler {
+ public:
+  explicit WorkerCore(WorkerConfig cfg);
+  ~WorkerCore() override;
+
+  Status Start();
+  void Stop();
+  const WorkerConfig& config() const { return cfg_; }
+
+  Status Declare(const std::string& name, uint32_t* key);
+  Status Enqueue(const PushPullArgs& args, int64_t* handle);
+  HandleTable& handles() { return handles_; }
+
+  // Server connections (worker side of the data plane).
+  Status OnHeader(Connection* c, const FrameHeader& h, void** dest) override;
+  void OnFrame(Connection* c, const FrameHeader& h, void* payload) override;
+  void OnClosed(Connection* c, const Status& why) override;
+
+ private:
+  friend struct StageRunner;
+  // --- set-up (worker_init.cc) ---
+  Status LocalRendezvous();
+  Status ConnectToJob();
+  void StartThreads();
+  void BuildStagePlan();
+  // --- operations (worker_ops.cc) ---
+  TensorContext* FindOrCreateLocked(const std::string& name);
+  Status InitContext(TensorContext* ctx, const PushPullArgs& args);
+  void Dispatch(PartTask* t);
+  void Proceed(PartTask* t);
+  void PartitionDone(PartTask* t);
+  void FinishOp(TensorContext* ctx, const Status& st, bool sticky);
+  void Fatal(const Status& st);
+  void WatchdogLoop();
+  // --- stages (worker_stages.cc) ---
+  void StageLoop(Stage s);
+  void RunCopyIn(PartTask* t);
+  void RunLocalReduce(PartTask* t);
+  void RunPush(PartTask* t);
+  void RunCopyOut(PartTask* t);
+  void SendSignal(LocalSignalType type, PartTask* t, int to);  // to < 0: every other local rank
+  void ListenLoop();
+  void OnLocalSignal(const LocalSignal& s);
+  void OnGateReleased(PartTask* t);
+  // --- remote (worker_remote.cc) ---
+  void SendDeclare(TensorContext* ctx);
+  void OnControlMessage(const FrameHeader& h, const char* payload, size_t len);
+  void OnPushSent(PartTask* t, const Status& st);
+  static void PushSentThunk(void* arg, const Status& st);
+
+  WorkerConfig cfg_;
+  HandleTable handles_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> threads_stop_{false};
+  std::mutex fatal_mu_;
+  Status fatal_;
+  std::atomic<bool> failed_{false};
+
+  // tensors
+  std::mutex ctx_mu_;
+  std::unordered_map<std::string, TensorContext*> by_name_;
+  std::vector<std::unique_ptr<TensorContext>> contexts_;  // index = declared key
+  std::map<uint32_t, Status> early_errors_;               // OP_ERROR before the tensor existed
+
+  // stage plan: the list every task walks, and the gate in front of each stage
+  StageList plan_;
+  Gate* gate_before_[static_cast<int>(Stage::kCount)] = {};
+  std::unique_ptr<Gate> written_gate_, reduced_gate_, pulled_gate_;
+  std::unique_ptr<ScheduledQueue> queues_[static_cast<int>(Stage::kCount)];
+  std::vector<std::thread> threads_;
+
+  // local machine
+  LocalChannel channel_;
+  std::unique_ptr<std::atomic<bool>[]> local_bye_;
+
+  // distributed (local root)
+  std::unique_ptr<ControlClient> control_;
+  std::vector<std::unique_ptr<Connection>> servers_;
+  std::vector<std::string> server_names_;
+  std::mutex pull_mu_;
+  std::condition_variable pull_cv_;
+  std::unordered_map<uint64_t, PartTask*> pending_pulls_;
+};
+
+}  // namespace byteps

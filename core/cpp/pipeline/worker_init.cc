@@ -1,0 +1,287 @@
+// Worker set-up and tear-down: configuration, local rendezvous, joining the job, stage plan.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "comm/socket_util.h"
+#include "common/logging.h"
+#include "pipeline/worker.h"
+
+namespace byteps {
+
+Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
+  if (k.Str("DMLC_ROLE") != "worker")
+    return Status::Config("DMLC_ROLE=" + k.Str("DMLC_ROLE") +
+                          ": this process calls the worker API, so DMLC_ROLE must be 'worker' "
+                          "(servers and the scheduler run `python -m byteps.server`)");
+  cfg->num_worker = static_cast<int>(k.Int("DMLC_NUM_WORKER"));
+  cfg->num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
+  cfg->worker_id = static_cast<int>(k.Int("DMLC_WORKER_ID"));
+  cfg->local_size = static_cast<int>(k.Int("BYTEPS_LOCAL_SIZE"));
+  cfg->local_rank = static_cast<int>(k.Int("BYTEPS_LOCAL_RANK"));
+  cfg->distributed = cfg->num_worker > 1 || k.Bool("BYTEPS_FORCE_DISTRIBUTED");
+  if (cfg->local_rank >= cfg->local_size)
+    return Status::Config("BYTEPS_LOCAL_RANK=" + std::to_string(cfg->local_rank) +
+                          " must be smaller than BYTEPS_LOCAL_SIZE=" +
+                          std::to_string(cfg->local_size));
+  if (cfg->worker_id >= cfg->num_worker)
+    return Status::Config("DMLC_WORKER_ID=" + std::to_string(cfg->worker_id) +
+                          " must be smaller than DMLC_NUM_WORKER=" +
+                          std::to_string(cfg->num_worker));
+  if (cfg->num_worker > 1 && !k.IsSet("DMLC_WORKER_ID"))
+    return Status::Config("DMLC_WORKER_ID is not set: it is required when DMLC_NUM_WORKER=" +
+                          std::to_string(cfg->num_worker) + " > 1 (index of this worker machine)");
+  if (cfg->distributed) {
+    if (k.Str("DMLC_PS_ROOT_URI").empty())
+      return Status::Config("DMLC_PS_ROOT_URI is not set: a distributed job (DMLC_NUM_WORKER=" +
+                            std::to_string(cfg->num_worker) +
+                            (k.Bool("BYTEPS_FORCE_DISTRIBUTED") ? ", BYTEPS_FORCE_DISTRIBUTED=1" : "") +
+                            ") needs the scheduler's IP address");
+    if (!k.IsSet("DMLC_PS_ROOT_PORT"))
+      return Status::Config("DMLC_PS_ROOT_PORT is not set: a distributed job needs the "
+                            "scheduler's TCP port");
+    if (cfg->num_server < 1)
+      return Status::Config("DMLC_NUM_SERVER=" + std::to_string(cfg->num_server) +
+                            ": a distributed job needs at least one server");
+  }
+  cfg->root_uri = k.Str("DMLC_PS_ROOT_URI");
+  cfg->root_port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
+  cfg->node_host = k.Str("DMLC_NODE_HOST");
+  cfg->interface = k.Str("DMLC_INTERFACE");
+  cfg->size = cfg->num_worker * cfg->local_size;
+  int64_t global = k.Int("BYTEPS_GLOBAL_RANK");
+  cfg->rank = global >= 0 ? static_cast<int>(global)
+                          : cfg->worker_id * cfg->local_size + cfg->local_rank;
+  cfg->partition_bound = PartitionBound(k.Int("BYTEPS_PARTITION_BYTES"), cfg->local_size);
+  cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
+  cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
+  cfg->heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
+  cfg->job = k.Str("BYTEPS_JOB_ID");
+  if (cfg->job.empty()) {
+    cfg->job = cfg->distributed ? cfg->root_uri + "-" + std::to_string(cfg->root_port)
+                                : "p" + std::to_string(getppid());
+  }
+  for (auto& ch : cfg->job)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '-';
+  return Status::OK();
+}
+
+WorkerCore::WorkerCore(WorkerConfig cfg) : cfg_(std::move(cfg)) {
+  local_bye_.reset(new std::atomic<bool>[cfg_.local_size]);
+  for (int i = 0; i < cfg_.local_size; ++i) local_bye_[i] = false;
+}
+
+WorkerCore::~WorkerCore() { Stop(); }
+
+void WorkerCore::BuildStagePlan() {
+  int L = cfg_.local_size;
+  auto add = [&](Stage s) { plan_.stages[plan_.size++] = s; };
+  auto release = [this](PartTask* t) { queues_[static_cast<int>(t->stages.current())]->Push(
+                                           QueueItem{t->ctx->priority, t->key, t->part.length, t}); };
+  auto mismatch = [this](PartTask* t, uint64_t, int from) {
+    TensorContext* ctx = t->ctx;
+    Status st = Status::Mismatch("tensor '" + ctx->name + "' (key " +
+                                 std::to_string(ctx->declared_key) + ", " + DTypeName(ctx->dtype) +
+                                 ShapeString(ctx->shape) + ") on local rank " +
+                                 std::to_string(cfg_.local_rank) +
+                                 " differs in name, dtype or shape from local rank " +
+                                 std::to_string(from) + " (rank " +
+                                 std::to_string(cfg_.worker_id * cfg_.local_size + from) + ")");
+    LocalSignal s;
+    s.type = static_cast<uint8_t>(LocalSignalType::kOpError);
+    s.code = static_cast<uint8_t>(StatusCode::kMismatch);
+    s.key = ctx->declared_key;
+    strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
+    for (int r = 0; r < cfg_.local_size; ++r)
+      if (r != cfg_.local_rank) channel_.Send(r, s);
+    FinishOp(ctx, st, true);
+  };
+  if (L > 1) {
+    written_gate_ = std::make_unique<Gate>("WRITTEN", L - 1, release, mismatch);
+    reduced_gate_ = std::make_unique<Gate>("REDUCED", L - 1, release, mismatch);
+    pulled_gate_ = std::make_unique<Gate>("PULLED", 1, release, mismatch);
+    add(Stage::kCopyIn);
+    add(Stage::kLocalReduce);
+    gate_before_[static_cast<int>(Stage::kLocalReduce)] = written_gate_.get();
+  }
+  if (cfg_.distributed && cfg_.is_root()) {
+    add(Stage::kPush);
+    add(Stage::kPull);
+    if (L > 1) gate_before_[static_cast<int>(Stage::kPush)] = reduced_gate_.get();
+  }
+  add(Stage::kCopyOut);
+  if (L > 1) {
+    gate_before_[static_cast<int>(Stage::kCopyOut)] =
+        cfg_.distributed ? (cfg_.is_root() ? nullptr : pulled_gate_.get()) : reduced_gate_.get();
+  }
+  for (int s = 0; s < static_cast<int>(Stage::kCount); ++s) {
+    size_t credit = static_cast<Stage>(s) == Stage::kPush ? cfg_.credit_bytes : 0;
+    queues_[s] = std::make_unique<ScheduledQueue>(StageName(static_cast<Stage>(s)), credit);
+  }
+}
+
+Status WorkerCore::Start() {
+  SetLogIdentity("worker " + std::to_string(cfg_.rank));
+  BuildStagePlan();
+  if (cfg_.local_size > 1) {
+    BPS_RETURN_IF_ERROR(channel_.Open(cfg_.job, cfg_.worker_id, cfg_.local_rank));
+    BPS_RETURN_IF_ERROR(LocalRendezvous());  // the root joins the job inside
+  } else if (cfg_.distributed) {
+    BPS_RETURN_IF_ERROR(ConnectToJob());
+  }
+  StartThreads();
+  std::string stages;
+  for (int i = 0; i < plan_.size; ++i) stages += std::string(i ? " -> " : "") + StageName(plan_.stages[i]);
+  BPS_LOG(INFO) << "rank " << cfg_.rank << "/" << cfg_.size << " (worker machine "
+                << cfg_.worker_id << "/" << cfg_.num_worker << ", local " << cfg_.local_rank << "/"
+                << cfg_.local_size << "), " << (cfg_.distributed ? "distributed" : "single machine")
+                << ", partition " << cfg_.partition_bound << " B, credit " << cfg_.credit_bytes
+                << " B, stages " << stages;
+  return Status::OK();
+}
+
+Status WorkerCore::LocalRendezvous() {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg_.timeout_s);
+  LocalSignal s;
+  if (!cfg_.is_root()) {
+    s.type = static_cast<uint8_t>(LocalSignalType::kHello);
+    s.from = static_cast<uint16_t>(cfg_.local_rank);
+    while (!channel_.Send(0, s).ok()) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return Status::Timeout("local root (local rank 0 of worker machine " +
+                               std::to_string(cfg_.worker_id) + ") did not start within " +
+                               std::to_string(int(cfg_.timeout_s)) + " s");
+      usleep(20000);
+    }
+    while (std::chrono::steady_clock::now() < deadline) {
+      LocalSignal r;
+      if (!channel_.Recv(&r, 200)) continue;
+      if (r.type == static_cast<uint8_t>(LocalSignalType::kReady)) return Status::OK();
+      if (r.type == static_cast<uint8_t>(LocalSignalType::kInitFailed))
+        return Status(static_cast<StatusCode>(r.code), std::string("local root failed: ") + r.text);
+    }
+    return Status::Timeout("local root did not finish init within " +
+                           std::to_string(int(cfg_.timeout_s)) + " s");
+  }
+  std::vector<bool> seen(cfg_.local_size, false);
+  int count = 0;
+  while (count < cfg_.local_size - 1) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string missing;
+      for (int r = 1; r < cfg_.local_size; ++r)
+        if (!seen[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      return Status::Timeout("local ranks [" + missing + "] of worker machine " +
+                             std::to_string(cfg_.worker_id) + " did not start within " +
+                             std::to_string(int(cfg_.timeout_s)) + " s");
+    }
+    LocalSignal r;
+    if (!channel_.Recv(&r, 200)) continue;
+    if (r.type == static_cast<uint8_t>(LocalSignalType::kHello) && r.from < cfg_.local_size &&
+        !seen[r.from]) {
+      seen[r.from] = true;
+      count++;
+    }
+  }
+  Status st = cfg_.distributed ? ConnectToJob() : Status::OK();
+  s.type = static_cast<uint8_t>(st.ok() ? LocalSignalType::kReady : LocalSignalType::kInitFailed);
+  s.code = static_cast<uint8_t>(st.code());
+  strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
+  for (int r = 1; r < cfg_.local_size; ++r) channel_.Send(r, s);
+  return st;
+}
+
+Status WorkerCore::ConnectToJob() {
+  control_ = std::make_unique<ControlClient>(
+      [this](const FrameHeader& h, const char* p, size_t n) { OnControlMessage(h, p, n); },
+      [this](const Status& st) { Fatal(st); });
+  BPS_RETURN_IF_ERROR(control_->Connect(cfg_.root_uri, cfg_.root_port, cfg_.timeout_s));
+  std::string host = cfg_.node_host;
+  if (host.empty() && !cfg_.interface.empty()) host = InterfaceAddress(cfg_.interface);
+  if (host.empty()) host = control_->LocalAddress();
+  RegisterMsg reg;
+  reg.role = NodeRole::kWorker;
+  reg.worker_id = cfg_.worker_id;
+  reg.host = host;
+  reg.local_size = static_cast<uint32_t>(cfg_.local_size);
+  reg.num_worker = static_cast<uint32_t>(cfg_.num_worker);
+  reg.num_server = static_cast<uint32_t>(cfg_.num_server);
+  reg.partition_bound = cfg_.partition_bound;
+  reg.pid = static_cast<uint32_t>(getpid());
+  AddressBook book;
+  BPS_RETURN_IF_ERROR(control_->Register(reg, cfg_.timeout_s, &book));
+  for (auto& s : book.servers) {
+    int fd = -1;
+    std::string name = "server " + std::to_string(s.rank) + " at " + s.host + ":" + std::to_string(s.port);
+    Status st = ConnectWithRetry(s.host, static_cast<int>(s.port), cfg_.timeout_s, &fd);
+    if (!st.ok()) return Status(st.code(), "cannot reach " + name + ": " + st.message());
+    auto conn = std::make_unique<Connection>(fd, name, this);
+    conn->tag = static_cast<int>(s.rank);
+    conn->Start();
+    conn->SendControl(MsgType::kHello, "", 0, static_cast<uint32_t>(cfg_.worker_id));
+    servers_.push_back(std::move(conn));
+    server_names_.push_back(name);
+  }
+  control_->StartHeartbeats(cfg_.heartbeat_interval_s);
+  return Status::OK();
+}
+
+void WorkerCore::StartThreads() {
+  bool used[static_cast<int>(Stage::kCount)] = {};
+  for (int i = 0; i < plan_.size; ++i) used[static_cast<int>(plan_.stages[i])] = true;
+  for (int s = 0; s < static_cast<int>(Stage::kCount); ++s) {
+    if (!used[s] || static_cast<Stage>(s) == Stage::kPull) continue;
+    threads_.emplace_back([this, s] { StageLoop(static_cast<Stage>(s)); });
+  }
+  if (cfg_.local_size > 1) threads_.emplace_back([this] { ListenLoop(); });
+  threads_.emplace_back([this] { WatchdogLoop(); });
+}
+
+void WorkerCore::Stop() {
+  if (stopping_.exchange(true)) return;
+  handles_.FailAll(Status::Shutdown("byteps was shut down while the operation was in flight"));
+  if (cfg_.local_size > 1) {
+    LocalSignal s;
+    s.type = static_cast<uint8_t>(LocalSignalType::kBye);
+    s.from = static_cast<uint16_t>(cfg_.local_rank);
+    if (!cfg_.is_root()) {
+      channel_.Send(0, s);
+    } else {
+      // Give the other local processes a moment to finish with the root's stage loops.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (std::chrono::steady_clock::now() < deadline && !failed_) {
+        bool all = true;
+        for (int r = 1; r < cfg_.local_size; ++r) all = all && local_bye_[r];
+        if (all) break;
+        usleep(10000);
+      }
+    }
+  }
+  if (control_) {
+    for (auto& c : servers_) {
+      c->SendControl(MsgType::kGoodbye, "");
+      c->Flush(2.0);
+    }
+    if (!failed_) {
+      Status st = control_->Finalize(cfg_.timeout_s);
+      if (!st.ok()) BPS_LOG(WARNING) << "shutdown: " << st.message();
+    }
+  }
+  threads_stop_ = true;
+  for (auto& q : queues_)
+    if (q) q->Close();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+  for (auto& c : servers_) c->Join();
+  if (control_) control_->Close();
+  channel_.Close();
+  for (auto& ctx : contexts_) {
+    if (!ctx->shm) continue;
+    if (cfg_.is_root()) ctx->shm->Unlink();
+    ctx->shm->Close();
+  }
+}
+
+}  // namespace byteps

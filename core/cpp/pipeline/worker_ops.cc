@@ -1,0 +1,273 @@
+// Operations: declaration, enqueueing a push_pull, moving partitions along their stage list,
+// completion, failures and the watchdog.
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/logging.h"
+#include "pipeline/worker.h"
+#include "ps/control_msgs.h"
+
+namespace byteps {
+
+const char* StageName(Stage s) {
+  switch (s) {
+    case Stage::kCopyIn: return "COPY_IN";
+    case Stage::kLocalReduce: return "LOCAL_REDUCE";
+    case Stage::kPush: return "PUSH";
+    case Stage::kPull: return "PULL";
+    case Stage::kCopyOut: return "COPY_OUT";
+    default: return "?";
+  }
+}
+
+namespace {
+uint64_t Fnv1a(uint64_t h, const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name) {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return it->second;
+  auto ctx = std::make_unique<TensorContext>();
+  ctx->name = name;
+  ctx->declared_key = static_cast<uint32_t>(contexts_.size());
+  TensorContext* raw = ctx.get();
+  auto early = early_errors_.find(raw->declared_key);
+  if (early != early_errors_.end()) raw->sticky = early->second;
+  by_name_[name] = raw;
+  contexts_.push_back(std::move(ctx));
+  return raw;
+}
+
+Status WorkerCore::Declare(const std::string& name, uint32_t* key) {
+  if (name.empty()) return Status::InvalidArgument("tensor name must not be empty");
+  std::lock_guard<std::mutex> lk(ctx_mu_);
+  if (contexts_.size() >= (1u << 16) - 1 && !by_name_.count(name))
+    return Status::InvalidArgument("too many tensors declared (at most 65535)");
+  *key = FindOrCreateLocked(name)->declared_key;
+  return Status::OK();
+}
+
+Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
+  std::vector<Partition> parts;
+  BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, cfg_.partition_bound, DTypeSize(a.dtype), &parts));
+  ctx->dtype = a.dtype;
+  ctx->shape = a.shape;
+  ctx->nbytes = a.nbytes;
+  uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
+  uint8_t dt = static_cast<uint8_t>(a.dtype);
+  h = Fnv1a(h, &dt, 1);
+  h = Fnv1a(h, a.shape.data(), a.shape.size() * sizeof(int64_t));
+  ctx->sig = h | 1;  // never 0 (0 means "no signature")
+  for (auto& p : parts) {
+    auto t = std::make_unique<PartTask>();
+    t->owner = this;
+    t->ctx = ctx;
+    t->part = p;
+    t->key = PartitionKey(ctx->declared_key, p.index);
+    ctx->parts.push_back(std::move(t));
+  }
+  if (cfg_.local_size > 1 && a.nbytes > 0) {
+    ctx->region = (a.nbytes + 63) / 64 * 64;
+    ctx->shm = std::make_unique<ShmSegment>();
+    BPS_RETURN_IF_ERROR(ctx->shm->Open(ShmName(cfg_.job, cfg_.worker_id, ctx->declared_key),
+                                       ctx->region * static_cast<size_t>(cfg_.local_size + 2)));
+  }
+  if (!cfg_.distributed || !cfg_.is_root()) ctx->declared = true;
+  if (cfg_.distributed && cfg_.is_root()) {
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    for (auto& t : ctx->parts) pending_pulls_[t->key] = nullptr;  // no rehash in steady state
+  }
+  ctx->initialized = true;
+  return Status::OK();
+}
+
+Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
+  if (failed_) {
+    std::lock_guard<std::mutex> lk(fatal_mu_);
+    return fatal_;
+  }
+  if (stopping_) return Status::Shutdown("byteps is shutting down");
+  if (a.name.empty()) return Status::InvalidArgument("tensor name must not be empty");
+  size_t elems = 1;
+  for (int64_t d : a.shape) {
+    if (d < 0) return Status::InvalidArgument("negative dimension in shape " + ShapeString(a.shape));
+    elems *= static_cast<size_t>(d);
+  }
+  if (elems * DTypeSize(a.dtype) != a.nbytes)
+    return Status::InvalidArgument("tensor '" + a.name + "': " + std::to_string(a.nbytes) +
+                                   " bytes do not match shape " + ShapeString(a.shape) + " of " +
+                                   DTypeName(a.dtype));
+  if (a.nbytes > 0 && (!a.input || !a.output))
+    return Status::InvalidArgument("tensor '" + a.name + "': null buffer");
+  TensorContext* ctx;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    if (!by_name_.count(a.name) && contexts_.size() >= (1u << 16) - 1)
+      return Status::InvalidArgument("too many tensors declared (at most 65535)");
+    ctx = FindOrCreateLocked(a.name);
+  }
+  std::unique_lock<std::mutex> lk(ctx->mu);
+  if (!ctx->sticky.ok()) return ctx->sticky;
+  if (ctx->in_flight)
+    return Status::InvalidArgument("a push_pull of tensor '" + a.name +
+                                   "' is already in flight; synchronize it before starting "
+                                   "another one with the same name");
+  if (!ctx->initialized) {
+    BPS_RETURN_IF_ERROR(InitContext(ctx, a));
+  } else if (ctx->dtype != a.dtype || ctx->shape != a.shape) {
+    return Status::InvalidArgument("tensor '" + a.name + "' was first used as " +
+                                   DTypeName(ctx->dtype) + ShapeString(ctx->shape) +
+                                   " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
+  }
+  ctx->in_flight = true;
+  ctx->handle = handles_.Create();
+  ctx->round++;
+  ctx->input = a.input;
+  ctx->output = a.output;
+  ctx->average = a.average;
+  ctx->priority = a.has_priority ? a.priority : -static_cast<int64_t>(ctx->declared_key);
+  ctx->remaining = static_cast<int>(ctx->parts.size());
+  ctx->started = std::chrono::steady_clock::now();
+  *handle = ctx->handle;
+  if (ctx->parts.empty()) {
+    ctx->in_flight = false;
+    handles_.MarkDone(ctx->handle, Status::OK());
+    return Status::OK();
+  }
+  if (!ctx->declared) {
+    ctx->waiting_for_declare = true;
+    if (!ctx->declare_sent) {
+      ctx->declare_sent = true;
+      SendDeclare(ctx);
+    }
+    return Status::OK();
+  }
+  lk.unlock();
+  for (auto& t : ctx->parts) {
+    t->stages = plan_;
+    Dispatch(t.get());
+  }
+  return Status::OK();
+}
+
+void WorkerCore::Dispatch(PartTask* t) {
+  Stage s = t->stages.current();
+  if (s == Stage::kPull) return;  // entered from the push's send completion
+  Gate* g = gate_before_[static_cast<int>(s)];
+  if (g) {
+    g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
+    return;
+  }
+  queues_[static_cast<int>(s)]->Push(QueueItem{t->ctx->priority, t->key, t->part.length, t});
+}
+
+void WorkerCore::Proceed(PartTask* t) {
+  if (++t->stages.pos >= t->stages.size) return PartitionDone(t);
+  Dispatch(t);
+}
+
+void WorkerCore::PartitionDone(PartTask* t) {
+  TensorContext* ctx = t->ctx;
+  if (ctx->remaining.fetch_sub(1) == 1) FinishOp(ctx, Status::OK(), false);
+}
+
+void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
+  int64_t h;
+  {
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    if (sticky && ctx->sticky.ok()) ctx->sticky = st;
+    if (!ctx->in_flight) return;
+    ctx->in_flight = false;
+    h = ctx->handle;
+  }
+  if (!st.ok()) {
+    // No late pull response may write into the caller's buffers after we report the failure.
+    std::unique_lock<std::mutex> lk(pull_mu_);
+    for (auto& t : ctx->parts) {
+      auto it = pending_pulls_.find(t->key);
+      if (it != pending_pulls_.end()) it->second = nullptr;
+    }
+    pull_cv_.wait(lk, [&] {
+      for (auto& t : ctx->parts)
+        if (t->receiving) return false;
+      return true;
+    });
+    BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
+  }
+  handles_.MarkDone(h, st);
+}
+
+void WorkerCore::Fatal(const Status& st) {
+  {
+    std::lock_guard<std::mutex> lk(fatal_mu_);
+    if (failed_) return;
+    fatal_ = Status(st.code(), "rank " + std::to_string(cfg_.rank) + ": " + st.message());
+    failed_ = true;
+  }
+  BPS_LOG(ERROR) << fatal_.message();
+  if (cfg_.local_size > 1) {
+    LocalSignal s;
+    s.type = static_cast<uint8_t>(LocalSignalType::kFatal);
+    s.code = static_cast<uint8_t>(st.code());
+    s.from = static_cast<uint16_t>(cfg_.local_rank);
+    strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
+    for (int r = 0; r < cfg_.local_size; ++r)
+      if (r != cfg_.local_rank) channel_.Send(r, s);
+  }
+  std::vector<TensorContext*> all;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    for (auto& c : contexts_) all.push_back(c.get());
+  }
+  for (auto* c : all) FinishOp(c, fatal_, true);
+  handles_.FailAll(fatal_);
+}
+
+void WorkerCore::WatchdogLoop() {
+  int tick = 0;
+  while (!threads_stop_) {
+    usleep(200000);
+    if (++tick % 5 != 0 || failed_) continue;
+    auto now = std::chrono::steady_clock::now();
+    std::vector<TensorContext*> late;
+    {
+      std::lock_guard<std::mutex> lk(ctx_mu_);
+      for (auto& c : contexts_) {
+        std::lock_guard<std::mutex> clk(c->mu);
+        if (c->in_flight && std::chrono::duration<double>(now - c->started).count() > cfg_.timeout_s)
+          late.push_back(c.get());
+      }
+    }
+    for (auto* c : late) {
+      std::string where = c->waiting_for_declare ? "waiting for the other workers to declare it"
+                                                 : std::to_string(c->remaining.load()) + " of " +
+                                                       std::to_string(c->parts.size()) +
+                                                       " partitions unfinished";
+      FinishOp(c, Status::Timeout("rank " + std::to_string(cfg_.rank) + ": push_pull of '" +
+                                  c->name + "' did not finish within " +
+                                  std::to_string(int(cfg_.timeout_s)) + " s (BYTEPS_TIMEOUT); " +
+                                  where),
+               true);
+    }
+    // Liveness of the other local processes.
+    if (cfg_.local_size > 1) {
+      LocalSignal ping;
+      ping.type = static_cast<uint8_t>(LocalSignalType::kPing);
+      ping.from = static_cast<uint16_t>(cfg_.local_rank);
+      for (int r = 0; r < cfg_.local_size; ++r) {
+        if (r == cfg_.local_rank || local_bye_[r]) continue;
+        if (!channel_.Send(r, ping).ok() && !local_bye_[r] && !stopping_)
+          Fatal(Status::PeerLost("worker process with local rank " + std::to_string(r) +
+                                 " (rank " + std::to_string(cfg_.worker_id * cfg_.local_size + r) +
+                                 ") on this machine died"));
+      }
+    }
+  }
+}
+
+}  // namespace byteps

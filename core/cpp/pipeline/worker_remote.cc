@@ -1,0 +1,168 @@
+// The local root's side of the distributed job: tensor declaration with the scheduler, push and
+// pull with the servers (push straight from the buffer, pull straight into place).
+#include <cstring>
+
+#include "common/logging.h"
+#include "pipeline/worker.h"
+#include "ps/control_msgs.h"
+
+namespace byteps {
+
+void WorkerCore::SendDeclare(TensorContext* ctx) {
+  DeclareMsg m;
+  m.declared_key = ctx->declared_key;
+  m.name = ctx->name;
+  m.dtype = static_cast<uint8_t>(ctx->dtype);
+  m.shape = ctx->shape;
+  m.nbytes = ctx->nbytes;
+  control_->Send(MsgType::kDeclare, Encode(m), ctx->declared_key);
+}
+
+void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t len) {
+  if (TypeOf(h) != MsgType::kDeclareReply) return;
+  TensorContext* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    if (h.key < contexts_.size()) ctx = contexts_[h.key].get();
+  }
+  if (!ctx) {
+    BPS_LOG(WARNING) << "DECLARE_REPLY for unknown key " << h.key;
+    return;
+  }
+  Status st;
+  std::vector<int64_t> servers;
+  if (h.aux != 0) {
+    std::string text = "rank " + std::to_string(cfg_.rank) + ": " + DecodeText(p, len);
+    st = h.aux == 2 ? Status::Timeout(text) : Status::Mismatch(text);  // aux: 1 mismatch, 2 timeout
+  } else {
+    st = DecodeDeclareOk(p, len, &servers);
+    if (st.ok() && servers.size() != ctx->parts.size())
+      st = Status::Mismatch("rank " + std::to_string(cfg_.rank) + ": tensor '" + ctx->name +
+                            "' has " + std::to_string(ctx->parts.size()) +
+                            " partitions here but the plan has " + std::to_string(servers.size()));
+    for (int64_t s : servers)
+      if (st.ok() && (s < 0 || s >= static_cast<int64_t>(servers_.size())))
+        st = Status::Internal("plan names server " + std::to_string(s) + " which does not exist");
+  }
+  if (!st.ok()) {
+    LocalSignal s;
+    s.type = static_cast<uint8_t>(LocalSignalType::kOpError);
+    s.code = static_cast<uint8_t>(st.code());
+    s.key = ctx->declared_key;
+    strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
+    for (int r = 1; r < cfg_.local_size; ++r) channel_.Send(r, s);
+    FinishOp(ctx, st, true);
+    return;
+  }
+  bool dispatch;
+  {
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    for (size_t i = 0; i < servers.size(); ++i) ctx->parts[i]->server = static_cast<int>(servers[i]);
+    ctx->declared = true;
+    dispatch = ctx->waiting_for_declare && ctx->in_flight;
+    ctx->waiting_for_declare = false;
+  }
+  if (!dispatch) return;
+  for (auto& t : ctx->parts) {
+    t->stages = plan_;
+    Dispatch(t.get());
+  }
+}
+
+void WorkerCore::RunPush(PartTask* t) {
+  TensorContext* ctx = t->ctx;
+  size_t off = t->part.offset;
+  const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
+  {
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    pending_pulls_[t->key] = t;
+  }
+  SendItem& item = t->push_item;
+  item.hdr = FrameHeader();
+  item.hdr.type = static_cast<uint16_t>(MsgType::kPush);
+  item.hdr.dtype = static_cast<uint8_t>(ctx->dtype);
+  item.hdr.key = t->key;
+  item.hdr.round = ctx->round;
+  item.hdr.sender = static_cast<uint32_t>(cfg_.worker_id);
+  item.payload = src;
+  item.len = t->part.length;
+  item.done = &WorkerCore::PushSentThunk;
+  item.arg = t;
+  item.heap = false;
+  servers_[t->server]->Send(&item);
+}
+
+void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
+  if (!st.ok()) {
+    if (!stopping_) Fatal(st);
+    return;
+  }
+  t->stages.pos++;  // now in PULL: ask for the sum
+  SendItem& item = t->pull_item;
+  item.hdr = FrameHeader();
+  item.hdr.type = static_cast<uint16_t>(MsgType::kPull);
+  item.hdr.dtype = static_cast<uint8_t>(t->ctx->dtype);
+  item.hdr.key = t->key;
+  item.hdr.round = t->ctx->round;
+  item.hdr.sender = static_cast<uint32_t>(cfg_.worker_id);
+  item.payload = nullptr;
+  item.len = 0;
+  item.done = nullptr;
+  item.heap = false;
+  servers_[t->server]->Send(&item);
+}
+
+Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
+  MsgType type = TypeOf(h);
+  if (type == MsgType::kDataError) return Status::OK();
+  if (type != MsgType::kPullResponse)
+    return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(type) + " from " +
+                                   c->peer_name());
+  std::lock_guard<std::mutex> lk(pull_mu_);
+  auto it = pending_pulls_.find(h.key);
+  PartTask* t = it == pending_pulls_.end() ? nullptr : it->second;
+  if (!t) return Status::OK();  // the operation failed meanwhile: receive into scratch
+  if (h.round != t->ctx->round || h.payload_len != t->part.length)
+    return Status::InvalidArgument("pull response for key " + std::to_string(h.key) + " round " +
+                                   std::to_string(h.round) + " with " +
+                                   std::to_string(h.payload_len) + " bytes; expected round " +
+                                   std::to_string(t->ctx->round) + " with " +
+                                   std::to_string(t->part.length));
+  t->receiving = true;
+  size_t off = t->part.offset;
+  *dest = cfg_.local_size > 1 ? t->ctx->aggregate(cfg_.local_size) + off : t->ctx->output + off;
+  return Status::OK();
+}
+
+void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
+  if (TypeOf(h) == MsgType::kDataError) {
+    Fatal(Status::Internal(c->peer_name() + " rejected data: " +
+                           std::string(static_cast<const char*>(payload), h.payload_len)));
+    return;
+  }
+  PartTask* t;
+  {
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    auto it = pending_pulls_.find(h.key);
+    t = it == pending_pulls_.end() ? nullptr : it->second;
+    if (!t || !t->receiving) return;
+    t->receiving = false;
+    it->second = nullptr;
+  }
+  pull_cv_.notify_all();
+  queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(t->part.length);
+  if (cfg_.local_size > 1) SendSignal(LocalSignalType::kPulled, t, -1);
+  Proceed(t);
+}
+
+void WorkerCore::OnClosed(Connection* c, const Status& why) {
+  if (stopping_) return;
+  Fatal(Status::PeerLost("lost the connection to " + c->peer_name() + " (" + why.message() + ")"));
+}
+
+void WorkerCore::PushSentThunk(void* arg, const Status& st) {
+  auto* t = static_cast<PartTask*>(arg);
+  t->owner->OnPushSent(t, st);
+}
+
+}  // namespace byteps

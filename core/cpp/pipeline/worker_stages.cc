@@ -1,0 +1,121 @@
+// The stage loops of the worker pipeline and the local signalling between the worker processes
+// of one machine (COPY_IN -> LOCAL_REDUCE -> [PUSH -> PULL] -> COPY_OUT).
+#include <cstring>
+
+#include "common/logging.h"
+#include "pipeline/worker.h"
+#include "reduce/sum.h"
+
+namespace byteps {
+
+void WorkerCore::StageLoop(Stage s) {
+  ScheduledQueue* q = queues_[static_cast<int>(s)].get();
+  QueueItem item;
+  while (!threads_stop_) {
+    if (!q->Pop(&item, std::chrono::milliseconds(200))) continue;
+    auto* t = static_cast<PartTask*>(item.ptr);
+    if (s != Stage::kPush) q->ReturnCredit(item.bytes);
+    if (!t->ctx->in_flight) {  // the operation already failed: drop the partition
+      if (s == Stage::kPush) q->ReturnCredit(item.bytes);
+      continue;
+    }
+    switch (s) {
+      case Stage::kCopyIn: RunCopyIn(t); break;
+      case Stage::kLocalReduce: RunLocalReduce(t); break;
+      case Stage::kPush: RunPush(t); break;
+      case Stage::kCopyOut: RunCopyOut(t); break;
+      default: break;
+    }
+  }
+}
+
+void WorkerCore::RunCopyIn(PartTask* t) {
+  TensorContext* ctx = t->ctx;
+  memcpy(ctx->slot(cfg_.local_rank) + t->part.offset, ctx->input + t->part.offset, t->part.length);
+  SendSignal(LocalSignalType::kWritten, t, -1);
+  Proceed(t);
+}
+
+void WorkerCore::RunLocalReduce(PartTask* t) {
+  TensorContext* ctx = t->ctx;
+  int L = cfg_.local_size;
+  size_t es = DTypeSize(ctx->dtype);
+  size_t begin, end;
+  ShardRange(t->part.length / es, L, cfg_.local_rank, &begin, &end);
+  if (end > begin) {
+    size_t off = t->part.offset + begin * es, n = end - begin;
+    char* dst = ctx->aggregate(L) + off;
+    reduce::Sum3(dst, ctx->slot(0) + off, ctx->slot(1) + off, n, ctx->dtype);
+    for (int j = 2; j < L; ++j) reduce::SumInto(dst, ctx->slot(j) + off, n, ctx->dtype);
+  }
+  // Every local process has written (and so mapped) the segment: its name can go now, so
+  // nothing is left in /dev/shm even if the job is killed later.
+  if (cfg_.is_root() && ctx->round == 1 && t->part.index == 0) ctx->shm->Unlink();
+  if (!cfg_.distributed) SendSignal(LocalSignalType::kReduced, t, -1);
+  else if (!cfg_.is_root()) SendSignal(LocalSignalType::kReduced, t, 0);
+  Proceed(t);
+}
+
+void WorkerCore::RunCopyOut(PartTask* t) {
+  TensorContext* ctx = t->ctx;
+  size_t off = t->part.offset, len = t->part.length;
+  char* out = ctx->output + off;
+  if (cfg_.local_size > 1) {
+    memcpy(out, ctx->aggregate(cfg_.local_size) + off, len);
+  } else if (!cfg_.distributed && ctx->input != ctx->output) {
+    memcpy(out, ctx->input + off, len);
+  }
+  if (ctx->average && cfg_.size > 1)
+    reduce::DivideInPlace(out, len / DTypeSize(ctx->dtype), ctx->dtype, cfg_.size);
+  Proceed(t);
+}
+
+void WorkerCore::SendSignal(LocalSignalType type, PartTask* t, int to) {
+  LocalSignal s;
+  s.type = static_cast<uint8_t>(type);
+  s.from = static_cast<uint16_t>(cfg_.local_rank);
+  s.round = t->ctx->round;
+  s.key = t->key;
+  s.sig = type == LocalSignalType::kWritten ? t->ctx->sig : 0;
+  for (int r = 0; r < cfg_.local_size; ++r) {
+    if (r == cfg_.local_rank || (to >= 0 && r != to)) continue;
+    Status st = channel_.Send(r, s);
+    if (!st.ok() && !stopping_)
+      Fatal(Status::PeerLost("worker process with local rank " + std::to_string(r) + " (rank " +
+                             std::to_string(cfg_.worker_id * cfg_.local_size + r) +
+                             ") on this machine is gone"));
+  }
+}
+
+void WorkerCore::ListenLoop() {
+  LocalSignal s;
+  while (!threads_stop_) {
+    if (channel_.Recv(&s, 200)) OnLocalSignal(s);
+  }
+}
+
+void WorkerCore::OnLocalSignal(const LocalSignal& s) {
+  switch (static_cast<LocalSignalType>(s.type)) {
+    case LocalSignalType::kWritten: written_gate_->Signal(s.key, s.sig, s.from); break;
+    case LocalSignalType::kReduced: reduced_gate_->Signal(s.key, 0, s.from); break;
+    case LocalSignalType::kPulled: pulled_gate_->Signal(s.key, 0, s.from); break;
+    case LocalSignalType::kOpError: {
+      Status st(static_cast<StatusCode>(s.code), s.text);
+      TensorContext* ctx = nullptr;
+      {
+        std::lock_guard<std::mutex> lk(ctx_mu_);
+        if (s.key < contexts_.size()) ctx = contexts_[s.key].get();
+        else early_errors_[static_cast<uint32_t>(s.key)] = st;
+      }
+      if (ctx) FinishOp(ctx, st, true);
+      break;
+    }
+    case LocalSignalType::kFatal: Fatal(Status(static_cast<StatusCode>(s.code), s.text)); break;
+    case LocalSignalType::kBye:
+      if (s.from < cfg_.local_size) local_bye_[s.from] = true;
+      break;
+    default: break;
+  }
+}
+
+}  // namespace byteps

@@ -1,0 +1,113 @@
+#include "control_msgs.h"
+
+#include "comm/frame.h"
+#include "common/dtype.h"
+
+namespace byteps {
+
+const char* NodeRoleName(NodeRole r) {
+  switch (r) {
+    case NodeRole::kWorker: return "worker";
+    case NodeRole::kServer: return "server";
+    case NodeRole::kScheduler: return "scheduler";
+  }
+  return "?";
+}
+
+std::string Encode(const RegisterMsg& m) {
+  WireWriter w;
+  w.U8(static_cast<uint8_t>(m.role)).I32(m.worker_id).Str(m.host).U32(m.port).U32(m.local_size);
+  w.U32(m.num_worker).U32(m.num_server).U64(m.partition_bound).U32(m.pid);
+  return w.Take();
+}
+
+Status Decode(const void* data, size_t len, RegisterMsg* m) {
+  WireReader r(data, len);
+  uint8_t role = r.U8();
+  m->worker_id = r.I32();
+  m->host = r.Str(256);
+  m->port = r.U32();
+  m->local_size = r.U32();
+  m->num_worker = r.U32();
+  m->num_server = r.U32();
+  m->partition_bound = r.U64();
+  m->pid = r.U32();
+  if (!r.done() || role > 1) return Status::InvalidArgument("malformed REGISTER message");
+  m->role = static_cast<NodeRole>(role);
+  return Status::OK();
+}
+
+std::string Encode(const AddressBook& m) {
+  WireWriter w;
+  w.I32(m.my_rank).U32(static_cast<uint32_t>(m.servers.size()));
+  for (auto& s : m.servers) w.U32(s.rank).Str(s.host).U32(s.port).U8(s.colocated).F64(s.share);
+  return w.Take();
+}
+
+Status Decode(const void* data, size_t len, AddressBook* m) {
+  WireReader r(data, len);
+  m->my_rank = r.I32();
+  uint32_t n = r.U32();
+  if (!r.ok() || n > 65536) return Status::InvalidArgument("malformed ADDRESS_BOOK message");
+  m->servers.resize(n);
+  for (auto& s : m->servers) {
+    s.rank = r.U32();
+    s.host = r.Str(256);
+    s.port = r.U32();
+    s.colocated = r.U8() != 0;
+    s.share = r.F64();
+  }
+  if (!r.done()) return Status::InvalidArgument("malformed ADDRESS_BOOK message");
+  return Status::OK();
+}
+
+std::string Encode(const DeclareMsg& m) {
+  WireWriter w;
+  w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes);
+  return w.Take();
+}
+
+Status Decode(const void* data, size_t len, DeclareMsg* m) {
+  WireReader r(data, len);
+  m->declared_key = r.U32();
+  m->name = r.Str(1 << 16);
+  m->dtype = r.U8();
+  m->shape = r.I64s(64);
+  m->nbytes = r.U64();
+  if (!r.done() || !DTypeValid(m->dtype)) return Status::InvalidArgument("malformed DECLARE message");
+  return Status::OK();
+}
+
+std::string EncodeDeclareOk(const std::vector<int64_t>& servers) {
+  WireWriter w;
+  w.I64s(servers);
+  return w.Take();
+}
+
+Status DecodeDeclareOk(const void* data, size_t len, std::vector<int64_t>* servers) {
+  WireReader r(data, len);
+  *servers = r.I64s(1 << 16);
+  if (!r.done()) return Status::InvalidArgument("malformed DECLARE_REPLY message");
+  return Status::OK();
+}
+
+std::string EncodeText(const std::string& text) {
+  WireWriter w;
+  w.Str(text);
+  return w.Take();
+}
+
+std::string DecodeText(const void* data, size_t len) {
+  WireReader r(data, len);
+  std::string s = r.Str(1 << 20);
+  return r.ok() ? s : std::string("<malformed message>");
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+}  // namespace byteps

@@ -1,0 +1,62 @@
+// Payloads of the control-plane messages between nodes and the scheduler (comm/frame.h types).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace byteps {
+
+enum class NodeRole : uint8_t { kWorker = 0, kServer = 1, kScheduler = 2 };
+const char* NodeRoleName(NodeRole r);
+
+struct RegisterMsg {
+  NodeRole role = NodeRole::kWorker;
+  int32_t worker_id = -1;  // workers: DMLC_WORKER_ID; servers: -1
+  std::string host;        // advertised address
+  uint32_t port = 0;       // servers: data port
+  uint32_t local_size = 1;
+  uint32_t num_worker = 0;
+  uint32_t num_server = 0;
+  uint64_t partition_bound = 0;
+  uint32_t pid = 0;
+};
+
+struct ServerEntry {
+  uint32_t rank = 0;
+  std::string host;
+  uint32_t port = 0;
+  bool colocated = false;
+  double share = 0;
+};
+
+struct AddressBook {
+  int32_t my_rank = -1;  // worker id or server rank of the receiver
+  std::vector<ServerEntry> servers;
+};
+
+struct DeclareMsg {
+  uint32_t declared_key = 0;
+  std::string name;
+  uint8_t dtype = 0;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+};
+
+std::string Encode(const RegisterMsg& m);
+std::string Encode(const AddressBook& m);
+std::string Encode(const DeclareMsg& m);
+Status Decode(const void* data, size_t len, RegisterMsg* m);
+Status Decode(const void* data, size_t len, AddressBook* m);
+Status Decode(const void* data, size_t len, DeclareMsg* m);
+
+// DECLARE_REPLY: header aux 0 = OK, 1 = mismatch, 2 = timeout. OK: the server rank of each partition. Error: a message.
+std::string EncodeDeclareOk(const std::vector<int64_t>& servers);
+std::string EncodeText(const std::string& text);
+Status DecodeDeclareOk(const void* data, size_t len, std::vector<int64_t>* servers);
+std::string DecodeText(const void* data, size_t len);
+
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace byteps

@@ -1,0 +1,347 @@
+#include "scheduler.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "comm/socket_util.h"
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "scheduling/partitioner.h"
+
+namespace byteps {
+
+std::string Scheduler::Node::Describe() const {
+  std::string s = NodeRoleName(reg.role);
+  s += " " + std::to_string(rank) + " (host " + reg.host;
+  if (reg.role == NodeRole::kServer) s += ":" + std::to_string(reg.port);
+  return s + ", pid " + std::to_string(reg.pid) + ")";
+}
+
+Scheduler::Scheduler(SchedulerOptions opts) : opts_(std::move(opts)) {}
+
+Scheduler::~Scheduler() {
+  if (listen_fd_ >= 0) {
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  for (auto& c : conns_) c->Join();
+}
+
+Status Scheduler::Run() {
+  int port = 0;
+  BPS_RETURN_IF_ERROR(Listen(opts_.host, opts_.port, &listen_fd_, &port));
+  BPS_LOG(INFO) << "scheduler listening on " << opts_.host << ":" << port << ", expecting "
+                << opts_.num_worker << " workers and " << opts_.num_server << " servers";
+  start_ = Clock::now();
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!done_) {
+    cv_.wait_for(lk, std::chrono::milliseconds(200));
+    CheckTimersLocked();
+  }
+  bool ok = failure_.empty();
+  std::vector<Connection*> conns;
+  for (auto& c : conns_) conns.push_back(c.get());
+  lk.unlock();
+  for (auto* c : conns) c->Flush(2.0);
+  shutdown(listen_fd_, SHUT_RDWR);
+  if (accept_thread_.joinable()) accept_thread_.join();
+  if (!ok) return Status::PeerLost(failure_);
+  BPS_LOG(INFO) << "scheduler: all workers finished";
+  return Status::OK();
+}
+
+void Scheduler::AcceptLoop() {
+  while (true) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    int r = poll(&pfd, 1, 200);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (done_) return;
+    }
+    if (r <= 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    TuneDataSocket(fd);
+    auto conn = std::make_unique<Connection>(fd, "unregistered peer", this);
+    Connection* raw = conn.get();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      conns_.push_back(std::move(conn));
+    }
+    raw->Start();
+  }
+}
+
+Scheduler::Node* Scheduler::NodeOf(Connection* c) {
+  return (c->tag >= 0 && c->tag < static_cast<int>(nodes_.size())) ? nodes_[c->tag].get() : nullptr;
+}
+
+Status Scheduler::OnHeader(Connection*, const FrameHeader& h, void**) {
+  if (!IsControlType(TypeOf(h)))
+    return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(TypeOf(h)) +
+                                   " at the scheduler");
+  return Status::OK();
+}
+
+void Scheduler::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
+  const char* p = static_cast<const char*>(payload);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (done_) return;
+  if (TypeOf(h) == MsgType::kRegister) return HandleRegister(c, p, h.payload_len);
+  Node* node = NodeOf(c);
+  if (!node) {
+    BPS_LOG(WARNING) << "scheduler: " << MsgTypeName(TypeOf(h)) << " before REGISTER; dropping";
+    c->Close();
+    return;
+  }
+  node->last_seen = Clock::now();
+  switch (TypeOf(h)) {
+    case MsgType::kHeartbeat: return;
+    case MsgType::kDeclare: return HandleDeclare(node, p, h.payload_len);
+    case MsgType::kFinalize:
+      if (node->reg.role == NodeRole::kWorker && !node->finalized) {
+        node->finalized = true;
+        if (++finalized_workers_ == opts_.num_worker) {
+          for (auto& n : nodes_) {
+            if (!n->conn) continue;
+            n->conn->SendControl(n->reg.role == NodeRole::kWorker ? MsgType::kFinalizeDone
+                                                                  : MsgType::kShutdown,
+                                 "");
+            if (n->reg.role == NodeRole::kServer) n->finalized = true;
+          }
+          done_ = true;
+          cv_.notify_all();
+        }
+      }
+      return;
+    default:
+      BPS_LOG(WARNING) << "scheduler: unexpected " << MsgTypeName(TypeOf(h)) << " from "
+                       << node->Describe();
+  }
+}
+
+void Scheduler::HandleRegister(Connection* c, const char* p, size_t n) {
+  RegisterMsg reg;
+  Status st = Decode(p, n, &reg);
+  if (!st.ok() || c->tag >= 0) {
+    BPS_LOG(WARNING) << "scheduler: bad REGISTER: " << st.message();
+    c->Close();
+    return;
+  }
+  std::string who = std::string(NodeRoleName(reg.role)) +
+                    (reg.role == NodeRole::kWorker ? " " + std::to_string(reg.worker_id) : "") +
+                    " (host " + reg.host + ", pid " + std::to_string(reg.pid) + ")";
+  auto reject = [&](const std::string& why) {
+    FailLocked("configuration mismatch: " + who + ": " + why);
+    c->SendControl(MsgType::kNodeFailed, EncodeText(failure_));
+  };
+  if (book_sent_) return reject("registered after the job had started");
+  if (reg.num_worker != static_cast<uint32_t>(opts_.num_worker) ||
+      reg.num_server != static_cast<uint32_t>(opts_.num_server))
+    return reject("it has DMLC_NUM_WORKER=" + std::to_string(reg.num_worker) +
+                  ", DMLC_NUM_SERVER=" + std::to_string(reg.num_server) +
+                  " but the scheduler has " + std::to_string(opts_.num_worker) + " and " +
+                  std::to_string(opts_.num_server));
+  int rank = -1;
+  if (reg.role == NodeRole::kWorker) {
+    if (reg.worker_id < 0 || reg.worker_id >= opts_.num_worker)
+      return reject("DMLC_WORKER_ID=" + std::to_string(reg.worker_id) + " is outside [0, " +
+                    std::to_string(opts_.num_worker) + ")");
+    for (auto& nd : nodes_)
+      if (nd->reg.role == NodeRole::kWorker && nd->reg.worker_id == reg.worker_id)
+        return reject("DMLC_WORKER_ID=" + std::to_string(reg.worker_id) + " is used twice");
+    if (first_local_size_ == 0) first_local_size_ = reg.local_size, first_bound_ = reg.partition_bound;
+    if (reg.local_size != first_local_size_)
+      return reject("BYTEPS_LOCAL_SIZE=" + std::to_string(reg.local_size) + " differs from " +
+                    std::to_string(first_local_size_) + " on another worker");
+    if (reg.partition_bound != first_bound_)
+      return reject("BYTEPS_PARTITION_BYTES gives partitions of " +
+                    std::to_string(reg.partition_bound) + " bytes, another worker uses " +
+                    std::to_string(first_bound_));
+    rank = reg.worker_id;
+  } else {
+    int servers = 0;
+    for (auto& nd : nodes_) servers += nd->reg.role == NodeRole::kServer;
+    if (servers >= opts_.num_server) return reject("more servers than DMLC_NUM_SERVER");
+  }
+  auto node = std::make_unique<Node>();
+  node->reg = reg;
+  node->conn = c;
+  node->rank = rank;
+  node->last_seen = Clock::now();
+  c->tag = static_cast<int>(nodes_.size());
+  c->set_peer_name(who);
+  nodes_.push_back(std::move(node));
+  BPS_LOG(INFO) << "scheduler: registered " << who;
+  if (static_cast<int>(nodes_.size()) == opts_.num_worker + opts_.num_server) SendAddressBooksLocked();
+}
+
+void Scheduler::SendAddressBooksLocked() {
+  std::vector<Node*> servers;
+  std::set<std::string> worker_hosts;
+  for (auto& n : nodes_) {
+    if (n->reg.role == NodeRole::kServer) servers.push_back(n.get());
+    else worker_hosts.insert(n->reg.host);
+  }
+  std::sort(servers.begin(), servers.end(), [](Node* a, Node* b) {
+    return std::make_pair(a->reg.host, a->reg.port) < std::make_pair(b->reg.host, b->reg.port);
+  });
+  std::vector<bool> colocated;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    servers[i]->rank = static_cast<int>(i);
+    colocated.push_back(worker_hosts.count(servers[i]->reg.host) > 0);
+  }
+  std::vector<double> shares = ServerShares(opts_.num_worker, colocated);
+  planner_ = std::make_unique<KeyPlanner>(shares);
+  AddressBook book;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    book.servers.push_back(ServerEntry{static_cast<uint32_t>(i), servers[i]->reg.host,
+                                       servers[i]->reg.port, static_cast<bool>(colocated[i]),
+                                       shares[i]});
+    BPS_LOG(INFO) << "scheduler: server " << i << " at " << servers[i]->reg.host << ":"
+                  << servers[i]->reg.port << (colocated[i] ? " (colocated)" : " (CPU-only)")
+                  << " gets share " << shares[i] << " of the bytes";
+  }
+  for (auto& n : nodes_) {
+    book.my_rank = n->rank;
+    n->conn->SendControl(MsgType::kAddressBook, Encode(book));
+  }
+  book_sent_ = true;
+}
+
+std::string Scheduler::MissingWorkersLocked(const std::vector<bool>& seen) const {
+  std::string s;
+  for (int w = 0; w < opts_.num_worker; ++w)
+    if (w >= static_cast<int>(seen.size()) || !seen[w]) s += (s.empty() ? "" : ", ") + std::to_string(w);
+  return "[" + s + "]";
+}
+
+void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
+  DeclareMsg m;
+  Status st = Decode(p, n, &m);
+  if (!st.ok() || node->reg.role != NodeRole::kWorker) {
+    BPS_LOG(WARNING) << "scheduler: bad DECLARE from " << node->Describe();
+    return;
+  }
+  auto it = pending_.find(m.declared_key);
+  if (it == pending_.end()) {
+    Pending pd;
+    pd.first = m;
+    pd.first_worker = node->rank;
+    pd.seen.assign(opts_.num_worker, false);
+    pd.started = Clock::now();
+    it = pending_.emplace(m.declared_key, std::move(pd)).first;
+  }
+  Pending& pd = it->second;
+  if (pd.seen[node->rank]) return;
+  pd.seen[node->rank] = true;
+  pd.count++;
+  const DeclareMsg& f = pd.first;
+  if (pd.error.empty() && (m.name != f.name || m.dtype != f.dtype || m.shape != f.shape ||
+                           m.nbytes != f.nbytes)) {
+    pd.error = "tensor mismatch across workers for key " + std::to_string(m.declared_key) +
+               ": worker " + std::to_string(pd.first_worker) + " has '" + f.name + "' " +
+               DTypeName(static_cast<DType>(f.dtype)) + ShapeString(f.shape) + ", worker " +
+               std::to_string(node->rank) + " has '" + m.name + "' " +
+               DTypeName(static_cast<DType>(m.dtype)) + ShapeString(m.shape) +
+               " (tensors must be declared in the same order with the same dtype and shape "
+               "on every worker)";
+  }
+  if (pd.answered) {
+    // Late arrival after a timeout: it gets the same error (aux = 1 marks an error).
+    node->conn->SendControl(MsgType::kDeclareReply, EncodeText(pd.error), m.declared_key, 0,
+                            pd.timed_out ? 2 : 1);
+    return;
+  }
+  if (pd.count == opts_.num_worker) AnswerDeclare(m.declared_key, &pd);
+}
+
+void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
+  pd->answered = true;
+  std::string payload;
+  bool error = !pd->error.empty();
+  if (error) {
+    payload = EncodeText(pd->error);
+    BPS_LOG(WARNING) << "scheduler: " << pd->error;
+  } else {
+    std::vector<Partition> parts;
+    Status st = PartitionTensor(pd->first.nbytes, first_bound_,
+                                DTypeSize(static_cast<DType>(pd->first.dtype)), &parts);
+    if (!st.ok()) {
+      error = true;
+      payload = EncodeText(st.message());
+    } else {
+      std::vector<size_t> sizes;
+      for (auto& pt : parts) sizes.push_back(pt.length);
+      std::vector<int> where = planner_->Assign(sizes);
+      payload = EncodeDeclareOk(std::vector<int64_t>(where.begin(), where.end()));
+      BPS_LOG(DEBUG) << "scheduler: tensor '" << pd->first.name << "' key " << key << ": "
+                     << parts.size() << " partitions; " << planner_->Describe();
+    }
+  }
+  for (auto& n : nodes_) {
+    if (n->reg.role != NodeRole::kWorker || !pd->seen[n->rank] || !n->conn) continue;
+    n->conn->SendControl(MsgType::kDeclareReply, payload, key, 0,
+                         error ? (pd->timed_out ? 2 : 1) : 0);
+  }
+  if (!error) pending_.erase(key);
+}
+
+void Scheduler::CheckTimersLocked() {
+  if (done_) return;
+  auto now = Clock::now();
+  auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(now - t).count(); };
+  if (!book_sent_ && secs(start_) > opts_.timeout_s) {
+    std::vector<bool> seen(opts_.num_worker, false);
+    int servers = 0;
+    for (auto& n : nodes_) {
+      if (n->reg.role == NodeRole::kWorker) seen[n->reg.worker_id] = true;
+      else servers++;
+    }
+    return FailLocked("rendezvous timed out after " + std::to_string(int(opts_.timeout_s)) +
+                      " s: workers " + MissingWorkersLocked(seen) + " and " +
+                      std::to_string(opts_.num_server - servers) + " of " +
+                      std::to_string(opts_.num_server) + " servers never registered");
+  }
+  for (auto& n : nodes_) {
+    if (n->finalized || !book_sent_) continue;
+    if (secs(n->last_seen) > opts_.heartbeat_timeout_s)
+      return FailLocked(n->Describe() + " sent no heartbeat for " +
+                        std::to_string(int(opts_.heartbeat_timeout_s)) + " s");
+  }
+  for (auto& [key, pd] : pending_) {
+    if (pd.answered || secs(pd.started) <= opts_.timeout_s) continue;
+    pd.timed_out = true;
+    pd.error = "timed out after " + std::to_string(int(opts_.timeout_s)) + " s waiting for workers " +
+               MissingWorkersLocked(pd.seen) + " to submit tensor '" + pd.first.name + "' (key " +
+               std::to_string(key) + ")";
+    AnswerDeclare(key, &pd);
+  }
+}
+
+void Scheduler::FailLocked(const std::string& why) {
+  if (done_) return;
+  failure_ = why;
+  BPS_LOG(ERROR) << "scheduler: job failed: " << why;
+  for (auto& n : nodes_)
+    if (n->conn) n->conn->SendControl(MsgType::kNodeFailed, EncodeText(why));
+  done_ = true;
+  cv_.notify_all();
+}
+
+void Scheduler::OnClosed(Connection* c, const Status& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Node* node = NodeOf(c);
+  if (!node) return;
+  node->conn = nullptr;
+  if (node->finalized || done_) return;
+  FailLocked(node->Describe() + " disconnected (" + why.message() + ")");
+}
+
+}  // namespace byteps

@@ -1,0 +1,90 @@
+// The scheduler (DESIGN.md §1): rendezvous (registration, ranks, address book), the key->server
+// plan (§3), cross-worker consistency of every declared tensor, heartbeats, and spreading the
+// first failure to every node. One per job; started as `DMLC_ROLE=scheduler python -m
+// byteps.server`.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/tcp_connection.h"
+#include "ps/control_msgs.h"
+#include "ps/key_plan.h"
+
+namespace byteps {
+
+struct SchedulerOptions {
+  std::string host;
+  int port = 0;
+  int num_worker = 1;
+  int num_server = 1;
+  double timeout_s = 120;
+  double heartbeat_timeout_s = 15;
+};
+
+class Scheduler : public ConnectionHandler {
+ public:
+  explicit Scheduler(SchedulerOptions opts);
+  ~Scheduler() override;
+  // Runs the job's control plane; returns OK when every worker finalized, or the failure.
+  Status Run();
+
+  Status OnHeader(Connection* c, const FrameHeader& h, void** dest) override;
+  void OnFrame(Connection* c, const FrameHeader& h, void* payload) override;
+  void OnClosed(Connection* c, const Status& why) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Node {
+    RegisterMsg reg;
+    Connection* conn = nullptr;
+    int rank = -1;
+    Clock::time_point last_seen;
+    bool finalized = false;
+    std::string Describe() const;
+  };
+  struct Pending {
+    DeclareMsg first;
+    int first_worker = -1;
+    std::vector<bool> seen;
+    int count = 0;
+    std::string error;
+    Clock::time_point started;
+    bool answered = false;
+    bool timed_out = false;
+  };
+
+  void AcceptLoop();
+  void HandleRegister(Connection* c, const char* p, size_t n);
+  void HandleDeclare(Node* node, const char* p, size_t n);
+  void AnswerDeclare(uint32_t key, Pending* pd);
+  void SendAddressBooksLocked();
+  void FailLocked(const std::string& why);
+  void CheckTimersLocked();
+  Node* NodeOf(Connection* c);
+  std::string MissingWorkersLocked(const std::vector<bool>& seen) const;
+
+  SchedulerOptions opts_;
+  int listen_fd_ = -1;
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Connection>> conns_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  bool book_sent_ = false;
+  bool done_ = false;
+  std::string failure_;
+  Clock::time_point start_;
+  std::unique_ptr<KeyPlanner> planner_;
+  std::map<uint32_t, Pending> pending_;
+  uint32_t first_local_size_ = 0;
+  uint64_t first_bound_ = 0;
+  int finalized_workers_ = 0;
+};
+
+}  // namespace byteps

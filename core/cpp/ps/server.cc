@@ -1,0 +1,260 @@
+#include "server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/socket_util.h"
+#include "common/logging.h"
+#include "reduce/sum.h"
+
+namespace byteps {
+
+SummationServer::SummationServer(ServerOptions opts) : opts_(std::move(opts)) {
+  workers_.assign(opts_.num_worker, nullptr);
+}
+
+SummationServer::~SummationServer() {
+  stopping_ = true;
+  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
+  if (accept_thread_.joinable()) accept_thread_.join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  for (auto& c : conns_) c->Join();
+  for (auto& e : engines_) {
+    e->queue.Close();
+    if (e->thread.joinable()) e->thread.join();
+  }
+  if (control_) control_->Close();
+  for (auto& [k, ks] : keys_)
+    for (char* p : ks->owned) free(p);
+}
+
+Status SummationServer::Run() {
+  control_ = std::make_unique<ControlClient>(nullptr, nullptr);
+  BPS_RETURN_IF_ERROR(control_->Connect(opts_.scheduler_host, opts_.scheduler_port, opts_.timeout_s));
+  std::string host = opts_.node_host;
+  if (host.empty() && !opts_.interface.empty()) {
+    host = InterfaceAddress(opts_.interface);
+    if (host.empty())
+      return Status::Config("DMLC_INTERFACE=" + opts_.interface + " has no IPv4 address");
+  }
+  if (host.empty()) host = control_->LocalAddress();
+  int port = 0;
+  BPS_RETURN_IF_ERROR(Listen(host, opts_.port, &listen_fd_, &port));
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  for (int i = 0; i < opts_.engine_threads; ++i) {
+    engines_.push_back(std::make_unique<Engine>());
+    Engine* e = engines_.back().get();
+    e->thread = std::thread([this, e] { EngineLoop(e); });
+  }
+  RegisterMsg reg;
+  reg.role = NodeRole::kServer;
+  reg.host = host;
+  reg.port = static_cast<uint32_t>(port);
+  reg.num_worker = opts_.num_worker;
+  reg.num_server = opts_.num_server;
+  reg.pid = static_cast<uint32_t>(getpid());
+  AddressBook book;
+  BPS_RETURN_IF_ERROR(control_->Register(reg, opts_.timeout_s, &book));
+  rank_ = book.my_rank;
+  SetLogIdentity("server " + std::to_string(rank_));
+  BPS_LOG(INFO) << "serving on " << host << ":" << port << " with " << opts_.engine_threads
+                << " engine threads, summation ISA " << reduce::ActiveIsa();
+  control_->StartHeartbeats(opts_.heartbeat_interval_s);
+  Status st = control_->WaitForShutdown();
+  stopping_ = true;
+  return st;
+}
+
+void SummationServer::AcceptLoop() {
+  while (!stopping_) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 200) <= 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    TuneDataSocket(fd);
+    auto conn = std::make_unique<Connection>(fd, "unidentified worker", this);
+    Connection* raw = conn.get();
+    {
+      std::lock_guard<std::mutex> lk(conns_mu_);
+      conns_.push_back(std::move(conn));
+    }
+    raw->Start();
+  }
+}
+
+SummationServer::KeyState* SummationServer::FindKey(uint64_t key) {
+  std::shared_lock<std::shared_mutex> lk(keys_mu_);
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : it->second.get();
+}
+
+SummationServer::KeyState* SummationServer::CreateKey(uint64_t key, DType dtype, size_t len) {
+  std::unique_lock<std::shared_mutex> lk(keys_mu_);
+  auto it = keys_.find(key);
+  if (it != keys_.end()) return it->second.get();
+  auto ks = std::make_unique<KeyState>();
+  ks->key = key;
+  ks->dtype = dtype;
+  ks->len = len;
+  size_t alloc = (std::max<size_t>(len, 1) + 4095) / 4096 * 4096;
+  auto buffer = [&]() {
+    char* p = static_cast<char*>(aligned_alloc(4096, alloc));
+    ks->owned.push_back(p);
+    return p;
+  };
+  ks->sum[0] = buffer();
+  ks->sum[1] = buffer();
+  ks->staging = std::vector<std::atomic<char*>>(opts_.num_worker);
+  for (auto& s : ks->staging) s.store(buffer());
+  for (auto& w : ks->waiting) w.reserve(opts_.num_worker);
+  ks->replies.resize(static_cast<size_t>(opts_.num_worker) * 2);
+  // Bind the key to the least-loaded engine thread (by bytes), for good.
+  size_t best = 0;
+  for (size_t i = 1; i < engines_.size(); ++i)
+    if (engines_[i]->load_bytes < engines_[best]->load_bytes) best = i;
+  engines_[best]->load_bytes += len;
+  ks->engine = static_cast<int>(best);
+  KeyState* raw = ks.get();
+  keys_.emplace(key, std::move(ks));
+  return raw;
+}
+
+void SummationServer::SendError(Connection* c, const std::string& msg) {
+  BPS_LOG(WARNING) << msg;
+  c->SendControl(MsgType::kDataError, msg);
+}
+
+Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
+  MsgType t = TypeOf(h);
+  if (t == MsgType::kHello || t == MsgType::kGoodbye) return Status::OK();
+  if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
+  if (t == MsgType::kPull) return Status::OK();
+  if (t != MsgType::kPush)
+    return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(t) + " at a server");
+  KeyState* ks = FindKey(h.key);
+  DType dt = static_cast<DType>(h.dtype);
+  if (!ks) {
+    if (h.payload_len % DTypeSize(dt) != 0) {
+      SendError(c, "push of key " + std::to_string(h.key) + " has " +
+                       std::to_string(h.payload_len) + " bytes, not a multiple of " + DTypeName(dt));
+      return Status::OK();
+    }
+    ks = CreateKey(h.key, dt, h.payload_len);
+  }
+  if (ks->len != h.payload_len || ks->dtype != dt) {
+    SendError(c, "server " + std::to_string(rank_) + ": push of key " + std::to_string(h.key) +
+                     " from worker " + std::to_string(c->tag) + " has " +
+                     std::to_string(h.payload_len) + " bytes of " + DTypeName(dt) +
+                     ", but the key holds " + std::to_string(ks->len) + " bytes of " +
+                     DTypeName(ks->dtype));
+    return Status::OK();  // payload goes to scratch and is dropped in OnFrame
+  }
+  *dest = ks->staging[c->tag].load(std::memory_order_acquire);
+  return Status::OK();
+}
+
+void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
+  MsgType t = TypeOf(h);
+  if (t == MsgType::kHello) {
+    int w = static_cast<int>(h.sender);
+    if (w < 0 || w >= opts_.num_worker || c->tag >= 0) {
+      BPS_LOG(WARNING) << "bad HELLO from worker " << w << "; dropping the connection";
+      c->Close();
+      return;
+    }
+    c->tag = w;
+    c->set_peer_name("worker " + std::to_string(w));
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    workers_[w] = c;
+    return;
+  }
+  if (t == MsgType::kGoodbye) {
+    c->tag = -2;  // closing on purpose
+    return;
+  }
+  KeyState* ks = FindKey(h.key);
+  if (!ks) {
+    if (t == MsgType::kPull) SendError(c, "pull of unknown key " + std::to_string(h.key));
+    return;
+  }
+  if (t == MsgType::kPush && (ks->len != h.payload_len || ks->dtype != static_cast<DType>(h.dtype)))
+    return;  // rejected in OnHeader
+  Event ev{t == MsgType::kPush, ks, c->tag, h.round};
+  engines_[ks->engine]->queue.Push(ev);
+}
+
+void SummationServer::OnClosed(Connection* c, const Status& why) {
+  if (c->tag >= 0 && !stopping_)
+    BPS_LOG(WARNING) << "connection to worker " << c->tag << " lost: " << why.message();
+}
+
+void SummationServer::EngineLoop(Engine* e) {
+  Event ev;
+  while (true) {
+    if (!e->queue.Pop(&ev, std::chrono::milliseconds(500))) {
+      if (e->queue.closed()) return;
+      continue;
+    }
+    if (ev.is_push) HandlePush(ev); else HandlePull(ev);
+  }
+}
+
+void SummationServer::HandlePush(const Event& ev) {
+  KeyState* ks = ev.ks;
+  int p = ev.round & 1;
+  size_t count = ks->len / DTypeSize(ks->dtype);
+  if (ks->count[p] == 0) {
+    // First push of the round: its staging buffer becomes the sum (no copy).
+    char* incoming = ks->staging[ev.worker].load(std::memory_order_acquire);
+    ks->staging[ev.worker].store(ks->sum[p], std::memory_order_release);
+    ks->sum[p] = incoming;
+    ks->round[p] = ev.round;
+    ks->complete[p] = false;
+  } else {
+    if (ks->round[p] != ev.round) {
+      BPS_LOG(ERROR) << "key " << ks->key << ": push of round " << ev.round << " from worker "
+                     << ev.worker << " while round " << ks->round[p] << " is open";
+      return;
+    }
+    reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
+                    ks->dtype);
+  }
+  if (++ks->count[p] < opts_.num_worker) return;
+  ks->count[p] = 0;
+  ks->complete[p] = true;
+  std::vector<int>& waiting = ks->waiting[p];
+  for (int w : waiting) Reply(ks, w, p);
+  waiting.clear();
+}
+
+void SummationServer::HandlePull(const Event& ev) {
+  KeyState* ks = ev.ks;
+  int p = ev.round & 1;
+  if (ks->complete[p] && ks->round[p] == ev.round) Reply(ks, ev.worker, p);
+  else ks->waiting[p].push_back(ev.worker);
+}
+
+void SummationServer::Reply(KeyState* ks, int worker, int parity) {
+  Connection* c;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    c = workers_[worker];
+  }
+  if (!c) return;
+  SendItem& item = ks->replies[static_cast<size_t>(worker) * 2 + parity];
+  item.hdr = FrameHeader();
+  item.hdr.type = static_cast<uint16_t>(MsgType::kPullResponse);
+  item.hdr.dtype = static_cast<uint8_t>(ks->dtype);
+  item.hdr.key = ks->key;
+  item.hdr.round = ks->round[parity];
+  item.hdr.sender = static_cast<uint32_t>(rank_);
+  item.payload = ks->sum[parity];
+  item.len = ks->len;
+  c->Send(&item);
+}
+
+}  // namespace byteps

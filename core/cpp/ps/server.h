@@ -1,0 +1,103 @@
+// The summation service (BytePS, OSDI'20 §3.2; DESIGN.md §2.5): receives the partitions pushed
+// by every worker machine, sums them with the SIMD kernels on engine threads (each key bound to
+// one thread), and answers pulls once a round is complete.
+//
+// Rounds are versioned: key state is double-buffered by round parity, so a fast worker's push of
+// round r+1 never touches the sum of round r that a slow worker has not pulled. A worker can only
+// push round r+2 after every worker has received round r (it needs the r+1 sum, which needs
+// everyone's r+1 push, which each sends only after receiving r), which is why two buffers
+// suffice. The first push of a round costs no copy: its staging buffer becomes the round's sum
+// buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation).
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/tcp_connection.h"
+#include "common/dtype.h"
+#include "common/ring_queue.h"
+#include "ps/control_client.h"
+
+namespace byteps {
+
+struct ServerOptions {
+  std::string scheduler_host;
+  int scheduler_port = 0;
+  std::string node_host;   // "" = address on the route to the scheduler
+  std::string interface;   // used when node_host is empty
+  int port = 0;
+  int num_worker = 1;
+  int num_server = 1;
+  int engine_threads = 2;
+  uint32_t local_size = 1;
+  double timeout_s = 120;
+  double heartbeat_interval_s = 1;
+};
+
+class SummationServer : public ConnectionHandler {
+ public:
+  explicit SummationServer(ServerOptions opts);
+  ~SummationServer() override;
+  // Serves until the scheduler says the job is over (OK) or the job fails (error).
+  Status Run();
+
+  Status OnHeader(Connection* c, const FrameHeader& h, void** dest) override;
+  void OnFrame(Connection* c, const FrameHeader& h, void* payload) override;
+  void OnClosed(Connection* c, const Status& why) override;
+
+ private:
+  struct KeyState {
+    uint64_t key = 0;
+    DType dtype = DType::kFloat32;
+    size_t len = 0;
+    int engine = 0;
+    char* sum[2] = {nullptr, nullptr};
+    std::vector<std::atomic<char*>> staging;  // per worker
+    uint32_t round[2] = {0, 0};
+    int count[2] = {0, 0};
+    bool complete[2] = {false, false};
+    std::vector<int> waiting[2];   // workers whose pull arrived before the round completed
+    std::vector<SendItem> replies;  // [worker * 2 + parity], reused every round
+    std::vector<char*> owned;
+  };
+  struct Event {
+    bool is_push = false;
+    KeyState* ks = nullptr;
+    int worker = 0;
+    uint32_t round = 0;
+  };
+  struct Engine {
+    RingQueue<Event> queue;
+    std::thread thread;
+    uint64_t load_bytes = 0;
+  };
+
+  void AcceptLoop();
+  void EngineLoop(Engine* e);
+  void HandlePush(const Event& ev);
+  void HandlePull(const Event& ev);
+  void Reply(KeyState* ks, int worker, int parity);
+  KeyState* CreateKey(uint64_t key, DType dtype, size_t len);
+  KeyState* FindKey(uint64_t key);
+  void SendError(Connection* c, const std::string& msg);
+
+  ServerOptions opts_;
+  int rank_ = -1;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::unique_ptr<ControlClient> control_;
+  std::mutex conns_mu_;
+  std::vector<std::unique_ptr<Connection>> conns_;
+  std::vector<Connection*> workers_;
+  std::shared_mutex keys_mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<KeyState>> keys_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+}  // namespace byteps

@@ -1,0 +1,93 @@
+// byteps._core: the worker API (init, ranks, push_pull, handles).
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "common/dtype.h"
+#include "pipeline/api.h"
+
+namespace py = pybind11;
+
+namespace byteps {
+namespace python {
+namespace {
+
+std::shared_ptr<WorkerCore> Require() {
+  auto core = CoreInstance();
+  if (!core) ThrowStatus(Status::Shutdown("byteps is not initialised: call init() first"));
+  return core;
+}
+
+}  // namespace
+
+void BindCore(py::module_& m) {
+  m.def("init", []() {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = CoreInit();
+    }
+    Check(st);
+  });
+  m.def("shutdown", []() {
+    py::gil_scoped_release nogil;
+    CoreShutdown();
+  });
+  m.def("is_initialized", []() { return CoreInstance() != nullptr; });
+  m.def("rank", []() { return Require()->config().rank; });
+  m.def("size", []() { return Require()->config().size; });
+  m.def("local_rank", []() { return Require()->config().local_rank; });
+  m.def("local_size", []() { return Require()->config().local_size; });
+  m.def("num_worker", []() { return Require()->config().num_worker; });
+  m.def("is_distributed", []() { return Require()->config().distributed; });
+  m.def("declare", [](const std::string& name) {
+    uint32_t key = 0;
+    Check(Require()->Declare(name, &key));
+    return key;
+  });
+  m.def(
+      "push_pull_async",
+      [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
+         const std::string& dtype, std::vector<int64_t> shape, bool average, py::object priority,
+         int version) {
+        PushPullArgs a;
+        if (!ParseDType(dtype, &a.dtype))
+          throw py::type_error("unsupported dtype '" + dtype + "'; supported: " +
+                               SupportedDTypeNames());
+        a.name = name;
+        a.input = reinterpret_cast<char*>(input);
+        a.output = reinterpret_cast<char*>(output);
+        a.nbytes = nbytes;
+        a.shape = std::move(shape);
+        a.average = average;
+        a.has_priority = !priority.is_none();
+        if (a.has_priority) a.priority = priority.cast<int64_t>();
+        (void)version;
+        int64_t handle = 0;
+        Check(Require()->Enqueue(a, &handle));
+        return handle;
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
+      py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
+      py::arg("version") = 0);
+  m.def("poll", [](int64_t handle) {
+    bool done = false;
+    Check(Require()->handles().Poll(handle, &done));
+    return done;
+  });
+  m.def(
+      "wait",
+      [](int64_t handle, double timeout_s) {
+        auto core = Require();
+        Status st;
+        {
+          py::gil_scoped_release nogil;
+          st = core->handles().Wait(handle, timeout_s);
+        }
+        Check(st);
+      },
+      py::arg("handle"), py::arg("timeout") = -1.0);
+  m.def("release", [](int64_t handle) { Require()->handles().Release(handle); });
+}
+
+}  // namespace python
+}  // namespace byteps

@@ -1,0 +1,141 @@
+// byteps._core.testing: direct access to core pieces for unit tests (partitioner, scheduled
+// queue, key plan, frame codec). Not a public API.
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "bindings.h"
+#include "comm/frame.h"
+#include "ps/control_msgs.h"
+#include "ps/key_plan.h"
+#include "scheduling/partitioner.h"
+#include "scheduling/scheduled_queue.h"
+
+namespace py = pybind11;
+
+namespace byteps {
+namespace python {
+
+void BindTesting(py::module_& root) {
+  py::module_ m = root.def_submodule("testing", "Unit-test hooks into the C++ core.");
+  m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));
+  m.def("partition", [](size_t nbytes, size_t bound, size_t elem_size) {
+    std::vector<Partition> parts;
+    Check(PartitionTensor(nbytes, bound, elem_size, &parts));
+    std::vector<std::tuple<uint32_t, size_t, size_t>> out;
+    for (auto& p : parts) out.emplace_back(p.index, p.offset, p.length);
+    return out;
+  });
+  m.def("partition_key", &PartitionKey);
+  m.def("shard_range", [](size_t count, int parts, int i) {
+    size_t b, e;
+    ShardRange(count, parts, i, &b, &e);
+    return py::make_tuple(b, e);
+  });
+
+  py::class_<ScheduledQueue>(m, "ScheduledQueue")
+      .def(py::init<std::string, size_t>(), py::arg("name"), py::arg("credit_bytes"))
+      .def("push", [](ScheduledQueue& q, int64_t priority, uint64_t key, size_t bytes) {
+        q.Push(QueueItem{priority, key, bytes, nullptr});
+      })
+      .def("try_pop", [](ScheduledQueue& q) -> py::object {
+        QueueItem it;
+        if (!q.TryPop(&it)) return py::none();
+        return py::make_tuple(it.priority, it.key, it.bytes);
+      })
+      .def("pop", [](ScheduledQueue& q, int timeout_ms) -> py::object {
+        QueueItem it;
+        bool ok;
+        {
+          py::gil_scoped_release nogil;
+          ok = q.Pop(&it, std::chrono::milliseconds(timeout_ms));
+        }
+        if (!ok) return py::none();
+        return py::make_tuple(it.priority, it.key, it.bytes);
+      })
+      .def("return_credit", &ScheduledQueue::ReturnCredit)
+      .def("close", &ScheduledQueue::Close)
+      .def("__len__", &ScheduledQueue::size)
+      .def_property_readonly("in_flight_bytes", &ScheduledQueue::in_flight_bytes);
+
+  m.def("server_shares", &ServerShares, py::arg("num_worker_machines"), py::arg("colocated"));
+  m.def("optimal_comm_time", &OptimalCommTime);
+  py::class_<KeyPlanner>(m, "KeyPlanner")
+      .def(py::init<std::vector<double>>())
+      .def("assign", &KeyPlanner::Assign)
+      .def_property_readonly("assigned_bytes", &KeyPlanner::assigned_bytes)
+      .def("describe", &KeyPlanner::Describe);
+
+  m.def("header_size", []() { return sizeof(FrameHeader); });
+  m.def(
+      "encode_header",
+      [](uint16_t type, uint8_t dtype, uint32_t sender, uint32_t round, uint64_t key,
+         uint64_t payload_len, uint64_t aux, uint32_t magic) {
+        FrameHeader h;
+        h.magic = magic;
+        h.type = type;
+        h.dtype = dtype;
+        h.sender = sender;
+        h.round = round;
+        h.key = key;
+        h.payload_len = payload_len;
+        h.aux = aux;
+        return py::bytes(reinterpret_cast<const char*>(&h), sizeof(h));
+      },
+      py::arg("type"), py::arg("dtype") = 0, py::arg("sender") = 0, py::arg("round") = 0,
+      py::arg("key") = 0, py::arg("payload_len") = 0, py::arg("aux") = 0,
+      py::arg("magic") = kFrameMagic);
+  m.def("decode_header", [](py::bytes data) {
+    std::string s = data;
+    if (s.size() != sizeof(FrameHeader)) throw py::value_error("a header is 48 bytes");
+    FrameHeader h;
+    memcpy(&h, s.data(), sizeof(h));
+    Check(ValidateHeader(h));
+    py::dict d;
+    d["type"] = h.type;
+    d["type_name"] = MsgTypeName(TypeOf(h));
+    d["dtype"] = h.dtype;
+    d["sender"] = h.sender;
+    d["round"] = h.round;
+    d["key"] = h.key;
+    d["payload_len"] = h.payload_len;
+    d["aux"] = h.aux;
+    return d;
+  });
+  m.def("encode_declare", [](uint32_t key, const std::string& name, uint8_t dtype,
+                             std::vector<int64_t> shape, uint64_t nbytes) {
+    DeclareMsg d{key, name, dtype, std::move(shape), nbytes};
+    return py::bytes(Encode(d));
+  });
+  m.def("decode_declare", [](py::bytes data) {
+    std::string s = data;
+    DeclareMsg d;
+    Check(Decode(s.data(), s.size(), &d));
+    return py::make_tuple(d.declared_key, d.name, d.dtype, d.shape, d.nbytes);
+  });
+  m.def("encode_register", [](uint8_t role, int32_t worker_id, const std::string& host,
+                              uint32_t port, uint32_t local_size, uint32_t num_worker,
+                              uint32_t num_server, uint64_t bound) {
+    RegisterMsg r;
+    r.role = static_cast<NodeRole>(role);
+    r.worker_id = worker_id;
+    r.host = host;
+    r.port = port;
+    r.local_size = local_size;
+    r.num_worker = num_worker;
+    r.num_server = num_server;
+    r.partition_bound = bound;
+    return py::bytes(Encode(r));
+  });
+  m.def("decode_register", [](py::bytes data) {
+    std::string s = data;
+    RegisterMsg r;
+    Check(Decode(s.data(), s.size(), &r));
+    return py::make_tuple(static_cast<int>(r.role), r.worker_id, r.host, r.port, r.local_size,
+                          r.num_worker, r.num_server, r.partition_bound);
+  });
+}
+
+}  // namespace python
+}  // namespace byteps

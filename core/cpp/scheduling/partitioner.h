@@ -1,0 +1,40 @@
+// Tensor partitioning (ByteScheduler, SOSP'19 §4; upstream operations.cc PartitionTensor).
+// A tensor of n bytes is cut into partitions of at most `bound` bytes, each an independent
+// task with its own key (declared_key << 16 | partition index).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace byteps {
+
+struct Partition {
+  uint32_t index;
+  size_t offset;  // bytes from the start of the tensor
+  size_t length;  // bytes
+};
+
+constexpr size_t kPageBytes = 4096;
+constexpr uint32_t kMaxPartitions = 1u << 16;
+
+// BYTEPS_PARTITION_BYTES rounded up to a multiple of local_size pages (upstream rule, so the
+// local reduce shards stay page-aligned).
+size_t PartitionBound(int64_t partition_bytes, int local_size);
+
+// Splits nbytes into ceil(nbytes / bound) partitions (none for nbytes == 0). Fails if the
+// tensor needs more than 2^16 partitions or bound is not a multiple of elem_size.
+Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vector<Partition>* out);
+
+inline uint64_t PartitionKey(uint32_t declared_key, uint32_t index) {
+  return (static_cast<uint64_t>(declared_key) << 16) | index;
+}
+inline uint32_t DeclaredKeyOf(uint64_t key) { return static_cast<uint32_t>(key >> 16); }
+inline uint32_t PartitionIndexOf(uint64_t key) { return static_cast<uint32_t>(key & 0xFFFF); }
+
+// Splits `count` elements among `parts` workers for the local reduce: shard i is
+// [begin, end) in elements, boundaries multiples of 16 elements (64-byte aligned for float32).
+void ShardRange(size_t count, int parts, int i, size_t* begin, size_t* end);
+
+}  // namespace byteps

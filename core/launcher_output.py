@@ -1,0 +1,387 @@
+"""Running the children of ``bpslaunch``: line-prefixed output, process groups, supervision.
+
+:mod:`byteps.launcher` decides *what* to run (a list of ``ChildSpec``); :func:`run_job` here
+runs it: spawns every child in its own session (killed with the launcher via
+``PR_SET_PDEATHSIG``), copies its output behind a ``[role rank] `` prefix, stops the job at the
+first failure and computes the exit code.
+
+Each child pipe (stdout and stderr separately) is read in binary by its own thread. The bytes
+are cut into pieces that end in ``\\n``, ``\\r\\n`` or ``\\r`` (the terminator is kept), and
+every piece is written to the launcher's own stream as ``prefix + piece`` and flushed, so
+progress bars that redraw with ``\\r`` (tqdm) keep updating live and lines of different
+children never interleave mid-line. Bytes are decoded as UTF-8 with ``errors="replace"``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO, Callable
+
+#: One piece: anything up to and including the first line terminator.
+_PIECE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+
+#: Read size of one ``os.read``-like call on a child pipe.
+_CHUNK = 65536
+
+
+def split_pieces(data: bytes) -> tuple[list[bytes], bytes]:
+    """Cut ``data`` into terminated pieces.
+
+    Args:
+        data (bytes): bytes read from a pipe, possibly following an unterminated remainder.
+
+    Returns:
+        tuple[list[bytes], bytes]: the pieces, each ending in ``b"\\n"``, ``b"\\r\\n"`` or
+        ``b"\\r"`` (kept), and the unterminated rest (``b""`` if ``data`` ends in a
+        terminator). A ``b"\\r"`` at the very end is a piece of its own even if the next read
+        might start with ``b"\\n"``; :class:`PrefixWriter` handles that case.
+    """
+    pieces = []
+    end = 0
+    for match in _PIECE.finditer(data):
+        if match.start() != end:  # pragma: no cover - the pattern matches contiguously
+            break
+        pieces.append(match.group())
+        end = match.end()
+    return pieces, data[end:]
+
+
+class PrefixWriter:
+    """Writes pieces of one child's stream to one launcher stream, each behind a prefix.
+
+    Args:
+        prefix (str): e.g. ``"[worker 3] "``.
+        stream (IO[str]): the launcher's stream (``sys.stdout`` or ``sys.stderr``). Bytes go
+            to ``stream.buffer`` when it has one (encoded with the stream's encoding,
+            ``errors="replace"``), otherwise text goes to ``stream`` itself.
+        lock (threading.Lock): shared by every writer of ``stream`` so pieces never interleave.
+    """
+
+    def __init__(self, prefix: str, stream: IO[str], lock: threading.Lock) -> None:
+        self.prefix = prefix
+        self.stream = stream
+        self.lock = lock
+        self._after_cr = False  # the last piece written ended in a bare "\r"
+
+    def write_piece(self, piece: bytes) -> None:
+        """Write one piece (see :func:`split_pieces`) behind the prefix, and flush.
+
+        A piece that is just ``b"\\n"`` right after a piece that ended in ``b"\\r"`` is the
+        second half of a ``\\r\\n`` split across two reads; it is written without a prefix.
+        An empty ``b"\\r"`` piece (tqdm starts every redraw with one) is written bare too.
+        """
+        text = piece.decode("utf-8", errors="replace")
+        if (self._after_cr and text == "\n") or text == "\r":
+            out = text
+        else:
+            out = self.prefix + text
+        self._after_cr = text.endswith("\r")
+        self._emit(out)
+
+    def _emit(self, text: str) -> None:
+        with self.lock:
+            buffer = getattr(self.stream, "buffer", None)
+            try:
+                if buffer is not None:
+                    self.stream.flush()  # keep order with text already written to stream
+                    encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                    buffer.write(text.encode(encoding, errors="replace"))
+                    buffer.flush()
+                else:
+                    self.stream.write(text)
+                    self.stream.flush()
+            except (OSError, ValueError):
+                pass  # the launcher's own stream is gone (closed pipe); keep draining
+
+
+def pump(pipe: IO[bytes], writer: PrefixWriter) -> None:
+    """Copy ``pipe`` to ``writer`` piece by piece until end of file, then close ``pipe``.
+
+    Args:
+        pipe (IO[bytes]): the read end of a child's stdout or stderr, opened unbuffered or
+            buffered in binary (``read1`` is used when present so data flows as it arrives).
+        writer (PrefixWriter): where the pieces go.
+
+    An unterminated last line is written with a ``"\\n"`` appended, so the next child's output
+    starts on a fresh line. Never raises on I/O errors of the pipe (treated as end of file).
+    """
+    read = getattr(pipe, "read1", pipe.read)
+    rest = b""
+    try:
+        while True:
+            try:
+                data = read(_CHUNK)
+            except (OSError, ValueError):
+                data = b""
+            if not data:
+                break
+            pieces, rest = split_pieces(rest + data)
+            for piece in pieces:
+                writer.write_piece(piece)
+        if rest:
+            writer.write_piece(rest + b"\n")
+    finally:
+        try:
+            pipe.close()
+        except OSError:  # pragma: no cover
+            pass
+
+
+def start_pump(pipe: IO[bytes] | None, writer: PrefixWriter, name: str) -> threading.Thread:
+    """Start a daemon thread running :func:`pump` on ``pipe``.
+
+    Args:
+        pipe (IO[bytes] | None): a child pipe; ``None`` is not allowed.
+        writer (PrefixWriter): destination.
+        name (str): thread name, for debugging.
+
+    Returns:
+        threading.Thread: the started thread (daemon, so a pipe held open by an escaped
+        grandchild can never keep the launcher alive).
+
+    Raises:
+        ValueError: ``pipe`` is ``None``.
+    """
+    if pipe is None:
+        raise ValueError("start_pump needs a pipe")
+    thread = threading.Thread(target=pump, args=(pipe, writer), name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+# ---------------------------------------------------------------------------------------------
+# Spawning and supervision
+# ---------------------------------------------------------------------------------------------
+
+#: Seconds between SIGTERM and SIGKILL when stopping children.
+TERM_TIMEOUT = 3.0
+
+#: Seconds to wait for the output threads to drain after every child is gone.
+_DRAIN_TIMEOUT = 2.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc ``prctl`` resolved in the parent (the child must not load libraries), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _make_preexec(parent_pid: int) -> Callable[[], None]:
+    prctl = _load_prctl()
+    sigkill = int(signal.SIGKILL)
+
+    def preexec() -> None:  # runs in the child between fork and exec: no imports, no locks
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the launcher died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def exit_code_of(returncode: int) -> int:
+    """Map a ``Popen.returncode`` to a shell-style exit code: ``-n`` (signal n) -> ``128 + n``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode: int) -> str:
+    text = f"exited with code {exit_code_of(returncode)}"
+    if returncode < 0:
+        try:
+            text += f" (killed by {signal.Signals(-returncode).name})"
+        except ValueError:
+            text += f" (killed by signal {-returncode})"
+    return text
+
+
+class _Child:
+    """A started child: its spec, its ``Popen``, its output threads."""
+
+    def __init__(self, spec, proc: subprocess.Popen, pumps: list[threading.Thread]) -> None:
+        self.spec = spec
+        self.proc = proc
+        self.pumps = pumps
+        self.signaled = False  # the launcher sent it a stop signal: its exit is not a failure
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Job:
+    def __init__(self, grace: float, out: IO[str], err: IO[str]) -> None:
+        self.grace = grace
+        self.out, self.err = out, err
+        locks: dict[int, threading.Lock] = {}
+        self.out_lock = locks.setdefault(id(out), threading.Lock())
+        self.err_lock = locks.setdefault(id(err), threading.Lock())
+        self.children: list[_Child] = []
+        self.exited: queue.Queue[_Child] = queue.Queue()
+        self.signals: list[int] = []  # SIGINT/SIGTERM/SIGHUP received, in order
+        self.failure: int | None = None  # exit code of the first failure
+
+    def say(self, message: str) -> None:
+        PrefixWriter("", self.err, self.err_lock)._emit(f"bpslaunch: {message}\n")
+
+    def spawn(self, spec, preexec: Callable[[], None]) -> _Child:
+        proc = subprocess.Popen(
+            list(spec.argv), env=dict(spec.env), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            # preexec only calls the pre-resolved prctl and getppid (async-signal-safe enough)
+            preexec_fn=preexec, close_fds=True,  # noqa: PLW1509
+        )
+        prefix = f"[{spec.label}] "
+        out = PrefixWriter(prefix, self.out, self.out_lock)
+        err = PrefixWriter(prefix, self.err, self.err_lock)
+        pumps = [start_pump(proc.stdout, out, f"{spec.label} out"),
+                 start_pump(proc.stderr, err, f"{spec.label} err")]
+        child = _Child(spec, proc, pumps)
+        waiter = threading.Thread(target=self._wait, args=(child,), name=f"{spec.label} wait",
+                                  daemon=True)
+        waiter.start()
+        self.children.append(child)
+        return child
+
+    def _wait(self, child: _Child) -> None:
+        child.proc.wait()
+        self.exited.put(child)
+
+    def fail(self, code: int, message: str) -> None:
+        if self.failure is None:
+            self.failure = code
+            self.say(f"{message}; stopping the job")
+
+    def supervise(self, live: set) -> None:
+        """Wait until every child exits, the grace period ends, or a stop signal arrives."""
+        workers = [c for c in self.children if c.spec.role == "worker"]
+        deadline: float | None = None if self.failure is None else time.monotonic()
+        while live and not self.signals:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return
+            wait = 0.2 if deadline is None else min(0.2, deadline - now)
+            try:
+                child = self.exited.get(timeout=wait)
+            except queue.Empty:
+                continue
+            live.discard(child)
+            rc = child.proc.returncode
+            if rc != 0 and not child.signaled and self.failure is None:
+                self.fail(exit_code_of(rc), f"{child.spec.label} (pid {child.proc.pid}) "
+                                            f"{_describe(rc)}")
+                deadline = min(deadline or float("inf"), time.monotonic() + self.grace)
+            elif deadline is None and all(w.proc.returncode is not None for w in workers):
+                # every worker succeeded: the servers and the scheduler should follow by
+                # themselves (the core tells them to); give them the grace period.
+                deadline = time.monotonic() + self.grace
+
+    def stop(self, live: set) -> None:
+        """Signal every child's process group, wait TERM_TIMEOUT, then SIGKILL the groups."""
+        sig = self.signals[0] if self.signals else signal.SIGTERM
+        if sig == signal.SIGHUP:
+            sig = signal.SIGTERM
+        seen = len(self.signals)
+        for child in self.children:
+            if child in live:
+                child.signaled = True
+            child.signal_group(sig)  # exited children: reaches their leftover grandchildren
+        deadline = time.monotonic() + TERM_TIMEOUT
+        while live and len(self.signals) == seen and time.monotonic() < deadline:
+            try:
+                live.discard(self.exited.get(timeout=min(0.1, deadline - time.monotonic())))
+            except (queue.Empty, ValueError):
+                pass
+        for child in self.children:
+            child.signal_group(signal.SIGKILL)
+        for child in list(live):
+            child.proc.wait()
+            live.discard(child)
+
+    def drain(self) -> None:
+        deadline = time.monotonic() + _DRAIN_TIMEOUT
+        for child in self.children:
+            for thread in child.pumps:
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def run_job(
+    specs: Sequence,
+    *,
+    grace: float = 10.0,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    on_exit: Callable[[], None] | None = None,
+) -> int:
+    """Run the children described by ``specs`` to completion and return the exit code.
+
+    Children start in order (scheduler and servers first), each with
+    ``start_new_session=True`` and ``PR_SET_PDEATHSIG=SIGKILL`` (they die if the launcher is
+    SIGKILLed). Their stdout/stderr go, line-prefixed with ``[label] ``, to ``stdout``/``stderr``.
+
+    Once every worker has exited 0, the servers and scheduler get ``grace`` seconds to exit by
+    themselves, then are stopped; the result is 0. As soon as any child exits non-zero or by a
+    signal (or cannot be started: 127/126), that is the first failure: one line
+    ``bpslaunch: <label> (pid P) exited with code C; stopping the job`` goes to ``stderr``,
+    the others get ``grace`` seconds, then every process group gets SIGTERM, 3 s later SIGKILL.
+    SIGINT/SIGTERM/SIGHUP to the launcher (when called from the main thread) forward the
+    signal (SIGTERM for SIGHUP) to every group at once, SIGKILL 3 s later or on a second signal.
+
+    Args:
+        specs (Sequence[ChildSpec]): what to run (see :mod:`byteps.launcher`); may be empty.
+        grace (float): seconds, >= 0. Default 10.0.
+        stdout, stderr (IO[str] | None): default ``sys.stdout``/``sys.stderr``.
+        on_exit (Callable[[], None] | None): called after every child has exited (cleanup).
+
+    Returns:
+        int: 0; or 128 + n when stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP);
+        or the first failure's code (128 + n for a child killed by signal n).
+    """
+    job = _Job(grace, stdout or sys.stdout, stderr or sys.stderr)
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in handled:
+            previous[sig] = signal.signal(sig, lambda signum, _frame: job.signals.append(signum))
+    live: set = set()
+    try:
+        preexec = _make_preexec(os.getpid())
+        for spec in specs:
+            if job.signals:
+                break
+            try:
+                live.add(job.spawn(spec, preexec))
+            except OSError as exc:
+                code = 126 if isinstance(exc, PermissionError) else 127
+                job.fail(code, f"cannot start {spec.label} ({' '.join(spec.argv)}): {exc}")
+                break
+        job.supervise(live)
+    finally:
+        job.stop(live)
+        job.drain()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if on_exit is not None:
+            on_exit()
+    if job.signals:
+        return 128 + int(job.signals[0])
+    return job.failure or 0

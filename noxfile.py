@@ -1,0 +1,72 @@
+"""Test sessions of byteps (``python -m nox``; CI runs ``bash .ci/run``).
+
+Sessions:
+    lint   ruff over every Python tree.
+    unit   the package + tests that need no framework: ``pytest -m "not slow and not torch"``.
+    torch  PyTorch 2.13 (CPU wheel from pip's local find-links) + the torch tests and examples.
+    slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
+
+Installing ``.`` builds the C++ core (scikit-build-core, a few minutes on 2 cores); pass
+extra pytest arguments after ``--``: ``python -m nox -s unit -- -k launcher``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["lint", "unit", "torch"]
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+# stdlib venv + pip: torch must come from pip's configured find-links (never uv).
+nox.options.default_venv_backend = "venv"
+
+RUFF = "ruff==0.17.5"
+TORCH = "torch==2.13.0"
+LINT_PATHS = ["core", "adapters", "server", "tests", "examples", "benchmarks", "noxfile.py"]
+# pytest exit code 5 = no tests collected: not a failure for a marker-selected session.
+PYTEST_OK = [0, 5]
+
+
+def _build_env(session: nox.Session) -> None:
+    """Environment for building the C++ core inside the session."""
+    session.env["CMAKE_BUILD_PARALLEL_LEVEL"] = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+
+
+def _install_torch(session: nox.Session) -> None:
+    _build_env(session)
+    session.install(TORCH)  # first, so the project's torch extra is already satisfied
+    session.install(".[torch,examples,test]")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check over core, adapters, server, tests, examples, benchmarks, noxfile.py."""
+    session.install(RUFF)
+    paths = [p for p in LINT_PATHS if os.path.exists(p)]  # benchmarks/ may not exist yet
+    session.run("ruff", "check", *paths, *session.posargs)
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """Build and install byteps, run the tests that need no framework."""
+    _build_env(session)
+    session.install(".[test]")
+    session.run("pytest", "-m", "not slow and not torch", "tests", *session.posargs,
+                success_codes=PYTEST_OK)
+
+
+@nox.session
+def torch(session: nox.Session) -> None:
+    """PyTorch adapter tests and the example smoke runs (CPU)."""
+    _install_torch(session)
+    session.run("pytest", "-m", "torch and not slow", "tests", *session.posargs,
+                success_codes=PYTEST_OK)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Long-running suites (not part of CI's default sessions)."""
+    _install_torch(session)
+    session.run("pytest", "-m", "slow", "tests", *session.posargs, success_codes=PYTEST_OK)

@@ -1,0 +1,96 @@
+"""byteps.torch across real processes, started by ``python -m byteps.launcher``.
+
+Each launch runs one worker script (tests/torch/workers/) on every rank; the script checks
+many cases itself against references computed from the rank-dependent inputs and prints a
+summary marker per rank; here we assert on the exit code and that every rank printed it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from torch_launch_helpers import REPO, WORKERS, assert_ok, launch
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("byteps._core", reason="the byteps core is not built")
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.mark.parametrize(
+    "workers,servers,local_size",
+    [(2, 1, None), (2, 2, None), (3, 1, None), (3, 2, None), (2, 1, 2)],
+    ids=["2w1s", "2w2s", "3w1s", "3w2s", "2wx2local1s"],
+)
+def test_push_pull(workers, servers, local_size):
+    proc = launch(WORKERS / "push_pull_worker.py", workers, servers, local_size, timeout=300)
+    size = workers * (local_size or 1)
+    assert_ok(proc, "TORCH_PUSHPULL_OK", size)
+    assert f"size={size}" in proc.stdout
+
+
+def test_push_pull_single_worker():
+    """One worker machine: no scheduler or servers; push_pull is local."""
+    proc = launch(WORKERS / "push_pull_worker.py", 1, 1, None, args=["--no-big"], timeout=200)
+    assert_ok(proc, "TORCH_PUSHPULL_OK", 1)
+
+
+@pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)], ids=["2w1s", "3w2s"])
+def test_broadcast_and_optimizer(workers, servers):
+    proc = launch(WORKERS / "optimizer_worker.py", workers, servers, timeout=300)
+    assert_ok(proc, "TORCH_OPTIM_OK", workers)
+
+
+def test_mismatch_raises_on_every_rank():
+    proc = launch(WORKERS / "mismatch_worker.py", 2, 1, timeout=240)
+    assert_ok(proc, "MISMATCH_SHAPE_RAISED", 2)
+    assert proc.stdout.count("MISMATCH_DTYPE_RAISED") == 2, proc.stdout[-6000:]
+    assert proc.stdout.count("MISMATCH_AFTER_OK") == 2, proc.stdout[-6000:]
+
+
+def test_not_initialized_error():
+    code = r"""
+import torch, byteps.torch as bps
+from byteps.errors import NotInitializedError
+calls = {
+    "size": lambda: bps.size(),
+    "rank": lambda: bps.rank(),
+    "push_pull": lambda: bps.push_pull(torch.ones(2), name="x"),
+    "push_pull_async": lambda: bps.push_pull_async(torch.ones(2), name="x"),
+    "declare": lambda: bps.declare("x"),
+    "broadcast_parameters": lambda: bps.broadcast_parameters({"a": torch.ones(1)}, 0),
+    "DistributedOptimizer": lambda: bps.DistributedOptimizer(
+        torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)),
+}
+for name, fn in calls.items():
+    try:
+        fn()
+    except NotInitializedError:
+        print("NOTINIT_RAISED", name)
+    else:
+        print("NO ERROR FROM", name)
+"""
+    env = {k: v for k, v in __import__("os").environ.items()
+           if not k.startswith(("DMLC_", "BYTEPS_"))}
+    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, env=env,
+                          cwd=str(REPO))
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.count("NOTINIT_RAISED") == 7, proc.stdout
+
+
+def test_example_train_digits():
+    pytest.importorskip("sklearn")
+    pytest.importorskip("tqdm")
+    proc = launch(REPO / "examples" / "torch" / "train_digits.py", 2, 1, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    m = re.search(r"final test accuracy: (\d\.\d+)", proc.stdout)
+    assert m, proc.stdout[-8000:]
+    assert float(m.group(1)) >= 0.95, proc.stdout[-4000:]
+    assert "parameters identical on all 2 workers" in proc.stdout
+    t = re.search(r"wall time: ([\d.]+) s", proc.stdout)
+    assert t and float(t.group(1)) < 60, proc.stdout[-4000:]

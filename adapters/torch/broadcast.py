@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import io
-import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import cloudpickle
@@ -59,8 +58,9 @@ def broadcast_parameters(params, root_rank: int, prefix: str = "Parameter.") -> 
             require grad (written without autograd) and be non-contiguous; dtypes as for
             push_pull (float16, bfloat16, float32, float64, int8, uint8, int32, int64).
         root_rank: the rank whose values everyone receives.
-        prefix: name prefix of the reductions (``prefix + name``); must differ from names in
-            use by concurrent operations.
+        prefix: name prefix of the reductions (``prefix + name``, plus a ``~k`` suffix when
+            that name was broadcast before with another dtype or shape, e.g. a second model
+            with the same parameter names); must differ from names in use concurrently.
 
     Non-root ranks zero their tensors and every rank runs an in-place sum (as upstream), all
     started asynchronously and then waited for. Blocks until done.
@@ -87,7 +87,8 @@ def broadcast_parameters(params, root_rank: int, prefix: str = "Parameter.") -> 
             if not is_root:
                 with torch.no_grad():
                     p.zero_()
-            handles.append(ops.push_pull_async_inplace(p, average=False, name=prefix + name))
+            handles.append(ops.push_pull_async_inplace(
+                p, average=False, name=ops._name_for(prefix + name, p.dtype, p.shape)))
     except BaseException:
         _drain(handles)
         raise
@@ -107,17 +108,13 @@ def _drain(handles) -> list:
     return errors
 
 
-_obj_lock = threading.Lock()
-_obj_sizes: Dict[str, Tuple[int, int]] = {}  # name -> (payload bytes, generation)
-
-
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
     """Send a picklable Python object from ``root_rank`` to every rank and return it.
 
     The root serialises ``obj`` with cloudpickle; the byte count goes out as an int64 tensor
-    (name ``Size.<name>.sz``), then the bytes as a uint8 tensor (``Parameter.<name>.t``,
-    with a generation suffix when the size changes from the previous call of that name, so the
-    core never sees one name with two shapes). Every rank must call it with the same ``name``.
+    (name ``Size.<name>.sz``), then the bytes as a uint8 tensor (``Parameter.<name>.t``, with
+    a ``~k`` suffix for each new byte count, since the core fixes a name's shape at first use).
+    Every rank must call it with the same ``name``.
 
     Args:
         obj: any object cloudpickle can serialise (only the root's is used).
@@ -145,17 +142,11 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
         sz = torch.zeros(1, dtype=torch.int64)
     broadcast_parameters([("sz", sz)], root_rank, prefix=f"Size.{name}.")
     nbytes = int(sz.item())
-    with _obj_lock:
-        last, gen = _obj_sizes.get(name, (nbytes, 0))
-        if last != nbytes:
-            gen += 1
-        _obj_sizes[name] = (nbytes, gen)
     if is_root:
         buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     else:
         buf = torch.zeros(nbytes, dtype=torch.uint8)
-    tname = "t" if gen == 0 else f"t.{gen}"
-    broadcast_parameters([(tname, buf)], root_rank, prefix=f"Parameter.{name}.")
+    broadcast_parameters([("t", buf)], root_rank, prefix=f"Parameter.{name}.")
     if is_root:
         return obj
     return cloudpickle.load(io.BytesIO(buf.numpy().tobytes()))
@@ -211,7 +202,8 @@ def broadcast_optimizer_state(optimizer, root_rank: int, prefix: str = "Paramete
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise TypeError("optimizer must be a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
     _check_root(root_rank)
     _init_optimizer_state(optimizer)
 

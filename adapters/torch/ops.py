@@ -159,14 +159,15 @@ class _Op:
     """What one in-flight operation needs: the result to hand back, buffers to keep alive,
     and an optional (destination, source) pair to copy back when it completes."""
 
-    __slots__ = ("name", "output", "keep", "writeback")
+    __slots__ = ("name", "output", "keep", "writeback", "inplace")
 
     def __init__(self, name: str, output: torch.Tensor, keep: Tuple[Any, ...],
-                 writeback: Optional[Tuple[torch.Tensor, torch.Tensor]]):
+                 writeback: Optional[Tuple[torch.Tensor, torch.Tensor]], inplace: bool):
         self.name = name
         self.output = output
         self.keep = keep
         self.writeback = writeback
+        self.inplace = inplace
 
 
 _ops_lock = threading.Lock()
@@ -242,7 +243,7 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
                                 bool(average), priority=prio, version=int(version))
     # Nobody else knows the handle before we return it, so registering afterwards is race-free.
     with _ops_lock:
-        _ops[handle] = _Op(name, result, keep, writeback)
+        _ops[handle] = _Op(name, result, keep, writeback, inplace)
     return handle
 
 
@@ -362,7 +363,7 @@ def synchronize(handle: int) -> torch.Tensor:
         dst, src = op.writeback
         with torch.no_grad():
             dst.copy_(src)
-    elif op.output is not None and op.keep and op.keep[0] is op.output:
+    elif op.inplace:
         # In place through raw memory: tell autograd the tensor changed, so a stale saved
         # value is reported instead of silently used.
         _bump_version(op.output)
@@ -376,6 +377,25 @@ def _bump_version(tensor: torch.Tensor) -> None:
             inc(tensor)
         except Exception:  # pragma: no cover - inference tensors etc.
             pass
+
+
+_names_lock = threading.Lock()
+_name_sigs: Dict[str, Tuple[torch.dtype, Tuple[int, ...]]] = {}
+
+
+def _name_for(base: str, dtype: torch.dtype, shape) -> str:
+    """A tensor name derived from ``base`` that has only ever been used (by this helper) with
+    this dtype and shape: ``base`` itself, or ``base~1``, ``base~2``... The core fixes a name's
+    dtype and shape at first use, so e.g. the state dicts of two different models (both with a
+    ``"0.weight"``) could otherwise not be broadcast one after the other (upstream crashed).
+    Deterministic: every rank making the same calls gets the same names."""
+    sig = (dtype, tuple(int(s) for s in shape))
+    with _names_lock:
+        name, k = base, 0
+        while _name_sigs.setdefault(name, sig) != sig:
+            k += 1
+            name = f"{base}~{k}"
+        return name
 
 
 def _in_flight() -> int:

@@ -114,9 +114,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._size = ops.size()  # raises NotInitializedError before init()
+        # One name per gradient, fixed dtype/shape (a second optimizer over another model
+        # with the same parameter names gets "~k"-suffixed names, see ops._name_for).
+        self._grad_names = {}
+        for p in sorted(self._bps_params, key=lambda q: self._parameter_names[q]):
+            wire_dtype = self._compression.compress(torch.zeros(0, dtype=p.dtype))[0].dtype
+            self._grad_names[p] = ops._name_for("Gradient." + self._parameter_names[p],
+                                                wire_dtype, p.shape)
         # Same keys on every rank whatever order the hooks fire in: declare all up front.
-        for name in sorted(self._parameter_names.values()):
-            ops.declare("Gradient." + name)
+        for name in sorted(self._grad_names.values()):
+            ops.declare(name)
         if self._size > 1:
             self._register_hooks()
 
@@ -147,7 +154,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p, memory_format=torch.preserve_format).detach()
         compressed, ctx = self._compression.compress(p.grad)
         handle = ops.push_pull_async_inplace(
-            compressed, average=True, name="Gradient." + self._parameter_names[p],
+            compressed, average=True, name=self._grad_names[p],
             priority=self._priorities[p],
         )
         return handle, ctx
@@ -280,7 +287,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         byteps.errors.NotInitializedError: before ``byteps.torch.init()``.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise TypeError("optimizer must be a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
     if getattr(optimizer, "_bps_distributed", False):
         raise ValueError("optimizer is already a byteps DistributedOptimizer")
     namespace = {k: v for k, v in _DistributedOptimizer.__dict__.items()

@@ -295,3 +295,29 @@ def test_broadcast_single_process(fake_bps):
     for k, v in m.state_dict().items():
         assert torch.equal(v, before[k])
     assert all(p.grad is None for p in m.parameters())
+
+
+def test_name_for_signature_suffix(fake_bps):
+    from byteps.torch import ops
+    a = ops._name_for("Parameter.0.weight", torch.float32, (3, 4))
+    assert a == "Parameter.0.weight"
+    assert ops._name_for("Parameter.0.weight", torch.float32, (3, 4)) == a
+    b = ops._name_for("Parameter.0.weight", torch.float32, (5, 4))
+    c = ops._name_for("Parameter.0.weight", torch.float64, (3, 4))
+    assert len({a, b, c}) == 3 and b.startswith(a + "~")
+    assert ops._name_for("Parameter.0.weight", torch.float32, [5, 4]) == b
+
+
+def test_two_models_same_names(fake_bps):
+    fake_bps.init()
+    g = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    d = torch.nn.Sequential(torch.nn.Linear(5, 2))
+    fake_bps.broadcast_parameters(g.state_dict(), root_rank=0)
+    fake_bps.broadcast_parameters(d.state_dict(), root_rank=0)
+    names = [c["name"] for c in fake_bps._fake.state["calls"]]
+    assert len(set(names)) == 4
+    og = fake_bps.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1),
+                                       named_parameters=g.named_parameters())
+    od = fake_bps.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1),
+                                       named_parameters=d.named_parameters())
+    assert set(og._grad_names.values()).isdisjoint(od._grad_names.values())

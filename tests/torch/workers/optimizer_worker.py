@@ -190,9 +190,9 @@ def equivalence(ck: Checker, r: int, n: int, opt_name: str, steps: int = 5,
         ref_opt.zero_grad()
         F.mse_loss(ref(X), Y).backward()
         ref_opt.step()
+        diff = max((a - b).abs().max().item() for a, b in zip(m.parameters(), ref.parameters()))
         ck.check(close(m, ref, *tol),
-                 f"{tag} step {s}: differs from single-process reference "
-                 f"(max diff {max((a - b).abs().max().item() for a, b in zip(m.parameters(), ref.parameters())):.3g})")
+                 f"{tag} step {s}: differs from the single-process reference (max {diff:.3g})")
     same_everywhere(ck, m, tag)
 
 
@@ -305,6 +305,42 @@ def unused_param(ck: Checker, r: int, n: int) -> None:
     same_everywhere(ck, m, "unused")
 
 
+def two_models(ck: Checker, r: int, n: int) -> None:
+    """GAN-like: two models whose parameter names coincide ("0.weight"...) with different
+    shapes, broadcast and optimised with the default names one after the other."""
+    torch.manual_seed(70 + r)
+    g = torch.nn.Sequential(torch.nn.Linear(D_IN, 5), torch.nn.Tanh(), torch.nn.Linear(5, D_IN))
+    d = torch.nn.Sequential(torch.nn.Linear(D_IN, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1))
+    bps.broadcast_parameters(g.state_dict(), root_rank=0)
+    bps.broadcast_parameters(d.state_dict(), root_rank=0)
+    g_opt = bps.DistributedOptimizer(torch.optim.Adam(g.parameters(), lr=0.01),
+                                     named_parameters=g.named_parameters())
+    d_opt = bps.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1, momentum=0.9),
+                                     named_parameters=d.named_parameters())
+    bps.broadcast_optimizer_state(g_opt, root_rank=0)
+    bps.broadcast_optimizer_state(d_opt, root_rank=0)
+    g_ref, d_ref = copy.deepcopy(g), copy.deepcopy(d)
+    g_ref_opt = torch.optim.Adam(g_ref.parameters(), lr=0.01)
+    d_ref_opt = torch.optim.SGD(d_ref.parameters(), lr=0.1, momentum=0.9)
+    # the broadcast created the optimizer state (Adam's step is 1 now): start alike
+    g_ref_opt.load_state_dict(copy.deepcopy(g_opt.state_dict()))
+    d_ref_opt.load_state_dict(copy.deepcopy(d_opt.state_dict()))
+    for s in range(2):
+        x, _ = batch(s, r, extra=8)
+        X, _ = full_batch(s, n, extra=8)
+        for model, opt, ref, ref_opt in ((g, g_opt, g_ref, g_ref_opt),
+                                         (d, d_opt, d_ref, d_ref_opt)):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+            ref_opt.zero_grad()
+            ref(X).pow(2).mean().backward()
+            ref_opt.step()
+            ck.check(close(model, ref), f"two models step {s}")
+    same_everywhere(ck, g, "two models g")
+    same_everywhere(ck, d, "two models d")
+
+
 def main() -> None:
     bps.init()
     r, n = bps.rank(), bps.size()
@@ -320,6 +356,7 @@ def main() -> None:
     ck.run("passes_per_step", passes_per_step, ck, r, n)
     ck.run("skip_sync", skip_sync, ck, r, n)
     ck.run("unused_param", unused_param, ck, r, n)
+    ck.run("two_models", two_models, ck, r, n)
     ck.finish()
     bps.shutdown()
 

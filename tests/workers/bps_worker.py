@@ -1,0 +1,420 @@
+"""Worker script of tests/test_distributed.py: ``python bps_worker.py MODE [ARGS...]``.
+
+Run under ``python -m byteps.launcher``. Every rank computes its own input as a deterministic,
+integer-valued function of (rank, case, round) and the expected result as the NumPy sum of the
+inputs of all ranks, so every comparison of a sum is exact. On any failure the worker prints
+``FAIL <message>`` and exits 1; on success it prints ``OK <n> cases`` as its last line.
+
+Modes (see main()): correctness, partitions, fastslow, inflight, overlap, declare, mismatch,
+loop (runs until a peer is lost; used by the kill tests), timeout, shm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+
+import numpy as np
+
+import byteps.basics as bps
+from byteps import errors
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64")
+SHAPES = ((0,), (1,), (17,), (3, 5, 7), (1000, 33))
+INT_DTYPES = ("int8", "uint8", "int32", "int64")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def fail(msg: str) -> None:
+    log(f"FAIL rank {RANK}: {msg}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+RANK = -1
+
+# --------------------------------------------------------------------------------- bfloat16 --
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), round to nearest even (no NaNs in these tests)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounding = ((bits >> 16) & 1) + 0x7FFF
+    return ((bits + rounding) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def np_dtype(dtype: str):
+    return np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+
+
+# ------------------------------------------------------------------------------------ data --
+
+
+def values(case: int, rank: int, n: int, dtype: str, rnd: int = 0) -> np.ndarray:
+    """Integer values (as int64) for one rank: small enough that the sum over <= 8 ranks fits
+    every dtype exactly (int8: |v| <= 12; uint8: 0..20), negative values included for signed
+    dtypes so floor division of the average is exercised."""
+    i = np.arange(n, dtype=np.int64)
+    base = i * 7 + rank * 13 + case * 5 + rnd * 3
+    if dtype == "uint8":
+        return (base % 21)
+    if dtype == "int8":
+        return (base % 25) - 12
+    if dtype in ("float16", "bfloat16"):
+        return (base % 41) - 20
+    return (base % 2001) - 1000 + rnd
+
+
+def make(vals: np.ndarray, dtype: str, shape) -> np.ndarray:
+    if dtype == "bfloat16":
+        arr = f32_to_bf16_bits(vals.astype(np.float32))
+    else:
+        arr = vals.astype(np_dtype(dtype))
+    return np.ascontiguousarray(arr.reshape(shape))
+
+
+def expected(case: int, n: int, dtype: str, shape, size: int, average: bool, rnd: int = 0):
+    total = sum(values(case, r, n, dtype, rnd) for r in range(size)) if n else np.zeros(0, np.int64)
+    total = np.asarray(total, dtype=np.int64)
+    if dtype in INT_DTYPES:
+        res = total // size if average else total  # floor division
+        return res.astype(np_dtype(dtype)).reshape(shape)
+    if dtype == "bfloat16":
+        f = total.astype(np.float32)
+        if average:
+            f = f / np.float32(size)
+        return f32_to_bf16_bits(f).reshape(shape)
+    if dtype == "float16":
+        f = total.astype(np.float32)
+        if average:
+            f = f / np.float32(size)
+        return f.astype(np.float16).reshape(shape)
+    f = total.astype(np_dtype(dtype))
+    if average:
+        f = f / np_dtype(dtype).type(size)
+    return f.reshape(shape)
+
+
+def compare(what: str, got: np.ndarray, want: np.ndarray, dtype: str, average: bool) -> None:
+    """Sums and integer averages must be bit-exact; averages of floats may differ by one unit
+    in the last place (x/n vs x*(1/n))."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        fail(f"{what}: result {got.dtype}{got.shape} != expected {want.dtype}{want.shape}")
+    if got.size == 0:
+        return
+    if dtype == "bfloat16":
+        g, w = bf16_bits_to_f32(got).astype(np.float64), bf16_bits_to_f32(want).astype(np.float64)
+        eps = 2.0 ** -7
+    elif dtype in INT_DTYPES:
+        g, w = got.astype(np.int64), want.astype(np.int64)
+        eps = 0.0
+    else:
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        eps = float(np.finfo(np_dtype(dtype)).eps)
+    if average and eps:
+        bad = np.abs(g - w) > eps * np.abs(w)
+    else:
+        bad = g != w
+    bad = np.flatnonzero(bad.ravel())
+    if bad.size:
+        j = int(bad[0])
+        fail(f"{what}: {bad.size} of {got.size} elements differ; first at flat index {j}: "
+             f"got {g.ravel()[j]!r}, expected {w.ravel()[j]!r}")
+
+
+def push_pull(name, inp, out, dtype, average, priority=None):
+    return bps.push_pull_async(name, inp.ctypes.data, out.ctypes.data, inp.nbytes, dtype,
+                               inp.shape, average, priority)
+
+
+def run_case(name: str, case: int, dtype: str, shape, average: bool, inplace: bool,
+             rnd: int = 0) -> None:
+    n = int(np.prod(shape))
+    size = bps.size()
+    inp = make(values(case, RANK, n, dtype, rnd), dtype, shape)
+    orig = inp.copy()
+    out = inp if inplace else np.full_like(inp, 0x55 if inp.dtype.itemsize == 1 else 77)
+    h = push_pull(name, inp, out, dtype, average)
+    bps.wait(h)
+    what = f"{name} (dtype={dtype} shape={shape} average={average} inplace={inplace} round={rnd})"
+    compare(what, out, expected(case, n, dtype, shape, size, average, rnd), dtype, average)
+    if not inplace and not np.array_equal(inp, orig):
+        fail(f"{what}: the input buffer was modified by an out-of-place push_pull")
+
+
+# ----------------------------------------------------------------------------------- modes --
+
+
+def mode_correctness(args) -> int:
+    big = "--no-big" not in args
+    count = 0
+    case = 0
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            for average in (False, True):
+                for inplace in (True, False):
+                    case += 1
+                    name = f"c{case}.{dtype}.{'x'.join(map(str, shape))}.{int(average)}{int(inplace)}"
+                    run_case(name, case, dtype, shape, average, inplace)
+                    count += 1
+    # Reuse of a name with new data (second round of the same tensors).
+    for dtype in DTYPES:
+        case += 1
+        run_case(f"c1.{dtype}.again", case, dtype, (17,), False, True)
+        run_case(f"c1.{dtype}.again", case, dtype, (17,), False, True, rnd=1)
+        count += 2
+    if big:
+        n = 16 * 1024 * 1024  # 64 MiB of float32
+        case += 1
+        run_case("big.f32.sum.inplace", case, "float32", (n,), False, True)
+        case += 1
+        run_case("big.f32.avg.outofplace", case, "float32", (n,), True, False)
+        count += 2
+    return count
+
+
+def mode_partitions(args) -> int:
+    rounds = int(args[0]) if args else 4
+    n = 5 * 1000 * 1000 // 4  # ~5 MB of float32
+    count = 0
+    for dtype in ("float32", "int32"):
+        for rnd in range(rounds):
+            run_case(f"part.{dtype}", 900 + (dtype == "int32"), dtype, (n,), False, rnd % 2 == 0,
+                     rnd=rnd)
+            count += 1
+    # average over the partitioned path, float64 (~5 MB)
+    run_case("part.f64.avg", 950, "float64", (625000,), True, False)
+    return count + 1
+
+
+def mode_fastslow(args) -> int:
+    rounds = int(args[0]) if args else 200
+    rng = random.Random(1234 + RANK)
+    n = 3000
+    count = 0
+    for rnd in range(rounds):
+        if RANK == 0:
+            time.sleep(rng.uniform(0.0005, 0.006))
+        run_case("fastslow", 777, "int32", (n,), False, rnd % 3 != 0, rnd=rnd)
+        count += 1
+    return count
+
+
+def mode_inflight(args) -> int:
+    size = bps.size()
+    specs = []
+    for k in range(50):
+        dtype = DTYPES[k % len(DTYPES)]
+        shape = ((k * 37) % 500 + 1,) if k % 5 else (4, (k % 7) + 1, 3)
+        if k == 10:
+            shape = (300000,)  # a multi-partition one among them
+            dtype = "float32"
+        average = k % 4 == 1
+        inplace = k % 3 == 0
+        n = int(np.prod(shape))
+        inp = make(values(2000 + k, RANK, n, dtype), dtype, shape)
+        out = inp if inplace else np.zeros_like(inp)
+        prio = None if k % 2 else (k * 31) % 17
+        specs.append((f"inflight.{k}", k, dtype, shape, average, inplace, inp, inp.copy(), out,
+                      prio))
+    handles = [push_pull(s[0], s[6], s[8], s[2], s[4], s[9]) for s in specs]
+    for h, s in zip(reversed(handles), reversed(specs)):
+        name, k, dtype, shape, average, inplace, inp, orig, out, _ = s
+        bps.wait(h)
+        n = int(np.prod(shape))
+        compare(name, out, expected(2000 + k, n, dtype, shape, size, average), dtype, average)
+        if not inplace and not np.array_equal(inp, orig):
+            fail(f"{name}: input modified")
+    return len(specs)
+
+
+def mode_overlap(args) -> int:
+    size = bps.size()
+    n = 16 * 1024 * 1024
+    inp = make(values(3000, RANK, n, "float32"), "float32", (n,))
+    out = np.empty_like(inp)
+    count = 0
+    for rnd in range(2):
+        h = push_pull("overlap", inp, out, "float32", False)
+        first = bps.poll(h)
+        if first:
+            fail(f"poll() returned True right after starting a 64 MiB push_pull (round {rnd})")
+        polls = 1
+        deadline = time.monotonic() + 60
+        while not bps.poll(h):
+            polls += 1
+            if time.monotonic() > deadline:
+                fail("poll() never returned True within 60 s")
+            time.sleep(0.001)
+        bps.wait(h)
+        log(f"overlap round {rnd}: {polls} polls before completion")
+        compare("overlap", out, expected(3000, n, "float32", (n,), size, False), "float32", False)
+        count += 1
+    # A plain wait also works after a False poll.
+    h = push_pull("overlap", inp, out, "float32", False)
+    if bps.poll(h):
+        fail("poll() returned True right after starting (wait variant)")
+    bps.wait(h)
+    compare("overlap", out, expected(3000, n, "float32", (n,), size, False), "float32", False)
+    return count + 1
+
+
+def mode_declare(args) -> int:
+    names = [f"layer{i}.weight" if i % 2 else f"layer{i}.bias" for i in range(20)]
+    keys = [bps.declare(nm) for nm in names]
+    again = [bps.declare(nm) for nm in names]
+    if keys != again:
+        fail(f"re-declaring returned different keys: {keys} vs {again}")
+    if len(set(keys)) != len(keys):
+        fail(f"distinct names got equal keys: {keys}")
+    # The declared names are usable, in declaration order and reversed.
+    for i, nm in enumerate(names):
+        run_case(nm, 4000 + i, "float32", (33,), False, True)
+    for i, nm in reversed(list(enumerate(names))):
+        run_case(nm, 4100 + i, "float32", (33,), True, False)
+    log("KEYS " + json.dumps(keys))
+    return len(names) * 2 + 1
+
+
+def mode_mismatch(args) -> int:
+    """Each sub-case: one name with a rank-dependent shape/dtype/size; every rank must get
+    MismatchError. Prints ``MISMATCH-CAUGHT <case>`` per case."""
+    r = RANK
+    cases = [
+        # same byte count, different shape
+        ("mm.shape", "float32", (2, 6) if r % 2 == 0 else (3, 4)),
+        # different byte count
+        ("mm.size", "float32", (10 + r,)),
+        # different dtype, same byte count
+        ("mm.dtype", "float32" if r % 2 == 0 else "int32", (8,)),
+    ]
+    count = 0
+    for name, dtype, shape in cases:
+        inp = make(values(5000, r, int(np.prod(shape)), dtype), dtype, shape)
+        try:
+            h = push_pull(name, inp, inp, dtype, False)
+            bps.wait(h, timeout=60)
+        except errors.MismatchError as exc:
+            log(f"MISMATCH-CAUGHT {name}: {exc}")
+            count += 1
+            continue
+        except Exception as exc:  # noqa: BLE001
+            fail(f"{name}: expected MismatchError, got {type(exc).__name__}: {exc}")
+        fail(f"{name}: push_pull with rank-dependent {dtype} {shape} succeeded")
+    # The job stays usable after a mismatch.
+    run_case("mm.after", 5100, "float32", (17,), False, True)
+    return count + 1
+
+
+def mode_loop(args) -> int:
+    """Push_pull in a loop until a peer is lost. Prints ``READY`` after the first round and
+    ``CAUGHT-PEERLOST <time.time()> <message>`` on PeerLostError; exits 3 after 120 s without
+    an error."""
+    inp = make(values(6000, RANK, 50000, "float32"), "float32", (50000,))
+    out = np.empty_like(inp)
+    ready = False
+    start = time.monotonic()
+    rnd = 0
+    while time.monotonic() - start < 120:
+        try:
+            h = push_pull("loop", inp, out, "float32", False)
+            bps.wait(h)
+        except errors.PeerLostError as exc:
+            t = time.time()
+            log(f"CAUGHT-PEERLOST {t:.3f} {exc}")
+            return 1
+        except Exception as exc:  # noqa: BLE001
+            fail(f"expected PeerLostError, got {type(exc).__name__}: {exc}")
+        if not ready:
+            log(f"READY pid={os.getpid()}")
+            ready = True
+        rnd += 1
+        time.sleep(0.01)
+    fail("no error within 120 s")
+    return 0
+
+
+def mode_timeout(args) -> int:
+    """BYTEPS_TIMEOUT=3: worker 1 never pushes "lonely"; worker 0 must get BytePSTimeoutError
+    naming the missing worker or the tensor."""
+    run_case("to.warmup", 7000, "float32", (17,), False, True)
+    if RANK == 0:
+        inp = make(values(7001, RANK, 100, "float32"), "float32", (100,))
+        t0 = time.monotonic()
+        try:
+            h = push_pull("lonely", inp, inp, "float32", False)
+            bps.wait(h)
+        except errors.BytePSTimeoutError as exc:
+            dt = time.monotonic() - t0
+            log(f"CAUGHT-TIMEOUT {dt:.2f} {exc}")
+            if dt > 10:
+                fail(f"the timeout came after {dt:.1f} s (BYTEPS_TIMEOUT=3)")
+            return 1
+        except Exception as exc:  # noqa: BLE001
+            fail(f"expected BytePSTimeoutError, got {type(exc).__name__}: {exc}")
+        fail("push_pull of 'lonely' succeeded although worker 1 never pushed it")
+    else:
+        time.sleep(float(args[0]) if args else 6.0)
+        log("LONELY-SKIPPED")
+    return 1
+
+
+def mode_shm(args) -> int:
+    """Prints READY, waits until the file args[0] exists (the test creates it), then runs a few
+    more rounds and exits normally."""
+    go = args[0]
+    run_case("shm.a", 8000, "float32", (100000,), False, True)
+    log(f"READY pid={os.getpid()}")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            fail(f"{go} did not appear within 60 s")
+        time.sleep(0.02)
+    for rnd in range(3):
+        run_case("shm.a", 8000, "float32", (100000,), False, rnd % 2 == 0, rnd=rnd)
+    return 4
+
+
+MODES = {
+    "correctness": mode_correctness,
+    "partitions": mode_partitions,
+    "fastslow": mode_fastslow,
+    "inflight": mode_inflight,
+    "overlap": mode_overlap,
+    "declare": mode_declare,
+    "mismatch": mode_mismatch,
+    "loop": mode_loop,
+    "timeout": mode_timeout,
+    "shm": mode_shm,
+}
+
+
+def main() -> None:
+    global RANK
+    mode, args = sys.argv[1], sys.argv[2:]
+    bps.init()
+    RANK = bps.rank()
+    log(f"START mode={mode} rank={RANK} size={bps.size()} local_rank={bps.local_rank()} "
+        f"local_size={bps.local_size()} pid={os.getpid()}")
+    try:
+        n = MODES[mode](args)
+    except Exception:  # noqa: BLE001
+        fail("unexpected exception:\n" + traceback.format_exc())
+    bps.shutdown()
+    log(f"OK {n} cases")
+
+
+if __name__ == "__main__":
+    main()

@@ -225,6 +225,10 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
     shape = tuple(src.shape)
     writeback = None
     if inplace:
+        overlap = getattr(torch, "_debug_has_internal_overlap", None)
+        if overlap is not None and src.numel() > 1 and overlap(src) == 1:
+            raise ValueError(f"{fn}: the tensor has elements sharing memory (e.g. from "
+                             "expand()); an in-place result cannot be written into it")
         if src.is_contiguous():
             buf = src
         else:
@@ -279,7 +283,8 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
     Raises:
         TypeError: not a tensor, GPU/sparse tensor, or unsupported dtype (e.g. bool, int16,
             complex); the message lists the supported dtypes.
-        ValueError: an operation with the same name is already in flight, or an empty name.
+        ValueError: an operation with the same name is already in flight, an empty name, or
+            (in-place variants) a tensor whose elements share memory (``expand()``).
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     return _start(tensor, average, name, version, priority, False, "push_pull_async")

@@ -182,7 +182,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             except Exception as e:  # keep draining, so no buffer is left to the core
                 first_error = first_error or e
                 continue
-            self._delay[p] = self.backward_passes_per_step
             result = self._compression.decompress(output, ctx)
             if result is not p.grad:
                 with torch.no_grad():

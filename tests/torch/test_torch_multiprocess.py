@@ -39,10 +39,11 @@ def test_push_pull_single_worker():
     assert_ok(proc, "TORCH_PUSHPULL_OK", 1)
 
 
-@pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)], ids=["2w1s", "3w2s"])
-def test_broadcast_and_optimizer(workers, servers):
-    proc = launch(WORKERS / "optimizer_worker.py", workers, servers, timeout=300)
-    assert_ok(proc, "TORCH_OPTIM_OK", workers)
+@pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (3, 2, None), (2, 1, 2)],
+                         ids=["2w1s", "3w2s", "2wx2local1s"])
+def test_broadcast_and_optimizer(workers, servers, local_size):
+    proc = launch(WORKERS / "optimizer_worker.py", workers, servers, local_size, timeout=300)
+    assert_ok(proc, "TORCH_OPTIM_OK", workers * (local_size or 1))
 
 
 def test_mismatch_raises_on_every_rank():

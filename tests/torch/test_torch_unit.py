@@ -3,6 +3,8 @@ validation, naming, handle bookkeeping (over a fake single-process core, see con
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -152,7 +154,6 @@ def test_non_contiguous_inplace_writes_back(fake_bps, monkeypatch):
             buf[i] *= 2
         return h
 
-    import ctypes
     monkeypatch.setattr(fake, "push_pull_async", doubling)
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     view = base.t()  # non-contiguous
@@ -321,3 +322,12 @@ def test_two_models_same_names(fake_bps):
     od = fake_bps.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1),
                                        named_parameters=d.named_parameters())
     assert set(og._grad_names.values()).isdisjoint(od._grad_names.values())
+
+
+def test_inplace_on_expanded_tensor_rejected(fake_bps):
+    fake_bps.init()
+    t = torch.ones(1, 3).expand(4, 3)
+    with pytest.raises(ValueError, match="sharing memory"):
+        fake_bps.push_pull_async_inplace(t, name="exp")
+    out = fake_bps.synchronize(fake_bps.push_pull_async(t, name="exp2"))
+    assert torch.equal(out, torch.ones(4, 3))

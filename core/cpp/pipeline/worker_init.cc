@@ -146,23 +146,24 @@ Status WorkerCore::LocalRendezvous() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg_.timeout_s);
   LocalSignal s;
   if (!cfg_.is_root()) {
+    // Say HELLO until the root answers: it may not be listening yet, or may still be finishing
+    // a previous session (init after shutdown) and drop the first one.
     s.type = static_cast<uint8_t>(LocalSignalType::kHello);
     s.from = static_cast<uint16_t>(cfg_.local_rank);
-    while (!channel_.Send(0, s).ok()) {
-      if (std::chrono::steady_clock::now() > deadline)
-        return Status::Timeout("local root (local rank 0 of worker machine " +
-                               std::to_string(cfg_.worker_id) + ") did not start within " +
-                               std::to_string(int(cfg_.timeout_s)) + " s");
-      usleep(20000);
-    }
+    auto next_hello = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() < deadline) {
+      if (std::chrono::steady_clock::now() >= next_hello) {
+        channel_.Send(0, s);
+        next_hello = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      }
       LocalSignal r;
-      if (!channel_.Recv(&r, 200)) continue;
+      if (!channel_.Recv(&r, 50)) continue;
       if (r.type == static_cast<uint8_t>(LocalSignalType::kReady)) return Status::OK();
       if (r.type == static_cast<uint8_t>(LocalSignalType::kInitFailed))
         return Status(static_cast<StatusCode>(r.code), std::string("local root failed: ") + r.text);
     }
-    return Status::Timeout("local root did not finish init within " +
+    return Status::Timeout("the local root (local rank 0 of worker machine " +
+                           std::to_string(cfg_.worker_id) + ") did not complete init within " +
                            std::to_string(int(cfg_.timeout_s)) + " s");
   }
   std::vector<bool> seen(cfg_.local_size, false);

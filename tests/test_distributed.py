@@ -1,0 +1,461 @@
+"""Multi-process tests of the framework-free core (``byteps.basics``) under ``bpslaunch``.
+
+Every test launches a whole job on this host with ``python -m byteps.launcher`` and runs
+``tests/workers/bps_worker.py MODE`` as the worker command. One launch checks many cases: the
+workers compute their inputs and the expected sums themselves (integer-valued data, so float
+sums are exact), print ``FAIL ...`` and exit 1 on a wrong result, and end with
+``OK <n> cases``, which the tests assert from every rank.
+
+The failure tests (kill -9 of a server or a worker, timeouts, shared-memory cleanup) start the
+launcher with ``Popen(start_new_session=True)``, find the job's processes among the launcher's
+children (``/proc/<pid>/task/*/children``, role from ``/proc/<pid>/environ``) and only ever
+signal those PIDs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+WORKER = str(Path(__file__).resolve().parent / "workers" / "bps_worker.py")
+LAUNCH = [PY, "-m", "byteps.launcher"]
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="needs Linux /proc and /dev/shm"
+)
+
+
+# --------------------------------------------------------------------------------- helpers --
+
+
+def _base_env(extra=None):
+    env = dict(os.environ)
+    # A job must not inherit the cluster description of an enclosing job.
+    for k in list(env):
+        if k.startswith(("DMLC_", "BYTEPS_")):
+            del env[k]
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def launch_args(config, env=(), grace=None):
+    args = list(config)
+    for kv in env:
+        args += ["--env", kv]
+    if grace is not None:
+        args += ["--grace", str(grace)]
+    return args
+
+
+def run_job(config, mode, *mode_args, env=(), timeout=240, grace=None):
+    """Run a job to completion; returns (returncode, combined output, seconds)."""
+    cmd = LAUNCH + launch_args(config, env, grace) + [PY, WORKER, mode, *map(str, mode_args)]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout, env=_base_env(), start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        if isinstance(out, bytes):
+            out = out.decode(errors="replace")
+        pytest.fail(f"job {' '.join(cmd)} did not finish within {timeout} s; output:\n{out}")
+    return proc.returncode, proc.stdout, time.monotonic() - start
+
+
+def world_size(config):
+    """Number of worker processes of a launcher config list."""
+    def opt(name, default):
+        return int(config[config.index(name) + 1]) if name in config else default
+    return opt("--workers", 1) * opt("--local-size", 1)
+
+
+def worker_lines(out, rank):
+    prefix = f"[worker {rank}] "
+    return [line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)]
+
+
+def assert_ok(rc, out, size, min_cases=1):
+    """Every rank printed ``OK n cases`` (n >= min_cases) and the launcher exited 0."""
+    fails = [line for line in out.splitlines() if "FAIL" in line]
+    assert not fails, "worker failures:\n" + "\n".join(fails) + "\n--- output ---\n" + out[-6000:]
+    for r in range(size):
+        oks = [m for line in worker_lines(out, r) if (m := re.fullmatch(r"OK (\d+) cases", line))]
+        assert oks, f"worker {r} printed no 'OK <n> cases' line (rc={rc}); output:\n{out[-6000:]}"
+        assert int(oks[-1].group(1)) >= min_cases, f"worker {r}: {oks[-1].group(0)}"
+    assert rc == 0, f"launcher exited {rc}; output:\n{out[-6000:]}"
+
+
+def children(pid):
+    """Direct children of ``pid`` (all threads)."""
+    out = set()
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(path) as f:
+                out.update(int(x) for x in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def descendants(pid):
+    seen, todo = set(), [pid]
+    while todo:
+        for c in children(todo.pop()):
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return seen
+
+
+def proc_env(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in data.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def alive(pid):
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def job_pids_alive(pids, job_id, timeout=10.0):
+    """PIDs among ``pids`` that still run a process of job ``job_id`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if alive(p) and proc_env(p).get("BYTEPS_JOB_ID") == job_id]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def shm_segments(job_id):
+    assert job_id and "/" not in job_id
+    return sorted(glob.glob(f"/dev/shm/byteps_{glob.escape(job_id)}_*"))
+
+
+class LiveJob:
+    """A launcher running in the background; its output is collected line by line."""
+
+    def __init__(self, config, mode, *mode_args, env=(), grace=None):
+        self.cmd = LAUNCH + launch_args(config, env, grace) + [PY, WORKER, mode,
+                                                              *map(str, mode_args)]
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=_base_env(), start_new_session=True,
+                                     bufsize=1)
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+        self.seen_pids: set[int] = set()
+        self.job_id: str | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.cond:
+                self.lines.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def output(self):
+        with self.cond:
+            return "\n".join(self.lines)
+
+    def wait_for(self, pattern, count=1, timeout=60.0):
+        """Wait until ``count`` output lines match ``pattern``; returns the matches."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                hits = [m for line in self.lines if (m := rx.search(line))]
+                if len(hits) >= count:
+                    return hits
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self.thread.is_alive()):
+                    pytest.fail(f"{count} line(s) matching {pattern!r} did not appear "
+                                f"(rc={self.proc.poll()}); output:\n{self.output_unlocked()}")
+                self.cond.wait(min(left, 0.2))
+
+    def output_unlocked(self):
+        return "\n".join(self.lines)[-6000:]
+
+    def snapshot(self):
+        """The job's processes now: {pid: environ} for every descendant of the launcher."""
+        procs = {p: proc_env(p) for p in descendants(self.proc.pid)}
+        procs = {p: e for p, e in procs.items() if e}
+        self.seen_pids.update(procs)
+        for e in procs.values():
+            if e.get("BYTEPS_JOB_ID"):
+                self.job_id = e["BYTEPS_JOB_ID"]
+        return procs
+
+    def find(self, role, worker_rank=None):
+        for pid, env in sorted(self.snapshot().items()):
+            if env.get("DMLC_ROLE") != role:
+                continue
+            if worker_rank is not None:
+                rank = int(env["DMLC_WORKER_ID"]) * int(env.get("BYTEPS_LOCAL_SIZE", "1")) + int(
+                    env.get("BYTEPS_LOCAL_RANK", "0"))
+                if rank != worker_rank:
+                    continue
+            return pid
+        pytest.fail(f"no {role} {worker_rank if worker_rank is not None else ''} among the "
+                    f"launcher's children: {self.snapshot()}")
+
+    def wait(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"launcher did not exit within {timeout} s; output:\n{self.output}")
+        self.thread.join(5)
+        return rc
+
+    def kill(self):
+        """Emergency cleanup: only the launcher's process group and PIDs seen as its children."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in self.seen_pids:
+            if alive(pid) and self.job_id and proc_env(pid).get("BYTEPS_JOB_ID") == self.job_id:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+
+# ------------------------------------------------------------------------ configurations --
+
+CONFIGS = {
+    "2w1s": ["--workers", "2", "--servers", "1"],
+    "3w2s": ["--workers", "3", "--servers", "2"],
+    "2w1s_local2": ["--workers", "2", "--servers", "1", "--local-size", "2"],
+    "1w_local2": ["--workers", "1", "--local-size", "2"],
+    "1w1s_forced": ["--workers", "1", "--servers", "1", "--env", "BYTEPS_FORCE_DISTRIBUTED=1"],
+}
+
+
+# ---------------------------------------------------------------------------- correctness --
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("config", list(CONFIGS), ids=list(CONFIGS))
+def test_push_pull_all_dtypes_and_shapes(config):
+    """Sum and average, every dtype, shapes (0,) .. (1000, 33), in place and out of place,
+    names reused for a second round, plus one 64 MiB float32 tensor."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "correctness", timeout=240)
+    assert_ok(rc, out, world_size(cfg), min_cases=178)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "3w2s", "1w_local2"])
+def test_many_partitions_versioned_rounds(config):
+    """BYTEPS_PARTITION_BYTES=65536: a ~5 MB tensor in ~80 partitions, 4 rounds of changing
+    values per dtype; each round must be that round's sum."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "partitions", 4, env=["BYTEPS_PARTITION_BYTES=65536"],
+                         timeout=150)
+    assert_ok(rc, out, world_size(cfg), min_cases=9)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "3w2s", "2w1s_local2"])
+def test_fast_and_slow_workers(config):
+    """Rank 0 sleeps a random few ms before every push_pull, the others race ahead; 200 rounds
+    with round-dependent values: every result is exactly its own round's sum."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "fastslow", 200, env=["BYTEPS_PARTITION_BYTES=4096"],
+                         timeout=150)
+    assert_ok(rc, out, world_size(cfg), min_cases=200)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "3w2s", "1w_local2"])
+def test_many_ops_in_flight_waited_in_reverse(config):
+    """50 distinct names (mixed dtypes, shapes, priorities) started before any wait, waited in
+    reverse order."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "inflight", env=["BYTEPS_PARTITION_BYTES=65536"], timeout=150)
+    assert_ok(rc, out, world_size(cfg), min_cases=50)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "1w_local2"])
+def test_async_overlap_poll(config):
+    """poll() is False right after starting a large push_pull, then becomes True; wait()
+    returns the right sum."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "overlap", timeout=150)
+    assert_ok(rc, out, world_size(cfg), min_cases=3)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "3w2s", "1w_local2"])
+def test_declare_order_gives_same_keys(config):
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "declare", timeout=150)
+    size = world_size(cfg)
+    assert_ok(rc, out, size, min_cases=41)
+    keys = {}
+    for r in range(size):
+        found = [line for line in worker_lines(out, r) if line.startswith("KEYS ")]
+        assert found, f"worker {r} printed no KEYS line"
+        keys[r] = found[-1]
+    assert len(set(keys.values())) == 1, f"workers got different keys: {keys}"
+
+
+# --------------------------------------------------------------------------------- errors --
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "1w_local2", "2w1s_local2"])
+def test_mismatch_raises_on_every_rank(config):
+    """One name with a rank-dependent shape / size / dtype: every rank catches MismatchError
+    (three sub-cases), and the job stays usable afterwards."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "mismatch", env=["BYTEPS_TIMEOUT=30"], timeout=150)
+    size = world_size(cfg)
+    for r in range(size):
+        lines = worker_lines(out, r)
+        for case in ("mm.shape", "mm.size", "mm.dtype"):
+            assert any(line.startswith(f"MISMATCH-CAUGHT {case}:") for line in lines), (
+                f"worker {r} did not catch MismatchError for {case}; output:\n{out[-6000:]}")
+    assert_ok(rc, out, size, min_cases=4)
+
+
+def _kill_and_check(job: LiveJob, victim_pid: int, survivors, grace_exit=60):
+    """Kill ``victim_pid`` with SIGKILL; every survivor rank must report PeerLostError within
+    30 s; the launcher must exit non-zero and leave no process of the job behind."""
+    job.snapshot()
+    job_id = job.job_id
+    assert job_id, "no BYTEPS_JOB_ID in the children's environment"
+    t_kill = time.time()
+    os.kill(victim_pid, signal.SIGKILL)
+    caught = {}
+    for r in survivors:
+        m = job.wait_for(rf"^\[worker {r}\] CAUGHT-PEERLOST (\d+\.\d+) (.*)$", timeout=45)[0]
+        caught[r] = (float(m.group(1)), m.group(2))
+    for r, (t_err, msg) in caught.items():
+        assert t_err - t_kill < 30, f"worker {r} reported the loss {t_err - t_kill:.1f} s late"
+        assert t_err >= t_kill - 0.5, f"worker {r} reported PeerLostError before the kill: {msg}"
+    rc = job.wait(grace_exit)
+    assert rc != 0, f"launcher exited 0 after a kill -9; output:\n{job.output[-6000:]}"
+    left = job_pids_alive(job.seen_pids, job_id, timeout=10)
+    assert not left, f"processes of job {job_id} still alive after the launcher exited: {left}"
+    return caught, rc, job_id
+
+
+@pytest.mark.timeout(200)
+def test_kill_server_fails_every_worker():
+    cfg = CONFIGS["2w1s"]
+    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        server = job.find("server")
+        caught, rc, _ = _kill_and_check(job, server, survivors=[0, 1])
+        for r, (_, msg) in caught.items():
+            assert "server" in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
+                                            f"server: {msg}"
+
+
+@pytest.mark.timeout(200)
+def test_kill_worker_fails_the_other_worker():
+    cfg = CONFIGS["2w1s"]
+    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        victim = job.find("worker", 1)
+        caught, rc, _ = _kill_and_check(job, victim, survivors=[0])
+        msg = caught[0][1]
+        assert re.search(r"worker\D{0,20}1", msg.lower()), \
+            f"PeerLostError does not name the failed worker 1: {msg}"
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "1w_local2"])
+def test_timeout_names_missing_worker_or_tensor(config):
+    """BYTEPS_TIMEOUT=3; worker 1 never pushes 'lonely': worker 0 gets BytePSTimeoutError
+    naming the tensor (or the missing worker) within ~10 s."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "timeout", 6, env=["BYTEPS_TIMEOUT=3"], timeout=120)
+    lines = worker_lines(out, 0)
+    hits = [m for line in lines if (m := re.match(r"CAUGHT-TIMEOUT (\d+\.\d+) (.*)$", line))]
+    assert hits, f"worker 0 did not catch BytePSTimeoutError; output:\n{out[-6000:]}"
+    dt, msg = float(hits[0].group(1)), hits[0].group(2)
+    assert 2.0 <= dt <= 10.0, f"timeout after {dt} s with BYTEPS_TIMEOUT=3"
+    assert "lonely" in msg or re.search(r"worker\D{0,20}1|rank\D{0,5}1", msg), \
+        f"timeout message names neither the tensor nor the missing worker: {msg}"
+    assert_ok(rc, out, world_size(cfg))
+
+
+@pytest.mark.timeout(200)
+def test_no_shm_left_after_normal_exit():
+    cfg = CONFIGS["1w_local2"]
+    go = Path(f"/tmp/bps_test_go_{os.getpid()}_{time.monotonic_ns()}")
+    try:
+        with LiveJob(cfg, "shm", str(go)) as job:
+            job.wait_for(r"^\[worker \d\] READY", count=2)
+            job.snapshot()
+            job_id = job.job_id
+            assert job_id
+            during = shm_segments(job_id)
+            assert during, f"no /dev/shm/byteps_{job_id}_* segment while the job runs " \
+                           f"(listing: {sorted(os.listdir('/dev/shm'))[:20]})"
+            go.touch()
+            rc = job.wait(60)
+            assert_ok(rc, job.output, 2, min_cases=4)
+            assert not shm_segments(job_id), f"segments left: {shm_segments(job_id)}"
+            assert not job_pids_alive(job.seen_pids, job_id)
+    finally:
+        go.unlink(missing_ok=True)
+
+
+@pytest.mark.timeout(200)
+def test_no_shm_left_after_worker_killed():
+    """Single machine, --local-size 2: kill -9 local rank 1; local rank 0 gets PeerLostError
+    naming it, the launcher exits non-zero and no segment of the job remains."""
+    cfg = CONFIGS["1w_local2"]
+    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        job.snapshot()
+        assert shm_segments(job.job_id), "no shared-memory segment while the job runs"
+        victim = job.find("worker", 1)
+        caught, rc, job_id = _kill_and_check(job, victim, survivors=[0])
+        assert re.search(r"rank\D{0,5}1", caught[0][1]), caught[0][1]
+        assert not shm_segments(job_id), f"segments left: {shm_segments(job_id)}"

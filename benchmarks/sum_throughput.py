@@ -68,11 +68,11 @@ def main():
             row = {}
             for isa in isas:
                 reduce.force_isa(isa)
-                secs = best_seconds(lambda: reduce.sum_into(a, b, **kw), args.repeats)
+                secs = best_seconds(lambda a=a, b=b, kw=kw: reduce.sum_into(a, b, **kw), args.repeats)
                 row[isa] = traffic / secs / 1e9
             if not args.no_numpy and dtype != "bfloat16":
                 with np.errstate(all="ignore"):
-                    secs = best_seconds(lambda: np.add(a, b, out=a), args.repeats)
+                    secs = best_seconds(lambda a=a, b=b: np.add(a, b, out=a), args.repeats)
                 row["numpy"] = traffic / secs / 1e9
             rows.append((dtype, row))
     finally:

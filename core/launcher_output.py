@@ -248,7 +248,7 @@ class _Job:
             list(spec.argv), env=dict(spec.env), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             # preexec only calls the pre-resolved prctl and getppid (async-signal-safe enough)
-            preexec_fn=preexec, close_fds=True,  # noqa: PLW1509
+            preexec_fn=preexec, close_fds=True,
         )
         prefix = f"[{spec.label}] "
         out = PrefixWriter(prefix, self.out, self.out_lock)

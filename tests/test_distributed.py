@@ -403,8 +403,9 @@ def test_kill_worker_fails_the_other_worker():
         victim = job.find("worker", 1)
         caught, rc, _ = _kill_and_check(job, victim, survivors=[0])
         msg = caught[0][1]
-        assert re.search(r"worker\D{0,20}1", msg.lower()), \
-            f"PeerLostError does not name the failed worker 1: {msg}"
+        assert re.search(r"worker\D{0,20}1", msg.lower()), (
+            f"PeerLostError does not name the failed worker 1: {msg}\n--- job output ---\n"
+            f"{job.output[-6000:]}")
 
 
 @pytest.mark.timeout(200)
@@ -426,6 +427,7 @@ def test_timeout_names_missing_worker_or_tensor(config):
 
 @pytest.mark.timeout(200)
 def test_no_shm_left_after_normal_exit():
+    """--local-size 2 job with several names ends normally: no /dev/shm/byteps_<job>_* left."""
     cfg = CONFIGS["1w_local2"]
     go = Path(f"/tmp/bps_test_go_{os.getpid()}_{time.monotonic_ns()}")
     try:
@@ -433,13 +435,10 @@ def test_no_shm_left_after_normal_exit():
             job.wait_for(r"^\[worker \d\] READY", count=2)
             job.snapshot()
             job_id = job.job_id
-            assert job_id
-            during = shm_segments(job_id)
-            assert during, f"no /dev/shm/byteps_{job_id}_* segment while the job runs " \
-                           f"(listing: {sorted(os.listdir('/dev/shm'))[:20]})"
+            assert job_id, "no BYTEPS_JOB_ID in the children's environment"
             go.touch()
             rc = job.wait(60)
-            assert_ok(rc, job.output, 2, min_cases=4)
+            assert_ok(rc, job.output, 2, min_cases=12)
             assert not shm_segments(job_id), f"segments left: {shm_segments(job_id)}"
             assert not job_pids_alive(job.seen_pids, job_id)
     finally:
@@ -448,13 +447,18 @@ def test_no_shm_left_after_normal_exit():
 
 @pytest.mark.timeout(200)
 def test_no_shm_left_after_worker_killed():
-    """Single machine, --local-size 2: kill -9 local rank 1; local rank 0 gets PeerLostError
-    naming it, the launcher exits non-zero and no segment of the job remains."""
+    """Single machine, --local-size 2: local rank 0 starts a push_pull local rank 1 never
+    joins (so its segment still has a name), then local rank 1 is killed with SIGKILL. Rank 0
+    gets PeerLostError naming local rank 1, the launcher exits non-zero, and no segment of the
+    job remains."""
     cfg = CONFIGS["1w_local2"]
-    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
+    with LiveJob(cfg, "orphan", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
         job.wait_for(r"^\[worker \d\] READY", count=2)
+        job.wait_for(r"^\[worker 0\] ORPHAN-STARTED")
         job.snapshot()
-        assert shm_segments(job.job_id), "no shared-memory segment while the job runs"
+        assert shm_segments(job.job_id), (
+            "no /dev/shm/byteps_<job>_* segment while a local push_pull is half done "
+            "(the kill below would not test the cleanup)")
         victim = job.find("worker", 1)
         caught, rc, job_id = _kill_and_check(job, victim, survivors=[0])
         assert re.search(r"rank\D{0,5}1", caught[0][1]), caught[0][1]

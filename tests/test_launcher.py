@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+
 from byteps import launcher
 from byteps.launcher import LaunchError, build_local_plan, cleanup_shm, validate_upstream_env
 from byteps.launcher_output import PrefixWriter, split_pieces

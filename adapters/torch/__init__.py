@@ -45,9 +45,15 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
         f"Tensor.register_post_accumulate_grad_hook); found torch {torch.__version__}"
     )
 
+from .broadcast import (  # noqa: E402
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
 from .ops import (  # noqa: E402
     SUPPORTED_DTYPES,
+    _resolve_name,
     byteps_push_pull,
     declare,
     init,
@@ -63,13 +69,7 @@ from .ops import (  # noqa: E402
     size,
     synchronize,
 )
-from .ops import _resolve_name  # noqa: E402
 from .optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: E402
-from .broadcast import (  # noqa: E402
-    broadcast_object,
-    broadcast_optimizer_state,
-    broadcast_parameters,
-)
 
 __all__ = [
     "init",
@@ -92,6 +92,7 @@ __all__ = [
     "NoneCompressor",
     "FP16Compressor",
     "DistributedOptimizer",
+    "_DistributedOptimizer",
     "broadcast_parameters",
     "broadcast_optimizer_state",
     "broadcast_object",
@@ -104,7 +105,7 @@ class _PushPull(torch.autograd.Function):
     incoming gradient under ``name + ".grad"`` with the same ``average``."""
 
     @staticmethod
-    def forward(ctx, tensor, average, name, version, priority):  # noqa: D102
+    def forward(ctx, tensor, average, name, version, priority):
         ctx.average = average
         ctx.name = name
         ctx.version = version
@@ -112,7 +113,7 @@ class _PushPull(torch.autograd.Function):
         return synchronize(push_pull_async(tensor, average, name, version, priority))
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: D102
+    def backward(ctx, grad_output):
         grad = synchronize(push_pull_async(grad_output, ctx.average, ctx.name + ".grad",
                                            ctx.version, ctx.priority))
         return grad, None, None, None, None

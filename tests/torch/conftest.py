@@ -106,7 +106,7 @@ def fake_bps(monkeypatch):
     monkeypatch.setattr(byteps, "basics", fake, raising=False)
     monkeypatch.setattr(byteps, "torch", None, raising=False)
     try:
-        import byteps.torch as bps  # noqa: PLC0415
+        import byteps.torch as bps
         bps._fake = fake
         yield bps
     finally:

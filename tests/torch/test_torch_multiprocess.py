@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from torch_launch_helpers import REPO, WORKERS, assert_ok, launch
 
 torch = pytest.importorskip("torch")

@@ -386,7 +386,34 @@ def mode_shm(args) -> int:
         time.sleep(0.02)
     for rnd in range(3):
         run_case("shm.a", 8000, "float32", (100000,), False, rnd % 2 == 0, rnd=rnd)
-    return 4
+    for k, dtype in enumerate(DTYPES):  # more names, each with its own segment
+        run_case(f"shm.{dtype}", 8001 + k, dtype, (5000,), k % 2 == 0, k % 3 == 0)
+    return 4 + len(DTYPES)
+
+
+def mode_orphan(args) -> int:
+    """--local-size 2, single machine: after a warm-up, local rank 0 starts a push_pull of a new
+    name (its shared-memory segment is created) that local rank 1 never joins; rank 1 prints
+    ``READY`` and sleeps (the test kills it). Rank 0 prints ``ORPHAN-STARTED`` and then
+    ``CAUGHT-PEERLOST <time> <message>`` when the loss of rank 1 fails the operation."""
+    run_case("orphan.warmup", 9000, "float32", (1000,), False, True)
+    if RANK != 0:
+        log(f"READY pid={os.getpid()}")
+        time.sleep(120)
+        fail("was not killed within 120 s")
+    inp = make(values(9001, RANK, 100000, "float32"), "float32", (100000,))
+    h = push_pull("orphan", inp, inp, "float32", False)
+    log(f"READY pid={os.getpid()}")
+    log("ORPHAN-STARTED")
+    try:
+        bps.wait(h)
+    except errors.PeerLostError as exc:
+        log(f"CAUGHT-PEERLOST {time.time():.3f} {exc}")
+        return 1
+    except Exception as exc:  # noqa: BLE001
+        fail(f"expected PeerLostError, got {type(exc).__name__}: {exc}")
+    fail("the orphan push_pull succeeded without local rank 1")
+    return 0
 
 
 MODES = {
@@ -400,6 +427,7 @@ MODES = {
     "loop": mode_loop,
     "timeout": mode_timeout,
     "shm": mode_shm,
+    "orphan": mode_orphan,
 }
 
 

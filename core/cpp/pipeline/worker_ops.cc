@@ -192,7 +192,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
       auto it = pending_pulls_.find(t->key);
       if (it != pending_pulls_.end()) it->second = nullptr;
     }
-    pull_cv_.wait(lk, [&] {
+    pull_cv_.wait_for(lk, std::chrono::duration<double>(cfg_.timeout_s), [&] {
       for (auto& t : ctx->parts)
         if (t->receiving) return false;
       return true;

@@ -156,6 +156,13 @@ void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
 }
 
 void WorkerCore::OnClosed(Connection* c, const Status& why) {
+  {
+    // A response cut off mid-payload will never complete: nothing writes into it any more.
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    for (auto& [key, t] : pending_pulls_)
+      if (t && t->server == c->tag) t->receiving = false;
+  }
+  pull_cv_.notify_all();
   if (stopping_) return;
   Fatal(Status::PeerLost("lost the connection to " + c->peer_name() + " (" + why.message() + ")"));
 }

@@ -297,12 +297,14 @@ def test_many_partitions_versioned_rounds(config):
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("config", ["2w1s", "3w2s", "2w1s_local2"])
-def test_fast_and_slow_workers(config):
-    """Rank 0 sleeps a random few ms before every push_pull, the others race ahead; 200 rounds
-    with round-dependent values: every result is exactly its own round's sum."""
+@pytest.mark.parametrize("config,slow", [("2w1s", 0), ("3w2s", 0), ("3w2s", 2),
+                                         ("2w1s_local2", 0), ("2w1s_local2", 3)])
+def test_fast_and_slow_workers(config, slow):
+    """One rank (``slow``) sleeps a random few ms before every push_pull, the others race
+    ahead; 200 rounds of a 3-partition tensor with round-dependent values: every result is
+    exactly its own round's sum."""
     cfg = CONFIGS[config]
-    rc, out, _ = run_job(cfg, "fastslow", 200, env=["BYTEPS_PARTITION_BYTES=4096"],
+    rc, out, _ = run_job(cfg, "fastslow", 200, slow, env=["BYTEPS_PARTITION_BYTES=4096"],
                          timeout=150)
     assert_ok(rc, out, world_size(cfg), min_cases=200)
 
@@ -311,10 +313,10 @@ def test_fast_and_slow_workers(config):
 @pytest.mark.parametrize("config", ["2w1s", "3w2s", "1w_local2"])
 def test_many_ops_in_flight_waited_in_reverse(config):
     """50 distinct names (mixed dtypes, shapes, priorities) started before any wait, waited in
-    reverse order."""
+    reverse order; then a duplicate in-flight name is rejected with ValueError."""
     cfg = CONFIGS[config]
     rc, out, _ = run_job(cfg, "inflight", env=["BYTEPS_PARTITION_BYTES=65536"], timeout=150)
-    assert_ok(rc, out, world_size(cfg), min_cases=50)
+    assert_ok(rc, out, world_size(cfg), min_cases=53)
 
 
 @pytest.mark.timeout(200)
@@ -397,15 +399,19 @@ def test_kill_server_fails_every_worker():
 
 @pytest.mark.timeout(200)
 def test_kill_worker_fails_the_other_worker():
+    """kill -9 worker 1 of 2: worker 0 gets PeerLostError naming worker 1 (not the server that
+    shuts down because of it), the launcher exits non-zero, nothing is left. The attribution
+    is racy in the core, so the scenario runs a few times (fresh job each time)."""
     cfg = CONFIGS["2w1s"]
-    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
-        job.wait_for(r"^\[worker \d\] READY", count=2)
-        victim = job.find("worker", 1)
-        caught, rc, _ = _kill_and_check(job, victim, survivors=[0])
-        msg = caught[0][1]
-        assert re.search(r"worker\D{0,20}1", msg.lower()), (
-            f"PeerLostError does not name the failed worker 1: {msg}\n--- job output ---\n"
-            f"{job.output[-6000:]}")
+    for attempt in range(4):
+        with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
+            job.wait_for(r"^\[worker \d\] READY", count=2)
+            victim = job.find("worker", 1)
+            caught, rc, _ = _kill_and_check(job, victim, survivors=[0])
+            msg = caught[0][1]
+            assert re.search(r"worker\D{0,20}1", msg.lower()), (
+                f"attempt {attempt}: PeerLostError does not name the failed worker 1: {msg}\n"
+                f"--- job output ---\n{job.output[-6000:]}")
 
 
 @pytest.mark.timeout(200)

@@ -201,15 +201,44 @@ def mode_partitions(args) -> int:
 
 def mode_fastslow(args) -> int:
     rounds = int(args[0]) if args else 200
+    slow = int(args[1]) if len(args) > 1 else 0
     rng = random.Random(1234 + RANK)
     n = 3000
     count = 0
     for rnd in range(rounds):
-        if RANK == 0:
+        if RANK == slow:
             time.sleep(rng.uniform(0.0005, 0.006))
         run_case("fastslow", 777, "int32", (n,), False, rnd % 3 != 0, rnd=rnd)
         count += 1
     return count
+
+
+def duplicate_in_flight() -> int:
+    """At most one operation per name may be in flight: a second push_pull of a name whose
+    first one cannot have finished yet (another rank starts it 0.3 s later) raises ValueError.
+    The names are declared first so that the rank-dependent start order keeps the keys equal."""
+    bps.declare("dup.A")
+    bps.declare("dup.B")
+    a = make(values(2100, RANK, 64, "int32"), "int32", (64,))
+    b = make(values(2101, RANK, 64, "int32"), "int32", (64,))
+    mine, other = ("dup.A", "dup.B") if RANK == 0 else ("dup.B", "dup.A")
+    arr_mine, arr_other = (a, b) if RANK == 0 else (b, a)
+    h1 = push_pull(mine, arr_mine, arr_mine, "int32", False)
+    try:
+        push_pull(mine, arr_mine, arr_mine, "int32", False)
+    except ValueError as exc:
+        log(f"duplicate in-flight name rejected: {exc}")
+    else:
+        fail(f"a second push_pull of {mine!r} (in flight: rank 0 / the others start it 0.3 s "
+             "later) was accepted")
+    time.sleep(0.3)
+    h2 = push_pull(other, arr_other, arr_other, "int32", False)
+    bps.wait(h1)
+    bps.wait(h2)
+    size = bps.size()
+    compare("dup.A", a, expected(2100, 64, "int32", (64,), size, False), "int32", False)
+    compare("dup.B", b, expected(2101, 64, "int32", (64,), size, False), "int32", False)
+    return 3
 
 
 def mode_inflight(args) -> int:
@@ -237,7 +266,7 @@ def mode_inflight(args) -> int:
         compare(name, out, expected(2000 + k, n, dtype, shape, size, average), dtype, average)
         if not inplace and not np.array_equal(inp, orig):
             fail(f"{name}: input modified")
-    return len(specs)
+    return len(specs) + duplicate_in_flight()
 
 
 def mode_overlap(args) -> int:
@@ -312,7 +341,7 @@ def mode_mismatch(args) -> int:
             log(f"MISMATCH-CAUGHT {name}: {exc}")
             count += 1
             continue
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             fail(f"{name}: expected MismatchError, got {type(exc).__name__}: {exc}")
         fail(f"{name}: push_pull with rank-dependent {dtype} {shape} succeeded")
     # The job stays usable after a mismatch.
@@ -337,7 +366,7 @@ def mode_loop(args) -> int:
             t = time.time()
             log(f"CAUGHT-PEERLOST {t:.3f} {exc}")
             return 1
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             fail(f"expected PeerLostError, got {type(exc).__name__}: {exc}")
         if not ready:
             log(f"READY pid={os.getpid()}")
@@ -364,7 +393,7 @@ def mode_timeout(args) -> int:
             if dt > 10:
                 fail(f"the timeout came after {dt:.1f} s (BYTEPS_TIMEOUT=3)")
             return 1
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             fail(f"expected BytePSTimeoutError, got {type(exc).__name__}: {exc}")
         fail("push_pull of 'lonely' succeeded although worker 1 never pushed it")
     else:
@@ -410,7 +439,7 @@ def mode_orphan(args) -> int:
     except errors.PeerLostError as exc:
         log(f"CAUGHT-PEERLOST {time.time():.3f} {exc}")
         return 1
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         fail(f"expected PeerLostError, got {type(exc).__name__}: {exc}")
     fail("the orphan push_pull succeeded without local rank 1")
     return 0
@@ -440,7 +469,7 @@ def main() -> None:
         f"local_size={bps.local_size()} pid={os.getpid()}")
     try:
         n = MODES[mode](args)
-    except Exception:  # noqa: BLE001
+    except Exception:
         fail("unexpected exception:\n" + traceback.format_exc())
     bps.shutdown()
     log(f"OK {n} cases")

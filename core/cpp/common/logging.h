@@ -28,6 +28,10 @@ class LogMessage {
   std::ostringstream os_;
 };
 
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+
 inline bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= static_cast<int>(GetLogLevel()); }
 
 }  // namespace byteps
@@ -37,7 +41,8 @@ inline bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= stati
 #define BPS_LOG_LEVEL_INFO ::byteps::LogLevel::kInfo
 #define BPS_LOG_LEVEL_WARNING ::byteps::LogLevel::kWarning
 #define BPS_LOG_LEVEL_ERROR ::byteps::LogLevel::kError
-#define BPS_LOG(level)                                   \
-  if (!::byteps::LogEnabled(BPS_LOG_LEVEL_##level)) {    \
-  } else                                                 \
-    ::byteps::LogMessage(BPS_LOG_LEVEL_##level).stream()
+// Expression form (no dangling else): the stream is only built when the level is enabled.
+#define BPS_LOG(level)                                \
+  !::byteps::LogEnabled(BPS_LOG_LEVEL_##level)        \
+      ? (void)0                                       \
+      : ::byteps::LogVoidify() & ::byteps::LogMessage(BPS_LOG_LEVEL_##level).stream()

@@ -81,7 +81,8 @@ class WorkerCore : public ConnectionHandler {
   void Proceed(PartTask* t);
   void PartitionDone(PartTask* t);
   void FinishOp(TensorContext* ctx, const Status& st, bool sticky);
-  void Fatal(const Status& st);
+  // `report`: tell the scheduler (and so every node) the cause; false when it came from there.
+  void Fatal(const Status& st, bool report = true);
   void WatchdogLoop();
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);

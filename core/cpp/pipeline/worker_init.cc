@@ -196,7 +196,7 @@ Status WorkerCore::LocalRendezvous() {
 Status WorkerCore::ConnectToJob() {
   control_ = std::make_unique<ControlClient>(
       [this](const FrameHeader& h, const char* p, size_t n) { OnControlMessage(h, p, n); },
-      [this](const Status& st) { Fatal(st); });
+      [this](const Status& st) { Fatal(st, false); });
   BPS_RETURN_IF_ERROR(control_->Connect(cfg_.root_uri, cfg_.root_port, cfg_.timeout_s));
   std::string host = cfg_.node_host;
   if (host.empty() && !cfg_.interface.empty()) host = InterfaceAddress(cfg_.interface);

@@ -202,7 +202,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
   handles_.MarkDone(h, st);
 }
 
-void WorkerCore::Fatal(const Status& st) {
+void WorkerCore::Fatal(const Status& st, bool report) {
   {
     std::lock_guard<std::mutex> lk(fatal_mu_);
     if (failed_) return;
@@ -210,6 +210,7 @@ void WorkerCore::Fatal(const Status& st) {
     failed_ = true;
   }
   BPS_LOG(ERROR) << fatal_.message();
+  if (report && control_) control_->Send(MsgType::kNodeFailed, EncodeText(fatal_.message()));
   if (cfg_.local_size > 1) {
     LocalSignal s;
     s.type = static_cast<uint8_t>(LocalSignalType::kFatal);
@@ -239,15 +240,31 @@ void WorkerCore::WatchdogLoop() {
       std::lock_guard<std::mutex> lk(ctx_mu_);
       for (auto& c : contexts_) {
         std::lock_guard<std::mutex> clk(c->mu);
-        if (c->in_flight && std::chrono::duration<double>(now - c->started).count() > cfg_.timeout_s)
+        // A declaration that waits for other workers is timed out by the scheduler, whose
+        // message names the missing workers; this is the backstop.
+        double limit = cfg_.timeout_s + (c->waiting_for_declare ? 5.0 : 0.0);
+        if (c->in_flight && std::chrono::duration<double>(now - c->started).count() > limit)
           late.push_back(c.get());
       }
     }
     for (auto* c : late) {
-      std::string where = c->waiting_for_declare ? "waiting for the other workers to declare it"
-                                                 : std::to_string(c->remaining.load()) + " of " +
-                                                       std::to_string(c->parts.size()) +
-                                                       " partitions unfinished";
+      std::string where;
+      if (c->waiting_for_declare) {
+        where = "waiting for the other workers to declare it";
+      } else {
+        std::string stages;
+        for (auto& t : c->parts) {
+          if (t->stages.pos >= t->stages.size) continue;
+          Stage s = t->stages.current();
+          std::string name = StageName(s);
+          if (gate_before_[static_cast<int>(s)]) name += " (waiting for the other local processes)";
+          else if (s == Stage::kPull) name += " (waiting for server " + std::to_string(t->server) + ")";
+          if (stages.find(name) == std::string::npos) stages += (stages.empty() ? "" : ", ") + name;
+        }
+        where = std::to_string(c->remaining.load()) + " of " + std::to_string(c->parts.size()) +
+                " partitions unfinished, at " + stages +
+                "; are all ranks calling push_pull on this tensor?";
+      }
       FinishOp(c, Status::Timeout("rank " + std::to_string(cfg_.rank) + ": push_pull of '" +
                                   c->name + "' did not finish within " +
                                   std::to_string(int(cfg_.timeout_s)) + " s (BYTEPS_TIMEOUT); " +

@@ -1,5 +1,7 @@
 // The local root's side of the distributed job: tensor declaration with the scheduler, push and
 // pull with the servers (push straight from the buffer, pull straight into place).
+#include <unistd.h>
+
 #include <cstring>
 
 #include "common/logging.h"
@@ -136,8 +138,9 @@ Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
 
 void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   if (TypeOf(h) == MsgType::kDataError) {
-    Fatal(Status::Internal(c->peer_name() + " rejected data: " +
-                           std::string(static_cast<const char*>(payload), h.payload_len)));
+    std::string text(static_cast<const char*>(payload), h.payload_len);
+    if (h.aux == 1) Fatal(Status::PeerLost(text), false);  // the job failed elsewhere
+    else Fatal(Status::Internal(c->peer_name() + " rejected data: " + text));
     return;
   }
   PartTask* t;
@@ -163,6 +166,10 @@ void WorkerCore::OnClosed(Connection* c, const Status& why) {
       if (t && t->server == c->tag) t->receiving = false;
   }
   pull_cv_.notify_all();
+  if (stopping_) return;
+  // A server also closes its connections when the job failed elsewhere (the scheduler told it
+  // so); wait briefly for that news before blaming the server.
+  for (int i = 0; i < 100 && !failed_ && !stopping_; ++i) usleep(10000);
   if (stopping_) return;
   Fatal(Status::PeerLost("lost the connection to " + c->peer_name() + " (" + why.message() + ")"));
 }

@@ -103,6 +103,8 @@ void Scheduler::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   node->last_seen = Clock::now();
   switch (TypeOf(h)) {
     case MsgType::kHeartbeat: return;
+    case MsgType::kNodeFailed:  // a node saw the first failure (e.g. a local process died)
+      return FailLocked(DecodeText(p, h.payload_len));
     case MsgType::kDeclare: return HandleDeclare(node, p, h.payload_len);
     case MsgType::kFinalize:
       if (node->reg.role == NodeRole::kWorker && !node->finalized) {

@@ -66,6 +66,14 @@ Status SummationServer::Run() {
   control_->StartHeartbeats(opts_.heartbeat_interval_s);
   Status st = control_->WaitForShutdown();
   stopping_ = true;
+  if (!st.ok()) {
+    // Tell the workers why this server is leaving, so they name the real cause.
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    for (Connection* c : workers_)
+      if (c) c->SendControl(MsgType::kDataError, st.message(), 0, static_cast<uint32_t>(rank_), 1);
+    for (Connection* c : workers_)
+      if (c) c->Flush(1.0);
+  }
   return st;
 }
 

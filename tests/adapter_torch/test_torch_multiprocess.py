@@ -1,6 +1,6 @@
 """byteps.torch across real processes, started by ``python -m byteps.launcher``.
 
-Each launch runs one worker script (tests/torch/workers/) on every rank; the script checks
+Each launch runs one worker script (tests/adapter_torch/workers/) on every rank; the script checks
 many cases itself against references computed from the rank-dependent inputs and prints a
 summary marker per rank; here we assert on the exit code and that every rank printed it.
 """

@@ -16,7 +16,7 @@ REPO = HERE.parent.parent
 
 
 def launch(script, workers=2, servers=1, local_size=None, args=(), timeout=240, env=None):
-    """Run ``script`` (a path under tests/torch/workers or any path) on ``workers`` worker
+    """Run ``script`` (a path under tests/adapter_torch/workers or any path) on ``workers`` worker
     processes and ``servers`` servers through the byteps launcher. Returns the CompletedProcess
     (text output, stderr merged into stdout)."""
     cmd = [sys.executable, "-m", "byteps.launcher", "--workers", str(workers),

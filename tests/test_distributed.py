@@ -344,6 +344,15 @@ def test_declare_order_gives_same_keys(config):
     assert len(set(keys.values())) == 1, f"workers got different keys: {keys}"
 
 
+@pytest.mark.timeout(200)
+def test_late_worker_does_not_trip_heartbeats():
+    """Servers register early and heartbeat only once everyone is there: a worker that starts
+    later than BYTEPS_HEARTBEAT_TIMEOUT must not make the scheduler declare a server dead."""
+    cfg = CONFIGS["3w2s"]
+    rc, out, _ = run_job(cfg, "late", 5, env=["BYTEPS_HEARTBEAT_TIMEOUT=2"], timeout=150)
+    assert_ok(rc, out, world_size(cfg), min_cases=41)
+
+
 # --------------------------------------------------------------------------------- errors --
 
 

@@ -463,6 +463,14 @@ MODES = {
 def main() -> None:
     global RANK
     mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "late":  # the last worker machine starts late: rendezvous and heartbeats must cope
+        mode = "declare"
+        late = int(os.environ.get("DMLC_WORKER_ID", "0")) == int(os.environ["DMLC_NUM_WORKER"]) - 1
+        if late:
+            time.sleep(float(args[0]))
+        bps.init()
+        time.sleep(float(args[0]))  # the job lives on after the rendezvous
+        args = []
     bps.init()
     RANK = bps.rank()
     log(f"START mode={mode} rank={RANK} size={bps.size()} local_rank={bps.local_rank()} "

@@ -210,8 +210,12 @@ void Scheduler::SendAddressBooksLocked() {
                   << servers[i]->reg.port << (colocated[i] ? " (colocated)" : " (CPU-only)")
                   << " gets share " << shares[i] << " of the bytes";
   }
+  // Nodes start heartbeating when they get the book: the clock starts now, not at their
+  // registration (a node may have waited long for slow peers to register).
+  auto now = Clock::now();
   for (auto& n : nodes_) {
     book.my_rank = n->rank;
+    n->last_seen = now;
     n->conn->SendControl(MsgType::kAddressBook, Encode(book));
   }
   book_sent_ = true;

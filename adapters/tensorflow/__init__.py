@@ -1,0 +1,79 @@
+"""``byteps.tensorflow``: BytePS for TensorFlow 2 (API-compatible with upstream BytePS and
+Horovod).
+
+Typical use::
+
+    import byteps.tensorflow as bps
+    bps.init()
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = bps.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    ...
+    bps.broadcast_variables(model.variables, root_rank=0)   # after the first step
+
+Keras users: :mod:`byteps.tensorflow.keras` (``tf.keras``) or :mod:`byteps.keras` (the
+``keras`` package). Run under the launcher:
+``bpslaunch --workers 2 --servers 1 python train.py``.
+
+Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
+:func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
+:func:`broadcast`, :func:`broadcast_variables`, :func:`DistributedOptimizer`,
+:func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
+:data:`Sum`, :data:`Adasum` (Adasum raises ``ValueError`` wherever an op is taken).
+
+The adapter is Python over the core (no TensorFlow custom op is compiled): tensors pass
+through host memory as NumPy arrays, eagerly or via ``tf.numpy_function`` inside
+``tf.function``. Requires TensorFlow 2.x (Keras 3 for the Keras parts); models using the
+distributed Keras optimizer must not be XLA-compiled (``jit_compile=False`` on GPU hosts).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+if not tf.__version__.startswith("2."):
+    raise ImportError(f"byteps.tensorflow needs TensorFlow 2.x; found {tf.__version__}")
+
+from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
+from .functions import broadcast, broadcast_variables, push_pull
+from .ops import (
+    SUPPORTED_DTYPES,
+    Adasum,
+    Average,
+    Sum,
+    declare,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+from .optimizer import DistributedOptimizer
+from .tape import DistributedGradientTape
+
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "declare",
+    "push_pull",
+    "broadcast",
+    "broadcast_variables",
+    "DistributedOptimizer",
+    "DistributedGradientTape",
+    "Compression",
+    "Compressor",
+    "NoneCompressor",
+    "FP16Compressor",
+    "Average",
+    "Sum",
+    "Adasum",
+    "SUPPORTED_DTYPES",
+]

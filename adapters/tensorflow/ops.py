@@ -1,0 +1,386 @@
+"""TensorFlow operations over the byteps core (upstream ``byteps/tensorflow/ops.py``).
+
+TensorFlow tensors reach the core as NumPy arrays: eagerly through ``Tensor.numpy()``, inside a
+``tf.function`` through one ``tf.numpy_function`` op. Either way the same Python routine
+(:func:`_run`) starts one asynchronous push_pull per tensor (all of them first, so the core
+reduces them in parallel and in priority order) and then waits for all of them; the arrays
+stay referenced until every wait has returned. Nothing here is compiled against TensorFlow.
+
+Names (the core fixes a name's dtype and shape at first use, and keys follow declaration
+order, which must agree on every rank):
+
+* an explicit ``name`` (with ``scope`` prepended) is used as given;
+* in graph mode (``tf.function``) an unnamed tensor gets upstream's
+  ``scope + "BytePSPushPull_" + normalised(tensor.name)``; a variable its variable name;
+* eagerly an unnamed tensor has no name, so the name is ``scope + "BytePSPushPull.eager"``.
+  Eager calls are synchronous, so one name per (dtype, shape) is enough; upstream declared a
+  new random name on every eager call (unbounded keys, different on every rank).
+
+A name reused with another dtype or shape becomes ``name~1``, ``name~2``... (see
+:func:`_name_for`). Names of statically shaped tensors are declared when the op is created
+(Python order, the same on every rank), not when TensorFlow happens to run it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import tensorflow as tf
+from byteps import basics as _b
+
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "declare",
+    "Average",
+    "Sum",
+    "Adasum",
+    "SUPPORTED_DTYPES",
+]
+
+#: Reduction operations (upstream / Horovod constants).
+Average = "Average"
+Sum = "Sum"
+Adasum = "Adasum"
+
+#: TensorFlow dtypes the core can sum, with the core's name for each.
+_DTYPE_NAMES: Dict[tf.DType, str] = {
+    tf.float16: "float16",
+    tf.bfloat16: "bfloat16",
+    tf.float32: "float32",
+    tf.float64: "float64",
+    tf.int8: "int8",
+    tf.uint8: "uint8",
+    tf.int32: "int32",
+    tf.int64: "int64",
+}
+
+#: Supported TensorFlow dtypes, in the order error messages list them.
+SUPPORTED_DTYPES: Tuple[tf.DType, ...] = tuple(_DTYPE_NAMES)
+
+_SUPPORTED_TEXT = ", ".join(d.name for d in SUPPORTED_DTYPES)
+
+
+# --------------------------------------------------------------------------------------------
+# basics (re-exported by byteps.tensorflow)
+# --------------------------------------------------------------------------------------------
+def init(lazy: bool = True) -> None:
+    """Start byteps in this process. Idempotent: a second call does nothing.
+
+    Args:
+        lazy: accepted for upstream compatibility; the core always connects at ``init`` so
+            that configuration and network errors surface here.
+
+    Raises:
+        byteps.errors.ConfigError: a ``BYTEPS_*`` / ``DMLC_*`` variable is missing or bad.
+        byteps.errors.BytePSTimeoutError: the scheduler did not answer in time.
+        byteps.errors.PeerLostError: a peer failed during rendezvous.
+    """
+    _b.init(lazy=lazy)
+
+
+def shutdown() -> None:
+    """Stop byteps (joins the core's threads). Safe to call twice or without :func:`init`."""
+    _b.shutdown()
+
+
+def is_initialized() -> bool:
+    """True between :func:`init` and :func:`shutdown`."""
+    return _b.is_initialized()
+
+
+def size() -> int:
+    """Total number of worker processes (``DMLC_NUM_WORKER * BYTEPS_LOCAL_SIZE``).
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.size()
+
+
+def rank() -> int:
+    """Global rank of this process, ``worker_id * local_size + local_rank``.
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.rank()
+
+
+def local_size() -> int:
+    """Number of worker processes on this machine (``BYTEPS_LOCAL_SIZE``).
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.local_size()
+
+
+def local_rank() -> int:
+    """Rank of this process among the workers of its machine (``BYTEPS_LOCAL_RANK``).
+
+    Raises:
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    return _b.local_rank()
+
+
+def declare(name: str) -> int:
+    """Declare a tensor name ahead of use and return its key (declaration order, which must
+    be the same on every worker). Declaring an existing name returns the same key.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"declare(name): name must be a str, got {type(name).__name__}")
+    return _b.declare(name)
+
+
+# --------------------------------------------------------------------------------------------
+# argument handling
+# --------------------------------------------------------------------------------------------
+def _resolve_op(op: Optional[str], average: Optional[bool], fn: str = "push_pull") -> bool:
+    """``op``/``average`` -> average flag. ``op`` wins; both given is an error (as upstream)."""
+    if op is not None and average is not None:
+        raise ValueError(f"{fn}: pass either op or the deprecated average, not both")
+    if op is None:
+        return True if average is None else bool(average)
+    if op == Average:
+        return True
+    if op == Sum:
+        return False
+    if op == Adasum:
+        raise ValueError(f"{fn}: op=Adasum is not supported by byteps (use Average or Sum)")
+    raise ValueError(f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average or Sum")
+
+
+def _check_root(root_rank: Any, fn: str) -> int:
+    n = size()
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) \
+            or not 0 <= int(root_rank) < n:
+        raise ValueError(f"{fn}: root_rank must be an int in [0, {n}), got {root_rank!r}")
+    return int(root_rank)
+
+
+def _dtype_name(dtype: tf.DType, fn: str) -> str:
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        raise TypeError(f"{fn}: unsupported tensor dtype {dtype.name}; supported dtypes: "
+                        f"{_SUPPORTED_TEXT}") from None
+
+
+def _as_dense(tensor: Any, fn: str) -> tf.Tensor:
+    """Validate ``tensor`` and return it as a dense ``tf.Tensor`` of a supported dtype.
+
+    Accepts ``tf.Tensor``, ``tf.Variable``, Keras variables and ``tf.IndexedSlices`` (densified
+    with ``tf.convert_to_tensor``). Raises ``TypeError`` for anything else."""
+    if isinstance(tensor, tf.RaggedTensor):
+        raise TypeError(f"{fn}: tf.RaggedTensor is not supported; pass a dense tf.Tensor "
+                        "(e.g. tensor.to_tensor()) or tf.Variable")
+    if isinstance(tensor, tf.SparseTensor):
+        raise TypeError(f"{fn}: tf.SparseTensor is not supported; pass a dense tf.Tensor "
+                        "(tf.sparse.to_dense) or tf.Variable")
+    if isinstance(tensor, tf.IndexedSlices):
+        tensor = tf.convert_to_tensor(tensor)
+    elif isinstance(tensor, tf.Variable) or (tf.is_tensor(tensor)
+                                             and not isinstance(tensor, tf.Tensor)):
+        tensor = tf.convert_to_tensor(tensor)  # tf.Variable, Keras variable
+    if not isinstance(tensor, tf.Tensor):
+        raise TypeError(f"{fn}: expected a tf.Tensor, tf.Variable or tf.IndexedSlices, got "
+                        f"{type(tensor).__name__}")
+    _dtype_name(tensor.dtype, fn)
+    return tensor
+
+
+def _normalize_name(name: str) -> str:
+    """Upstream's normalisation: every character outside ``[a-zA-Z0-9_]`` becomes ``_``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def _label(obj: Any) -> Optional[str]:
+    """The name TensorFlow/Keras gives ``obj`` (``None`` for an eager tensor), without the
+    ``:0`` output suffix."""
+    if isinstance(obj, tf.Variable) or not isinstance(obj, (tf.Tensor, tf.IndexedSlices)):
+        name = getattr(obj, "path", None) or getattr(obj, "name", None)
+    elif tf.executing_eagerly():
+        return None
+    else:
+        try:
+            name = obj.name
+        except (AttributeError, ValueError):
+            return None
+    if not isinstance(name, str) or not name:
+        return None
+    return name[:-2] if name.endswith(":0") else name
+
+
+_names_lock = threading.Lock()
+_name_sigs: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
+
+
+def _name_for(base: str, dtype: str, shape: Sequence[int]) -> str:
+    """A name derived from ``base`` that has only ever been used (through this helper) with
+    this dtype and shape: ``base`` itself, or ``base~1``, ``base~2``... Deterministic: every
+    rank making the same calls gets the same names."""
+    sig = (dtype, tuple(int(s) for s in shape))
+    with _names_lock:
+        name, k = base, 0
+        while _name_sigs.setdefault(name, sig) != sig:
+            k += 1
+            name = f"{base}~{k}"
+        return name
+
+
+# --------------------------------------------------------------------------------------------
+# the one routine that talks to the core
+# --------------------------------------------------------------------------------------------
+def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Optional[str]],
+         dtypes: Sequence[str], average: bool, priorities: Sequence[Optional[int]],
+         zero: Sequence[bool]) -> List[np.ndarray]:
+    """Start a push_pull for every array, then wait for all; return the results (new arrays).
+
+    ``names[i]`` is None when the name is resolved here from the runtime shape. ``zero[i]``
+    sends zeros instead of the array (the non-root side of a broadcast)."""
+    started = []  # (handle, input, output): keeps every buffer alive until waited
+    try:
+        for arr, base, name, dtype, prio, z in zip(arrays, bases, names, dtypes, priorities,
+                                                    zero):
+            a = np.zeros(np.shape(arr), dtype=arr.dtype) if z else np.asarray(arr, order="C")
+            out = np.empty_like(a)
+            if name is None:
+                name = _name_for(base, dtype, a.shape)
+            h = _b.push_pull_async(name, a.ctypes.data, out.ctypes.data, a.nbytes, dtype,
+                                   a.shape, average, priority=prio)
+            started.append((h, a, out))
+    except BaseException:
+        _drain(started)
+        raise
+    errors = _drain(started)
+    if errors:
+        raise errors[0]
+    return [out for _, _, out in started]
+
+
+def _drain(started) -> list:
+    """Wait for every started operation (so no buffer is freed under the core)."""
+    errors = []
+    for h, _, _ in started:
+        try:
+            _b.wait(h)
+        except Exception as e:
+            errors.append(e)
+    return errors
+
+
+@tf.autograph.experimental.do_not_convert
+def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average: bool,
+                    priorities: Optional[Sequence[Optional[int]]] = None,
+                    zero: Optional[Sequence[bool]] = None) -> List[tf.Tensor]:
+    """push_pull dense, validated tensors under the names derived from ``bases``, in ONE
+    operation: called directly when executing eagerly, else as one ``tf.numpy_function``
+    whose outputs get the inputs' static shapes. Not differentiable by itself."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    n = len(tensors)
+    priorities = list(priorities) if priorities is not None else [None] * n
+    zero = list(zero) if zero is not None else [False] * n
+    dtypes = [_DTYPE_NAMES[t.dtype] for t in tensors]
+    names = []
+    for t, base, dtype in zip(tensors, bases, dtypes):
+        if t.shape.is_fully_defined():
+            name = _name_for(base, dtype, t.shape.as_list())
+            declare(name)  # at op-creation time: the same order on every rank
+            names.append(name)
+        else:
+            size()  # NotInitializedError before init(), also for dynamic shapes
+            names.append(None)
+    bases = list(bases)
+
+    def fn(*arrays):
+        return _run(arrays, bases, names, dtypes, average, priorities, zero)
+
+    if tf.executing_eagerly():
+        outs = fn(*[t.numpy() for t in tensors])
+        return [tf.convert_to_tensor(o) for o in outs]
+    outs = tf.numpy_function(fn, tensors, [t.dtype for t in tensors], stateful=True,
+                             name="BytePSPushPull")
+    for o, t in zip(outs, tensors):
+        o.set_shape(t.shape)
+    return list(outs)
+
+
+def _push_pull_one(tensor: tf.Tensor, base: str, average: bool) -> tf.Tensor:
+    """Differentiable push_pull of one tensor: the gradient is the push_pull (same
+    ``average``) of the upstream gradient under ``name + ".grad"`` (as upstream/Horovod)."""
+    if not tensor.dtype.is_floating:
+        return _push_pull_many([tensor], [base], average)[0]
+
+    @tf.custom_gradient
+    def _pp(x):
+        y = _push_pull_many([x], [base], average)[0]
+
+        def grad(dy):
+            dy = _as_dense(dy, "push_pull gradient")
+            return _push_pull_many([dy], [base + ".grad"], average)[0]
+
+        return y, grad
+
+    return _pp(tensor)
+
+
+def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int) -> tf.Tensor:
+    """Differentiable broadcast: a sum to which every rank but the root contributes zeros.
+    The gradient is the sum of the upstream gradients on the root and zero elsewhere
+    (upstream/Horovod)."""
+    is_root = rank() == root_rank
+    if not tensor.dtype.is_floating:
+        return _push_pull_many([tensor], [base], False, zero=[not is_root])[0]
+
+    @tf.custom_gradient
+    def _bc(x):
+        y = _push_pull_many([x], [base], False, zero=[not is_root])[0]
+
+        def grad(dy):
+            dy = _as_dense(dy, "broadcast gradient")
+            g = _push_pull_many([dy], [base + ".grad"], False)[0]
+            return g if is_root else tf.zeros_like(g)
+
+        return y, grad
+
+    return _bc(tensor)
+
+
+@tf.autograph.experimental.do_not_convert
+def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: bool,
+                        compression, fn: str) -> List[Any]:
+    """push_pull a list of gradients in one operation (used by the tape and the optimizers).
+
+    ``None`` entries stay ``None``; ``tf.IndexedSlices`` are densified; each gradient is
+    compressed, reduced under ``names[i]`` with priority by index (earlier = higher, since the
+    next forward pass needs the first layers first) and decompressed."""
+    grads = list(grads)
+    idx = [i for i, g in enumerate(grads) if g is not None]
+    if not idx:
+        return grads
+    dense = [_as_dense(grads[i], fn) for i in idx]
+    comp = [compression.compress(t) for t in dense]
+    n = len(grads)
+    outs = _push_pull_many([c for c, _ in comp], [names[i] for i in idx], average,
+                           priorities=[n - i for i in idx])
+    result = list(grads)
+    for i, out, (_, ctx) in zip(idx, outs, comp):
+        result[i] = compression.decompress(out, ctx)
+    return result

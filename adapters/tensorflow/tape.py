@@ -1,0 +1,86 @@
+"""``DistributedGradientTape`` (upstream ``byteps/tensorflow/__init__.py``, Horovod
+semantics): a ``tf.GradientTape`` whose ``gradient()`` returns gradients averaged (or summed)
+over all workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from . import ops
+from .compression import Compression
+
+__all__ = ["DistributedGradientTape"]
+
+_SCOPE = "Distributed_Push_Pull/Gradient"
+
+
+class _DistributedGradientTapeMixin:
+    """Methods of the dynamic tape subclass (see :func:`DistributedGradientTape`)."""
+
+    @tf.autograph.experimental.do_not_convert
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """The base tape's gradients, push_pulled across workers in one operation.
+
+        The structure of ``sources`` is kept; ``None`` gradients stay ``None``;
+        ``tf.IndexedSlices`` come back as dense tensors (see :func:`DistributedGradientTape`).
+        """
+        grads = super().gradient(target, sources, output_gradients=output_gradients,
+                                 unconnected_gradients=unconnected_gradients)
+        flat_sources = tf.nest.flatten(sources)
+        flat_grads = tf.nest.flatten(grads, expand_composites=False)
+        names = [f"{_SCOPE}.{i}.{ops._normalize_name(ops._label(s) or 'tensor')}"
+                 for i, s in enumerate(flat_sources)]
+        reduced = ops.push_pull_gradients(flat_grads, names, self._bps_average,
+                                          self._bps_compression, "DistributedGradientTape")
+        return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
+
+
+def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
+                            device_sparse: str = "", compression=Compression.none,
+                            sparse_as_dense: bool = False, op: str = ops.Average) -> Any:
+    """Wrap ``gradtape`` so that ``gradient()`` averages (or sums) gradients across workers.
+
+    Typical use (eagerly or inside ``tf.function``)::
+
+        with tf.GradientTape() as tape:
+            loss = loss_fn(model(x), y)
+        tape = bps.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+
+    Returns a new tape of a dynamic subclass of ``type(gradtape)`` sharing its recorded state
+    (``bps.DistributedGradientTape(tf.GradientTape())`` may also be used as the context
+    manager). All non-``None`` gradients of one ``gradient()`` call travel in ONE operation,
+    earlier sources with higher priority. Gradient ``i`` is named
+    ``"Distributed_Push_Pull/Gradient.<i>.<source name>"`` (the same on every rank for the
+    same sources). Unlike upstream the gradients are push_pulled also when ``size() == 1``.
+
+    Args:
+        gradtape: a ``tf.GradientTape`` (recorded, or about to be entered).
+        device_dense, device_sparse: accepted for compatibility (host memory is used).
+        compression: :class:`Compression` member applied to every gradient.
+        sparse_as_dense: accepted for compatibility: ``tf.IndexedSlices`` gradients (e.g. of
+            an embedding) are ALWAYS densified with ``tf.convert_to_tensor`` before the
+            reduction (with ``True`` as Horovod does; with ``False`` too, since the core
+            reduces dense tensors only), so they come back dense.
+        op: :data:`Average` (default) or :data:`Sum`.
+
+    Raises:
+        TypeError: ``gradtape`` is not a ``tf.GradientTape``; at ``gradient()``, a gradient of
+            unsupported dtype.
+        ValueError: ``op=Adasum`` or an unknown op.
+    """
+    if not isinstance(gradtape, tf.GradientTape):
+        raise TypeError("DistributedGradientTape: expected a tf.GradientTape, got "
+                        f"{type(gradtape).__name__}")
+    average = ops._resolve_op(op, None, "DistributedGradientTape")
+    base = type(gradtape)
+    cls = type(base.__name__, (_DistributedGradientTapeMixin, base), {})
+    tape = cls.__new__(cls)
+    tape.__dict__.update(gradtape.__dict__)
+    tape._bps_average = average
+    tape._bps_compression = compression
+    tape._bps_sparse_as_dense = bool(sparse_as_dense)
+    return tape

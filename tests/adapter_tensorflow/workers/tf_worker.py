@@ -1,0 +1,300 @@
+"""One rank of the multi-process byteps.tensorflow checks (run under the launcher).
+
+Prints ``TF_WORKER_OK rank=<r> size=<n> cases=<k>`` when every check passed, else
+``TF_WORKER_FAILED`` and the failures (exit code 1). Argument: a scratch directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+import byteps.keras as bk
+import byteps.tensorflow as bps
+from byteps.tensorflow import _keras
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.get_logger().setLevel("ERROR")
+import keras  # noqa: E402
+
+DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32,
+          tf.int64]
+failures = []
+cases = [0]
+
+
+def check(cond, msg):
+    cases[0] += 1
+    if not cond:
+        failures.append(msg)
+        print(f"FAIL rank {bps.rank()}: {msg}", flush=True)
+
+
+def close(a, b, rtol=1e-5, atol=1e-6):
+    return np.allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=rtol,
+                       atol=atol)
+
+
+def run(label, fn):
+    try:
+        fn()
+    except Exception:
+        cases[0] += 1
+        failures.append(f"{label} raised:\n{traceback.format_exc()}")
+        print(f"FAIL rank {bps.rank()}: {label}\n{traceback.format_exc()}", flush=True)
+
+
+def same_on_all_ranks(values, name):
+    """True if the float64 vector ``values`` equals rank 0's."""
+    mine = tf.constant(np.asarray(values, np.float64).ravel())
+    root = bps.broadcast(mine, 0, name=name)
+    return np.array_equal(root.numpy(), mine.numpy())
+
+
+R = N = 0
+
+
+def t_push_pull():
+    f_sum = tf.function(lambda t: bps.push_pull(t, op=bps.Sum))
+    f_avg = tf.function(lambda t: bps.push_pull(t, op=bps.Average))
+    for dt in DTYPES:
+        base = np.arange(10).reshape(2, 5) % 7
+        x = tf.cast(base + R, dt)
+        total = sum(base + r for r in range(N))
+        limit = {tf.int8: 127, tf.uint8: 255}.get(dt)
+        check(limit is None or total.max() <= limit, "test data fits")
+        for label, s, a in (("eager", bps.push_pull(x, op=bps.Sum, name=f"pp.{dt.name}"),
+                             bps.push_pull(x, name=f"ppa.{dt.name}")),
+                            ("graph", f_sum(x), f_avg(x))):
+            check(s.dtype == dt and s.shape == (2, 5), f"{label} {dt.name} dtype/shape")
+            check(np.array_equal(s.numpy().astype(np.float64), total), f"{label} sum {dt.name}")
+            expect = total // N if dt.is_integer else total / N
+            rtol = {tf.float16: 2e-3, tf.bfloat16: 1.6e-2}.get(dt, 1e-6)
+            check(close(a.numpy(), expect, rtol=rtol, atol=rtol),
+                  f"{label} average {dt.name}: {a.numpy()} vs {expect}")
+
+
+def t_broadcast():
+    f = tf.function(lambda t, root: bps.broadcast(t, root), reduce_retracing=False)
+    for root in range(N):
+        for dt in (tf.float32, tf.bfloat16, tf.int64, tf.uint8):
+            x = tf.cast(tf.fill([3], R + 1), dt)
+            out = bps.broadcast(x, root, name=f"bc.{root}.{dt.name}")
+            check(np.array_equal(out.numpy().astype(np.float64), [root + 1] * 3),
+                  f"eager broadcast root {root} {dt.name}")
+        g = tf.function(lambda t, rr=root: bps.broadcast(t, rr))(tf.fill([2], float(R)))
+        check(np.array_equal(g.numpy(), [root, root]), f"graph broadcast root {root}")
+    del f
+    v = [tf.Variable(tf.fill([4], float(R)), name="bv0"),
+         tf.Variable(tf.fill([2, 2], R), name="bv1"), tf.Variable(float(R * 10), name="bv2")]
+    for root in range(N):
+        for var, val in zip(v, (float(R), R, float(R * 10))):
+            var.assign(tf.fill(var.shape, tf.cast(val, var.dtype)))
+        bps.broadcast_variables(v, root)
+        check(np.all(v[0].numpy() == root) and np.all(v[1].numpy() == root)
+              and float(v[2].numpy()) == root * 10, f"broadcast_variables root {root}")
+    # broadcast gradient: sum of upstream grads on the root, zero elsewhere
+    w = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        y = bps.broadcast(w * 1.0, 0, name="bc.grad")
+        loss = tf.reduce_sum(y) * (R + 1)
+    g = tape.gradient(loss, w).numpy()
+    expect = sum(r + 1 for r in range(N)) if R == 0 else 0.0
+    check(np.allclose(g, expect), f"broadcast gradient {g} vs {expect}")
+
+
+def t_push_pull_gradient():
+    w = tf.Variable([1.0, 2.0, 3.0])
+    with tf.GradientTape() as tape:
+        y = bps.push_pull(w * (R + 1.0), op=bps.Sum, name="pp.grad")
+        loss = tf.reduce_sum(y * (R + 1.0))
+    g = tape.gradient(loss, w).numpy()
+    # d/dw_r sum_q (sum_s w_s (s+1)) (q+1) = (r+1) * sum_q (q+1)
+    expect = (R + 1) * sum(q + 1 for q in range(N))
+    check(np.allclose(g, expect), f"push_pull gradient {g} vs {expect}")
+
+
+def data(n_per_rank, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    xg = rng.normal(size=(n_per_rank * N, 8)).astype(np.float32)
+    yg = rng.integers(0, 3, size=(n_per_rank * N,)).astype(np.int64)
+    # global batch k = concatenation of every rank's batch k
+    idx = np.concatenate([np.arange(k * batch * N + R * batch, k * batch * N + (R + 1) * batch)
+                          for k in range(n_per_rank // batch)])
+    return xg, yg, xg[idx], yg[idx]
+
+
+def make_model(seed, emb=False):
+    keras.utils.set_random_seed(seed)
+    if emb:
+        return keras.Sequential([keras.Input(shape=(4,), dtype="int32"),
+                                 keras.layers.Embedding(20, 3), keras.layers.Flatten(),
+                                 keras.layers.Dense(3)])
+    return keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(6, activation="tanh"),
+                             keras.layers.Dense(3)])
+
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def t_tape():
+    B = 8
+    xg, yg, xs, ys = data(32, B)
+    ref, dist = make_model(7), make_model(7)
+    opt_r, opt_d = keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step_dist(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = LOSS(yb, dist(xb))
+        tape = bps.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, dist.trainable_variables)
+        opt_d.apply_gradients(zip(grads, dist.trainable_variables))
+
+    @tf.function
+    def step_ref(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = LOSS(yb, ref(xb))
+        grads = tape.gradient(loss, ref.trainable_variables)
+        opt_r.apply_gradients(zip(grads, ref.trainable_variables))
+
+    for k in range(4):
+        step_dist(xs[k * B:(k + 1) * B], ys[k * B:(k + 1) * B])
+        step_ref(xg[k * B * N:(k + 1) * B * N], yg[k * B * N:(k + 1) * B * N])
+    ok = all(close(a, b, 1e-4, 1e-5) for a, b in zip(dist.get_weights(), ref.get_weights()))
+    check(ok, "DistributedGradientTape equals single-process training on the global batch")
+
+
+def t_keras_fit(tmpdir):
+    B, E = 8, 2
+    xg, yg, xs, ys = data(32, B, seed=1)
+    ref = make_model(11)
+    ref.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.5), loss=LOSS)
+    ref.fit(xg, yg, batch_size=B * N, epochs=E, shuffle=False, verbose=0)
+    dist = make_model(11)
+    dist.compile(optimizer=bk.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.5)),
+                 loss=LOSS)
+    dist.fit(xs, ys, batch_size=B, epochs=E, shuffle=False, verbose=0)
+    ok = all(close(a, b, 1e-4, 1e-5) for a, b in zip(dist.get_weights(), ref.get_weights()))
+    check(ok, "Keras DistributedOptimizer in model.fit equals single-process training")
+
+    # load_model: a distributed optimizer with the saved state
+    path = os.path.join(tmpdir, f"model_rank{R}.keras")
+    dist.save(path)
+    loaded = bk.load_model(path)
+    check(_keras.is_distributed(loaded.optimizer), "load_model returns a distributed optimizer")
+    check(all(close(a, b, 0, 0) for a, b in zip(loaded.optimizer.variables,
+                                                dist.optimizer.variables)),
+          "load_model restores the optimizer state")
+    loaded.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    check(same_on_all_ranks(np.concatenate([w.ravel() for w in loaded.get_weights()]),
+                            "chk.loaded"), "loaded model trains identically on every rank")
+
+
+def t_callbacks():
+    B, E, W = 8, 2, 2
+    xg, yg, xs, ys = data(32, B, seed=2)
+    steps = len(xs) // B
+    model = make_model(100 + R)  # different initial weights per rank
+    model.compile(optimizer=bk.DistributedOptimizer(keras.optimizers.SGD(0.2, momentum=0.9)),
+                  loss=LOSS, metrics=["accuracy"])
+    seen = {"lr": [], "mom": [], "raw": [], "avg": [], "w_after_first": None}
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen["lr"].append(float(keras.ops.convert_to_numpy(
+                self.model.optimizer.learning_rate)))
+            seen["mom"].append(float(self.model.optimizer.momentum))
+
+        def on_train_batch_end(self, batch, logs=None):
+            if seen["w_after_first"] is None:
+                seen["w_after_first"] = np.concatenate(
+                    [w.ravel() for w in self.model.get_weights()])
+
+    class Raw(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen["raw"].append(dict(logs))
+
+    class Avg(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen["avg"].append(dict(logs))
+
+    model.fit(xs, ys, batch_size=B, epochs=E, shuffle=False, verbose=0,
+              callbacks=[bk.callbacks.BroadcastGlobalVariablesCallback(0),
+                         bk.callbacks.LearningRateWarmupCallback(initial_lr=0.2,
+                                                                 warmup_epochs=W),
+                         Record(), Raw(), bk.callbacks.MetricAverageCallback(), Avg()])
+    expect = [0.2 / N * ((e + (b + 1) / steps) * (N - 1) / W + 1)
+              for e in range(E) for b in range(steps)]
+    check(close(seen["lr"], expect, 1e-5), f"warmup lr per batch {seen['lr']} vs {expect}")
+    ratios = [0.9 * expect[0] / 0.2] + [0.9 * expect[i] / expect[i - 1]
+                                        for i in range(1, len(expect))]
+    check(close(seen["mom"], ratios, 1e-5), "momentum correction per batch")
+    check(float(model.optimizer.momentum) == 0.9, "momentum restored")
+    check(same_on_all_ranks(seen["w_after_first"], "chk.first"),
+          "weights identical after the first batch (BroadcastGlobalVariablesCallback)")
+    for e in range(E):
+        keys = sorted(seen["raw"][e])
+        raw = [seen["raw"][e][k] for k in keys]
+        avg = [seen["avg"][e][k] for k in keys]
+        mean = bps.push_pull(tf.constant(raw, tf.float64), name=f"chk.mean.{len(keys)}")
+        check(close(avg, mean.numpy(), 1e-9), f"metrics averaged epoch {e}")
+        check(same_on_all_ranks(avg, f"chk.avg.{len(keys)}"), f"metrics identical epoch {e}")
+    check(same_on_all_ranks(np.concatenate([w.ravel() for w in model.get_weights()]),
+                            "chk.final"), "weights identical at the end")
+
+
+def t_embedding():
+    model = make_model(200 + R, emb=True)
+    model.compile(optimizer=bk.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss=LOSS)
+    rng = np.random.default_rng(R)
+    x = rng.integers(0, 20, size=(16, 4)).astype(np.int32)
+    y = rng.integers(0, 3, size=(16,)).astype(np.int64)
+    bk.broadcast_global_variables(model, 0)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    check(same_on_all_ranks(np.concatenate([w.ravel() for w in model.get_weights()]),
+                            "chk.emb"), "Embedding (IndexedSlices) model identical on all ranks")
+    # the tape densifies the embedding's IndexedSlices gradient and averages it
+    emb = model.layers[0].embeddings
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(emb, [R, 5]))
+    g = bps.DistributedGradientTape(tape).gradient(loss, emb)
+    expect = np.zeros(emb.shape)
+    for r in range(N):
+        expect[r] += 1.0 / N
+    expect[5] += 1.0
+    check(isinstance(g, tf.Tensor) and close(g.numpy(), expect), "IndexedSlices averaged")
+
+
+def main():
+    global R, N
+    tmpdir = sys.argv[1]
+    t0 = time.time()
+    bps.init()
+    R, N = bps.rank(), bps.size()
+    run("push_pull", t_push_pull)
+    run("broadcast", t_broadcast)
+    run("push_pull gradient", t_push_pull_gradient)
+    run("tape", t_tape)
+    run("keras fit", lambda: t_keras_fit(tmpdir))
+    run("callbacks", t_callbacks)
+    run("embedding", t_embedding)
+    tag = "TF_WORKER_FAILED" if failures else "TF_WORKER_OK"
+    print(f"{tag} rank={R} size={N} cases={cases[0]} time={time.time() - t0:.1f}s",
+          flush=True)
+    for f in failures[:20]:
+        print("  - " + f.replace("\n", "\n    "), flush=True)
+    bps.shutdown()
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

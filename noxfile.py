@@ -2,8 +2,9 @@
 
 Sessions:
     lint   ruff over every Python tree.
-    unit   the package + tests that need no framework: ``pytest -m "not slow and not torch"``.
+    unit   the package + tests that need no framework: ``pytest -m "not slow and not torch and not tensorflow"``.
     torch  PyTorch 2.13 (CPU wheel from pip's local find-links) + the torch tests and examples.
+    tensorflow  tensorflow-cpu 2.21 (Keras 3) + the TensorFlow/Keras tests and examples.
     slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
 
 Installing ``.`` builds the C++ core (scikit-build-core, a few minutes on 2 cores); pass
@@ -16,7 +17,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["lint", "unit", "torch"]
+nox.options.sessions = ["lint", "unit", "torch", "tensorflow"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 # stdlib venv + pip: torch must come from pip's configured find-links (never uv).
@@ -24,6 +25,8 @@ nox.options.default_venv_backend = "venv"
 
 RUFF = "ruff==0.17.5"
 TORCH = "torch==2.13.0"
+# tensorflow-cpu, not tensorflow (the full wheel); plain `tf-keras` would pull the latter in.
+TENSORFLOW = "tensorflow-cpu==2.21.0"
 LINT_PATHS = ["core", "adapters", "server", "tests", "examples", "benchmarks", "noxfile.py"]
 # pytest exit code 5 = no tests collected: not a failure for a marker-selected session.
 PYTEST_OK = [0, 5]
@@ -53,7 +56,8 @@ def unit(session: nox.Session) -> None:
     """Build and install byteps, run the tests that need no framework."""
     _build_env(session)
     session.install(".[test]")
-    session.run("pytest", "-m", "not slow and not torch", "tests", *session.posargs,
+    session.run("pytest", "-m", "not slow and not torch and not tensorflow", "tests",
+                *session.posargs,
                 success_codes=PYTEST_OK)
 
 
@@ -62,6 +66,16 @@ def torch(session: nox.Session) -> None:
     """PyTorch adapter tests and the example smoke runs (CPU)."""
     _install_torch(session)
     session.run("pytest", "-m", "torch and not slow", "tests", *session.posargs,
+                success_codes=PYTEST_OK)
+
+
+@nox.session
+def tensorflow(session: nox.Session) -> None:
+    """TensorFlow / Keras 3 adapter tests, the conformance suite and the example runs (CPU)."""
+    _build_env(session)
+    session.install(TENSORFLOW)
+    session.install(".[tensorflow,examples,test]")
+    session.run("pytest", "-m", "tensorflow and not slow", "tests", *session.posargs,
                 success_codes=PYTEST_OK)
 
 

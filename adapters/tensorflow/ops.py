@@ -31,6 +31,14 @@ import numpy as np
 
 import tensorflow as tf
 from byteps import basics as _b
+from byteps.basics import (  # re-exported as-is
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
 
 __all__ = [
     "init",
@@ -86,52 +94,6 @@ def init(lazy: bool = True) -> None:
         byteps.errors.PeerLostError: a peer failed during rendezvous.
     """
     _b.init(lazy=lazy)
-
-
-def shutdown() -> None:
-    """Stop byteps (joins the core's threads). Safe to call twice or without :func:`init`."""
-    _b.shutdown()
-
-
-def is_initialized() -> bool:
-    """True between :func:`init` and :func:`shutdown`."""
-    return _b.is_initialized()
-
-
-def size() -> int:
-    """Total number of worker processes (``DMLC_NUM_WORKER * BYTEPS_LOCAL_SIZE``).
-
-    Raises:
-        byteps.errors.NotInitializedError: before :func:`init`.
-    """
-    return _b.size()
-
-
-def rank() -> int:
-    """Global rank of this process, ``worker_id * local_size + local_rank``.
-
-    Raises:
-        byteps.errors.NotInitializedError: before :func:`init`.
-    """
-    return _b.rank()
-
-
-def local_size() -> int:
-    """Number of worker processes on this machine (``BYTEPS_LOCAL_SIZE``).
-
-    Raises:
-        byteps.errors.NotInitializedError: before :func:`init`.
-    """
-    return _b.local_size()
-
-
-def local_rank() -> int:
-    """Rank of this process among the workers of its machine (``BYTEPS_LOCAL_RANK``).
-
-    Raises:
-        byteps.errors.NotInitializedError: before :func:`init`.
-    """
-    return _b.local_rank()
 
 
 def declare(name: str) -> int:

@@ -327,13 +327,27 @@ def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int) -> tf.Tensor:
 
 @tf.autograph.experimental.do_not_convert
 def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: bool,
-                        compression, fn: str) -> List[Any]:
+                        compression, fn: str,
+                        variables: Optional[Sequence[Any]] = None) -> List[Any]:
     """push_pull a list of gradients in one operation (used by the tape and the optimizers).
 
-    ``None`` entries stay ``None``; ``tf.IndexedSlices`` are densified; each gradient is
-    compressed, reduced under ``names[i]`` with priority by index (earlier = higher, since the
-    next forward pass needs the first layers first) and decompressed."""
+    ``tf.IndexedSlices`` are densified; each gradient is compressed, reduced under
+    ``names[i]`` with priority by index (earlier = higher, since the next forward pass needs
+    the first layers first) and decompressed.
+
+    ``None`` entries: where ``variables[i]`` is known, ``tf.zeros_like(variables[i])`` is
+    pushed instead, so every rank pushes the same names even when a parameter took no part in
+    some ranks' forward pass (otherwise the ranks that have a gradient wait forever for the
+    others), and the reduced tensor is returned for it on every rank (so all ranks apply the
+    same update and the weights stay identical). Upstream BytePS and Horovod leave ``None``
+    gradients out, which deadlocks when ranks disagree. Without a known variable a ``None``
+    entry stays ``None`` (every rank must then agree on it)."""
     grads = list(grads)
+    if variables is not None:
+        variables = list(variables)
+        for i, g in enumerate(grads):
+            if g is None and i < len(variables) and variables[i] is not None:
+                grads[i] = tf.zeros_like(variables[i])
     idx = [i for i, g in enumerate(grads) if g is not None]
     if not idx:
         return grads

@@ -33,7 +33,8 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
     @tf.autograph.experimental.do_not_convert
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's ``(gradient, variable)`` pairs with averaged gradients
-        (``tf.IndexedSlices`` densified)."""
+        (``tf.IndexedSlices`` densified; a ``None`` gradient contributes zeros and is replaced
+        by the reduced tensor, see :func:`byteps.tensorflow.ops.push_pull_gradients`)."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
@@ -41,7 +42,8 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
                  f"{ops._normalize_name(ops._label(v) or 'variable')}"
                  for i, v in enumerate(variables)]
         reduced = ops.push_pull_gradients(grads, names, self._bps_average,
-                                          self._bps_compression, "DistributedOptimizer")
+                                          self._bps_compression, "DistributedOptimizer",
+                                          variables=variables)
         return list(zip(reduced, variables))
 
     def apply_gradients(self, *args, **kwargs):
@@ -93,8 +95,10 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
         compression: :class:`Compression` member applied to every gradient.
         sparse_as_dense: accepted for compatibility; ``tf.IndexedSlices`` gradients are
             always densified before the reduction (the core reduces dense tensors).
-        backward_passes_per_step: Keras optimizers: see ``create_distributed_optimizer``
-            (Keras gradient accumulation). Legacy optimizers: must be 1 (as upstream).
+        backward_passes_per_step: Keras optimizers: the gradients of that many
+            ``apply_gradients`` calls are summed locally and reduced and applied on every
+            N-th call only (see ``create_distributed_optimizer``). Legacy optimizers: must be
+            1 (as upstream).
         op: :data:`Average` (default) or :data:`Sum`; ``Adasum`` raises ``ValueError``.
 
     Raises:

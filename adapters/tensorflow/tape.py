@@ -24,8 +24,9 @@ class _DistributedGradientTapeMixin:
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         """The base tape's gradients, push_pulled across workers in one operation.
 
-        The structure of ``sources`` is kept; ``None`` gradients stay ``None``;
-        ``tf.IndexedSlices`` come back as dense tensors (see :func:`DistributedGradientTape`).
+        The structure of ``sources`` is kept; a source without a gradient contributes zeros
+        and gets the reduced tensor (never ``None``); ``tf.IndexedSlices`` come back as dense
+        tensors (see :func:`DistributedGradientTape`).
         """
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
@@ -34,7 +35,8 @@ class _DistributedGradientTapeMixin:
         names = [f"{_SCOPE}.{i}.{ops._normalize_name(ops._label(s) or 'tensor')}"
                  for i, s in enumerate(flat_sources)]
         reduced = ops.push_pull_gradients(flat_grads, names, self._bps_average,
-                                          self._bps_compression, "DistributedGradientTape")
+                                          self._bps_compression, "DistributedGradientTape",
+                                          variables=flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
 
 
@@ -56,6 +58,12 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
     earlier sources with higher priority. Gradient ``i`` is named
     ``"Distributed_Push_Pull/Gradient.<i>.<source name>"`` (the same on every rank for the
     same sources). Unlike upstream the gradients are push_pulled also when ``size() == 1``.
+
+    A source with no gradient on this rank (``None``: it took no part in this rank's forward
+    pass) contributes ``tf.zeros_like(source)``, and ``gradient()`` returns the reduced tensor
+    for it on every rank, so the ranks push the same names (no deadlock when only some ranks
+    use a parameter) and apply the same update. Upstream BytePS and Horovod return ``None``
+    there and skip the reduction, which hangs when the ranks disagree.
 
     Args:
         gradtape: a ``tf.GradientTape`` (recorded, or about to be entered).

@@ -99,6 +99,19 @@ def _distributed_class(base: type) -> type:
         base.__init__(self, *args, **kwargs)
         _setup(self, _PENDING.get("settings") or _default_settings(base))
 
+    def build(self, variables):
+        base.build(self, variables)
+        if self._bps_passes > 1:
+            # Created after the base class's variables, so those keep their positions in
+            # ``optimizer.variables`` (state copy in create_distributed_optimizer).
+            with tf.init_scope():
+                self._bps_accumulators = [
+                    self.add_variable_from_reference(v, name="bps_grad_accumulator")
+                    for v in variables]
+                self._bps_counter = self.add_variable(
+                    shape=(), initializer="zeros", dtype="int64",
+                    name="bps_backward_passes")
+
     @tf.autograph.experimental.do_not_convert
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
@@ -112,9 +125,12 @@ def _distributed_class(base: type) -> type:
         names = [f"{self._bps_scope}/Gradient.{i}."
                  f"{ops._normalize_name(ops._label(v) or 'variable')}"
                  for i, v in enumerate(variables)]
-        grads = ops.push_pull_gradients(grads, names, self._bps_average,
-                                        self._bps_compression, "DistributedOptimizer")
-        return base.apply(self, grads, trainable_variables)
+        if self._bps_passes == 1 or not grads:
+            grads = ops.push_pull_gradients(grads, names, self._bps_average,
+                                            self._bps_compression, "DistributedOptimizer",
+                                            variables=variables)
+            return base.apply(self, grads, trainable_variables)
+        return _apply_aggregated(self, base, grads, trainable_variables, names)
 
     def get_config(self):
         config = base.get_config(self)
@@ -124,6 +140,7 @@ def _distributed_class(base: type) -> type:
 
     cls = type(base.__name__, (base,), {
         "__init__": __init__,
+        "build": build,
         "apply": apply,
         "get_config": get_config,
         "__module__": base.__module__,
@@ -136,12 +153,55 @@ def _distributed_class(base: type) -> type:
     return cls
 
 
+def _apply_aggregated(opt, base: type, grads: list, trainable_variables, names: list):
+    """``apply`` with ``backward_passes_per_step = N > 1`` (Horovod's local gradient
+    aggregation, done with Keras optimizer variables): add the gradients to per-variable
+    accumulators; on every N-th call push_pull the sums (one operation) and apply them through
+    the base class's ``apply`` (which increments ``iterations``), then zero the accumulators.
+    The other calls apply nothing. The choice is a ``tf.cond`` on a counter variable, so this
+    works eagerly and inside the compiled train function."""
+    if trainable_variables is None:
+        if not opt.built:
+            raise ValueError("When passing `grads` without `variables`, the optimizer must "
+                             "already be built on a list of variables.")
+        variables = list(opt._trainable_variables)
+    else:
+        variables = list(trainable_variables)
+        if not opt.built:
+            with tf.name_scope(opt.name):
+                opt.build(variables)
+            opt.built = True
+    if len(grads) != len(variables):
+        raise ValueError(f"DistributedOptimizer: {len(grads)} gradients for "
+                         f"{len(variables)} variables")
+    accs = [opt._bps_accumulators[opt._get_variable_index(v)] for v in variables]
+    for g, acc in zip(grads, accs):
+        if g is not None:  # no gradient on this rank: adds nothing, the sum is still pushed
+            acc.assign_add(tf.cast(ops._as_dense(g, "DistributedOptimizer"), acc.dtype))
+    count = opt._bps_counter.assign_add(1)
+    if not tf.is_tensor(count):
+        count = tf.convert_to_tensor(opt._bps_counter)
+    passes = opt._bps_passes
+
+    def communicate_and_apply():
+        sums = [tf.convert_to_tensor(acc) for acc in accs]
+        reduced = ops.push_pull_gradients(sums, names, opt._bps_average, opt._bps_compression,
+                                          "DistributedOptimizer")
+        base.apply(opt, reduced, variables)
+        for acc in accs:
+            acc.assign(tf.zeros_like(acc))
+        return tf.constant(True)
+
+    return tf.cond(tf.equal(count % passes, 0), communicate_and_apply,
+                   lambda: tf.constant(False))
+
+
 _PENDING: Dict[str, Any] = {}
 
 
 def _default_settings(base: type) -> dict:
     return dict(scope=f"Distributed{base.__name__}_Push_Pull", compression=Compression.none,
-                average=True, sparse_as_dense=False)
+                average=True, sparse_as_dense=False, backward_passes_per_step=1)
 
 
 def _setup(opt, settings: dict) -> None:
@@ -149,6 +209,9 @@ def _setup(opt, settings: dict) -> None:
     opt._bps_compression = settings["compression"]
     opt._bps_average = settings["average"]
     opt._bps_sparse_as_dense = settings["sparse_as_dense"]
+    opt._bps_passes = int(settings.get("backward_passes_per_step", 1))
+    opt._bps_accumulators = []
+    opt._bps_counter = None
     momentum = getattr(opt, "momentum", None)
     if isinstance(momentum, float) and not isinstance(momentum, bool):
         opt.momentum = _Momentum(momentum)
@@ -175,10 +238,19 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
         sparse_as_dense: accepted for compatibility: ``tf.IndexedSlices`` gradients (e.g. of
             an Embedding layer) are always densified before the reduction (Horovod did so only
             with ``True``; the core reduces dense tensors only).
-        backward_passes_per_step: > 1 sets Keras' ``gradient_accumulation_steps``: gradients
-            are still averaged across workers every step, Keras averages ``n`` of them and
-            applies the update every ``n``-th step (Horovod's result with
-            ``average_aggregated_gradients=True``; communication is not reduced).
+        backward_passes_per_step: ``N > 1``: local gradient aggregation (as the torch
+            adapter and Horovod): each ``apply``/``apply_gradients`` call adds its gradients
+            to per-variable accumulators (optimizer variables ``bps_grad_accumulator``, plus
+            an int64 counter ``bps_backward_passes``, created in ``build`` after the base
+            class's variables); every N-th call push_pulls the SUMS (one communication per N
+            passes, averaged across workers with ``op=Average``, never divided by N) and
+            applies them through the base optimizer; the other calls apply nothing (a
+            ``tf.cond``, so it works in ``model.fit``'s compiled train function).
+            ``iterations`` counts applied updates (as Keras' own gradient accumulation and a
+            single-process run doing the same accumulation; Horovod counts every call). Not
+            combinable with the optimizer's own ``gradient_accumulation_steps`` (which
+            averages, and would communicate every call). A model saved with such an
+            optimizer is not restored by :func:`load_model` (it rebuilds ``N = 1``).
         op: ``Average`` (default) or ``Sum``.
 
     Momentum: a float ``momentum`` hyper-parameter (SGD, RMSprop) becomes an object that acts
@@ -190,8 +262,8 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
     Raises:
         TypeError: not a Keras 3 optimizer (a legacy ``tf_keras``/TF1 optimizer, ...).
         ValueError: already distributed; ``op=Adasum``/unknown op; bad
-            ``backward_passes_per_step`` or one that conflicts with the optimizer's own
-            ``gradient_accumulation_steps``.
+            ``backward_passes_per_step``, or ``> 1`` with the optimizer's own
+            ``gradient_accumulation_steps`` set.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError("DistributedOptimizer: expected a Keras 3 optimizer "
@@ -209,16 +281,15 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
         raise ValueError(f"DistributedOptimizer: name must be a non-empty str, got {name!r}")
     base = type(optimizer)
     config = optimizer.get_config()
-    if backward_passes_per_step > 1:
-        current = config.get("gradient_accumulation_steps")
-        if current not in (None, backward_passes_per_step):
-            raise ValueError(
-                f"DistributedOptimizer: backward_passes_per_step={backward_passes_per_step} "
-                f"conflicts with the optimizer's gradient_accumulation_steps={current}")
-        config["gradient_accumulation_steps"] = backward_passes_per_step
+    if backward_passes_per_step > 1 and config.get("gradient_accumulation_steps"):
+        raise ValueError(
+            f"DistributedOptimizer: backward_passes_per_step={backward_passes_per_step} "
+            "cannot be combined with the optimizer's own gradient_accumulation_steps="
+            f"{config['gradient_accumulation_steps']} (use one of them)")
     settings = dict(scope=name or f"Distributed{base.__name__}_Push_Pull",
                     compression=compression, average=average,
-                    sparse_as_dense=bool(sparse_as_dense))
+                    sparse_as_dense=bool(sparse_as_dense),
+                    backward_passes_per_step=backward_passes_per_step)
     cls = _distributed_class(base)
     _PENDING["settings"] = settings
     try:
@@ -228,7 +299,9 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
     if optimizer.built:
         new.build(list(optimizer._trainable_variables))
         old_vars, new_vars = list(optimizer.variables), list(new.variables)
-        if len(old_vars) == len(new_vars):
+        # the accumulators of backward_passes_per_step > 1 come after the base variables
+        if len(new_vars) >= len(old_vars) and all(
+                tuple(d.shape) == tuple(s.shape) for d, s in zip(new_vars, old_vars)):
             for dst, src in zip(new_vars, old_vars):
                 dst.assign(src)
     return new

@@ -18,7 +18,8 @@ Keras users: :mod:`byteps.tensorflow.keras` (``tf.keras``) or :mod:`byteps.keras
 
 Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
 :func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
-:func:`broadcast`, :func:`broadcast_variables`, :func:`DistributedOptimizer`,
+:func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
+:func:`DistributedOptimizer`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
 :data:`Sum`, :data:`Adasum` (Adasum raises ``ValueError`` wherever an op is taken).
 
@@ -36,7 +37,7 @@ if not tf.__version__.startswith("2."):
     raise ImportError(f"byteps.tensorflow needs TensorFlow 2.x; found {tf.__version__}")
 
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
-from .functions import broadcast, broadcast_variables, push_pull
+from .functions import broadcast, broadcast_object, broadcast_variables, push_pull
 from .ops import (
     SUPPORTED_DTYPES,
     Adasum,
@@ -66,6 +67,7 @@ __all__ = [
     "push_pull",
     "broadcast",
     "broadcast_variables",
+    "broadcast_object",
     "DistributedOptimizer",
     "DistributedGradientTape",
     "Compression",

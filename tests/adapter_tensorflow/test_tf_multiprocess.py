@@ -25,10 +25,7 @@ REPO = HERE.parent.parent
 def _launch(script, workers, servers, args=(), timeout=240):
     cmd = [sys.executable, "-m", "byteps.launcher", "--workers", str(workers), "--servers",
            str(servers), "--", sys.executable, str(script), *map(str, args)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2",
-               # TensorFlow imports in several processes on a small, busy machine can starve a
-               # peer for a while; this is about the adapter, not heartbeat tuning.
-               BYTEPS_HEARTBEAT_TIMEOUT="60")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout, env=env, cwd=str(REPO))

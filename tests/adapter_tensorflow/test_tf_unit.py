@@ -44,7 +44,8 @@ def test_not_initialized_then_reinit():
 def test_exports():
     for name in ["init", "shutdown", "size", "rank", "local_size", "local_rank", "push_pull",
                  "broadcast", "broadcast_variables", "DistributedOptimizer",
-                 "DistributedGradientTape", "Compression", "Average", "Sum", "Adasum"]:
+                 "DistributedGradientTape", "Compression", "Average", "Sum", "Adasum",
+                 "broadcast_object"]:
         assert hasattr(bps, name), name
     assert (bps.Average, bps.Sum, bps.Adasum) == ("Average", "Sum", "Adasum")
 
@@ -180,7 +181,9 @@ def test_tape_in_tf_function_and_none_gradients():
         return tape.gradient(loss, {"a": a, "u": unused})
 
     out = step()
-    assert out["u"] is None
+    # a source without a gradient contributes zeros and gets the reduced tensor (so ranks
+    # that disagree on which parameters have gradients push the same names)
+    assert out["u"] is not None and float(out["u"]) == 0.0
     assert float(out["a"]) == 4.0
 
 
@@ -206,7 +209,10 @@ def test_keras_optimizer_keeps_config_and_state():
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         bps.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0)
     acc = bps.DistributedOptimizer(keras.optimizers.Adam(), backward_passes_per_step=2)
-    assert acc.gradient_accumulation_steps == 2
+    assert not acc.gradient_accumulation_steps  # local aggregation, not Keras' averaging
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        bps.DistributedOptimizer(keras.optimizers.SGD(gradient_accumulation_steps=2),
+                                 backward_passes_per_step=2)
     # the distributed update equals the plain one at size 1 (inside tf.function too)
     ref_v = keras.Variable(np.ones(3, np.float32))
     ref = keras.optimizers.SGD(learning_rate=0.5, momentum=0.9)
@@ -225,6 +231,113 @@ def test_keras_optimizer_keeps_config_and_state():
     before = np.asarray(d_v).copy()
     step(tf.constant([0.0, 0.0, 0.0]))
     np.testing.assert_array_equal(np.asarray(d_v), before)
+
+
+def test_keras_optimizer_none_gradient_gets_zeros():
+    import keras
+    v = keras.Variable(np.ones(3, np.float32), name="v")
+    u = keras.Variable(np.ones(2, np.float32), name="u")
+    d = bps.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.1, momentum=0.9))
+    seen = []
+    orig = bps.ops.push_pull_gradients
+
+    def spy(grads, names, *args, **kwargs):
+        out = orig(grads, names, *args, **kwargs)
+        seen.append((list(names), [g is None for g in out]))
+        return out
+
+    bps.ops.push_pull_gradients = spy
+    try:
+        d.apply_gradients([(tf.ones(3), v), (None, u)])
+    finally:
+        bps.ops.push_pull_gradients = orig
+    assert len(seen) == 1 and len(seen[0][0]) == 2 and seen[0][1] == [False, False]
+    np.testing.assert_allclose(np.asarray(v), 0.9)
+    np.testing.assert_array_equal(np.asarray(u), [1.0, 1.0])  # a zero gradient: unchanged
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("make", ["sgd", "adam"])
+def test_backward_passes_per_step_sums_locally(compiled, make):
+    import keras
+
+    def new_opt():
+        if make == "sgd":
+            return keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+        return keras.optimizers.Adam(learning_rate=0.01)
+
+    passes = 3
+    v = keras.Variable(np.ones(3, np.float32), name="v")
+    u = keras.Variable(np.ones(2, np.float32), name="u")
+    d = bps.DistributedOptimizer(new_opt(), backward_passes_per_step=passes)
+    ref_v = keras.Variable(np.ones(3, np.float32))
+    ref_u = keras.Variable(np.ones(2, np.float32))
+    ref = new_opt()
+    calls = []
+    orig = bps.ops._push_pull_many
+
+    def counting(tensors, bases, *args, **kwargs):
+        calls.append(list(bases))
+        return orig(tensors, bases, *args, **kwargs)
+
+    def raw_step(g, h):
+        return d.apply_gradients([(g, v), (h, u)])
+
+    step = tf.function(raw_step) if compiled else raw_step
+    rng = np.random.default_rng(0)
+    bps.ops._push_pull_many = counting
+    try:
+        for k in range(2):
+            gs = [rng.standard_normal(3).astype(np.float32) for _ in range(passes)]
+            for j, g in enumerate(gs):
+                # u has no gradient on the middle pass: the sum still covers the others
+                step(tf.constant(g), None if j == 1 else tf.constant(g[:2]))
+                if j < passes - 1:
+                    # nothing is applied before the last pass
+                    assert int(d.iterations) == k
+            total = np.sum(gs, axis=0)
+            total_u = gs[0][:2] + gs[2][:2]
+            ref.apply_gradients([(tf.constant(total), ref_v), (tf.constant(total_u), ref_u)])
+            np.testing.assert_allclose(np.asarray(v), np.asarray(ref_v), rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(np.asarray(u), np.asarray(ref_u), rtol=1e-6, atol=1e-7)
+            assert int(d.iterations) == int(ref.iterations) == k + 1
+    finally:
+        bps.ops._push_pull_many = orig
+    if not compiled:  # one communication per `passes` calls (graph mode: traced once)
+        assert len(calls) == 2, calls
+    names = [str(x.path) for x in d.variables]
+    assert names[-3:] == [f"{d.name}/v_bps_grad_accumulator",
+                          f"{d.name}/u_bps_grad_accumulator", f"{d.name}/bps_backward_passes"]
+    for acc in d.variables[-3:-1]:
+        np.testing.assert_array_equal(np.asarray(acc), 0.0)
+
+
+def test_backward_passes_per_step_in_model_fit():
+    import keras
+    x = np.random.default_rng(1).random((64, 4)).astype(np.float32)
+    y = np.random.default_rng(2).random((64, 1)).astype(np.float32)
+
+    def fit(opt):
+        keras.utils.set_random_seed(3)
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        m.compile(optimizer=opt, loss="mse")
+        m.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        return m
+
+    m = fit(bps.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2))
+    assert int(m.optimizer.iterations) == 4  # 8 batches, one update per 2
+    # the same as the plain SGD on the pair sums: twice the rate, averaged gradient pairs
+    ref = fit(keras.optimizers.SGD(0.2, gradient_accumulation_steps=2))
+    for a, b in zip(m.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_broadcast_object_size_one():
+    obj = {"a": [1, 2.5, None], "f": (lambda z: z + 1)}
+    assert bps.broadcast_object(obj, root_rank=0, name="unit.obj") is obj
+    assert bps.broadcast_object(obj) is obj
+    with pytest.raises(ValueError, match="root_rank"):
+        bps.broadcast_object(obj, root_rank=1)
 
 
 def test_legacy_optimizer():

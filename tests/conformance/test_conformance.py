@@ -68,15 +68,6 @@ def _params():
                                    id=f"{fw}-{workers}w{servers}s-{group}")
 
 
-#: Extra environment of every job. BYTEPS_HEARTBEAT_TIMEOUT works around a core bug (see
-#: the conformance report): the scheduler stamps a node's last heartbeat at REGISTER, but nodes
-#: start heartbeating only once the address book arrives (when the LAST worker registers), so
-#: a server or early worker is declared dead ("sent no heartbeat for 15 s") as soon as the book
-#: goes out whenever the slowest worker's framework import took more than
-#: BYTEPS_HEARTBEAT_TIMEOUT (15 s default) -- routinely TensorFlow on a loaded 2-core machine.
-JOB_ENV = ("BYTEPS_HEARTBEAT_TIMEOUT=90",)
-
-
 def _env():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "BYTEPS_"))}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
@@ -86,8 +77,6 @@ def _env():
 def run_job(framework: str, workers: int, servers: int, group: str, timeout_s: float):
     cmd = [sys.executable, "-m", "byteps.launcher", "--workers", str(workers),
            "--servers", str(servers), "--env", f"BYTEPS_TIMEOUT={timeout_s:g}"]
-    for kv in JOB_ENV:
-        cmd += ["--env", kv]
     cmd += ["--", sys.executable, str(WORKER), framework, group]
     t0 = time.monotonic()
     try:

@@ -9,7 +9,12 @@ How the distributed optimizer works: Keras 3's TensorFlow trainer calls
 ``optimizer.apply(grads, vars)``. The distributed optimizer is a dynamic subclass of the
 optimizer's class whose ``apply`` first push_pulls every gradient (one ``tf.numpy_function``
 for all of them) and then runs the original ``apply`` (loss-scale, clipping, weight decay,
-update), so clipping sees averaged gradients, as with Horovod.
+update), so clipping sees averaged gradients, as with Horovod. A gradient that is ``None``
+(the variable took no part in this rank's forward pass) is pushed as zeros and the reduced
+tensor is applied on every rank, so the ranks agree on the names and keep identical weights
+(upstream/Horovod skip such gradients and hang when the ranks disagree). With
+``backward_passes_per_step = N > 1`` the gradients are summed locally in optimizer variables
+and communicated and applied on every N-th call only (see :func:`_apply_aggregated`).
 """
 
 from __future__ import annotations

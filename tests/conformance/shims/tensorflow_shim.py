@@ -14,7 +14,8 @@ How the generic operations map onto the TensorFlow API:
 * the distributed-training variants are ``"optimizer"`` (``bps.DistributedOptimizer`` of a
   Keras 3 SGD, driven by ``apply_gradients`` per micro-batch) and ``"tape"``
   (``bps.DistributedGradientTape`` + a plain Keras SGD). ``backward_passes_per_step`` goes to
-  the optimizer variant (the tape has no such argument).
+  the optimizer variant (the tape has no such argument);
+* ``broadcast_object`` is ``bps.broadcast_object`` (cloudpickle, as Horovod's).
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from .base import ALL_DTYPES, PARAM_NAMES, Batch, Shim
 class TensorFlowShim(Shim):
     name = "tensorflow"
     dtypes = ALL_DTYPES
-    capabilities = frozenset({"inplace", "concurrent", "fp16", "optimizer", "backward_passes"})
+    capabilities = frozenset({"inplace", "concurrent", "broadcast_object", "fp16", "optimizer",
+                              "backward_passes"})
     missing_reasons = {
         "async": "byteps.tensorflow has no push_pull_async/poll/synchronize handle API "
                  "(upstream neither); concurrency is covered through threads",
-        "broadcast_object": "byteps.tensorflow exports no broadcast_object (upstream neither; "
-                            "Horovod has hvd.broadcast_object)",
     }
     optimizer_variants = ("optimizer", "tape")
     backward_passes_variants = ("optimizer",)
@@ -60,9 +60,6 @@ class TensorFlowShim(Shim):
         self.bps = bps
         self.errors = byteps.errors
         bps.init()
-        missing = [c for c in ("broadcast_object",) if hasattr(bps, c)]
-        if missing:  # the adapter grew it: the capability list here is out of date
-            print(f"NOTE tensorflow shim: byteps.tensorflow now has {missing}", flush=True)
 
     # ---------------------------------------------------------------- tensors
     def tensor(self, array: np.ndarray, dtype: str) -> Any:
@@ -154,6 +151,9 @@ class TensorFlowShim(Shim):
     def broadcast(self, t: Any, root: int, name: str) -> Any:
         return self.bps.broadcast(t, root, name="conf.bcast." + name)
 
+    def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
+        return self.bps.broadcast_object(obj, root_rank=root, name=name)
+
     # ---------------------------------------------------------------- tiny model
     def make_model(self, weights: Dict[str, np.ndarray]) -> Any:
         return {n: self.keras.Variable(initializer=np.array(weights[n], np.float32), name=n,
@@ -210,8 +210,9 @@ class TensorFlowShim(Shim):
             pairs = [(g, v) for g, v in zip(total, variables) if g is not None]
             opt.apply_gradients(pairs)
         elif kind == "optimizer":
-            # Keras-style accumulation: apply_gradients per micro-batch; the distributed
-            # optimizer (backward_passes_per_step = len(micro_batches)) applies on the last.
+            # apply_gradients per micro-batch: the distributed optimizer
+            # (backward_passes_per_step = len(micro_batches)) sums them locally and
+            # communicates and applies on the last one only.
             for b in micro_batches:
                 grads, variables = self._grads(model, b)
                 opt.apply_gradients(zip(grads, variables))

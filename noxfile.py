@@ -56,7 +56,7 @@ def unit(session: nox.Session) -> None:
     """Build and install byteps, run the tests that need no framework."""
     _build_env(session)
     session.install(".[test]")
-    session.run("pytest", "-m", "not slow and not torch and not tensorflow", "tests",
+    session.run("pytest", "-m", "not slow and not torch and not tensorflow and not bench", "tests",
                 *session.posargs,
                 success_codes=PYTEST_OK)
 
@@ -65,7 +65,7 @@ def unit(session: nox.Session) -> None:
 def torch(session: nox.Session) -> None:
     """PyTorch adapter tests and the example smoke runs (CPU)."""
     _install_torch(session)
-    session.run("pytest", "-m", "torch and not slow", "tests", *session.posargs,
+    session.run("pytest", "-m", "torch and not slow and not bench", "tests", *session.posargs,
                 success_codes=PYTEST_OK)
 
 
@@ -77,6 +77,18 @@ def tensorflow(session: nox.Session) -> None:
     session.install(".[tensorflow,examples,test]")
     session.run("pytest", "-m", "tensorflow and not slow", "tests", *session.posargs,
                 success_codes=PYTEST_OK)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The performance instrument: its tests, then `byteps-bench --quick` (report to a temp dir)."""
+    _build_env(session)
+    session.install(TORCH)
+    session.install(".[torch,bench,test]")
+    session.run("pytest", "-m", "bench", "tests", *session.posargs, success_codes=PYTEST_OK)
+    out = session.create_tmp()
+    session.run("byteps-bench", "--quick", "--out", os.path.join(out, "performance.md"),
+                "--img-dir", os.path.join(out, "img"))
 
 
 @nox.session

@@ -29,6 +29,9 @@ from typing import IO, Callable
 #: One piece: anything up to and including the first line terminator.
 _PIECE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
 
+#: Seconds to look for a signal death among children failing together (see _root_cause).
+_CAUSE_WINDOW = 0.2
+
 #: Read size of one ``os.read``-like call on a child pipe.
 _CHUNK = 65536
 
@@ -287,6 +290,8 @@ class _Job:
             live.discard(child)
             rc = child.proc.returncode
             if rc != 0 and not child.signaled and self.failure is None:
+                child = self._root_cause(child, live)
+                rc = child.proc.returncode
                 self.fail(exit_code_of(rc), f"{child.spec.label} (pid {child.proc.pid}) "
                                             f"{_describe(rc)}")
                 deadline = min(deadline or float("inf"), time.monotonic() + self.grace)
@@ -294,6 +299,28 @@ class _Job:
                 # every worker succeeded: the servers and the scheduler should follow by
                 # themselves (the core tells them to); give them the grace period.
                 deadline = time.monotonic() + self.grace
+
+    def _root_cause(self, first: _Child, live: set) -> _Child:
+        """Among children exiting within a moment of ``first``, the one killed by a signal.
+
+        A killed process makes its peers fail a few milliseconds later (the core reports the
+        dead peer); their exits can be reaped first, but the signal death is the cause.
+        """
+        if first.proc.returncode < 0:
+            return first
+        deadline = time.monotonic() + _CAUSE_WINDOW
+        others = []
+        while time.monotonic() < deadline:
+            try:
+                other = self.exited.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            live.discard(other)
+            others.append(other)
+        for other in others:
+            if other.proc.returncode is not None and other.proc.returncode < 0:
+                return other
+        return first
 
     def stop(self, live: set) -> None:
         """Signal every child's process group, wait TERM_TIMEOUT, then SIGKILL the groups."""

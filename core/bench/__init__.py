@@ -1,0 +1,1 @@
+"""byteps-bench: the performance instrument of byteps (issue 4)."""

@@ -5,6 +5,7 @@ Sessions:
     unit   the package + tests that need no framework: ``pytest -m "not slow and not torch and not tensorflow"``.
     torch  PyTorch 2.13 (CPU wheel from pip's local find-links) + the torch tests and examples.
     tensorflow  tensorflow-cpu 2.21 (Keras 3) + the TensorFlow/Keras tests and examples.
+    bench  the performance instrument's tests (emulated cluster needs root) + byteps-bench --quick.
     slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
 
 Installing ``.`` builds the C++ core (scikit-build-core, a few minutes on 2 cores); pass
@@ -17,7 +18,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["lint", "unit", "torch", "tensorflow"]
+nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "bench"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 # stdlib venv + pip: torch must come from pip's configured find-links (never uv).
@@ -56,8 +57,8 @@ def unit(session: nox.Session) -> None:
     """Build and install byteps, run the tests that need no framework."""
     _build_env(session)
     session.install(".[test]")
-    session.run("pytest", "-m", "not slow and not torch and not tensorflow and not bench", "tests",
-                *session.posargs,
+    session.run("pytest", "-m", "not slow and not torch and not tensorflow and not bench",
+                "tests", *session.posargs,
                 success_codes=PYTEST_OK)
 
 

@@ -1,0 +1,200 @@
+"""``byteps-bench``: run the benchmarks, write ``docs/performance.md`` and ``docs/img/*.png``.
+
+    byteps-bench [--quick] [--out docs/performance.md] [--img-dir docs/img] [--only micro,sum]
+
+Benchmarks (``--only``, comma-separated; default: all available):
+
+* ``micro``   loopback microbenchmarks (:mod:`byteps.bench.micro`): push_pull vs gloo
+  all_reduce vs raw TCP, one-tensor-at-a-time, first-use cost;
+* ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`byteps.bench.sumbench`);
+* any module listed in :data:`PLUGINS` (e.g. ``cluster``, :mod:`byteps.bench.cluster`) that
+  defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
+  ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
+  ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
+  :func:`byteps.bench.report.target`).
+
+``--quick`` is the CI smoke run (under 3 minutes on 2 cores); the full run takes under 15.
+``--json`` saves the raw results, ``--from-json`` re-renders a report from them without
+measuring again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shlex
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from . import micro, report, sumbench
+
+#: section order in the report: plugins first (the emulated cluster is the headline).
+PLUGINS = {"cluster": "byteps.bench.cluster"}
+
+
+class Bench:
+    """One benchmark: how to plan, count steps, run and render it."""
+
+    def __init__(self, name: str, settings: Callable, steps: Callable, run: Callable,
+                 markdown: Callable):
+        self.name, self.settings, self.steps, self.run, self.markdown = (
+            name, settings, steps, run, markdown)
+
+
+def available() -> Dict[str, Bench]:
+    benches: Dict[str, Bench] = {}
+    for name, modname in PLUGINS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:
+            continue
+        fns = [getattr(mod, f"bench_{f}", None) for f in ("settings", "steps", "run", "markdown")]
+        if all(callable(f) for f in fns):
+            benches[name] = Bench(name, *fns)
+    benches["micro"] = Bench("micro", micro.settings, micro.steps,
+                             lambda plan, progress: micro.run(plan, progress=progress),
+                             report.micro_markdown)
+    benches["sum"] = Bench("sum", sumbench.settings, lambda plan: 1 + len(plan["dtypes"]),
+                           lambda plan, progress: sumbench.run(plan, progress=progress),
+                           report.sum_markdown)
+    return benches
+
+
+def _progress_bar(total: int, enabled: bool):
+    """A tqdm bar (plain stderr lines where tqdm is missing); returns (advance, close)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is None or not enabled:
+        state = {"i": 0}
+
+        def advance(label: str) -> None:
+            state["i"] += 1
+            if enabled:
+                print(f"[{state['i']}/{total}] {label}", file=sys.stderr, flush=True)
+
+        return advance, lambda: None
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr)
+    first = {"v": True}
+
+    def advance(label: str) -> None:
+        if not first["v"]:
+            bar.update(1)
+        first["v"] = False
+        bar.set_description(label)
+
+    def close() -> None:
+        if not first["v"]:
+            bar.update(1)
+        bar.close()
+
+    return advance, close
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="byteps-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="CI smoke run: fewer sizes and dtypes, one repeat (< 3 min on 2 cores)")
+    p.add_argument("--out", default="docs/performance.md", help="Markdown report to write")
+    p.add_argument("--img-dir", default=None,
+                   help="where the PNG plots go (default: img/ next to --out)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated benchmarks to run (default: all available)")
+    p.add_argument("--sizes", nargs="+", help="micro: tensor sizes, e.g. 4K 1M 64M")
+    p.add_argument("--repeats", type=int, help="micro: runs of every job (the best is kept)")
+    p.add_argument("--count", type=int, help="micro: one-tensor-at-a-time tensors")
+    p.add_argument("--sum-size-mib", type=float, help="sum: MiB per buffer")
+    p.add_argument("--env", action="append", help="micro: KEY=VAL for the byteps jobs")
+    p.add_argument("--json", help="also write the raw results (JSON) here")
+    p.add_argument("--from-json", help="render the report from saved results; measure nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def _plans(args: argparse.Namespace, benches: Dict[str, Bench]) -> Dict[str, dict]:
+    plans = {}
+    for name, b in benches.items():
+        if name == "micro":
+            sizes = [micro.parse_size(s) for s in args.sizes] if args.sizes else None
+            plans[name] = micro.settings(args.quick, sizes, repeats=args.repeats,
+                                         count=args.count, env=args.env)
+        elif name == "sum":
+            plans[name] = sumbench.settings(
+                args.quick, size=int(args.sum_size_mib * (1 << 20)) if args.sum_size_mib else None)
+        else:
+            plans[name] = b.settings(args.quick)
+    return plans
+
+
+def _shown(argv: List[str]) -> List[str]:
+    """The command line without options that do not change the measurement."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--json", "--from-json"):
+            skip = True
+        elif a != "--no-progress" and not a.startswith(("--json=", "--from-json=")):
+            out.append(a)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    benches = available()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        results, elapsed, command = saved["results"], saved.get("elapsed_s"), saved["command"]
+        info, date = saved.get("machine"), saved.get("date")
+        chosen = [n for n in benches if n in results]
+    else:
+        only = [s for s in (args.only or "").split(",") if s] or list(benches)
+        unknown = [s for s in only if s not in benches]
+        if unknown:
+            print(f"byteps-bench: unknown or unavailable benchmark(s): {', '.join(unknown)}; "
+                  f"available: {', '.join(benches)}", file=sys.stderr)
+            return 2
+        chosen = [n for n in benches if n in only]
+        plans = _plans(args, {n: benches[n] for n in chosen})
+        total = sum(int(benches[n].steps(plans[n])) for n in chosen)
+        advance, close = _progress_bar(total, not args.no_progress)
+        t0 = time.perf_counter()
+        results: Dict[str, dict] = {}
+        try:
+            for n in chosen:
+                results[n] = benches[n].run(plans[n], advance)
+        finally:
+            close()
+        elapsed = time.perf_counter() - t0
+        command = "byteps-bench " + " ".join(shlex.quote(a) for a in _shown(argv_list))
+        info, date = report.machine(), time.strftime("%Y-%m-%d %H:%M")
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump({"command": command, "elapsed_s": elapsed, "machine": info,
+                           "date": date, "results": results}, f, indent=1)
+    img_dir = args.img_dir or os.path.join(os.path.dirname(os.path.abspath(args.out)), "img")
+    img_rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(args.out)))
+    sections: List[report.Section] = [
+        benches[n].markdown(results[n], img_dir, img_rel) for n in chosen]
+    page = report.render(sections, command=command.strip(), elapsed_s=elapsed, info=info,
+                         date=date)
+    report.write(args.out, page)
+    targets = [t for _, ts in sections for t in ts]
+    for t in targets:
+        mark = {True: "met   ", False: "MISSED", None: "info  "}[t["met"]]
+        print(f"{mark} {t['ratio']:7.2f}x  {t['name']}  ({t['measured']})")
+    print(f"byteps-bench: wrote {args.out} and plots under {img_dir}"
+          + (f" in {elapsed:.0f} s" if elapsed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

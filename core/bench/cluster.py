@@ -1,0 +1,592 @@
+"""Emulated-cluster benchmarks: link measurement, real byteps jobs, and the default-B probe.
+
+* :class:`EmulatedCluster` (from :mod:`byteps.bench.netns`): n worker hosts + k CPU-server hosts
+  as network namespaces behind a bridge, each host's link shaped to B in both directions.
+* :func:`measure_link`: TCP bulk throughput between two hosts, bytes/s.
+* :func:`run_byteps_job`: a real byteps job in upstream mode (``DMLC_*`` per process).
+* ``python -m byteps.bench.cluster --probe [--quick]``: for candidate bandwidths, the shaped
+  link throughput and a push_pull at n = k = 4 against ``t_opt``; prints a Markdown table and
+  the recommended default B (the largest B at which push_pull still tracks ``t_opt``, i.e. the
+  network and not the CPU is the bottleneck).
+
+Process placement of :func:`run_byteps_job`: the scheduler runs on the first worker host
+(``w0``; its traffic is a few small control messages), one server on every CPU-server host,
+plus -- as DESIGN.md section 3 prescribes, and what ``t_opt`` assumes -- one server colocated
+on every worker host while k < n (k = 0: only those; the scheduler recognises colocation by
+address), and one worker process (``BYTEPS_LOCAL_SIZE=1``) per worker host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from .netns import (
+    EmulatedCluster,
+    Host,
+    close_all,
+    install_signal_cleanup,
+    list_netns,
+    netns_unavailable,
+    tbf_params,
+)
+
+__all__ = [
+    "EmulatedCluster",
+    "Host",
+    "JobResult",
+    "close_all",
+    "install_signal_cleanup",
+    "list_netns",
+    "measure_link",
+    "netns_unavailable",
+    "pushpull_worker_argv",
+    "run_byteps_job",
+    "run_pushpull",
+    "PushPullStats",
+    "t_opt",
+    "tbf_params",
+    "choose_default_bandwidth",
+    "probe_table",
+    "PROBE_ENV",
+]
+
+log = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------------------- theory --
+
+
+def t_opt(n: int, k: int, model_bytes: float, bandwidth_Bps: float) -> float:
+    """The paper's optimal communication time per iteration, in seconds.
+
+    ``t_opt = 2n(n-1)M / ((n^2 + kn - 2k) B)`` for n worker machines, k CPU-only servers, a
+    model of ``model_bytes`` M and NIC bandwidth ``bandwidth_Bps`` B in bytes/s.
+    """
+    if n < 2:
+        return 0.0
+    return 2 * n * (n - 1) * model_bytes / ((n * n + k * n - 2 * k) * bandwidth_Bps)
+
+
+# ---------------------------------------------------------------------------- link test --
+
+_RECEIVER = r"""
+import json, socket, sys, time
+addr, timeout, warmup = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((addr, 0)); s.listen(1); s.settimeout(timeout)
+print("PORT", s.getsockname()[1], flush=True)
+c, _ = s.accept(); c.settimeout(timeout)
+buf = bytearray(1 << 20); total = 0; t0 = tw = None; bw = 0; t_last = None
+while True:
+    n = c.recv_into(buf)
+    if not n:
+        break
+    now = time.monotonic()
+    if t0 is None:
+        t0 = now
+    elif tw is None and now - t0 >= warmup:
+        tw, bw = now, total
+    total += n; t_last = now
+c.close(); s.close()
+print(json.dumps({"bytes": total, "t0": t0, "tw": tw, "bw": bw, "t_last": t_last}), flush=True)
+"""
+
+_SENDER = r"""
+import socket, sys, time
+addr, port, seconds, nbytes, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+c = socket.create_connection((addr, port), timeout=timeout)
+chunk = memoryview(bytearray(1 << 20)); sent = 0; end = time.monotonic() + seconds
+while (nbytes > 0 and sent < nbytes) or (nbytes <= 0 and time.monotonic() < end):
+    m = chunk if nbytes <= 0 else chunk[: min(len(chunk), nbytes - sent)]
+    c.sendall(m); sent += len(m)
+c.shutdown(socket.SHUT_WR); c.recv(1); c.close()
+"""
+
+
+def measure_link(
+    cluster: EmulatedCluster,
+    src_host: Host | str,
+    dst_host: Host | str,
+    seconds: float = 2.0,
+    nbytes: int | None = None,
+    warmup: float | None = None,
+) -> float:
+    """Steady-state TCP goodput from ``src_host`` to ``dst_host``, in bytes/s.
+
+    A Python receiver (in ``dst_host``'s namespace) and sender (in ``src_host``'s) move one
+    bulk TCP stream for ``seconds`` seconds, or ``nbytes`` bytes when given. The rate is taken
+    at the receiver over the time after the first ``warmup`` seconds (default
+    ``min(0.25, seconds / 4)``; excludes slow start). Goodput excludes TCP/IP/Ethernet headers,
+    so on a shaped link it is about 0.96 of the set rate (1448 payload bytes per 1514-byte frame).
+
+    Raises:
+        RuntimeError: a side failed or did not finish within ``seconds + 30`` s.
+    """
+    src, dst = cluster.host(src_host), cluster.host(dst_host)
+    if warmup is None:
+        warmup = min(0.25, seconds / 4.0)
+    limit = seconds + 30.0
+    py = [sys.executable, "-c"]
+    recv = cluster.spawn(dst, py + [_RECEIVER, dst.address, str(limit), str(warmup)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    send = None
+    try:
+        line = _readline(recv, 15.0)
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"link receiver on {dst.name} did not start: {line!r} "
+                               f"{_drain_err(recv)}")
+        port = int(line.split()[1])
+        send = cluster.spawn(src, py + [_SENDER, dst.address, str(port), str(seconds),
+                                        str(nbytes or 0), str(limit)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        out, err = recv.communicate(timeout=limit)
+        send_err = send.communicate(timeout=10.0)[1]
+        if recv.returncode != 0 or send.returncode != 0:
+            raise RuntimeError(f"link test {src.name}->{dst.name} failed: receiver "
+                               f"{recv.returncode} {err.strip()} sender {send.returncode} "
+                               f"{send_err.strip()}")
+        res = json.loads(out.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"link test {src.name}->{dst.name} timed out") from exc
+    finally:
+        for p in (recv, send):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(5.0)
+    if res["tw"] is not None and res["t_last"] > res["tw"]:
+        rate = (res["bytes"] - res["bw"]) / (res["t_last"] - res["tw"])
+    elif res["t0"] is not None and res["t_last"] > res["t0"]:
+        rate = res["bytes"] / (res["t_last"] - res["t0"])
+    else:
+        raise RuntimeError(f"link test {src.name}->{dst.name}: too little data ({res})")
+    log.info("link %s->%s: %.1f Mbit/s goodput", src.name, dst.name, rate * 8 / 1e6)
+    return rate
+
+
+def _readline(proc: subprocess.Popen, timeout: float) -> str:
+    """First stdout line of ``proc`` within ``timeout`` seconds ('' on EOF or timeout)."""
+    box: list[str] = []
+    t = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    return box[0].strip() if box else ""
+
+
+def _drain_err(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        return ""
+    return (proc.stderr.read() or "").strip() if proc.stderr else ""
+
+
+# ------------------------------------------------------------------------------ byteps jobs --
+
+
+class JobResult(NamedTuple):
+    """What :func:`run_byteps_job` returns.
+
+    Attributes:
+        returncodes (list[int | None]): exit code of worker i (``-n``: killed by signal n, which
+            is what a worker stopped at the timeout reports).
+        output (str): the output lines of every process of the job (stdout and stderr), in
+            arrival order, each prefixed ``[worker i] ``, ``[server j] `` or ``[scheduler] ``.
+    """
+
+    returncodes: list
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        """True when every worker exited 0."""
+        return all(rc == 0 for rc in self.returncodes)
+
+    def lines(self, label: str) -> list[str]:
+        """Output lines of one process (``"worker 0"``), without the prefix."""
+        pre = f"[{label}] "
+        return [ln[len(pre):] for ln in self.output.splitlines() if ln.startswith(pre)]
+
+
+def run_byteps_job(
+    cluster: EmulatedCluster,
+    worker_argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+    service_grace: float = 10.0,
+    colocate: bool | None = None,
+) -> JobResult:
+    """Run a byteps job on ``cluster`` in upstream mode and wait for its workers.
+
+    Placement: scheduler on ``w0`` (``DMLC_PS_ROOT_URI`` = w0's address, a random port); one
+    server (``python -m byteps.server``) per CPU-server host and, as in DESIGN.md section 3, one
+    colocated on every worker host while k < n (its optimal share ``(n-k)/(n^2+kn-2k)`` is then
+    positive; at k >= n it is 0, so none are started); one worker process running
+    ``worker_argv`` per worker host. ``DMLC_NUM_SERVER`` counts all servers. k = 0: only the
+    colocated servers. Every process gets its host's
+    address as ``DMLC_NODE_HOST``, a fresh ``BYTEPS_JOB_ID`` and ``BYTEPS_SECRET``,
+    ``BYTEPS_LOCAL_SIZE=1``, ``BYTEPS_LOCAL_RANK=0`` and ``PYTHONUNBUFFERED=1``; ``env`` is
+    added on top of ``os.environ`` (and may override ``BYTEPS_*`` knobs, not the cluster vars).
+
+    Args:
+        cluster: where to run.
+        worker_argv: the worker command (run once per worker host).
+        env: extra environment for every process.
+        timeout: seconds the workers may run before everything is stopped.
+        service_grace: seconds the servers and scheduler get to exit by themselves after the
+            workers are done, before they are stopped.
+        colocate: start a server on every worker host too; default ``k < n`` (always when
+            k = 0). ``False`` with k > 0 gives the CPU-server-only layout.
+
+    Returns:
+        JobResult: worker exit codes and the prefixed output of every process.
+    """
+    n, k = cluster.num_workers, cluster.num_servers
+    if colocate is None:
+        colocate = k < n
+    server_hosts = cluster.servers + (cluster.workers if colocate or k == 0 else [])
+    root = cluster.workers[0]
+    base = {**os.environ, **(env or {})}
+    base.update({
+        "DMLC_NUM_WORKER": str(n),
+        "DMLC_NUM_SERVER": str(len(server_hosts)),
+        "DMLC_PS_ROOT_URI": root.address,
+        "DMLC_PS_ROOT_PORT": str(random.randint(20000, 59999)),
+        "BYTEPS_JOB_ID": f"bench{uuid.uuid4().hex[:12]}",
+        "BYTEPS_SECRET": secrets.token_hex(16),
+        "BYTEPS_LOCAL_SIZE": "1",
+        "BYTEPS_LOCAL_RANK": "0",
+        "PYTHONUNBUFFERED": "1",
+    })
+    base.pop("DMLC_WORKER_ID", None)
+    server_argv = [sys.executable, "-m", "byteps.server"]
+    lines: list[str] = []
+    lock = threading.Lock()
+    pumps: list[threading.Thread] = []
+
+    def start(label: str, host: Host, argv: Sequence[str], extra: dict) -> subprocess.Popen:
+        proc = cluster.spawn(host, argv, {**base, "DMLC_NODE_HOST": host.address, **extra},
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, errors="replace")
+        t = threading.Thread(target=_pump, args=(proc, f"[{label}] ", lines, lock), daemon=True)
+        t.start()
+        pumps.append(t)
+        return proc
+
+    services = [start("scheduler", root, server_argv, {"DMLC_ROLE": "scheduler"})]
+    services += [start(f"server {j}", h, server_argv, {"DMLC_ROLE": "server"})
+                 for j, h in enumerate(server_hosts)]
+    workers = [start(f"worker {i}", h, list(worker_argv),
+                     {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(i)})
+               for i, h in enumerate(cluster.workers)]
+    deadline = time.monotonic() + timeout
+    try:
+        for w in workers:
+            try:
+                w.wait(max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                log.warning("byteps job on %s: workers still running after %.0f s; stopping",
+                            cluster.prefix, timeout)
+                break
+        svc_deadline = time.monotonic() + service_grace
+        for s in services:
+            if all(w.poll() is not None for w in workers):
+                try:
+                    s.wait(max(svc_deadline - time.monotonic(), 0.0))
+                except subprocess.TimeoutExpired:
+                    pass
+    finally:
+        cluster.stop_all(timeout=3.0)
+        for t in pumps:
+            t.join(5.0)
+    codes = [w.returncode for w in workers]
+    result = JobResult(codes, "".join(lines))
+    if not result.ok:
+        log.warning("byteps job on %s: worker exit codes %s", cluster.prefix, codes)
+    return result
+
+
+def _pump(proc: subprocess.Popen, prefix: str, lines: list, lock: threading.Lock) -> None:
+    for line in proc.stdout:
+        with lock:
+            lines.append(prefix + line if line.endswith("\n") else prefix + line + "\n")
+    proc.stdout.close()
+
+
+# ----------------------------------------------------------------- push_pull worker / probe --
+
+
+def pushpull_worker_argv(nbytes: int, iters: int, warmup: int = 1) -> list[str]:
+    """Command of a worker that push_pulls a float32 tensor of ``nbytes`` bytes ``warmup`` +
+    ``iters`` times, checks every sum exactly, and prints ``RESULT {json}`` (see
+    :func:`_worker_main`)."""
+    return [sys.executable, "-m", "byteps.bench.cluster", "--worker", str(nbytes), str(iters),
+            str(warmup)]
+
+
+def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
+    """A push_pull benchmark worker (run by :func:`run_byteps_job`).
+
+    Rank r sends ``x[i] = (i % 251) + 1000 * r`` (float32, exact): the sum is
+    ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Prints ``RESULT`` with the seconds
+    of each timed iteration; exits 1 on a wrong sum.
+    """
+    import numpy as np
+
+    import byteps.basics as bps
+
+    bps.init()
+    r, size = bps.rank(), bps.size()
+    nelem = max(nbytes // 4, 1)
+    base = (np.arange(nelem, dtype=np.int64) % 251).astype(np.float32)
+    x = base + np.float32(1000 * r)
+    want = base * np.float32(size) + np.float32(1000 * size * (size - 1) // 2)
+    out = np.empty_like(x)
+    times = []
+    t_start = None
+    for it in range(warmup + iters):
+        if it == warmup:
+            t_start = time.monotonic()
+        out.fill(-1)
+        t0 = time.perf_counter()
+        h = bps.push_pull_async("bench.grad", x.ctypes.data, out.ctypes.data, x.nbytes,
+                                "float32", x.shape, False)
+        bps.wait(h)
+        dt = time.perf_counter() - t0
+        if not np.array_equal(out, want):
+            bad = int(np.flatnonzero(out != want)[0])
+            print(f"FAIL rank {r} iter {it}: out[{bad}]={out[bad]} want {want[bad]}", flush=True)
+            return 1
+        if it >= warmup:
+            times.append(dt)
+    t_end = time.monotonic()  # CLOCK_MONOTONIC: the same clock in every network namespace
+    bps.shutdown()
+    print("RESULT " + json.dumps({"rank": r, "size": size, "bytes": int(x.nbytes),
+                                  "times": times, "t_start": t_start, "t_end": t_end}),
+          flush=True)
+    return 0
+
+
+class PushPullStats(NamedTuple):
+    """Result of :func:`run_pushpull`.
+
+    Attributes:
+        seconds (float): median over the timed iterations of the slowest worker's time, s.
+        cpu_busy (float | None): fraction (0..1) of all CPU time of this machine that was busy
+            (not idle/iowait) during the timed iterations; None if it could not be sampled.
+    """
+
+    seconds: float
+    cpu_busy: float | None
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs from ``/proc/stat``."""
+    with open("/proc/stat") as f:
+        vals = [float(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0.0)
+    return sum(vals) - idle, sum(vals)
+
+
+def run_pushpull(
+    cluster: EmulatedCluster,
+    nbytes: int,
+    iters: int = 3,
+    warmup: int = 1,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180.0,
+) -> PushPullStats:
+    """Time push_pull of ``nbytes`` (float32) on ``cluster`` with a real byteps job, sampling
+    the machine's CPU load (``/proc/stat``, every 50 ms) during the timed iterations.
+
+    Raises:
+        RuntimeError: the job failed (the message carries the tail of its output).
+    """
+    samples: list[tuple[float, float, float]] = []
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.is_set():
+            busy, total = _cpu_times()
+            samples.append((time.monotonic(), busy, total))
+            stop.wait(0.05)
+
+    th = threading.Thread(target=sampler, daemon=True)
+    th.start()
+    try:
+        res = run_byteps_job(cluster, pushpull_worker_argv(nbytes, iters, warmup), env=env,
+                             timeout=timeout)
+    finally:
+        stop.set()
+        th.join(2.0)
+    reports = []
+    for i in range(cluster.num_workers):
+        found = [ln for ln in res.lines(f"worker {i}") if ln.startswith("RESULT ")]
+        if found:
+            reports.append(json.loads(found[-1][7:]))
+    if not res.ok or len(reports) != cluster.num_workers:
+        tail = "\n".join(res.output.splitlines()[-30:])
+        raise RuntimeError(f"push_pull job failed (exit codes {res.returncodes}):\n{tail}")
+    slowest = [max(ts) for ts in zip(*(r["times"] for r in reports))]
+    t0 = max(r["t_start"] for r in reports)
+    t1 = min(r["t_end"] for r in reports)
+    window = [s for s in samples if t0 <= s[0] <= t1]
+    cpu = None
+    if len(window) >= 2 and window[-1][2] > window[0][2]:
+        cpu = (window[-1][1] - window[0][1]) / (window[-1][2] - window[0][2])
+    return PushPullStats(statistics.median(slowest), cpu)
+
+
+#: Environment of the probe's jobs: fine partitions and enough credit that all k servers and
+#: both directions of every link are busy at once. With the core's defaults (4 096 000-byte
+#: partitions, credit 4) a 16 MiB tensor is 5 partitions over 4 servers and push_pull takes
+#: ~2 x t_opt at every B -- a pipelining limit, not the CPU limit the probe looks for.
+PROBE_ENV = {"BYTEPS_PARTITION_BYTES": str(256 * 1024), "BYTEPS_SCHEDULING_CREDIT": "16"}
+
+
+def choose_default_bandwidth(
+    candidates_mbit: Sequence[float] = (100, 200, 400, 800, 1600),
+    n: int = 4,
+    k: int = 4,
+    model_bytes: int = 16 << 20,
+    iters: int = 3,
+    link_seconds: float = 2.0,
+    tolerance: float = 1.10,
+    env: Mapping[str, str] | None = None,
+) -> tuple[float | None, list[dict]]:
+    """Measure, for each candidate bandwidth, the link goodput and a push_pull at (n, k).
+
+    For each B (Mbit/s) a fresh cluster is built; its row holds the goodput of w0 -> s0
+    (``goodput_Bps``, bytes/s), the push_pull time (``time_s``, s), the machine's CPU busy
+    fraction during it, ``t_opt`` at the set B and at the measured goodput, and ``ratio`` =
+    time / t_opt(goodput). Network-bound means the time scales with 1/B, i.e. the ratio stays
+    at its value for the smallest B (where the network is surely the bottleneck); once the CPU
+    saturates the time stops shrinking and the ratio grows. The recommended default is the
+    largest B whose ratio, and that of every smaller candidate, is at most ``tolerance`` times
+    the smallest B's ratio.
+
+    Args:
+        env: job environment; default :data:`PROBE_ENV`.
+
+    Returns:
+        (recommended B in bits/s, or None when no two candidates were measured; rows).
+    """
+    env = PROBE_ENV if env is None else env
+    rows: list[dict] = []
+    for mbit in sorted(candidates_mbit):
+        bps_ = mbit * 1e6
+        with EmulatedCluster(n, k, bps_) as c:
+            dst = c.servers[0] if k else c.workers[-1]
+            good = measure_link(c, c.workers[0], dst, seconds=link_seconds)
+            t, cpu = run_pushpull(c, model_bytes, iters=iters, env=env)
+        row = {"mbit": mbit, "goodput_Bps": good, "link_frac": good * 8 / bps_, "time_s": t,
+               "cpu_busy": cpu, "t_opt_set_s": t_opt(n, k, model_bytes, bps_ / 8),
+               "t_opt_meas_s": t_opt(n, k, model_bytes, good)}
+        row["ratio"] = t / row["t_opt_meas_s"]
+        row["vs_lowest"] = row["ratio"] / (rows[0]["ratio"] if rows else row["ratio"])
+        rows.append(row)
+        log.info("B=%g Mbit/s: link %.3f of set, push_pull %.3f s, %.2f x t_opt", mbit,
+                 row["link_frac"], t, row["ratio"])
+    best = None
+    for row in rows:
+        if row["vs_lowest"] > tolerance:
+            break
+        best = row["mbit"] * 1e6
+    return best, rows
+
+
+def probe_table(rows: Sequence[dict], n: int, k: int, model_bytes: int) -> str:
+    """The probe's rows as a Markdown table."""
+    out = [f"push_pull of {model_bytes / 2**20:g} MiB float32, n = {n} worker hosts, "
+           f"k = {k} server hosts, {os.cpu_count()} CPU cores", "",
+           "| B set (Mbit/s) | link goodput (Mbit/s) | goodput / B | push_pull (s) "
+           "| t_opt at goodput (s) | time / t_opt | ratio / ratio at lowest B | CPU busy |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        cpu = "n/a" if r["cpu_busy"] is None else f"{100 * r['cpu_busy']:.0f} %"
+        out.append(f"| {r['mbit']:g} | {r['goodput_Bps'] * 8 / 1e6:.1f} | {r['link_frac']:.3f} "
+                   f"| {r['time_s']:.3f} | {r['t_opt_meas_s']:.3f} | {r['ratio']:.2f} "
+                   f"| {r['vs_lowest']:.2f} | {cpu} |")
+    return "\n".join(out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m byteps.bench.cluster",
+        description="Emulated-cluster tools (need root and iproute2). --probe: choose the "
+        "default link bandwidth B at which push_pull is network-bound.")
+    p.add_argument("--probe", action="store_true", help="run the bandwidth probe")
+    p.add_argument("--quick", action="store_true",
+                   help="probe 200/800/1600 Mbit/s with 2 timed iterations (under ~1 minute)")
+    p.add_argument("--bandwidths", type=float, nargs="+", metavar="MBIT",
+                   help="candidate bandwidths in Mbit/s (default 100 200 400 800 1600; "
+                   "quick: 200 800 1600)")
+    p.add_argument("--size-mib", type=float, help="push_pull tensor size in MiB (default 16)")
+    p.add_argument("--workers", "-n", type=int, default=4, help="worker hosts (default 4)")
+    p.add_argument("--servers", "-k", type=int, default=4, help="server hosts (default 4)")
+    p.add_argument("--iters", type=int, help="timed iterations (default 3; quick: 2)")
+    p.add_argument("--tolerance", type=float, default=1.10,
+                   help="network-bound while time / t_opt is within this factor of its value "
+                   "at the smallest B (default 1.10)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VAL",
+                   help="job environment (repeatable; replaces the probe's default "
+                   f"{' '.join(f'{k}={v}' for k, v in PROBE_ENV.items())})")
+    p.add_argument("--worker", nargs=3, type=int, metavar=("BYTES", "ITERS", "WARMUP"),
+                   help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m byteps.bench.cluster``: see ``--help``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if args.worker:
+        return _worker_main(*args.worker)
+    if not args.probe:
+        _parser().print_help()
+        return 2
+    reason = netns_unavailable()
+    if reason:
+        log.error("cannot build an emulated cluster: %s", reason)
+        return 2
+    install_signal_cleanup()
+    mbits = args.bandwidths or ([200, 800, 1600] if args.quick else [100, 200, 400, 800, 1600])
+    env = dict(PROBE_ENV)
+    if args.env:
+        env = dict(kv.split("=", 1) for kv in args.env if "=" in kv)
+    size = int((args.size_mib or 16) * 2**20)
+    iters = args.iters or (2 if args.quick else 3)
+    t0 = time.monotonic()
+    best, rows = choose_default_bandwidth(mbits, args.workers, args.servers, size, iters,
+                                          link_seconds=1.0 if args.quick else 2.0,
+                                          tolerance=args.tolerance, env=env)
+    print(probe_table(rows, args.workers, args.servers, size))
+    print(f"\njob environment: {' '.join(f'{k}={v}' for k, v in env.items())}; CPU busy is "
+          "machine-wide (includes anything else running)\n")
+    top = rows[-1]["mbit"] * 1e6
+    if best is None:
+        print("Recommendation: none (no candidate measured).")
+    else:
+        tail = ("" if best < top else " (the largest candidate: try larger ones to find the "
+                "CPU limit)")
+        print(f"Recommendation: default B = {best / 1e6:g} Mbit/s, the largest candidate at "
+              f"which push_pull time still scales with 1/B (time / t_opt within "
+              f"{args.tolerance:g} x its value at {rows[0]['mbit']:g} Mbit/s): the network, "
+              f"not the CPU, is the bottleneck{tail}.")
+    log.info("probe took %.1f s", time.monotonic() - t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,459 @@
+"""Markdown tables, target verdicts and matplotlib plots for ``byteps-bench``.
+
+Every ``*_markdown`` function takes a benchmark's JSON-able results and returns
+``(markdown, targets)``: the section's text and a list of target dicts (``name``, ``goal``,
+``measured``, ``ratio``, ``threshold``, ``met`` — ``None`` for an informational row).
+:func:`render` puts the sections together under a hand-written intro and the summary of all
+targets; :func:`write` writes ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import subprocess
+from typing import Dict, List, Optional, Sequence, Tuple
+
+Section = Tuple[str, List[dict]]
+
+# ------------------------------------------------------------------------------- helpers --
+
+
+def _ikeys(d: dict) -> dict:
+    """JSON turns int keys into strings; turn them back."""
+    return {int(k): v for k, v in d.items()}
+
+
+def fmt_size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}×"
+
+
+def target(name: str, goal: str, measured: str, ratio: float,
+           threshold: Optional[float]) -> dict:
+    """A target row; ``threshold`` None = informational (no verdict)."""
+    ok = None if threshold is None else bool(math.isfinite(ratio) and ratio >= threshold)
+    return {"name": name, "goal": goal, "measured": measured, "ratio": float(ratio),
+            "threshold": threshold, "met": ok}
+
+
+def verdict(t: dict) -> str:
+    return "—" if t["met"] is None else ("**met**" if t["met"] else "**missed**")
+
+
+def _have_matplotlib() -> bool:
+    """Plots need matplotlib (the ``bench`` extra); without it the report has tables only."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"
+    lines = ["| " + " | ".join(header) + " |", sep]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def targets_table(targets: Sequence[dict]) -> str:
+    rows = [[t["name"], t["goal"], t["measured"], _x(t["ratio"]), verdict(t)] for t in targets]
+    return _table(["target", "goal", "measured (same run)", "ratio", "status"], rows, "lllrl")
+
+
+# --------------------------------------------------------------------------------- micro --
+def _ref_size(sizes: Sequence[int], want: int = 64 << 20) -> int:
+    return want if want in sizes else max(sizes)
+
+
+def micro_targets(res: dict) -> List[dict]:
+    jobs = res["jobs"]
+    out: List[dict] = []
+    gloo = jobs.get("gloo")
+    if gloo:
+        glat = _ikeys(gloo["latency"])
+        small = min(glat)
+        big = _ref_size(list(glat))
+        for job, label in (("local", "local (shared memory)"), ("dist", "forced-distributed")):
+            if job not in jobs:
+                continue
+            lat = _ikeys(jobs[job]["latency"])
+            out.append(target(f"{fmt_size(small)} push_pull latency ≤ gloo, {label}",
+                              "gloo / byteps ≥ 1",
+                              f"{_ms(lat[small])} ms vs gloo {_ms(glat[small])} ms",
+                              glat[small] / lat[small], 1.0))
+        if "local" in jobs:
+            lat = _ikeys(jobs["local"]["latency"])
+            out.append(target(f"{fmt_size(big)} local push_pull ≥ 3× gloo all_reduce",
+                              "gloo / byteps ≥ 3",
+                              f"{_ms(lat[big])} ms vs gloo {_ms(glat[big])} ms",
+                              glat[big] / lat[big], 3.0))
+        if "dist" in jobs:
+            lat = _ikeys(jobs["dist"]["latency"])
+            out.append(target(f"{fmt_size(big)} forced-distributed push_pull vs gloo (info)",
+                              "no loopback target (see the emulated cluster)",
+                              f"{_ms(lat[big])} ms vs gloo {_ms(glat[big])} ms",
+                              glat[big] / lat[big], None))
+    if "dist" in jobs and "tcp" in jobs:
+        lat = _ikeys(jobs["dist"]["latency"])
+        big = _ref_size(list(lat))
+        sock = 2 * res.get("world", 2) * big / lat[big]
+        tcp = jobs["tcp"]
+        raw = max(tcp["single_Bps"], tcp["dual_Bps"])
+        out.append(target(f"forced-distributed socket throughput ≥ 80 % raw TCP ({fmt_size(big)})",
+                          "socket / raw TCP ≥ 0.8",
+                          f"{sock / 1e9:.2f} GB/s vs raw TCP {raw / 1e9:.2f} GB/s",
+                          sock / raw, 0.8))
+    if gloo:
+        g = gloo["one_at_a_time"]
+        g_rate = g["count"] / g["seq_s"]
+        for job, label in (("local", "local"), ("dist", "forced-distributed")):
+            if job not in jobs:
+                continue
+            o = jobs[job]["one_at_a_time"]
+            rate = o["count"] / o["seq_s"]
+            out.append(target(f"one-tensor-at-a-time throughput ≥ gloo, {label}",
+                              "byteps / gloo ≥ 1",
+                              f"{rate:,.0f} vs gloo {g_rate:,.0f} tensors/s", rate / g_rate, 1.0))
+    return out
+
+
+def _first_use(seconds: float) -> str:
+    """First-use cost in µs; at or below the noise (≤ 0) shows as '≈ 0'."""
+    return f"{seconds * 1e6:.0f}" if seconds > 0 else "≈ 0"
+
+
+def micro_markdown(res: dict, img_dir: Optional[str] = None,
+                   img_rel: str = "img") -> Section:
+    """The loopback section: size sweep, socket vs raw TCP, one-tensor-at-a-time, first use."""
+    jobs, plan = res["jobs"], res["plan"]
+    world = res.get("world", 2)
+    names = [j for j in ("local", "dist", "gloo") if j in jobs]
+    lat = {j: _ikeys(jobs[j]["latency"]) for j in names}
+    sizes = sorted(next(iter(lat.values()))) if lat else []
+    md = ["## Loopback microbenchmarks", ""]
+    md.append(f"{world} worker processes in every job, float32, in place, sum; median time per "
+              f"operation, best of {plan['repeats']} run(s) of every job (jobs interleaved). "
+              "Algorithm bandwidth = tensor bytes / time.")
+    md.append("")
+    for j in names + (["tcp"] if "tcp" in jobs else []):
+        md.append(f"- **{j}**: {res['descriptions'][j]}")
+    md.append("")
+    if sizes:
+        header = ["size"] + [f"{j} ms" for j in names] + [f"{j} GB/s" for j in names]
+        if "gloo" in lat:
+            header += [f"gloo / {j}" for j in names if j != "gloo"]
+        rows = []
+        for n in sizes:
+            r = [fmt_size(n)] + [_ms(lat[j][n]) for j in names]
+            r += [f"{n / lat[j][n] / 1e9:.2f}" for j in names]
+            if "gloo" in lat:
+                r += [_x(lat["gloo"][n] / lat[j][n]) for j in names if j != "gloo"]
+            rows.append(r)
+        md += ["### push_pull vs gloo all_reduce versus size", "", _table(header, rows), ""]
+    if img_dir is not None and _have_matplotlib():
+        for fname, alt in plot_micro(res, img_dir):
+            md += [f"![{alt}]({img_rel}/{fname})", ""]
+    if "dist" in jobs and "tcp" in jobs:
+        tcp = jobs["tcp"]
+        raw = max(tcp["single_Bps"], tcp["dual_Bps"])
+        md += ["### Forced-distributed socket throughput vs raw TCP", ""]
+        md.append(
+            f"Raw TCP on loopback: one Python sender/receiver pair moving "
+            f"{fmt_size(tcp['bytes'])} with `sendall`/`recv_into` of {fmt_size(tcp['chunk'])} "
+            f"buffers: **{tcp['single_Bps'] / 1e9:.2f} GB/s**; two pairs in parallel: "
+            f"**{tcp['dual_Bps'] / 1e9:.2f} GB/s** aggregate (best of {tcp['repeats']}). The "
+            "reference is the better of the two. Every byteps push_pull of M bytes with "
+            f"{world} workers and one server moves {2 * world}·M bytes through sockets (each "
+            "worker pushes M and pulls M), all through the same loopback and the same cores, "
+            "so socket throughput = 4·M / time is compared with the aggregate raw figure.")
+        md.append("")
+        dl = _ikeys(jobs["dist"]["latency"])
+        rows = [[fmt_size(n), _ms(dl[n]), f"{2 * world * n / dl[n] / 1e9:.2f}",
+                 f"{100 * 2 * world * n / dl[n] / raw:.0f} %"] for n in sorted(dl) if n >= 1 << 20]
+        md += [_table(["size", "dist ms", "socket GB/s", "of raw TCP"], rows), ""]
+    oat = {j: jobs[j]["one_at_a_time"] for j in names}
+    if oat:
+        o0 = next(iter(oat.values()))
+        md += ["### One tensor at a time, and first-use (declare) cost", ""]
+        md.append(
+            f"{o0['count']} distinct {fmt_size(o0['nbytes'])} tensors, each a new name used "
+            "once. *sequential*: each push_pull/all_reduce is waited on before the next starts; "
+            "*all at once*: all are started, then all waited on. *steady state*: the same "
+            f"{fmt_size(o0['nbytes'])} operation repeated on one name. First-use cost = "
+            "sequential time per tensor − steady-state time per operation; `declare()` = "
+            f"declaring {o0['count']} new names alone (byteps only).")
+        md.append("")
+        rows = []
+        for j, o in oat.items():
+            per = o["seq_s"] / o["count"]
+            decl = jobs[j].get("declare_per_call_s")
+            rows.append([j, f"{o['count'] / o['seq_s']:,.0f}", f"{per * 1e6:.0f}",
+                         f"{o['steady_per_op_s'] * 1e6:.0f}",
+                         _first_use(per - o["steady_per_op_s"]),
+                         f"{o['count'] / o['batched_s']:,.0f}",
+                         "n/a" if decl is None else f"{decl * 1e6:.1f}"])
+        md += [_table(["job", "sequential tensors/s", "µs per tensor", "steady state µs/op",
+                       "first-use cost µs", "all at once tensors/s", "declare() µs"], rows), ""]
+    return "\n".join(md), micro_targets(res)
+
+
+def plot_micro(res: dict, img_dir: str) -> List[Tuple[str, str]]:
+    """latency and bandwidth versus size (PNG); returns [(file name, alt text)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(img_dir, exist_ok=True)
+    jobs = res["jobs"]
+    names = [j for j in ("local", "dist", "gloo") if j in jobs]
+    style = {"local": "o-", "dist": "s-", "gloo": "^--"}
+    out = []
+    for kind in ("latency", "bandwidth"):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        for j in names:
+            lat = _ikeys(jobs[j]["latency"])
+            xs = sorted(lat)
+            ys = [lat[n] * 1e3 if kind == "latency" else n / lat[n] / 1e9 for n in xs]
+            ax.plot(xs, ys, style[j], label=res["descriptions"][j])
+            ticks = xs
+        if kind == "bandwidth" and "tcp" in jobs and "dist" in jobs:
+            raw = max(jobs["tcp"]["single_Bps"], jobs["tcp"]["dual_Bps"]) / 1e9
+            w = res.get("world", 2)
+            ax.axhline(raw / (2 * w), color="grey", ls=":",
+                       label=f"raw TCP / {2 * w} (dist's socket limit)")
+        ax.set_xscale("log", base=2)
+        if names:
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([fmt_size(n).replace(" ", "\n") for n in ticks], fontsize=7)
+            ax.minorticks_off()
+        ax.set_xlabel("tensor size")
+        if kind == "latency":
+            ax.set_yscale("log")
+            ax.set_ylabel("time per operation (ms, median)")
+        else:
+            ax.set_ylabel("algorithm bandwidth (GB/s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(f"push_pull vs gloo all_reduce, {kind} (loopback)")
+        fig.tight_layout()
+        fname = f"micro_{kind}.png"
+        fig.savefig(os.path.join(img_dir, fname))
+        plt.close(fig)
+        out.append((fname, f"{kind} versus size"))
+    return out
+
+
+# ----------------------------------------------------------------------------------- sum --
+def sum_targets(res: dict) -> List[dict]:
+    isa, out = res["default_isa"], []
+    rows = res["rows"]
+    membw = _ikeys(res["membw"])
+    dt = "float32" if "float32" in rows else next(iter(rows))
+    for th in res["threads"]:
+        row = _ikeys(rows[dt])[th]
+        label = "1 thread" if th == 1 else f"{th} threads"
+        if "numpy" in row:
+            out.append(target(f"summation ≥ NumPy `a += b` ({dt}, {label})",
+                              "byteps / NumPy ≥ 1",
+                              f"{row[isa]:.1f} vs {row['numpy']:.1f} GB/s",
+                              row[isa] / row["numpy"], 1.0))
+        bw = membw[th]["best"]
+        out.append(target(f"summation ≥ 90 % memory bandwidth ({dt}, {label})",
+                          "byteps / membw ≥ 0.9", f"{row[isa]:.1f} vs {bw:.1f} GB/s",
+                          row[isa] / bw, 0.9))
+        if "numpy" in row:
+            out.append(target(f"NumPy `a += b` vs memory bandwidth ({dt}, {label}; context)",
+                              "what the 3-stream pattern reaches",
+                              f"{row['numpy']:.1f} vs {bw:.1f} GB/s", row["numpy"] / bw, None))
+    # every dtype NumPy has, at the highest thread count: the worst ratio
+    th = max(res["threads"])
+    ratios = [(d, _ikeys(r)[th][isa] / _ikeys(r)[th]["numpy"]) for d, r in rows.items()
+              if "numpy" in _ikeys(r)[th]]
+    if len(ratios) > 1:
+        d, worst = min(ratios, key=lambda x: x[1])
+        out.append(target(f"summation ≥ NumPy, every dtype ({th} threads; worst: {d})",
+                          "min byteps / NumPy ≥ 1",
+                          ", ".join(f"{d}: {r:.2f}" for d, r in ratios), worst, 1.0))
+    return out
+
+
+def sum_markdown(res: dict, img_dir: Optional[str] = None, img_rel: str = "img") -> Section:
+    plan, isas, isa = res["plan"], res["isas"], res["default_isa"]
+    membw = _ikeys(res["membw"])
+    md = ["## Summation kernels", ""]
+    md.append(
+        f"`byteps._core.reduce.sum_into(a, b)` (`a += b`, the servers' kernel) for every ISA of "
+        f"this CPU ({', '.join(isas)}; the server uses **{isa}**), next to NumPy "
+        f"`np.add(a, b, out=a)` on the same {fmt_size(plan['size'])} buffers. GB/s count every "
+        "byte read and written (3 streams per `a += b`). Multi-threaded: the buffers are split "
+        "into one contiguous slice per Python thread (the kernels and NumPy release the GIL). "
+        f"Best of {plan['repeats']} calls, the ISAs and NumPy timed in turn in every round.")
+    md.append("")
+    md.append(
+        f"Memory bandwidth probe ({fmt_size(int(plan.get('probe_size') or plan['size']))} "
+        "buffer, 2 streams each, the better counts): " + "; ".join(
+            f"{th} thread(s): copy {membw[th]['copy']:.1f}, in-place scale "
+            f"{membw[th]['scale']:.1f} → **{membw[th]['best']:.1f} GB/s**"
+            for th in res["threads"]) + ".")
+    md.append("")
+    for th in res["threads"]:
+        md += [f"### {th} thread{'s' if th > 1 else ''}", ""]
+        header = ["dtype"] + isas + ["NumPy", f"{isa} / NumPy", f"{isa} / membw"]
+        rows = []
+        for dtype, r in res["rows"].items():
+            row = _ikeys(r)[th]
+            cells = [dtype] + [f"{row[i]:.1f}" for i in isas]
+            cells.append(f"{row['numpy']:.1f}" if "numpy" in row else "n/a")
+            cells.append(_x(row[isa] / row["numpy"]) if "numpy" in row else "n/a")
+            cells.append(f"{100 * row[isa] / membw[th]['best']:.0f} %")
+            rows.append(cells)
+        md += [_table(header, rows), ""]
+    if img_dir is not None and _have_matplotlib():
+        fname = plot_sum(res, img_dir)
+        md += [f"![summation throughput]({img_rel}/{fname})", ""]
+    return "\n".join(md), sum_targets(res)
+
+
+def plot_sum(res: dict, img_dir: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(img_dir, exist_ok=True)
+    th = max(res["threads"])
+    dtypes = list(res["rows"])
+    cols = res["isas"] + ["numpy"]
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=110)
+    width = 0.8 / len(cols)
+    for k, c in enumerate(cols):
+        ys = [_ikeys(res["rows"][d])[th].get(c, 0.0) for d in dtypes]
+        ax.bar([i + k * width for i in range(len(dtypes))], ys, width, label=c)
+    ax.axhline(_ikeys(res["membw"])[th]["best"], color="grey", ls=":",
+               label="memory bandwidth probe")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(dtypes))])
+    ax.set_xticklabels(dtypes)
+    ax.set_ylabel("GB/s (bytes read + written)")
+    ax.set_title(f"a += b throughput, {th} thread(s)")
+    ax.legend(fontsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fname = "sum_throughput.png"
+    fig.savefig(os.path.join(img_dir, fname))
+    plt.close(fig)
+    return fname
+
+
+# ---------------------------------------------------------------------------------- page --
+NOTES = """\
+## Notes and history (hand-written)
+
+**Why forced-distributed 64 MiB is slower than gloo on one host.** With one host for
+everything, the "network" is the CPU copying through the kernel. Each worker sends and receives
+M in both schemes, but the server also receives 2·M and sends 2·M, so the two cores copy twice
+the bytes gloo's two-rank ring does. The summation service wins when servers have their own
+NICs (DESIGN.md §3, `t_opt`): that is what the emulated-cluster benchmark measures.
+
+**Local path.** The single-machine path sums through shared memory as a CPU reduce-scatter
+(each process sums its shard of all slots), averages in the same pass, and copies out. Before
+averaging moved into the reduce pass and the copy-out started dividing in cache-sized blocks
+(foundation issue), 64 MiB took 82 ms on this machine; afterwards 40–65 ms depending on load.
+A quick, noisy sweep during the foundation issue moved the forced-distributed 64 MiB time
+between 78 and 95 ms with `BYTEPS_SCHEDULING_CREDIT` 0/16 and `BYTEPS_PARTITION_BYTES` 1 MB.
+
+**Training example** (foundation issue, measured by hand):
+`bpslaunch --workers 2 --servers 1 python examples/torch/train_digits.py`: final test accuracy
+0.973, 2.4–6 s of training, about 11–17 s for the whole launch (most of it starting Python and
+importing torch in four processes).
+"""
+
+
+def machine() -> Dict[str, str]:
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cores": str(os.cpu_count())}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+            info["memory"] = f"{kb / (1 << 20):.0f} GiB"
+    except OSError:
+        pass
+    try:
+        from byteps._core import reduce
+
+        info["isas"] = ", ".join(reduce.available_isas())
+    except Exception:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except Exception:
+        pass
+    try:
+        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                        capture_output=True, text=True, timeout=5,
+                                        cwd=os.path.dirname(os.path.abspath(__file__))
+                                        ).stdout.strip()
+    except Exception:
+        pass
+    return info
+
+
+def render(sections: Sequence[Section], command: str, elapsed_s: Optional[float] = None,
+           info: Optional[Dict[str, str]] = None, notes: str = NOTES,
+           date: Optional[str] = None) -> str:
+    info = info or machine()
+    date = date or datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    all_targets = [t for _, ts in sections for t in ts]
+    md = ["# Performance", ""]
+    md.append("<!-- Generated by byteps-bench (core/bench/); edit report.py, not this file. -->")
+    md.append("")
+    md.append(
+        f"Measured {date} on {info.get('cpu', 'an unknown CPU')}, {info.get('cores', '?')} "
+        f"cores, {info.get('memory', '?')} memory, SIMD: {info.get('isas', '?')}; Python "
+        f"{info.get('python', '?')}, torch {info.get('torch', 'n/a')}"
+        + (f", commit {info['commit']}" if info.get("commit") else "") + ". Every process of a "
+        "job shares these cores and the loopback interface, so the loopback numbers are not "
+        "cluster numbers. Other jobs may have run on the machine at the same time: every "
+        "figure is the best of several repeats (stated per section).")
+    md.append("")
+    md.append(f"Regenerate: `{command}`" + (f" ({elapsed_s / 60:.1f} min)." if elapsed_s else "."))
+    md.append("")
+    if all_targets:
+        met = sum(1 for t in all_targets if t["met"])
+        judged = sum(1 for t in all_targets if t["met"] is not None)
+        md += ["## Targets (issue 4), measured in this run", "",
+               f"{met} of {judged} targets met.", "", targets_table(all_targets), ""]
+    for text, _ in sections:
+        md += [text.rstrip(), ""]
+    if notes:
+        md += [notes.rstrip(), ""]
+    return "\n".join(md)
+
+
+def write(path: str, page: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(page)

@@ -1,0 +1,21 @@
+"""Helper of test_cluster.py: hold an emulated cluster until a signal arrives.
+
+``python hold_cluster.py PREFIX MODE``: builds a 2-worker/1-server cluster named PREFIX, starts
+``sleep`` inside w0, prints ``READY <sleep pid>`` and waits (at most 60 s). MODE ``with``
+relies on KeyboardInterrupt unwinding the ``with`` block (SIGINT); MODE ``handler`` installs
+``install_signal_cleanup`` (SIGINT and SIGTERM).
+"""
+
+import sys
+import time
+
+from byteps.bench.cluster import EmulatedCluster, install_signal_cleanup
+
+prefix, mode = sys.argv[1], sys.argv[2]
+if mode == "handler":
+    install_signal_cleanup()
+with EmulatedCluster(2, 1, 100e6, prefix=prefix) as cluster:
+    child = cluster.spawn("w0", ["sleep", "60"])
+    print("READY", child.pid, flush=True)
+    time.sleep(60)
+sys.exit(3)  # not reached when the signal arrives

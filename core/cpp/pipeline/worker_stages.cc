@@ -31,8 +31,16 @@ void WorkerCore::StageLoop(Stage s) {
 }
 
 void WorkerCore::RunCopyIn(PartTask* t) {
+  // Only the other processes read my slot, and only outside my own shard (which I reduce
+  // straight from my input), so that shard is not copied.
   TensorContext* ctx = t->ctx;
-  memcpy(ctx->slot(cfg_.local_rank) + t->part.offset, ctx->input + t->part.offset, t->part.length);
+  size_t es = DTypeSize(ctx->dtype);
+  size_t begin, end;
+  ShardRange(t->part.length / es, cfg_.local_size, cfg_.local_rank, &begin, &end);
+  char* slot = ctx->slot(cfg_.local_rank) + t->part.offset;
+  const char* in = ctx->input + t->part.offset;
+  memcpy(slot, in, begin * es);
+  memcpy(slot + end * es, in + end * es, t->part.length - end * es);
   SendSignal(LocalSignalType::kWritten, t, -1);
   Proceed(t);
 }
@@ -46,8 +54,13 @@ void WorkerCore::RunLocalReduce(PartTask* t) {
   if (end > begin) {
     size_t off = t->part.offset + begin * es, n = end - begin;
     char* dst = ctx->aggregate(L) + off;
-    reduce::Sum3(dst, ctx->slot(0) + off, ctx->slot(1) + off, n, ctx->dtype);
-    for (int j = 2; j < L; ++j) reduce::SumInto(dst, ctx->slot(j) + off, n, ctx->dtype);
+    // Sum in local-rank order (the same order for every shard); my own part comes straight
+    // from my input.
+    auto src = [&](int j) -> const char* {
+      return (j == cfg_.local_rank ? ctx->input : ctx->slot(j)) + off;
+    };
+    reduce::Sum3(dst, src(0), src(1), n, ctx->dtype);
+    for (int j = 2; j < L; ++j) reduce::SumInto(dst, src(j), n, ctx->dtype);
     // Single machine: the aggregate is final, so average it here, shard by shard in parallel,
     // instead of every process dividing the whole tensor after copying it out.
     if (!cfg_.distributed && ctx->average) reduce::DivideInPlace(dst, n, ctx->dtype, cfg_.size);

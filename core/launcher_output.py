@@ -187,7 +187,9 @@ def _load_prctl() -> Callable[..., int] | None:
     return fn
 
 
-def _make_preexec(parent_pid: int) -> Callable[[], None]:
+def make_preexec(parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child die with ``parent_pid`` (``PR_SET_PDEATHSIG``),
+    and exit at once if that parent is already gone. Shared by bpslaunch and byteps.bench."""
     prctl = _load_prctl()
     sigkill = int(signal.SIGKILL)
 
@@ -391,7 +393,7 @@ def run_job(
             previous[sig] = signal.signal(sig, lambda signum, _frame: job.signals.append(signum))
     live: set = set()
     try:
-        preexec = _make_preexec(os.getpid())
+        preexec = make_preexec(os.getpid())
         for spec in specs:
             if job.signals:
                 break

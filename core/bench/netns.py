@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import itertools
 import logging
 import os
@@ -34,6 +33,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from byteps.launcher_output import make_preexec
 
 log = logging.getLogger(__name__)
 
@@ -110,31 +111,6 @@ class Host:
     address: str
     role: str
     index: int
-
-
-def _load_prctl():
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_PRCTL = _load_prctl() if sys.platform.startswith("linux") else None
-
-
-def _preexec_pdeathsig(parent_pid: int):
-    prctl, sigkill = _PRCTL, int(signal.SIGKILL)
-
-    def preexec() -> None:  # between fork and exec: no imports, no locks
-        if prctl is not None:
-            prctl(1, sigkill, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
 
 
 class EmulatedCluster:
@@ -304,7 +280,7 @@ class EmulatedCluster:
             raise RuntimeError(f"cluster {self.prefix} is closed")
         h = self.host(host)
         popen_kwargs["start_new_session"] = True
-        popen_kwargs.setdefault("preexec_fn", _preexec_pdeathsig(os.getpid()))
+        popen_kwargs.setdefault("preexec_fn", make_preexec(os.getpid()))
         full = ["ip", "netns", "exec", h.netns, *argv]
         with self._lock:
             proc = subprocess.Popen(full, env=dict(os.environ if env is None else env),

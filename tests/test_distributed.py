@@ -320,6 +320,18 @@ def test_many_ops_in_flight_waited_in_reverse(config):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("config", ["2w1s", "3w2s"])
+def test_credit_with_gradients_ready_in_different_orders(config):
+    """Credit 1 partition, priorities set, ranks produce the tensors in opposite orders: no
+    deadlock (the push credit comes back when the push is written, not after the pull)."""
+    cfg = CONFIGS[config]
+    rc, out, _ = run_job(cfg, "crossorder", timeout=150,
+                         env=["BYTEPS_PARTITION_BYTES=65536", "BYTEPS_SCHEDULING_CREDIT=1",
+                              "BYTEPS_TIMEOUT=30"])
+    assert_ok(rc, out, world_size(cfg), min_cases=24)
+
+
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("config", ["2w1s", "1w_local2"])
 def test_async_overlap_poll(config):
     """poll() is False right after starting a large push_pull, then becomes True; wait()

@@ -302,6 +302,31 @@ def mode_overlap(args) -> int:
     return count + 1
 
 
+def mode_crossorder(args) -> int:
+    """Ranks produce the same prioritized tensors in opposite orders (rank 0 lowest priority
+    first, the others highest first, 50 ms apart, as two workers whose backward passes drift
+    apart), with a credit of one partition: every sum must still arrive (credit held across a
+    pull's round trip would deadlock here). Three rounds."""
+    size = bps.size()
+    count = 8
+    order = list(range(count)) if RANK == 0 else list(reversed(range(count)))
+    n = 4 * 65536 // 4  # four partitions of 64 KiB each
+    for k in range(count):  # same keys everywhere (as the optimizers declare up front)
+        bps.declare(f"cross.{k}")
+    for rnd in range(3):
+        bufs = {}
+        for k in order:
+            inp = make(values(5000 + k, RANK, n, "float32", rnd), "float32", (n,))
+            out = np.full_like(inp, -1)
+            bufs[k] = (inp, out, push_pull(f"cross.{k}", inp, out, "float32", False, k))
+            time.sleep(0.05)
+        for k, (inp, out, h) in bufs.items():
+            bps.wait(h, 60)
+            compare(f"cross.{k} round {rnd}", out,
+                    expected(5000 + k, n, "float32", (n,), size, False, rnd), "float32", False)
+    return 3 * count
+
+
 def mode_declare(args) -> int:
     names = [f"layer{i}.weight" if i % 2 else f"layer{i}.bias" for i in range(20)]
     keys = [bps.declare(nm) for nm in names]
@@ -451,6 +476,7 @@ MODES = {
     "fastslow": mode_fastslow,
     "inflight": mode_inflight,
     "overlap": mode_overlap,
+    "crossorder": mode_crossorder,
     "declare": mode_declare,
     "mismatch": mode_mismatch,
     "loop": mode_loop,

@@ -95,6 +95,11 @@ void WorkerCore::RunPush(PartTask* t) {
 }
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
+  // The credit covers bytes queued for the wire, not the round trip: a pull waits for the
+  // other workers' pushes, so holding credit until it returns lets two workers that produced
+  // gradients in different orders each wait for a push the other cannot send (deadlock).
+  // Upstream also returns it when the push completes.
+  queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(t->part.length);
   if (!st.ok()) {
     if (!stopping_) Fatal(st);
     return;
@@ -153,7 +158,6 @@ void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     it->second = nullptr;
   }
   pull_cv_.notify_all();
-  queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(t->part.length);
   if (cfg_.local_size > 1) SendSignal(LocalSignalType::kPulled, t, -1);
   Proceed(t);
 }

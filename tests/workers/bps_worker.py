@@ -320,7 +320,7 @@ def mode_crossorder(args) -> int:
             out = np.full_like(inp, -1)
             bufs[k] = (inp, out, push_pull(f"cross.{k}", inp, out, "float32", False, k))
             time.sleep(0.05)
-        for k, (inp, out, h) in bufs.items():
+        for k, (_inp, out, h) in bufs.items():
             bps.wait(h, 60)
             compare(f"cross.{k} round {rnd}", out,
                     expected(5000 + k, n, "float32", (n,), size, False, rnd), "float32", False)

@@ -37,6 +37,10 @@ enum class MsgType : uint16_t {
   kGoodbye = 25,
 };
 
+// FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
+// push, so no separate pull request queues behind later pushes on the same connection).
+constexpr uint8_t kPushFlagPull = 1;
+
 bool IsControlType(MsgType t);
 const char* MsgTypeName(MsgType t);
 

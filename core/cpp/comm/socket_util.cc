@@ -115,6 +115,11 @@ void TuneDataSocket(int fd) {
   int buf = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  // Keep at most this many not-yet-sent bytes in the kernel: the rest waits in our own
+  // priority-ordered queues, so a high-priority partition is not stuck behind megabytes the
+  // kernel already took (the send buffer above only has to cover the bytes in flight).
+  int lowat = 256 << 10;
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
 }
 
 Status ReadFull(int fd, void* buf, size_t n) {

@@ -109,6 +109,11 @@ void Connection::SendLoop() {
       if (!head_) tail_ = nullptr;
       sending_ = true;
     }
+    // Once its bytes are written, a reused item may already be queued again by its owner (the
+    // answer can arrive before this thread runs on): read what is needed afterwards now.
+    void (*done)(void*, const Status&) = item->done;
+    void* done_arg = item->arg;
+    bool heap = item->heap;
     item->hdr.magic = kFrameMagic;
     item->hdr.payload_len = item->len;
     iovec iov[2];
@@ -142,8 +147,8 @@ void Connection::SendLoop() {
         }
       }
     }
-    if (item->done) item->done(item->arg, st);
-    if (item->heap) delete item;
+    if (done) done(done_arg, st);
+    if (heap) delete item;
     {
       std::lock_guard<std::mutex> lk(mu_);
       sending_ = false;

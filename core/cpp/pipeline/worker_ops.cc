@@ -157,7 +157,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
 
 void WorkerCore::Dispatch(PartTask* t) {
   Stage s = t->stages.current();
-  if (s == Stage::kPull) return;  // entered from the push's send completion
+  if (s == Stage::kPull) return;  // the push carried the pull request (kPushFlagPull)
   Gate* g = gate_before_[static_cast<int>(s)];
   if (g) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);

@@ -82,6 +82,7 @@ void WorkerCore::RunPush(PartTask* t) {
   SendItem& item = t->push_item;
   item.hdr = FrameHeader();
   item.hdr.type = static_cast<uint16_t>(MsgType::kPush);
+  item.hdr.flags = kPushFlagPull;
   item.hdr.dtype = static_cast<uint8_t>(ctx->dtype);
   item.hdr.key = t->key;
   item.hdr.round = ctx->round;
@@ -91,6 +92,7 @@ void WorkerCore::RunPush(PartTask* t) {
   item.done = &WorkerCore::PushSentThunk;
   item.arg = t;
   item.heap = false;
+  t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
   servers_[t->server]->Send(&item);
 }
 
@@ -104,19 +106,6 @@ void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
     if (!stopping_) Fatal(st);
     return;
   }
-  t->stages.pos++;  // now in PULL: ask for the sum
-  SendItem& item = t->pull_item;
-  item.hdr = FrameHeader();
-  item.hdr.type = static_cast<uint16_t>(MsgType::kPull);
-  item.hdr.dtype = static_cast<uint8_t>(t->ctx->dtype);
-  item.hdr.key = t->key;
-  item.hdr.round = t->ctx->round;
-  item.hdr.sender = static_cast<uint32_t>(cfg_.worker_id);
-  item.payload = nullptr;
-  item.len = 0;
-  item.done = nullptr;
-  item.heap = false;
-  servers_[t->server]->Send(&item);
 }
 
 Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {

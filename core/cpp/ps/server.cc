@@ -191,7 +191,8 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
   }
   if (t == MsgType::kPush && (ks->len != h.payload_len || ks->dtype != static_cast<DType>(h.dtype)))
     return;  // rejected in OnHeader
-  Event ev{t == MsgType::kPush, ks, c->tag, h.round};
+  Event ev{t == MsgType::kPush, t == MsgType::kPush && (h.flags & kPushFlagPull) != 0, ks, c->tag,
+           h.round};
   engines_[ks->engine]->queue.Push(ev);
 }
 
@@ -231,6 +232,7 @@ void SummationServer::HandlePush(const Event& ev) {
     reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
                     ks->dtype);
   }
+  if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
   if (++ks->count[p] < opts_.num_worker) return;
   ks->count[p] = 0;
   ks->complete[p] = true;

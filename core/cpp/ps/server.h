@@ -67,6 +67,7 @@ class SummationServer : public ConnectionHandler {
   };
   struct Event {
     bool is_push = false;
+    bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
     KeyState* ks = nullptr;
     int worker = 0;
     uint32_t round = 0;

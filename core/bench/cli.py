@@ -7,7 +7,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
 * ``micro``   loopback microbenchmarks (:mod:`byteps.bench.micro`): push_pull vs gloo
   all_reduce vs raw TCP, one-tensor-at-a-time, first-use cost;
 * ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`byteps.bench.sumbench`);
-* any module listed in :data:`PLUGINS` (e.g. ``cluster``, :mod:`byteps.bench.table1`) that
+* any module listed in :data:`PLUGINS` (``cluster``: :mod:`byteps.bench.table1`, ``sched``:
+  :mod:`byteps.bench.sched`) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
@@ -32,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from . import micro, report, sumbench
 
 #: section order in the report: plugins first (the emulated cluster is the headline).
-PLUGINS = {"cluster": "byteps.bench.table1"}
+PLUGINS = {"cluster": "byteps.bench.table1", "sched": "byteps.bench.sched"}
 
 
 class Bench:

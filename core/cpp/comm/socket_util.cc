@@ -9,13 +9,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
 namespace byteps {
 namespace {
 std::string Errno(const char* what) { return std::string(what) + ": " + strerror(errno); }
+
+std::atomic<int> g_notsent_lowat{64 << 10};  // BYTEPS_TCP_NOTSENT_LOWAT's default
 
 bool Resolve(const std::string& host, sockaddr_in* addr) {
   memset(addr, 0, sizeof(*addr));
@@ -115,11 +120,16 @@ void TuneDataSocket(int fd) {
   int buf = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-  // Keep at most this many not-yet-sent bytes in the kernel: the rest waits in our own
-  // priority-ordered queues, so a high-priority partition is not stuck behind megabytes the
-  // kernel already took (the send buffer above only has to cover the bytes in flight).
-  int lowat = 256 << 10;
-  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
+  // Keep at most BYTEPS_TCP_NOTSENT_LOWAT not-yet-sent bytes in the kernel: the rest waits in
+  // our own priority-ordered queues, so a high-priority partition is not stuck behind megabytes
+  // the kernel already took (the send buffer above only has to cover the bytes in flight).
+  int lowat = g_notsent_lowat.load(std::memory_order_relaxed);
+  if (lowat > 0) setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
+}
+
+void SetTcpNotSentLowat(int64_t bytes) {
+  g_notsent_lowat.store(static_cast<int>(std::min<int64_t>(bytes, INT32_MAX)),
+                        std::memory_order_relaxed);
 }
 
 Status ReadFull(int fd, void* buf, size_t n) {

@@ -17,6 +17,8 @@ std::string LocalAddressOf(int fd);
 std::string InterfaceAddress(const std::string& ifname);
 // TCP_NODELAY, large buffers, keepalive.
 void TuneDataSocket(int fd);
+// TCP_NOTSENT_LOWAT of sockets tuned from now on (BYTEPS_TCP_NOTSENT_LOWAT); 0 = kernel default.
+void SetTcpNotSentLowat(int64_t bytes);
 // Reads/writes exactly n bytes (restarting on EINTR). Status kPeerLost on EOF/reset.
 Status ReadFull(int fd, void* buf, size_t n);
 Status WriteFull(int fd, const void* buf, size_t n);

@@ -68,6 +68,10 @@ std::vector<KnobSpec> BuildTable() {
       Int("BYTEPS_SCHEDULING_CREDIT", "4", 0, 1 << 20, "worker",
           "Partitions in flight to the servers at once (credit, in units of "
           "BYTEPS_PARTITION_BYTES); queues are priority-ordered. 0 = unlimited (no credit)."),
+      Int("BYTEPS_TCP_NOTSENT_LOWAT", "65536", 0, (1LL << 31) - 1, "worker,server",
+          "Most not-yet-sent bytes the kernel may hold per data connection (TCP_NOTSENT_LOWAT); "
+          "the rest waits in the priority-ordered queues, so a high-priority partition does not "
+          "queue behind what the kernel already took. 0 = the kernel's default (no limit)."),
       Float("BYTEPS_TIMEOUT", "120", 1, 1e7, "all",
             "Seconds any rendezvous, declaration or push_pull may wait before it fails with a "
             "timeout naming what is missing."),

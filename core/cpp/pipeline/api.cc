@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "comm/socket_util.h"
 #include "common/logging.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
@@ -12,10 +13,11 @@ std::mutex g_mu;
 std::shared_ptr<WorkerCore> g_core;
 }  // namespace
 
-void ApplyLogKnobs(const Knobs& k) {
+void ApplyProcessKnobs(const Knobs& k) {
   LogLevel level;
   if (ParseLogLevel(k.Str("BYTEPS_LOG_LEVEL"), &level)) SetLogLevel(level);
   SetLogHideTime(k.Bool("BYTEPS_LOG_HIDE_TIME"));
+  SetTcpNotSentLowat(k.Int("BYTEPS_TCP_NOTSENT_LOWAT"));
 }
 
 Status CoreInit() {
@@ -23,7 +25,7 @@ Status CoreInit() {
   if (g_core) return Status::OK();
   Knobs knobs;
   BPS_RETURN_IF_ERROR(Knobs::FromEnvironment(&knobs));
-  ApplyLogKnobs(knobs);
+  ApplyProcessKnobs(knobs);
   WorkerConfig cfg;
   BPS_RETURN_IF_ERROR(LoadWorkerConfig(knobs, &cfg));
   for (auto& [name, value] : knobs.AsStrings())
@@ -55,7 +57,7 @@ std::shared_ptr<WorkerCore> CoreInstance() {
 Status RunNodeFromEnvironment() {
   Knobs k;
   BPS_RETURN_IF_ERROR(Knobs::FromEnvironment(&k));
-  ApplyLogKnobs(k);
+  ApplyProcessKnobs(k);
   const std::string role = k.Str("DMLC_ROLE");
   if (role == "worker")
     return Status::Config("DMLC_ROLE=worker: `python -m byteps.server` runs a server or the "

@@ -1,0 +1,75 @@
+"""The scheduling workload (byteps.bench.sched) on the emulated cluster: a tiny real run gives
+exact sums, finite iteration times no better than the ideal bound allows, and a Markdown
+section. Needs root and iproute2 (skipped otherwise); about 20 s."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+import pytest
+
+from byteps.bench import cluster as bc
+from byteps.bench import sched
+from byteps.bench.models import Layer
+
+pytestmark = [
+    pytest.mark.bench,
+    pytest.mark.skipif(bc.netns_unavailable() is not None,
+                       reason=f"emulated cluster unavailable: {bc.netns_unavailable()}"),
+]
+
+
+def test_hooks_are_wired():
+    from byteps.bench import cli
+
+    plugin = importlib.import_module(cli.PLUGINS["sched"])
+    plan = plugin.bench_settings(True)
+    assert plan["models"] == ["resnet50"]
+    assert plan["sweep"] == [plan["defaults"]] == [list(sched.core_defaults())]
+    assert plugin.bench_steps(plan) == 1 + 2  # cluster, FIFO, defaults
+    full = plugin.bench_settings(False)
+    assert full["models"] == ["vgg16", "resnet50"]
+    assert plan["defaults"] in full["sweep"]
+
+
+def test_tiny_workload_fifo_and_priority(tmp_path):
+    # 3 MB of gradients in 5 tensors; 40 ms of compute per iteration
+    layers = [Layer("conv1", 4 * 1000, 0.004, 0.008), Layer("conv2", 4 * 50_000, 0.004, 0.008),
+              Layer("fc1", 4 * 700_000, 0.002, 0.004), Layer("fc1.bias", 4 * 10, 0.0, 0.0),
+              Layer("fc2", 4 * 4000, 0.001, 0.002)]
+    before = set(bc.list_netns())
+    B = 400e6
+    with bc.EmulatedCluster(2, 0, B) as c:
+        times = {mode: sched.run_workload(c, layers, mode,
+                                          {"BYTEPS_PARTITION_BYTES": "65536",
+                                           "BYTEPS_SCHEDULING_CREDIT": "4"},
+                                          iters=3, warmup=1, timeout=120)
+                 for mode in ("fifo", "priority")}
+    assert not [ns for ns in set(bc.list_netns()) - before
+                if ns.startswith(f"bps{os.getpid() % 10000}")]  # everything torn down
+    total = sum(x.nbytes for x in layers)
+    # the ideal at the set rate (the goodput is a little lower) bounds every schedule
+    ideal = sched.ideal_iteration(layers, bc.t_opt(2, 0, total, B / 8) / total)
+    for mode, t in times.items():
+        assert math.isfinite(t) and t >= 0.95 * ideal, (mode, t, ideal)
+        assert t < 20 * ideal + 1.0, (mode, t, ideal)
+
+
+def test_markdown_and_targets_from_results(tmp_path):
+    plan = sched.bench_settings(False, ["vgg16"], [(262144, 4), (4096000, 4)])
+    plan["unavailable"] = None
+    res = {"plan": plan, "goodput_Bps": 95e6, "elapsed_s": 10.0, "models": {"vgg16": {
+        "bytes": 553430176, "tensors": 32, "t_comm_opt_s": 5.8, "compute_s": 5.8,
+        "ideal_s": 5.9, "sequential_s": 11.8, "jobs": [
+            {"mode": "fifo", "partition": 4096000, "credit": 0, "time_s": 7.8},
+            {"mode": "priority", "partition": 262144, "credit": 4, "time_s": 6.1},
+            {"mode": "priority", "partition": 4096000, "credit": 4, "error": "boom"}]}}}
+    md, targets = sched.bench_markdown(res, str(tmp_path), "img")
+    assert "| FIFO | 4096000 | ∞ | 7.800 | 1.32 |" in md
+    assert "| priority + credit | 4096000 | 4 | failed |  |" in md
+    assert (tmp_path / "sched_iteration.png").stat().st_size > 1000
+    best = [t for t in targets if "best of sweep" in t["name"]]
+    assert len(best) == 1 and best[0]["met"] is True
+    assert best[0]["ratio"] == pytest.approx(5.9 / 6.1)

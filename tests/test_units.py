@@ -766,8 +766,9 @@ class TestKnobs:
             assert values[name] == k["default"], name
         assert values["DMLC_ROLE"] == "worker"
         assert values["DMLC_NUM_WORKER"] == "1"
-        assert values["BYTEPS_PARTITION_BYTES"] == "4096000"
+        assert values["BYTEPS_PARTITION_BYTES"] == "524288"  # the scheduling sweep
         assert values["BYTEPS_SCHEDULING_CREDIT"] == "4"
+        assert values["BYTEPS_TCP_NOTSENT_LOWAT"] == "65536"
 
     def test_valid_values_pass_through(self):
         env = {"DMLC_ROLE": "server", "DMLC_NUM_WORKER": "8", "BYTEPS_LOG_LEVEL": "debug",

@@ -54,7 +54,7 @@ BANDWIDTH_MBIT = 800.0
 #: where overlapping communication with compute matters most).
 COMPUTE_RATIO = 1.0
 #: (partition bytes, credit in partitions) of the full sweep.
-SWEEP = ((256 * 1024, 4), (256 * 1024, 16), (1 << 20, 4), (1 << 20, 16), (4096000, 1),
+SWEEP = ((128 << 10, 8), (256 << 10, 4), (256 << 10, 8), (512 << 10, 4), (1 << 20, 4),
          (4096000, 4))
 TARGET = 1.10  # priority + credit within 10 % of the ideal overlap bound (VGG-16)
 

@@ -34,12 +34,13 @@ def test_cluster_hooks_are_wired():
     plan = plugin.bench_settings(True)
     assert plan["sizes"] == [16 << 20]
     assert [tuple(c) for c in plan["configs"]] == list(table1.CONFIGS)
-    assert plugin.bench_steps(plan) == 5 * (1 + 3)
+    assert plan["settings"] == ["default"]
+    assert plugin.bench_steps(plan) == 5 * (1 + 2)  # cluster, byteps defaults, gloo
 
 
 def test_tiny_table(tmp_path):
     plan = table1.bench_settings(False, sizes=[1 << 20], configs=[(2, 0), (2, 2)],
-                                 iters={1 << 20: 2})
+                                 iters={1 << 20: 2}, settings=["default", "tuned"])
     plan["link_seconds"] = 0.5
     labels = []
     before = set(bc.list_netns())

@@ -62,12 +62,14 @@ std::vector<KnobSpec> BuildTable() {
           "Overrides the computed rank (local_rank + worker_id * local_size); -1 = computed."),
       Bool("BYTEPS_FORCE_DISTRIBUTED", "0", "worker,launcher",
            "Use the scheduler and servers even when DMLC_NUM_WORKER is 1."),
-      Int("BYTEPS_PARTITION_BYTES", "4096000", 4096, 1LL << 31, "worker",
+      Int("BYTEPS_PARTITION_BYTES", "524288", 4096, 1LL << 31, "worker",
           "Largest partition of a tensor, in bytes; rounded up to a multiple of "
-          "BYTEPS_LOCAL_SIZE * 4096 (ByteScheduler, SOSP'19 §4)."),
+          "BYTEPS_LOCAL_SIZE * 4096 (ByteScheduler, SOSP'19 §4). Default chosen by the "
+          "scheduling sweep of docs/performance.md (upstream: 4096000)."),
       Int("BYTEPS_SCHEDULING_CREDIT", "4", 0, 1 << 20, "worker",
           "Partitions in flight to the servers at once (credit, in units of "
-          "BYTEPS_PARTITION_BYTES); queues are priority-ordered. 0 = unlimited (no credit)."),
+          "BYTEPS_PARTITION_BYTES) queued for the wire at once; queues are priority-ordered. 0 = "
+          "unlimited (no credit)."),
       Int("BYTEPS_TCP_NOTSENT_LOWAT", "65536", 0, (1LL << 31) - 1, "worker,server",
           "Most not-yet-sent bytes the kernel may hold per data connection (TCP_NOTSENT_LOWAT); "
           "the rest waits in the priority-ordered queues, so a high-priority partition does not "

@@ -447,9 +447,9 @@ def run_pushpull(
 
 
 #: Environment of the probe's jobs: fine partitions and enough credit that all k servers and
-#: both directions of every link are busy at once. With the core's defaults (4 096 000-byte
-#: partitions, credit 4) a 16 MiB tensor is 5 partitions over 4 servers and push_pull takes
-#: ~2 x t_opt at every B -- a pipelining limit, not the CPU limit the probe looks for.
+#: both directions of every link are busy at once. With upstream's partitions (4 096 000 bytes,
+#: credit 4) a 16 MiB tensor is 5 partitions over 4 servers and push_pull took ~2 x t_opt at
+#: every B -- a pipelining limit, not the CPU limit the probe looks for.
 PROBE_ENV = {"BYTEPS_PARTITION_BYTES": str(256 * 1024), "BYTEPS_SCHEDULING_CREDIT": "16"}
 
 

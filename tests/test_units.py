@@ -36,6 +36,7 @@ import byteps
 import byteps.basics as basics
 from byteps import _core
 from byteps._core import testing as T
+from byteps.bench import models
 from byteps.errors import ConfigError, NotInitializedError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -384,32 +385,13 @@ class TestScheduledQueue:
 
 
 def resnet50_numels():
-    """Per-tensor parameter counts of torchvision's ResNet-50 (conv, BN weight, BN bias, fc)."""
-    p = [64 * 3 * 7 * 7, 64, 64]
-    inp = 64
-    for width, blocks in [(64, 3), (128, 4), (256, 6), (512, 3)]:
-        for i in range(blocks):
-            p += [inp * width, width, width,
-                  width * width * 9, width, width,
-                  width * 4 * width, 4 * width, 4 * width]
-            if i == 0:
-                p += [inp * 4 * width, 4 * width, 4 * width]
-            inp = 4 * width
-    return p + [2048 * 1000, 1000]
+    """Per-tensor parameter counts of torchvision's ResNet-50 (checked in test_sched_model)."""
+    return [t.numel for t in models.resnet50()]
 
 
 def vgg16_numels():
-    """Per-tensor parameter counts of torchvision's VGG-16 (conv weight + bias, fc)."""
-    p, c = [], 3
-    for v in [64, 64, 128, 128, 256, 256, 256, 512, 512, 512, 512, 512, 512]:
-        p += [c * v * 9, v]
-        c = v
-    return p + [25088 * 4096, 4096, 4096 * 4096, 4096, 4096 * 1000, 1000]
-
-
-def test_model_sizes_are_the_real_ones():
-    assert sum(resnet50_numels()) == 25_557_032
-    assert sum(vgg16_numels()) == 138_357_544
+    """Per-tensor parameter counts of torchvision's VGG-16 (checked in test_sched_model)."""
+    return [t.numel for t in models.vgg16()]
 
 
 def paper_shares(n, k):

@@ -415,9 +415,9 @@ at n = 4 by 10–14 %. It is not the shared CPU: at 400 Mbit/s (31–42 % busy i
 the ratios stay (defaults: (4,2) 1.15, (4,4) 1.13; 128 KiB/credit 8: (4,4) 1.12), while gloo
 still reaches its ring time (1.01). Nor is it the pipeline fill and drain of one partition
 (about 2·n·P/B: 6 % at 512 KiB, 1.5 % at 128 KiB, yet both give 1.12–1.13). At n = 2 the same
-code reaches 1.00–1.03. Open leads: how the four TCP flows that share every link divide it
-(t_opt assumes every link busy in both directions all the time) and the balance of the key
-plan across servers; to be profiled next.
+code reaches 1.00–1.03, and the key plan is exactly balanced (64 MiB = 128 partitions, 32 of
+16 MiB per server at k = 4). Open lead: how the four TCP flows that share every link divide it
+(t_opt assumes every link busy in both directions all the time); to be profiled next.
 
 **Training example** (foundation issue, measured by hand):
 `bpslaunch --workers 2 --servers 1 python examples/torch/train_digits.py`: final test accuracy

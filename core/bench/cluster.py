@@ -216,6 +216,23 @@ class JobResult(NamedTuple):
         pre = f"[{label}] "
         return [ln[len(pre):] for ln in self.output.splitlines() if ln.startswith(pre)]
 
+    def worker_reports(self, what: str) -> list[dict]:
+        """The last ``RESULT {json}`` line of every worker, decoded.
+
+        Raises:
+            RuntimeError: a worker failed or printed no ``RESULT`` (names ``what`` and carries
+                the tail of the output).
+        """
+        reports = []
+        for i in range(len(self.returncodes)):
+            found = [ln for ln in self.lines(f"worker {i}") if ln.startswith("RESULT ")]
+            if found:
+                reports.append(json.loads(found[-1][7:]))
+        if not self.ok or len(reports) != len(self.returncodes):
+            tail = "\n".join(self.output.splitlines()[-30:])
+            raise RuntimeError(f"{what} failed (exit codes {self.returncodes}):\n{tail}")
+        return reports
+
 
 def run_byteps_job(
     cluster: EmulatedCluster,
@@ -428,14 +445,7 @@ def run_pushpull(
     finally:
         stop.set()
         th.join(2.0)
-    reports = []
-    for i in range(cluster.num_workers):
-        found = [ln for ln in res.lines(f"worker {i}") if ln.startswith("RESULT ")]
-        if found:
-            reports.append(json.loads(found[-1][7:]))
-    if not res.ok or len(reports) != cluster.num_workers:
-        tail = "\n".join(res.output.splitlines()[-30:])
-        raise RuntimeError(f"push_pull job failed (exit codes {res.returncodes}):\n{tail}")
+    reports = res.worker_reports("push_pull job")
     slowest = [max(ts) for ts in zip(*(r["times"] for r in reports))]
     t0 = max(r["t_start"] for r in reports)
     t1 = min(r["t_end"] for r in reports)

@@ -10,11 +10,13 @@ targets; :func:`write` writes ``docs/performance.md``.
 from __future__ import annotations
 
 import datetime
+import json
+import logging
 import math
 import os
 import platform
 import subprocess
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 Section = Tuple[str, List[dict]]
 
@@ -424,6 +426,25 @@ code reaches 1.00–1.03, and the key plan is exactly balanced (64 MiB = 128 par
 0.973, 2.4–6 s of training, about 11–17 s for the whole launch (most of it starting Python and
 importing torch in four processes).
 """
+
+
+def run_standalone(plan: dict, run: Callable, markdown: Callable,
+                   json_path: Optional[str] = None) -> int:
+    """A bench plugin run alone (``python -m byteps.bench.<name>``): log progress, measure
+    ``plan`` with ``run(plan, progress)``, save the raw results to ``json_path`` if given,
+    print the section ``markdown(results, None)`` and one line per target. Returns 0."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    log = logging.getLogger("byteps.bench")
+    res = run(plan, lambda label: log.info("%s", label))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(res, f, indent=1)
+    md, targets = markdown(res, None)
+    print(md)
+    for t in targets:
+        print(t["met"], f"{t['ratio']:.3f}", t["name"], t["measured"])
+    return 0
 
 
 def machine() -> Dict[str, str]:

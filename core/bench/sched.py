@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 
 from . import cluster as bc
 from . import models
+from .report import run_standalone
 
 log = logging.getLogger(__name__)
 
@@ -178,14 +179,7 @@ def run_workload(cluster: bc.EmulatedCluster, layers: Sequence[models.Layer], mo
         res = bc.run_byteps_job(cluster, argv, env=env, timeout=timeout)
     finally:
         os.unlink(f.name)
-    reports = []
-    for i in range(cluster.num_workers):
-        found = [ln for ln in res.lines(f"worker {i}") if ln.startswith("RESULT ")]
-        if found:
-            reports.append(json.loads(found[-1][7:]))
-    if not res.ok or len(reports) != cluster.num_workers:
-        tail = "\n".join(res.output.splitlines()[-30:])
-        raise RuntimeError(f"workload job failed (exit codes {res.returncodes}):\n{tail}")
+    reports = res.worker_reports("workload job")
     return statistics.median(max(ts) for ts in zip(*(r["times"] for r in reports)))
 
 
@@ -429,19 +423,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         path, mode, iters, warmup = args.worker
         return _worker_main(path, mode, int(iters), int(warmup))
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     sweep = [tuple(int(v) for v in s.split(":")) for s in args.sweep] if args.sweep else None
     plan = bench_settings(args.quick, args.models, sweep, args.compute_ratio, args.bandwidth)
-    res = bench_run(plan, lambda label: log.info("%s", label))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
-    md, targets = bench_markdown(res, None)
-    print(md)
-    for t in targets:
-        print(t["met"], f"{t['ratio']:.3f}", t["name"], t["measured"])
-    return 0
+    return run_standalone(plan, bench_run, bench_markdown, args.json)
 
 
 if __name__ == "__main__":

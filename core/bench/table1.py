@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from . import cluster as bc
+from .report import run_standalone
 
 log = logging.getLogger(__name__)
 
@@ -439,23 +440,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.gloo_worker:
         return _gloo_main(*args.gloo_worker)
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     sizes = [int(s * 2**20) for s in args.sizes_mib] if args.sizes_mib else None
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs] if args.configs \
         else None
     plan = bench_settings(args.quick, sizes, configs, bandwidth_mbit=args.bandwidth)
     if args.iters:
         plan["iters"] = {s: args.iters for s in plan["iters"]}
-    res = bench_run(plan, lambda label: log.info("%s", label))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
-    md, targets = bench_markdown(res, None)
-    print(md)
-    for t in targets:
-        print(t["met"], f"{t['ratio']:.3f}", t["name"], t["measured"])
-    return 0
+    return run_standalone(plan, bench_run, bench_markdown, args.json)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,23 @@ class TestScheduledQueue:
         q.return_credit(80)
         assert q.try_pop() == (0, 3, 40)
 
+    def test_return_credit_and_try_pop(self):
+        # The push path's send thread returns credit and takes the next item itself.
+        q = T.ScheduledQueue("q", 100)
+        for key in range(3):
+            q.push(0, key, 60)
+        assert q.try_pop() == (0, 0, 60)
+        assert q.try_pop() is None  # 60 + 60 > 100
+        assert q.return_credit_and_try_pop(60) == (0, 1, 60)
+        assert q.in_flight_bytes == 60
+        assert q.return_credit_and_try_pop(0) is None  # still no room: nothing leaves
+        assert q.return_credit_and_try_pop(60) == (0, 2, 60)
+        assert q.return_credit_and_try_pop(60) is None  # empty
+        assert q.in_flight_bytes == 0
+        q.close()
+        q.push(0, 3, 1)
+        assert q.return_credit_and_try_pop(0) is None  # closed: nothing leaves
+
     def test_credit_exactly_full_is_allowed(self):
         q = T.ScheduledQueue("q", 100)
         q.push(0, 0, 60)

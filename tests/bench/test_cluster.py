@@ -63,6 +63,10 @@ def test_create_and_teardown_leave_nothing():
             qdiscs = subprocess.run(["tc", "-n", h.netns, "qdisc", "show", "dev", "eth0"],
                                     capture_output=True, text=True, timeout=20).stdout
             assert "tbf" in qdiscs
+            cc = subprocess.run(["ip", "netns", "exec", h.netns, "cat",
+                                 "/proc/sys/net/ipv4/tcp_congestion_control"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+            assert cc == "cubic"  # the default of EmulatedCluster, whatever the root uses
         bridge_links = _ip("-n", c.bridge_netns, "-o", "link", "show")
         assert all(f"{h.name}@" in bridge_links for h in c.hosts)
         # nothing of ours appears in the root namespace

@@ -86,6 +86,7 @@ class WorkerCore : public ConnectionHandler {
   void WatchdogLoop();
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
+  void RunStageItem(Stage s, const QueueItem& item);
   void RunCopyIn(PartTask* t);
   void RunLocalReduce(PartTask* t);
   void RunPush(PartTask* t);

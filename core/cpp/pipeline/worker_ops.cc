@@ -158,6 +158,9 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
 void WorkerCore::Dispatch(PartTask* t) {
   Stage s = t->stages.current();
   if (s == Stage::kPull) return;  // the push carried the pull request (kPushFlagPull)
+  // One process per machine in a distributed job: COPY_OUT at most divides the pulled partition
+  // in place, so the thread that received it does that instead of handing it on.
+  if (s == Stage::kCopyOut && cfg_.local_size == 1 && cfg_.distributed) return RunCopyOut(t);
   Gate* g = gate_before_[static_cast<int>(s)];
   if (g) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);

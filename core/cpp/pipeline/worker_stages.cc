@@ -13,20 +13,23 @@ void WorkerCore::StageLoop(Stage s) {
   ScheduledQueue* q = queues_[static_cast<int>(s)].get();
   QueueItem item;
   while (!threads_stop_) {
-    if (!q->Pop(&item, std::chrono::milliseconds(200))) continue;
-    auto* t = static_cast<PartTask*>(item.ptr);
-    if (s != Stage::kPush) q->ReturnCredit(item.bytes);
-    if (!t->ctx->in_flight) {  // the operation already failed: drop the partition
-      if (s == Stage::kPush) q->ReturnCredit(item.bytes);
-      continue;
-    }
-    switch (s) {
-      case Stage::kCopyIn: RunCopyIn(t); break;
-      case Stage::kLocalReduce: RunLocalReduce(t); break;
-      case Stage::kPush: RunPush(t); break;
-      case Stage::kCopyOut: RunCopyOut(t); break;
-      default: break;
-    }
+    if (q->Pop(&item, std::chrono::milliseconds(200))) RunStageItem(s, item);
+  }
+}
+
+void WorkerCore::RunStageItem(Stage s, const QueueItem& item) {
+  ScheduledQueue* q = queues_[static_cast<int>(s)].get();
+  auto* t = static_cast<PartTask*>(item.ptr);
+  bool live = t->ctx->in_flight;
+  // PUSH credit comes back when the push is written (OnPushSent); other stages hold none.
+  if (s != Stage::kPush || !live) q->ReturnCredit(item.bytes);
+  if (!live) return;  // the operation already failed: drop the partition
+  switch (s) {
+    case Stage::kCopyIn: RunCopyIn(t); break;
+    case Stage::kLocalReduce: RunLocalReduce(t); break;
+    case Stage::kPush: RunPush(t); break;
+    case Stage::kCopyOut: RunCopyOut(t); break;
+    default: break;
   }
 }
 

@@ -55,6 +55,11 @@ void BindTesting(py::module_& root) {
         return py::make_tuple(it.priority, it.key, it.bytes);
       })
       .def("return_credit", &ScheduledQueue::ReturnCredit)
+      .def("return_credit_and_try_pop", [](ScheduledQueue& q, size_t bytes) -> py::object {
+        QueueItem it;
+        if (!q.ReturnCreditAndTryPop(bytes, &it)) return py::none();
+        return py::make_tuple(it.priority, it.key, it.bytes);
+      })
       .def("close", &ScheduledQueue::Close)
       .def("__len__", &ScheduledQueue::size)
       .def_property_readonly("in_flight_bytes", &ScheduledQueue::in_flight_bytes);

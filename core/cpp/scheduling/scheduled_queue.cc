@@ -64,6 +64,14 @@ void ScheduledQueue::ReturnCredit(size_t bytes) {
   cv_.notify_all();
 }
 
+bool ScheduledQueue::ReturnCreditAndTryPop(size_t bytes, QueueItem* out) {
+  std::lock_guard<std::mutex> lk(mu_);
+  in_flight_ = bytes > in_flight_ ? 0 : in_flight_ - bytes;
+  if (closed_ || !CanPopLocked()) return false;
+  PopLocked(out);
+  return true;
+}
+
 void ScheduledQueue::Close() {
   {
     std::lock_guard<std::mutex> lk(mu_);

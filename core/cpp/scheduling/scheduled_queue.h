@@ -34,6 +34,10 @@ class ScheduledQueue {
   bool TryPop(QueueItem* out);
   // Gives back the credit of an item that left (its bytes are no longer in flight).
   void ReturnCredit(size_t bytes);
+  // Gives back credit and, if an item may now leave, pops it into *out (returns true) instead of
+  // waking a waiting Pop: for a caller that runs the item itself. When it returns false no item
+  // may leave, so no waiter could have made progress either.
+  bool ReturnCreditAndTryPop(size_t bytes, QueueItem* out);
   void Close();
   size_t size() const;
   size_t in_flight_bytes() const;

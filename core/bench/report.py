@@ -412,14 +412,40 @@ cluster; the tables above are the state after all of them):
   (1.09 × raw TCP in that run), so it became the default (upstream's 4 096 000 B gives VGG-16
   1.08 ×, ResNet-50 1.40 ×; in Table 1, before these fixes, up to 1.97 × t_opt).
 
-**What is left at n = 4 (not CPU, not partition size).** Table 1 at 64 MiB misses ≤ 1.05 × t_opt
-at n = 4 by 10–14 %. It is not the shared CPU: at 400 Mbit/s (31–42 % busy instead of 66–77 %)
-the ratios stay (defaults: (4,2) 1.15, (4,4) 1.13; 128 KiB/credit 8: (4,4) 1.12), while gloo
-still reaches its ring time (1.01). Nor is it the pipeline fill and drain of one partition
-(about 2·n·P/B: 6 % at 512 KiB, 1.5 % at 128 KiB, yet both give 1.12–1.13). At n = 2 the same
-code reaches 1.00–1.03, and the key plan is exactly balanced (64 MiB = 128 partitions, 32 of
-16 MiB per server at k = 4). Open lead: how the four TCP flows that share every link divide it
-(t_opt assumes every link busy in both directions all the time); to be profiled next.
+**n = 4 on the emulated cluster (not CPU, not partition size; the congestion control).**
+Table 1 at 64 MiB used to miss ≤ 1.05 × t_opt at n = 4 by 10–14 %. It is not the shared CPU: at
+400 Mbit/s (31–42 % busy instead of 66–77 %) the ratios stayed ((4,2) 1.15, (4,4) 1.13), while
+gloo still reached its ring time (1.01); nor the fill and drain of one partition (128 KiB and
+512 KiB both gave 1.12–1.13); nor the key plan (exactly balanced: 32 partitions per server at
+k = 4). It was how several TCP flows share a shaped link: the emulated hosts inherited this
+machine's congestion control, `bbr`; with Linux's default `cubic` in every host namespace
+(`EmulatedCluster(congestion_control="cubic")`, now the default; gloo runs on the same
+network) the same core gave, one A/B run each, (4,0) 1.11 → 1.05 and (4,4) 1.13 → 1.10, and the
+table above shows the full run. What is left at 64 MiB ((4,2) and (4,4), 1.06–1.08) is gone at
+256 MiB (1.02–1.04): a fixed cost per iteration (start-up of the round, the last partitions'
+round trip), not a rate.
+
+**Fewer thread hand-offs per partition (this issue).** Profiled with `perf` (system-wide,
+64 MiB forced-distributed on loopback, 512 KiB partitions): 23 000 futex calls per second,
+mostly the PUSH stage thread and a connection's send thread waking each other once per
+partition (credit returned → pop → hand to the send thread), and the receiving thread waking
+the COPY_OUT thread. Now the send thread that wrote a push returns the credit and sends the next
+partitions itself (`ScheduledQueue::ReturnCreditAndTryPop`), and with one process per machine
+COPY_OUT (at most an in-place divide) runs on the receiving thread: 7 400 futex calls per
+second. Summing on the server's receiving threads instead of engine threads (no hand-off
+there either) was slower (72–76 vs 68–70 ms) and was dropped.
+
+**Why forced-distributed loopback stays below 80 % of raw TCP with 512 KiB partitions.** The
+whole difference to 4 096 000-byte partitions is the kernel's receive copy: per iteration
+`_copy_to_iter` took 206 samples (≈ 51 ms of CPU) at 512 KiB and 122 (≈ 31 ms) at 4 096 000 B,
+while every other symbol (send copy, TCP, scheduling, our code) differed by at most 6 samples.
+The workers' receiving threads copy pull responses at ≈ 3.8 GB/s, the server's at ≈ 8.6 GB/s:
+where the received bytes sit in the caches, not bookkeeping per partition. Neither a smaller
+receive buffer (256 KiB–1 MiB) nor another `BYTEPS_TCP_NOTSENT_LOWAT` (16–128 KiB; 32–64 KiB
+best) changed it beyond the noise, which on this shared VM is large: the same configuration
+ranges 64–81 ms for 64 MiB within minutes. With 4 096 000-byte partitions the same run reaches
+0.86–0.92 of raw TCP; the default stays 512 KiB because the scheduling sweep on the 800 Mbit/s
+network needs small partitions (ResNet-50: 4 096 000 B 1.35–1.40 × ideal, 512 KiB 1.14 ×).
 
 **Training example** (foundation issue, measured by hand):
 `bpslaunch --workers 2 --servers 1 python examples/torch/train_digits.py`: final test accuracy

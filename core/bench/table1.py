@@ -313,7 +313,8 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     md.append(
         f"n worker hosts and k CPU-server hosts, each a network namespace behind one emulated "
         f"switch, every link shaped to B = {plan['bandwidth_mbit']:g} Mbit/s in both "
-        "directions (the recommendation of `python -m byteps.bench.cluster --probe`); one "
+        "directions (the recommendation of `python -m byteps.bench.cluster --probe`), TCP "
+        "congestion control `cubic` on every host (Linux's default); one "
         "byteps worker process per worker host; the scheduler on w0. k = 0: one server colocated on every worker host; "
         "0 < k < n: a server on every CPU-server host and one colocated on every worker host "
         "(DESIGN.md §3, what `t_opt` assumes); k ≥ n: CPU-server hosts only. "

@@ -518,7 +518,7 @@ class TestKeyPlan:
 # =============================================================================================
 
 CONTROL_TYPES = list(range(1, 10))
-DATA_TYPES = list(range(20, 26))
+DATA_TYPES = list(range(20, 28))  # ... GOODBYE, STALL_QUERY, STALL_REPORT
 KNOWN_TYPES = CONTROL_TYPES + DATA_TYPES
 MAGIC = 0x31535042
 MAX_CONTROL = 64 << 20
@@ -529,10 +529,10 @@ def header_is_valid(magic, type_, dtype, payload_len):
     """Reference model of ValidateHeader (comm/frame.cc)."""
     if magic != MAGIC or type_ not in KNOWN_TYPES or dtype >= 8:
         return False
-    limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24)) else MAX_DATA
+    limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27)) else MAX_DATA
     if payload_len > limit:
         return False
-    return not (type_ in (22, 25) and payload_len != 0)
+    return not (type_ in (22, 25, 26) and payload_len != 0)
 
 
 class TestFrame:
@@ -562,7 +562,8 @@ class TestFrame:
                                             (6, "FINALIZE"), (7, "FINALIZE_DONE"),
                                             (8, "SHUTDOWN"), (9, "NODE_FAILED"), (20, "HELLO"),
                                             (21, "PUSH"), (22, "PULL"), (23, "PULL_RESPONSE"),
-                                            (24, "DATA_ERROR"), (25, "GOODBYE")])
+                                            (24, "DATA_ERROR"), (25, "GOODBYE"),
+                                            (26, "STALL_QUERY"), (27, "STALL_REPORT")])
     def test_every_type_decodes(self, type_, name):
         assert T.decode_header(T.encode_header(type_))["type_name"] == name
 
@@ -571,7 +572,7 @@ class TestFrame:
         with pytest.raises(ValueError, match="magic"):
             T.decode_header(T.encode_header(21, magic=magic))
 
-    @pytest.mark.parametrize("type_", [0, 10, 11, 19, 26, 100, 0xFFFF])
+    @pytest.mark.parametrize("type_", [0, 10, 11, 19, 28, 100, 0xFFFF])
     def test_unknown_type(self, type_):
         with pytest.raises(ValueError, match="type"):
             T.decode_header(T.encode_header(type_))
@@ -592,11 +593,11 @@ class TestFrame:
         with pytest.raises(ValueError, match="exceeds"):
             T.decode_header(T.encode_header(23, payload_len=(1 << 64) - 1))
         T.decode_header(T.encode_header(3, payload_len=MAX_CONTROL))
-        for control in (1, 3, 9, 20, 24):
+        for control in (1, 3, 9, 20, 24, 27):
             with pytest.raises(ValueError, match="exceeds"):
                 T.decode_header(T.encode_header(control, payload_len=MAX_CONTROL + 1))
 
-    @pytest.mark.parametrize("type_", [22, 25])
+    @pytest.mark.parametrize("type_", [22, 25, 26])
     def test_pull_and_goodbye_without_payload(self, type_):
         T.decode_header(T.encode_header(type_, payload_len=0))
         with pytest.raises(ValueError, match="payload"):

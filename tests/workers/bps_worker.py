@@ -6,7 +6,7 @@ inputs of all ranks, so every comparison of a sum is exact. On any failure the w
 ``FAIL <message>`` and exits 1; on success it prints ``OK <n> cases`` as its last line.
 
 Modes (see main()): correctness, partitions, fastslow, inflight, overlap, declare, mismatch,
-loop (runs until a peer is lost; used by the kill tests), timeout, shm.
+loop (runs until a peer is lost; used by the kill tests), timeout, shm, orphan, soak.
 """
 
 from __future__ import annotations
@@ -404,8 +404,12 @@ def mode_loop(args) -> int:
 
 def mode_timeout(args) -> int:
     """BYTEPS_TIMEOUT=3: worker 1 never pushes "lonely"; worker 0 must get BytePSTimeoutError
-    naming the missing worker or the tensor."""
+    naming the missing worker or the tensor. args: [seconds worker 1 sleeps, "declared"]: with
+    "declared" every rank push_pulls "lonely" once first, so the stall is at the servers (a
+    later round), not at the declaration."""
     run_case("to.warmup", 7000, "float32", (17,), False, True)
+    if len(args) > 1 and args[1] == "declared":
+        run_case("lonely", 7001, "float32", (100,), False, True)
     if RANK == 0:
         inp = make(values(7001, RANK, 100, "float32"), "float32", (100,))
         t0 = time.monotonic()
@@ -470,6 +474,38 @@ def mode_orphan(args) -> int:
     return 0
 
 
+def mode_soak(args) -> int:
+    """args[0] iterations of push_pull (out of place, sum) over 50 tensors of mixed sizes (1
+    element .. 1 MiB) and dtypes, every result checked exactly. After a warm-up of a tenth of
+    the iterations and at the end, prints ``MEASURE start|end`` and pauses 3 s so the test can
+    read every process's resident memory and open descriptors at the same moment."""
+    iterations = int(args[0])
+    dtypes = ("float32", "float16", "int32", "float64", "int64")
+    counts = np.geomspace(1, 1 << 18, 50).astype(np.int64)
+    tensors = [(f"soak.{i}", dtypes[i % len(dtypes)]) for i in range(len(counts))]
+    bufs = [(np.empty(int(n), dtype=dt), np.empty(int(n), dtype=dt))
+            for n, (_, dt) in zip(counts, tensors)]
+    size = bps.size()
+    for it in range(iterations):
+        if it == max(1, iterations // 10):
+            log("MEASURE start")
+            time.sleep(3.0)
+        bump = it % 3
+        handles = []
+        for (name, dt), (inp, out) in zip(tensors, bufs):
+            inp.fill(RANK + 1 + bump)
+            handles.append(push_pull(name, inp, out, dt, False))
+        for h in handles:
+            bps.wait(h)
+        expected = size * (size + 1) // 2 + size * bump
+        for (name, _), (_, out) in zip(tensors, bufs):
+            if not (out[0] == expected and out[-1] == expected):
+                fail(f"{name} iteration {it}: {out[0]}, {out[-1]} != {expected}")
+    log("MEASURE end")
+    time.sleep(3.0)
+    return iterations * len(tensors)
+
+
 MODES = {
     "correctness": mode_correctness,
     "partitions": mode_partitions,
@@ -483,6 +519,7 @@ MODES = {
     "timeout": mode_timeout,
     "shm": mode_shm,
     "orphan": mode_orphan,
+    "soak": mode_soak,
 }
 
 

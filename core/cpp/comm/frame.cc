@@ -25,6 +25,8 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kPullResponse: return "PULL_RESPONSE";
     case MsgType::kDataError: return "DATA_ERROR";
     case MsgType::kGoodbye: return "GOODBYE";
+    case MsgType::kStallQuery: return "STALL_QUERY";
+    case MsgType::kStallReport: return "STALL_REPORT";
   }
   return "UNKNOWN";
 }
@@ -33,17 +35,19 @@ Status ValidateHeader(const FrameHeader& h) {
   if (h.magic != kFrameMagic)
     return Status::InvalidArgument("bad frame magic 0x" + std::to_string(h.magic));
   MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 25);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 27);
   if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
   if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
-  uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello
+  uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
+                           t == MsgType::kStallReport
                        ? kMaxControlPayload
                        : kMaxDataPayload;
   if (h.payload_len > limit)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " payload of " +
                                    std::to_string(h.payload_len) + " bytes exceeds the limit " +
                                    std::to_string(limit));
-  if ((t == MsgType::kPull || t == MsgType::kGoodbye) && h.payload_len != 0)
+  if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery) &&
+      h.payload_len != 0)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
   return Status::OK();
 }

@@ -35,6 +35,9 @@ enum class MsgType : uint16_t {
   kPullResponse = 23,
   kDataError = 24,
   kGoodbye = 25,
+  // stall inspector: which workers have not pushed (key, round) yet
+  kStallQuery = 26,   // worker -> server: aux = round, no payload
+  kStallReport = 27,  // server -> worker: aux = round, payload = uint32 worker ids missing
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the

@@ -77,6 +77,10 @@ std::vector<KnobSpec> BuildTable() {
       Float("BYTEPS_TIMEOUT", "120", 1, 1e7, "all",
             "Seconds any rendezvous, declaration or push_pull may wait before it fails with a "
             "timeout naming what is missing."),
+      Float("BYTEPS_STALL_WARNING_SECONDS", "60", 0, 1e7, "worker,scheduler",
+            "Seconds a push_pull may wait before a warning names the tensor and the ranks that "
+            "have not submitted it (0: no warning). BYTEPS_TIMEOUT is the shutdown threshold: "
+            "then the operation fails with the same list."),
       Float("BYTEPS_HEARTBEAT_INTERVAL", "1", 0.05, 3600, "all",
             "Seconds between heartbeats from each node to the scheduler."),
       Float("BYTEPS_HEARTBEAT_TIMEOUT", "15", 0.1, 86400, "all",

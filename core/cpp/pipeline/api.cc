@@ -80,6 +80,7 @@ Status RunNodeFromEnvironment() {
     o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
     o.timeout_s = k.Float("BYTEPS_TIMEOUT");
     o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
+    o.stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
     Scheduler sched(o);
     return sched.Run();
   }

@@ -49,6 +49,10 @@ struct PartTask {
   SendItem push_item;
   SendItem pull_item;
   bool receiving = false;  // a pull response is being received into this task's buffer
+  // Stall inspector (under WorkerCore::pull_mu_): the server's answer to a STALL_QUERY for
+  // this partition's current round: worker machines that have not pushed it.
+  bool stall_reported = false;
+  std::vector<int> stall_missing;
 };
 
 struct TensorContext {
@@ -81,6 +85,8 @@ struct TensorContext {
   int64_t priority = 0;
   std::atomic<int> remaining{0};
   std::chrono::steady_clock::time_point started;
+  bool stall_queried = false;  // stall inspector state of the current operation (under mu)
+  bool stall_warned = false;
   Status sticky;  // once an operation on this tensor failed for good, later ones fail too
 
   char* slot(int i) const { return shm->data() + static_cast<size_t>(i) * region; }

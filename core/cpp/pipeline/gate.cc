@@ -14,8 +14,10 @@ void Gate::Signal(uint64_t key, uint64_t sig, int from) {
       e.sig_from = from;
     }
     e.count++;
+    e.froms.push_back(from);
     if (!bad && e.waiting && e.count >= expected_) {
       e.count -= expected_;
+      e.froms.erase(e.froms.begin(), e.froms.begin() + expected_);
       release = e.waiting;
       e.waiting = nullptr;
       e.sig = 0;
@@ -41,6 +43,7 @@ void Gate::Arrive(PartTask* t, uint64_t key, uint64_t sig) {
     e.task_sig = sig;
     if (!bad && e.count >= expected_) {
       e.count -= expected_;
+      e.froms.erase(e.froms.begin(), e.froms.begin() + expected_);
       e.sig = 0;
       release = t;
     } else if (!bad) {
@@ -49,6 +52,12 @@ void Gate::Arrive(PartTask* t, uint64_t key, uint64_t sig) {
   }
   if (bad) mismatch_(t, other, from);
   if (release) release_(release);
+}
+
+std::vector<int> Gate::Signalled(uint64_t key) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = entries_.find(key);
+  return it == entries_.end() ? std::vector<int>() : it->second.froms;
 }
 
 void Gate::Forget(uint64_t key) {

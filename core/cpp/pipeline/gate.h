@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace byteps {
 
@@ -28,6 +29,8 @@ class Gate {
   void Arrive(PartTask* t, uint64_t key, uint64_t sig);
   // Drops a waiting task (its operation failed).
   void Forget(uint64_t key);
+  // Local ranks whose signals for `key` have arrived and are not yet consumed (stall reports).
+  std::vector<int> Signalled(uint64_t key);
   const std::string& name() const { return name_; }
 
  private:
@@ -37,6 +40,7 @@ class Gate {
     uint64_t sig = 0;
     int sig_from = -1;
     uint64_t task_sig = 0;
+    std::vector<int> froms;  // senders of the counted signals, in arrival order
   };
   std::string name_;
   int expected_;

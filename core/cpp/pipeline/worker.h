@@ -41,6 +41,7 @@ struct WorkerConfig {
   size_t partition_bound = 0;
   size_t credit_bytes = 0;
   double timeout_s = 120, heartbeat_interval_s = 1;
+  double stall_warning_s = 60;  // 0: no stall warning
   std::string job, root_uri, node_host, interface;
   int root_port = 0;
   bool is_root() const { return local_rank == 0; }
@@ -83,7 +84,11 @@ class WorkerCore : public ConnectionHandler {
   void FinishOp(TensorContext* ctx, const Status& st, bool sticky);
   // `report`: tell the scheduler (and so every node) the cause; false when it came from there.
   void Fatal(const Status& st, bool report = true);
+  // --- watchdog: timeouts, stall inspector, local liveness (worker_watchdog.cc) ---
   void WatchdogLoop();
+  void SendStallQueries(TensorContext* c);
+  std::string StallWhere(TensorContext* c);
+  std::string StallCulprits(TensorContext* c);
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
   void RunStageItem(Stage s, const QueueItem& item);

@@ -57,6 +57,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->partition_bound = PartitionBound(k.Int("BYTEPS_PARTITION_BYTES"), cfg->local_size);
   cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
   cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
+  cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
   cfg->heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   cfg->job = k.Str("BYTEPS_JOB_ID");
   if (cfg->job.empty()) {

@@ -133,6 +133,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   ctx->priority = a.has_priority ? a.priority : -static_cast<int64_t>(ctx->declared_key);
   ctx->remaining = static_cast<int>(ctx->parts.size());
   ctx->started = std::chrono::steady_clock::now();
+  ctx->stall_queried = ctx->stall_warned = false;
   *handle = ctx->handle;
   if (ctx->parts.empty()) {
     ctx->in_flight = false;
@@ -230,64 +231,6 @@ void WorkerCore::Fatal(const Status& st, bool report) {
   }
   for (auto* c : all) FinishOp(c, fatal_, true);
   handles_.FailAll(fatal_);
-}
-
-void WorkerCore::WatchdogLoop() {
-  int tick = 0;
-  while (!threads_stop_) {
-    usleep(200000);
-    if (++tick % 5 != 0 || failed_) continue;
-    auto now = std::chrono::steady_clock::now();
-    std::vector<TensorContext*> late;
-    {
-      std::lock_guard<std::mutex> lk(ctx_mu_);
-      for (auto& c : contexts_) {
-        std::lock_guard<std::mutex> clk(c->mu);
-        // A declaration that waits for other workers is timed out by the scheduler, whose
-        // message names the missing workers; this is the backstop.
-        double limit = cfg_.timeout_s + (c->waiting_for_declare ? 5.0 : 0.0);
-        if (c->in_flight && std::chrono::duration<double>(now - c->started).count() > limit)
-          late.push_back(c.get());
-      }
-    }
-    for (auto* c : late) {
-      std::string where;
-      if (c->waiting_for_declare) {
-        where = "waiting for the other workers to declare it";
-      } else {
-        std::string stages;
-        for (auto& t : c->parts) {
-          if (t->stages.pos >= t->stages.size) continue;
-          Stage s = t->stages.current();
-          std::string name = StageName(s);
-          if (gate_before_[static_cast<int>(s)]) name += " (waiting for the other local processes)";
-          else if (s == Stage::kPull) name += " (waiting for server " + std::to_string(t->server) + ")";
-          if (stages.find(name) == std::string::npos) stages += (stages.empty() ? "" : ", ") + name;
-        }
-        where = std::to_string(c->remaining.load()) + " of " + std::to_string(c->parts.size()) +
-                " partitions unfinished, at " + stages +
-                "; are all ranks calling push_pull on this tensor?";
-      }
-      FinishOp(c, Status::Timeout("rank " + std::to_string(cfg_.rank) + ": push_pull of '" +
-                                  c->name + "' did not finish within " +
-                                  std::to_string(int(cfg_.timeout_s)) + " s (BYTEPS_TIMEOUT); " +
-                                  where),
-               true);
-    }
-    // Liveness of the other local processes.
-    if (cfg_.local_size > 1) {
-      LocalSignal ping;
-      ping.type = static_cast<uint8_t>(LocalSignalType::kPing);
-      ping.from = static_cast<uint16_t>(cfg_.local_rank);
-      for (int r = 0; r < cfg_.local_size; ++r) {
-        if (r == cfg_.local_rank || local_bye_[r]) continue;
-        if (!channel_.Send(r, ping).ok() && !local_bye_[r] && !stopping_)
-          Fatal(Status::PeerLost("worker process with local rank " + std::to_string(r) +
-                                 " (rank " + std::to_string(cfg_.worker_id * cfg_.local_size + r) +
-                                 ") on this machine died"));
-      }
-    }
-  }
 }
 
 }  // namespace byteps

@@ -31,6 +31,27 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
     BPS_LOG(WARNING) << "DECLARE_REPLY for unknown key " << h.key;
     return;
   }
+  if (h.aux == 3) {  // stall warning from the scheduler: uint32 ids of the missing workers
+    std::string ranks;
+    for (size_t i = 0; i + sizeof(uint32_t) <= len && i < 4096 * sizeof(uint32_t);
+         i += sizeof(uint32_t)) {
+      uint32_t w;
+      memcpy(&w, p + i, sizeof(w));
+      for (int lr = 0; lr < cfg_.local_size; ++lr)
+        ranks += (ranks.empty() ? "" : ", ") +
+                 std::to_string(static_cast<int64_t>(w) * cfg_.local_size + lr);
+    }
+    {
+      std::lock_guard<std::mutex> lk(ctx->mu);
+      ctx->stall_warned = true;
+    }
+    BPS_LOG(WARNING) << "rank " << cfg_.rank << ": push_pull of '" << ctx->name
+                     << "' has waited " << static_cast<int>(cfg_.stall_warning_s)
+                     << " s (BYTEPS_STALL_WARNING_SECONDS) for the other workers to declare it; "
+                     << "not yet submitted by ranks " << ranks << "; it fails after "
+                     << static_cast<int>(cfg_.timeout_s) << " s (BYTEPS_TIMEOUT)";
+    return;
+  }
   Status st;
   std::vector<int64_t> servers;
   if (h.aux != 0) {
@@ -78,6 +99,8 @@ void WorkerCore::RunPush(PartTask* t) {
   {
     std::lock_guard<std::mutex> lk(pull_mu_);
     pending_pulls_[t->key] = t;
+    t->stall_reported = false;
+    t->stall_missing.clear();
   }
   SendItem& item = t->push_item;
   item.hdr = FrameHeader();
@@ -118,6 +141,12 @@ void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
 Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   MsgType type = TypeOf(h);
   if (type == MsgType::kDataError) return Status::OK();
+  if (type == MsgType::kStallReport) {
+    if (h.payload_len % sizeof(uint32_t) != 0 ||
+        h.payload_len > sizeof(uint32_t) * static_cast<uint64_t>(cfg_.num_worker))
+      return Status::InvalidArgument("malformed STALL_REPORT from " + c->peer_name());
+    return Status::OK();  // into the scratch buffer
+  }
   if (type != MsgType::kPullResponse)
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(type) + " from " +
                                    c->peer_name());
@@ -142,6 +171,23 @@ void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     std::string text(static_cast<const char*>(payload), h.payload_len);
     if (h.aux == 1) Fatal(Status::PeerLost(text), false);  // the job failed elsewhere
     else Fatal(Status::Internal(c->peer_name() + " rejected data: " + text));
+    return;
+  }
+  if (TypeOf(h) == MsgType::kStallReport) {
+    std::vector<int> missing(h.payload_len / sizeof(uint32_t));
+    for (size_t i = 0; i < missing.size(); ++i) {
+      uint32_t w;
+      memcpy(&w, static_cast<const char*>(payload) + i * sizeof(w), sizeof(w));
+      if (w >= static_cast<uint32_t>(cfg_.num_worker)) return;  // not a worker of this job
+      missing[i] = static_cast<int>(w);
+    }
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    auto it = pending_pulls_.find(h.key);
+    PartTask* t = it == pending_pulls_.end() ? nullptr : it->second;
+    if (t && t->ctx->round == h.aux) {
+      t->stall_missing = std::move(missing);
+      t->stall_reported = true;
+    }
     return;
   }
   PartTask* t;

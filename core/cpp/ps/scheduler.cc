@@ -322,6 +322,25 @@ void Scheduler::CheckTimersLocked() {
                         std::to_string(int(opts_.heartbeat_timeout_s)) + " s");
   }
   for (auto& [key, pd] : pending_) {
+    if (!pd.answered && !pd.warned && opts_.stall_warning_s > 0 &&
+        secs(pd.started) > opts_.stall_warning_s) {
+      // Stall inspector: tell the workers that wait which workers have not declared the tensor
+      // (DECLARE_REPLY aux 3: a warning, the operation goes on; payload: uint32 worker ids).
+      pd.warned = true;
+      std::string missing;
+      for (int w = 0; w < opts_.num_worker; ++w) {
+        if (w < static_cast<int>(pd.seen.size()) && pd.seen[w]) continue;
+        uint32_t id = static_cast<uint32_t>(w);
+        missing.append(reinterpret_cast<const char*>(&id), sizeof(id));
+      }
+      BPS_LOG(WARNING) << "scheduler: tensor '" << pd.first.name << "' (key " << key
+                       << ") has waited " << static_cast<int>(opts_.stall_warning_s)
+                       << " s for workers " << MissingWorkersLocked(pd.seen) << " to submit it";
+      for (auto& n : nodes_)
+        if (n->conn && n->reg.role == NodeRole::kWorker && n->reg.worker_id >= 0 &&
+            static_cast<size_t>(n->reg.worker_id) < pd.seen.size() && pd.seen[n->reg.worker_id])
+          n->conn->SendControl(MsgType::kDeclareReply, missing, key, 0, 3);
+    }
     if (pd.answered || secs(pd.started) <= opts_.timeout_s) continue;
     pd.timed_out = true;
     pd.error = "timed out after " + std::to_string(int(opts_.timeout_s)) + " s waiting for workers " +

@@ -25,6 +25,7 @@ struct SchedulerOptions {
   int num_server = 1;
   double timeout_s = 120;
   double heartbeat_timeout_s = 15;
+  double stall_warning_s = 60;  // a declaration waiting this long is reported (0: never)
 };
 
 class Scheduler : public ConnectionHandler {
@@ -57,6 +58,7 @@ class Scheduler : public ConnectionHandler {
     Clock::time_point started;
     bool answered = false;
     bool timed_out = false;
+    bool warned = false;  // stall warning sent
   };
 
   void AcceptLoop();

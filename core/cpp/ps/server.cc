@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -119,6 +120,7 @@ SummationServer::KeyState* SummationServer::CreateKey(uint64_t key, DType dtype,
   ks->staging = std::vector<std::atomic<char*>>(opts_.num_worker);
   for (auto& s : ks->staging) s.store(buffer());
   for (auto& w : ks->waiting) w.reserve(opts_.num_worker);
+  for (auto& p : ks->pushed) p.assign(opts_.num_worker, 0);
   ks->replies.resize(static_cast<size_t>(opts_.num_worker) * 2);
   // Bind the key to the least-loaded engine thread (by bytes), for good.
   size_t best = 0;
@@ -140,7 +142,7 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   MsgType t = TypeOf(h);
   if (t == MsgType::kHello || t == MsgType::kGoodbye) return Status::OK();
   if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
-  if (t == MsgType::kPull) return Status::OK();
+  if (t == MsgType::kPull || t == MsgType::kStallQuery) return Status::OK();
   if (t != MsgType::kPush)
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(t) + " at a server");
   KeyState* ks = FindKey(h.key);
@@ -187,12 +189,18 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
   KeyState* ks = FindKey(h.key);
   if (!ks) {
     if (t == MsgType::kPull) SendError(c, "pull of unknown key " + std::to_string(h.key));
+    if (t == MsgType::kStallQuery) {  // nobody has pushed this key yet
+      std::vector<uint32_t> all(opts_.num_worker);
+      for (int w = 0; w < opts_.num_worker; ++w) all[w] = static_cast<uint32_t>(w);
+      SendStallReport(c->tag, h.key, static_cast<uint32_t>(h.aux), all);
+    }
     return;
   }
   if (t == MsgType::kPush && (ks->len != h.payload_len || ks->dtype != static_cast<DType>(h.dtype)))
     return;  // rejected in OnHeader
-  Event ev{t == MsgType::kPush, t == MsgType::kPush && (h.flags & kPushFlagPull) != 0, ks, c->tag,
-           h.round};
+  Event ev{t == MsgType::kPush, t == MsgType::kStallQuery,
+           t == MsgType::kPush && (h.flags & kPushFlagPull) != 0, ks, c->tag,
+           t == MsgType::kStallQuery ? static_cast<uint32_t>(h.aux) : h.round};
   engines_[ks->engine]->queue.Push(ev);
 }
 
@@ -208,7 +216,9 @@ void SummationServer::EngineLoop(Engine* e) {
       if (e->queue.closed()) return;
       continue;
     }
-    if (ev.is_push) HandlePush(ev); else HandlePull(ev);
+    if (ev.is_push) HandlePush(ev);
+    else if (ev.is_stall_query) HandleStallQuery(ev);
+    else HandlePull(ev);
   }
 }
 
@@ -223,6 +233,7 @@ void SummationServer::HandlePush(const Event& ev) {
     ks->sum[p] = incoming;
     ks->round[p] = ev.round;
     ks->complete[p] = false;
+    std::fill(ks->pushed[p].begin(), ks->pushed[p].end(), 0);
   } else {
     if (ks->round[p] != ev.round) {
       BPS_LOG(ERROR) << "key " << ks->key << ": push of round " << ev.round << " from worker "
@@ -232,6 +243,7 @@ void SummationServer::HandlePush(const Event& ev) {
     reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
                     ks->dtype);
   }
+  ks->pushed[p][ev.worker] = 1;
   if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
   if (++ks->count[p] < opts_.num_worker) return;
   ks->count[p] = 0;
@@ -246,6 +258,31 @@ void SummationServer::HandlePull(const Event& ev) {
   int p = ev.round & 1;
   if (ks->complete[p] && ks->round[p] == ev.round) Reply(ks, ev.worker, p);
   else ks->waiting[p].push_back(ev.worker);
+}
+
+void SummationServer::HandleStallQuery(const Event& ev) {
+  KeyState* ks = ev.ks;
+  int p = ev.round & 1;
+  std::vector<uint32_t> missing;
+  bool open = ks->round[p] == ev.round && !ks->complete[p] && ks->count[p] > 0;
+  bool done = ks->round[p] == ev.round && ks->complete[p];
+  for (int w = 0; w < opts_.num_worker; ++w)
+    if (!done && !(open && ks->pushed[p][w])) missing.push_back(static_cast<uint32_t>(w));
+  SendStallReport(ev.worker, ks->key, ev.round, missing);
+}
+
+void SummationServer::SendStallReport(int worker, uint64_t key, uint32_t round,
+                                      const std::vector<uint32_t>& missing) {
+  Connection* c;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    c = worker >= 0 && worker < opts_.num_worker ? workers_[worker] : nullptr;
+  }
+  if (!c) return;
+  std::string payload(missing.size() * sizeof(uint32_t), '\0');
+  if (!missing.empty()) memcpy(&payload[0], missing.data(), payload.size());
+  c->SendControl(MsgType::kStallReport, std::move(payload), key, static_cast<uint32_t>(rank_),
+                 round);
 }
 
 void SummationServer::Reply(KeyState* ks, int worker, int parity) {

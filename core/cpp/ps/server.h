@@ -62,11 +62,13 @@ class SummationServer : public ConnectionHandler {
     int count[2] = {0, 0};
     bool complete[2] = {false, false};
     std::vector<int> waiting[2];   // workers whose pull arrived before the round completed
+    std::vector<uint8_t> pushed[2];  // [worker]: pushed in the open round (stall reports)
     std::vector<SendItem> replies;  // [worker * 2 + parity], reused every round
     std::vector<char*> owned;
   };
   struct Event {
     bool is_push = false;
+    bool is_stall_query = false;  // kStallQuery: report the workers that have not pushed
     bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
     KeyState* ks = nullptr;
     int worker = 0;
@@ -82,6 +84,8 @@ class SummationServer : public ConnectionHandler {
   void EngineLoop(Engine* e);
   void HandlePush(const Event& ev);
   void HandlePull(const Event& ev);
+  void HandleStallQuery(const Event& ev);
+  void SendStallReport(int worker, uint64_t key, uint32_t round, const std::vector<uint32_t>& missing);
   void Reply(KeyState* ks, int worker, int parity);
   KeyState* CreateKey(uint64_t key, DType dtype, size_t len);
   KeyState* FindKey(uint64_t key);

@@ -1,0 +1,151 @@
+// The worker's watchdog thread (once a second): the stall inspector, operation timeouts, and
+// the liveness of the other local processes.
+//
+// Stall inspector (Horovod's stall check, for a parameter server): a push_pull still in flight
+// after BYTEPS_STALL_WARNING_SECONDS is logged as a warning naming the tensor, where it waits
+// and the ranks that have not submitted it; after BYTEPS_TIMEOUT it fails with the same text.
+// Who is missing comes from the gates (local ranks that have not signalled) and, for partitions
+// waiting for their sum, from the servers: a STALL_QUERY for (key, round), answered by a
+// STALL_REPORT listing the worker machines whose push has not arrived.
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/logging.h"
+#include "pipeline/worker.h"
+
+namespace byteps {
+
+void WorkerCore::SendStallQueries(TensorContext* c) {
+  for (auto& t : c->parts) {
+    if (t->stages.pos >= t->stages.size || t->stages.current() != Stage::kPull) continue;
+    if (t->server < 0 || t->server >= static_cast<int>(servers_.size())) continue;
+    servers_[t->server]->SendControl(MsgType::kStallQuery, std::string(), t->key,
+                                     static_cast<uint32_t>(cfg_.worker_id), c->round);
+  }
+}
+
+std::string WorkerCore::StallWhere(TensorContext* c) {
+  if (c->waiting_for_declare) return "waiting for the other workers to declare it";
+  std::string stages;
+  for (auto& t : c->parts) {
+    if (t->stages.pos >= t->stages.size) continue;
+    Stage s = t->stages.current();
+    std::string name = StageName(s);
+    if (gate_before_[static_cast<int>(s)]) name += " (waiting for the other local processes)";
+    else if (s == Stage::kPull) name += " (waiting for server " + std::to_string(t->server) + ")";
+    if (stages.find(name) == std::string::npos) stages += (stages.empty() ? "" : ", ") + name;
+  }
+  return std::to_string(c->remaining.load()) + " of " + std::to_string(c->parts.size()) +
+         " partitions unfinished, at " + stages;
+}
+
+std::string WorkerCore::StallCulprits(TensorContext* c) {
+  const int L = cfg_.local_size;
+  std::set<int> ranks;
+  bool root_waits = false;
+  for (auto& t : c->parts) {
+    if (t->stages.pos >= t->stages.size) continue;
+    Stage s = t->stages.current();
+    Gate* g = gate_before_[static_cast<int>(s)];
+    if (g == pulled_gate_.get() && g) {
+      root_waits = true;  // the local root waits for the servers: it knows who is missing
+    } else if (g) {
+      std::vector<int> got = g->Signalled(t->key);
+      for (int lr = 0; lr < L; ++lr)
+        if (lr != cfg_.local_rank && std::find(got.begin(), got.end(), lr) == got.end())
+          ranks.insert(cfg_.worker_id * L + lr);
+    } else if (s == Stage::kPull) {
+      std::lock_guard<std::mutex> lk(pull_mu_);
+      if (!t->stall_reported) continue;
+      for (int w : t->stall_missing)
+        for (int lr = 0; lr < L; ++lr) ranks.insert(w * L + lr);
+    }
+  }
+  std::string text;
+  if (!ranks.empty()) {
+    text = "not yet submitted by rank" + std::string(ranks.size() > 1 ? "s " : " ");
+    bool first = true;
+    for (int r : ranks) {
+      text += (first ? "" : ", ") + std::to_string(r);
+      first = false;
+    }
+  }
+  if (root_waits)
+    text += std::string(text.empty() ? "" : "; ") + "local rank 0 (rank " +
+            std::to_string(cfg_.worker_id * L) + ") is waiting for the servers";
+  return text;
+}
+
+void WorkerCore::WatchdogLoop() {
+  int tick = 0;
+  while (!threads_stop_) {
+    usleep(200000);
+    if (++tick % 5 != 0 || failed_) continue;
+    auto now = std::chrono::steady_clock::now();
+    // Ask the servers one second before the warning (or the timeout) is due, so the answer is
+    // there when the text is written.
+    double warn = cfg_.stall_warning_s;
+    double ask_at = std::max(0.0, (warn > 0 ? std::min(warn, cfg_.timeout_s) : cfg_.timeout_s) - 1.0);
+    std::vector<TensorContext*> late, query, stalled;
+    {
+      std::lock_guard<std::mutex> lk(ctx_mu_);
+      for (auto& c : contexts_) {
+        std::lock_guard<std::mutex> clk(c->mu);
+        if (!c->in_flight) continue;
+        double age = std::chrono::duration<double>(now - c->started).count();
+        // A declaration that waits for other workers is timed out by the scheduler, whose
+        // message names the missing workers; this is the backstop.
+        double limit = cfg_.timeout_s + (c->waiting_for_declare ? 5.0 : 0.0);
+        if (age > limit) {
+          late.push_back(c.get());
+          continue;
+        }
+        if (c->waiting_for_declare) continue;
+        if (age >= ask_at && !c->stall_queried && cfg_.distributed && cfg_.is_root()) {
+          c->stall_queried = true;
+          query.push_back(c.get());
+        }
+        if (warn > 0 && age >= warn && !c->stall_warned) {
+          c->stall_warned = true;
+          stalled.push_back(c.get());
+        }
+      }
+    }
+    for (auto* c : query) SendStallQueries(c);
+    for (auto* c : stalled) {
+      std::string who = StallCulprits(c);
+      BPS_LOG(WARNING) << "rank " << cfg_.rank << ": push_pull of '" << c->name
+                       << "' has waited " << static_cast<int>(warn)
+                       << " s (BYTEPS_STALL_WARNING_SECONDS): " << StallWhere(c)
+                       << (who.empty() ? "" : "; " + who) << "; it fails after "
+                       << static_cast<int>(cfg_.timeout_s) << " s (BYTEPS_TIMEOUT)";
+    }
+    for (auto* c : late) {
+      std::string who = c->waiting_for_declare ? std::string() : StallCulprits(c);
+      FinishOp(c, Status::Timeout("rank " + std::to_string(cfg_.rank) + ": push_pull of '" +
+                                  c->name + "' did not finish within " +
+                                  std::to_string(static_cast<int>(cfg_.timeout_s)) +
+                                  " s (BYTEPS_TIMEOUT); " + StallWhere(c) +
+                                  (who.empty() ? "" : "; " + who) +
+                                  "; are all ranks calling push_pull on this tensor?"),
+               true);
+    }
+    // Liveness of the other local processes.
+    if (cfg_.local_size > 1) {
+      LocalSignal ping;
+      ping.type = static_cast<uint8_t>(LocalSignalType::kPing);
+      ping.from = static_cast<uint16_t>(cfg_.local_rank);
+      for (int r = 0; r < cfg_.local_size; ++r) {
+        if (r == cfg_.local_rank || local_bye_[r]) continue;
+        if (!channel_.Send(r, ping).ok() && !local_bye_[r] && !stopping_)
+          Fatal(Status::PeerLost("worker process with local rank " + std::to_string(r) +
+                                 " (rank " + std::to_string(cfg_.worker_id * cfg_.local_size + r) +
+                                 ") on this machine died"));
+      }
+    }
+  }
+}
+
+}  // namespace byteps

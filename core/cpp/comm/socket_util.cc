@@ -1,5 +1,7 @@
 #include "socket_util.h"
 
+#include "comm/auth.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -51,6 +53,12 @@ Status ConnectWithRetry(const std::string& host, int port, double timeout_s, int
     if (fd < 0) return Status::Internal(Errno("socket"));
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
       TuneDataSocket(fd);
+      double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      Status st = AuthenticateToPeer(fd, host + ":" + std::to_string(port), std::max(left, 5.0));
+      if (!st.ok()) {
+        close(fd);
+        return st;
+      }
       *fd_out = fd;
       return Status::OK();
     }

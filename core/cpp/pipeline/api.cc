@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "comm/auth.h"
 #include "comm/socket_util.h"
 #include "common/logging.h"
 #include "ps/scheduler.h"
@@ -20,6 +21,25 @@ void ApplyProcessKnobs(const Knobs& k) {
   SetTcpNotSentLowat(k.Int("BYTEPS_TCP_NOTSENT_LOWAT"));
 }
 
+Status ApplyJobSecret(const Knobs& k, bool distributed) {
+  const std::string secret = k.Str("BYTEPS_SECRET");
+  SetJobSecret(secret);
+  if (!secret.empty() || !distributed) return Status::OK();
+  if (!k.Bool("BYTEPS_ALLOW_UNAUTHENTICATED"))
+    return Status::Config(
+        "BYTEPS_SECRET is not set: every connection of a distributed job proves knowledge of "
+        "the job secret. bpslaunch generates one; for a manual (upstream-style) launch put the "
+        "same BYTEPS_SECRET in the environment of every process (e.g. the output of `python -c "
+        "'import secrets; print(secrets.token_hex(32))'`), or set "
+        "BYTEPS_ALLOW_UNAUTHENTICATED=1 to run without authentication");
+  static std::once_flag warned;
+  std::call_once(warned, [] {
+    BPS_LOG(WARNING) << "BYTEPS_SECRET is not set and BYTEPS_ALLOW_UNAUTHENTICATED=1: this "
+                        "process makes and accepts unauthenticated connections";
+  });
+  return Status::OK();
+}
+
 Status CoreInit() {
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_core) return Status::OK();
@@ -28,6 +48,7 @@ Status CoreInit() {
   ApplyProcessKnobs(knobs);
   WorkerConfig cfg;
   BPS_RETURN_IF_ERROR(LoadWorkerConfig(knobs, &cfg));
+  BPS_RETURN_IF_ERROR(ApplyJobSecret(knobs, cfg.distributed));
   for (auto& [name, value] : knobs.AsStrings())
     if (knobs.IsSet(name) && name != "BYTEPS_SECRET") BPS_LOG(INFO) << name << "=" << value;
   auto core = std::make_shared<WorkerCore>(cfg);
@@ -71,6 +92,7 @@ Status RunNodeFromEnvironment() {
   if (k.Int("DMLC_NUM_SERVER") < 1)
     return Status::Config("DMLC_NUM_SERVER=" + k.Str("DMLC_NUM_SERVER") +
                           ": a distributed job needs at least one server");
+  BPS_RETURN_IF_ERROR(ApplyJobSecret(k, true));
   if (role == "scheduler") {
     SetLogIdentity("scheduler");
     SchedulerOptions o;

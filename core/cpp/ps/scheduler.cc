@@ -24,11 +24,8 @@ std::string Scheduler::Node::Describe() const {
 Scheduler::Scheduler(SchedulerOptions opts) : opts_(std::move(opts)) {}
 
 Scheduler::~Scheduler() {
-  if (listen_fd_ >= 0) {
-    shutdown(listen_fd_, SHUT_RDWR);
-    close(listen_fd_);
-  }
-  if (accept_thread_.joinable()) accept_thread_.join();
+  if (acceptor_) acceptor_->Stop();
+  if (listen_fd_ >= 0) close(listen_fd_);
   for (auto& c : conns_) c->Join();
 }
 
@@ -38,7 +35,9 @@ Status Scheduler::Run() {
   BPS_LOG(INFO) << "scheduler listening on " << opts_.host << ":" << port << ", expecting "
                 << opts_.num_worker << " workers and " << opts_.num_server << " servers";
   start_ = Clock::now();
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  acceptor_ = std::make_unique<Acceptor>(listen_fd_, "scheduler", [this](int fd) { OnAccepted(fd); },
+                                         std::min(opts_.timeout_s, 5.0));
+  acceptor_->Start();
   std::unique_lock<std::mutex> lk(mu_);
   while (!done_) {
     cv_.wait_for(lk, std::chrono::milliseconds(200));
@@ -49,33 +48,21 @@ Status Scheduler::Run() {
   for (auto& c : conns_) conns.push_back(c.get());
   lk.unlock();
   for (auto* c : conns) c->Flush(2.0);
-  shutdown(listen_fd_, SHUT_RDWR);
-  if (accept_thread_.joinable()) accept_thread_.join();
+  acceptor_->Stop();
   if (!ok) return Status::PeerLost(failure_);
   BPS_LOG(INFO) << "scheduler: all workers finished";
   return Status::OK();
 }
 
-void Scheduler::AcceptLoop() {
-  while (true) {
-    pollfd pfd{listen_fd_, POLLIN, 0};
-    int r = poll(&pfd, 1, 200);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (done_) return;
-    }
-    if (r <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    TuneDataSocket(fd);
-    auto conn = std::make_unique<Connection>(fd, "unregistered peer", this);
-    Connection* raw = conn.get();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      conns_.push_back(std::move(conn));
-    }
-    raw->Start();
+void Scheduler::OnAccepted(int fd) {
+  auto conn = std::make_unique<Connection>(fd, "unregistered peer", this);
+  Connection* raw = conn.get();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_) return;  // conn (and with it fd) goes away here
+    conns_.push_back(std::move(conn));
   }
+  raw->Start();
 }
 
 Scheduler::Node* Scheduler::NodeOf(Connection* c) {

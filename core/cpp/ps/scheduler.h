@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/acceptor.h"
 #include "comm/tcp_connection.h"
 #include "ps/control_msgs.h"
 #include "ps/key_plan.h"
@@ -61,7 +62,7 @@ class Scheduler : public ConnectionHandler {
     bool warned = false;  // stall warning sent
   };
 
-  void AcceptLoop();
+  void OnAccepted(int fd);
   void HandleRegister(Connection* c, const char* p, size_t n);
   void HandleDeclare(Node* node, const char* p, size_t n);
   void AnswerDeclare(uint32_t key, Pending* pd);
@@ -73,7 +74,7 @@ class Scheduler : public ConnectionHandler {
 
   SchedulerOptions opts_;
   int listen_fd_ = -1;
-  std::thread accept_thread_;
+  std::unique_ptr<Acceptor> acceptor_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Connection>> conns_;

@@ -20,8 +20,7 @@ SummationServer::SummationServer(ServerOptions opts) : opts_(std::move(opts)) {
 
 SummationServer::~SummationServer() {
   stopping_ = true;
-  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
-  if (accept_thread_.joinable()) accept_thread_.join();
+  if (acceptor_) acceptor_->Stop();
   if (listen_fd_ >= 0) close(listen_fd_);
   for (auto& c : conns_) c->Join();
   for (auto& e : engines_) {
@@ -45,7 +44,9 @@ Status SummationServer::Run() {
   if (host.empty()) host = control_->LocalAddress();
   int port = 0;
   BPS_RETURN_IF_ERROR(Listen(host, opts_.port, &listen_fd_, &port));
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  acceptor_ = std::make_unique<Acceptor>(listen_fd_, "server", [this](int fd) { OnAccepted(fd); },
+                                         std::min(opts_.timeout_s, 5.0));
+  acceptor_->Start();
   for (int i = 0; i < opts_.engine_threads; ++i) {
     engines_.push_back(std::make_unique<Engine>());
     Engine* e = engines_.back().get();
@@ -62,6 +63,7 @@ Status SummationServer::Run() {
   BPS_RETURN_IF_ERROR(control_->Register(reg, opts_.timeout_s, &book));
   rank_ = book.my_rank;
   SetLogIdentity("server " + std::to_string(rank_));
+  acceptor_->set_owner("server " + std::to_string(rank_));
   BPS_LOG(INFO) << "serving on " << host << ":" << port << " with " << opts_.engine_threads
                 << " engine threads, summation ISA " << reduce::ActiveIsa();
   control_->StartHeartbeats(opts_.heartbeat_interval_s);
@@ -78,21 +80,14 @@ Status SummationServer::Run() {
   return st;
 }
 
-void SummationServer::AcceptLoop() {
-  while (!stopping_) {
-    pollfd pfd{listen_fd_, POLLIN, 0};
-    if (poll(&pfd, 1, 200) <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    TuneDataSocket(fd);
-    auto conn = std::make_unique<Connection>(fd, "unidentified worker", this);
-    Connection* raw = conn.get();
-    {
-      std::lock_guard<std::mutex> lk(conns_mu_);
-      conns_.push_back(std::move(conn));
-    }
-    raw->Start();
+void SummationServer::OnAccepted(int fd) {
+  auto conn = std::make_unique<Connection>(fd, "unidentified worker", this);
+  Connection* raw = conn.get();
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    conns_.push_back(std::move(conn));
   }
+  raw->Start();
 }
 
 SummationServer::KeyState* SummationServer::FindKey(uint64_t key) {

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "comm/acceptor.h"
 #include "comm/tcp_connection.h"
 #include "common/dtype.h"
 #include "common/ring_queue.h"
@@ -80,7 +81,7 @@ class SummationServer : public ConnectionHandler {
     uint64_t load_bytes = 0;
   };
 
-  void AcceptLoop();
+  void OnAccepted(int fd);
   void EngineLoop(Engine* e);
   void HandlePush(const Event& ev);
   void HandlePull(const Event& ev);
@@ -95,7 +96,7 @@ class SummationServer : public ConnectionHandler {
   int rank_ = -1;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
+  std::unique_ptr<Acceptor> acceptor_;
   std::unique_ptr<ControlClient> control_;
   std::mutex conns_mu_;
   std::vector<std::unique_ptr<Connection>> conns_;

@@ -1,0 +1,168 @@
+#include "auth.h"
+
+#include <arpa/inet.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+namespace byteps {
+namespace {
+
+constexpr char kMagic[4] = {'B', 'P', 'S', 'A'};
+constexpr uint8_t kVersion = 1;
+constexpr size_t kNonce = 32, kMac = 32;
+
+std::mutex g_mu;
+std::string g_secret;
+
+using Clock = std::chrono::steady_clock;
+
+// Reads exactly n bytes before the deadline (the socket stays blocking; poll bounds each wait).
+Status ReadWithin(int fd, void* buf, size_t n, Clock::time_point deadline) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    int left_ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left_ms <= 0) return Status::Timeout("authentication handshake timed out");
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, left_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return Status::Timeout("authentication handshake timed out");
+    ssize_t got = recv(fd, p, n, MSG_DONTWAIT);
+    if (got == 0) return Status::PeerLost("connection closed during the authentication handshake");
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return Status::PeerLost(std::string("authentication handshake: ") + strerror(errno));
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return Status::OK();
+}
+
+Status WriteAll(int fd, const void* buf, size_t n) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return Status::PeerLost(std::string("authentication handshake: ") + strerror(errno));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+bool Mac(const std::string& secret, const char* label, const uint8_t* a, const uint8_t* b,
+         uint8_t* out) {
+  uint8_t msg[32 + 2 * kNonce];
+  size_t ll = strlen(label);
+  memcpy(msg, label, ll);
+  memcpy(msg + ll, a, kNonce);
+  memcpy(msg + ll + kNonce, b, kNonce);
+  unsigned int len = 0;
+  return HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg, ll + 2 * kNonce,
+              out, &len) != nullptr &&
+         len == kMac;
+}
+
+std::string Secret() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return g_secret;
+}
+
+}  // namespace
+
+void SetJobSecret(const std::string& secret) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_secret = secret;
+}
+
+bool AuthenticationEnabled() { return !Secret().empty(); }
+
+std::string PeerAddress(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "unknown peer";
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
+  return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+Status AuthenticateToPeer(int fd, const std::string& peer, double timeout_s) {
+  std::string secret = Secret();
+  if (secret.empty()) return Status::OK();
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout_s));
+  uint8_t hello[5 + kNonce];
+  memcpy(hello, kMagic, 4);
+  hello[4] = kVersion;
+  uint8_t* nonce_c = hello + 5;
+  if (RAND_bytes(nonce_c, kNonce) != 1) return Status::Internal("RAND_bytes failed");
+  BPS_RETURN_IF_ERROR(WriteAll(fd, hello, sizeof(hello)));
+  uint8_t reply[5 + kNonce + kMac];
+  Status st = ReadWithin(fd, reply, sizeof(reply), deadline);
+  if (!st.ok())
+    return Status(st.code(), peer + " did not complete the authentication handshake (" +
+                                 st.message() + "); is it a byteps process of this job?");
+  if (memcmp(reply, kMagic, 4) != 0 || reply[4] != kVersion)
+    return Status::Config(peer + " answered the handshake with something else than byteps " +
+                          "authentication (different byteps version, or not byteps)");
+  const uint8_t* nonce_s = reply + 5;
+  uint8_t expect[kMac];
+  if (!Mac(secret, "byteps-accept", nonce_c, nonce_s, expect))
+    return Status::Internal("HMAC-SHA256 failed");
+  if (CRYPTO_memcmp(expect, reply + 5 + kNonce, kMac) != 0)
+    return Status::Config(peer + " does not know this job's secret (BYTEPS_SECRET differs): "
+                                 "not connecting to it");
+  uint8_t mine[kMac];
+  if (!Mac(secret, "byteps-connect", nonce_s, nonce_c, mine))
+    return Status::Internal("HMAC-SHA256 failed");
+  BPS_RETURN_IF_ERROR(WriteAll(fd, mine, sizeof(mine)));
+  uint8_t verdict = 0;
+  st = ReadWithin(fd, &verdict, 1, deadline);
+  if (!st.ok() || verdict != 1)
+    return Status::Config(peer + " rejected this process's BYTEPS_SECRET (the job secrets differ)");
+  return Status::OK();
+}
+
+Status AuthenticatePeer(int fd, double timeout_s) {
+  std::string secret = Secret();
+  if (secret.empty()) return Status::OK();
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout_s));
+  uint8_t hello[5 + kNonce];
+  BPS_RETURN_IF_ERROR(ReadWithin(fd, hello, sizeof(hello), deadline));
+  if (memcmp(hello, kMagic, 4) != 0 || hello[4] != kVersion)
+    return Status::InvalidArgument("not a byteps authentication handshake");
+  const uint8_t* nonce_c = hello + 5;
+  uint8_t reply[5 + kNonce + kMac];
+  memcpy(reply, kMagic, 4);
+  reply[4] = kVersion;
+  uint8_t* nonce_s = reply + 5;
+  if (RAND_bytes(nonce_s, kNonce) != 1) return Status::Internal("RAND_bytes failed");
+  if (!Mac(secret, "byteps-accept", nonce_c, nonce_s, reply + 5 + kNonce))
+    return Status::Internal("HMAC-SHA256 failed");
+  BPS_RETURN_IF_ERROR(WriteAll(fd, reply, sizeof(reply)));
+  uint8_t theirs[kMac], expect[kMac];
+  BPS_RETURN_IF_ERROR(ReadWithin(fd, theirs, sizeof(theirs), deadline));
+  if (!Mac(secret, "byteps-connect", nonce_s, nonce_c, expect))
+    return Status::Internal("HMAC-SHA256 failed");
+  if (CRYPTO_memcmp(expect, theirs, kMac) != 0) {
+    uint8_t no = 0;
+    WriteAll(fd, &no, 1);
+    return Status::InvalidArgument("wrong job secret");
+  }
+  uint8_t yes = 1;
+  return WriteAll(fd, &yes, 1);
+}
+
+}  // namespace byteps

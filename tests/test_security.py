@@ -1,0 +1,168 @@
+"""Authenticated connections (issue 5): every TCP connection of a job starts with the job-secret
+handshake of ``core/cpp/comm/auth.h`` (mutual HMAC-SHA256 over fresh nonces).
+
+The handshake is spoken here from Python (``hmac``/``hashlib``) against the scheduler and the
+server of a running job, whose addresses and secret the test reads from the job's processes
+(``/proc/<pid>/environ``, ``/proc/<pid>/net/tcp``): the right secret is accepted; a wrong secret,
+a replayed handshake and garbage are dropped and logged; the job itself finishes normally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from jobs import LiveJob, assert_ok, clean_job_env, job_pids_alive
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
+
+MAGIC = b"BPSA\x01"
+
+
+def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:
+    return hmac.new(secret, label + a + b, hashlib.sha256).digest()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def handshake(addr, secret: bytes, nonce_c: bytes | None = None, client_mac: bytes | None = None):
+    """Connect and run the connecting side. Returns (verdict byte or None if closed, the
+    server's MAC was right, nonce_c, nonce_s, the MAC this side sent)."""
+    nonce_c = nonce_c or os.urandom(32)
+    with socket.create_connection(addr, timeout=10) as s:
+        s.sendall(MAGIC + nonce_c)
+        reply = _recv_exact(s, 5 + 32 + 32)
+        assert reply[:5] == MAGIC, reply[:5]
+        nonce_s, server_mac = reply[5:37], reply[37:69]
+        server_ok = hmac.compare_digest(server_mac, _mac(secret, b"byteps-accept", nonce_c, nonce_s))
+        sent = client_mac or _mac(secret, b"byteps-connect", nonce_s, nonce_c)
+        s.sendall(sent)
+        verdict = _recv_exact(s, 1)
+        return (verdict[0] if verdict else None), server_ok, nonce_c, nonce_s, sent
+
+
+def listening_ports(pid: int) -> list[int]:
+    """TCP ports the process ``pid`` listens on (its sockets' inodes in /proc/<pid>/net/tcp)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = []
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[3] == "0A" and parts[9] in inodes:  # state LISTEN
+                ports.append(int(parts[1].split(":")[1], 16))
+    return ports
+
+
+def test_strangers_are_dropped_and_the_job_goes_on(tmp_path: Path):
+    go = tmp_path / "go"
+    job = LiveJob(["--workers", "2", "--servers", "1"], "shm", str(go))
+    try:
+        job.wait_for(r"READY", count=2, timeout=120)
+        sched_pid, server_pid = job.find("scheduler"), job.find("server")
+        env = job.snapshot()[sched_pid]
+        secret = env["BYTEPS_SECRET"].encode()
+        assert len(secret) >= 32
+        targets = {"scheduler": (env["DMLC_PS_ROOT_URI"], int(env["DMLC_PS_ROOT_PORT"])),
+                   "server": ("127.0.0.1", listening_ports(server_pid)[0])}
+        for role, addr in targets.items():
+            # The right secret: mutual proof (the test checks the peer's MAC, the peer ours).
+            verdict, server_ok, nonce_c, nonce_s, mac = handshake(addr, secret)
+            assert server_ok and verdict == 1, role
+            # A wrong secret: the peer's MAC does not verify here, and ours is rejected there.
+            verdict, server_ok, *_ = handshake(addr, b"not the job secret")
+            assert not server_ok and verdict in (0, None), role
+            # A replayed handshake: the same hello and MAC again meet a fresh server nonce.
+            verdict, _, _, nonce_s2, _ = handshake(addr, secret, nonce_c=nonce_c, client_mac=mac)
+            assert nonce_s2 != nonce_s and verdict in (0, None), role
+            # Garbage instead of a handshake, and a silent connection cut short.
+            with socket.create_connection(addr, timeout=10) as s:
+                s.sendall(os.urandom(4096))
+                s.settimeout(10)
+                try:
+                    assert s.recv(100) == b""  # closed by the peer, nothing answered
+                except ConnectionResetError:
+                    pass
+            socket.create_connection(addr, timeout=10).close()
+        go.touch()
+        rc = job.wait(120)
+    finally:
+        job.kill()
+    assert_ok(rc, job.output, 2)
+    assert "dropped the connection from 127.0.0.1" in job.output
+    assert job_pids_alive(job.seen_pids, job.job_id) == []
+
+
+_PROBE = """
+import json, byteps.basics as bps
+from byteps.errors import ConfigError
+try:
+    bps.init()
+    print(json.dumps({"raised": None}))
+except ConfigError as e:
+    print(json.dumps({"raised": "ConfigError", "message": str(e)}))
+"""
+
+
+def test_manual_launch_without_secret_refuses_to_start():
+    env = clean_job_env({"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "2", "DMLC_WORKER_ID": "0",
+                         "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                         "DMLC_PS_ROOT_PORT": "1"})
+    r = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
+                       timeout=60)
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["raised"] == "ConfigError", (result, r.stderr)
+    assert "BYTEPS_SECRET" in result["message"]
+    assert "BYTEPS_ALLOW_UNAUTHENTICATED=1" in result["message"]
+
+
+def test_wrong_secret_worker_gets_config_error(tmp_path: Path):
+    """A worker whose BYTEPS_SECRET differs from the scheduler's fails with ConfigError naming
+    the secret, within the time it takes to connect, instead of joining the job."""
+    scheduler_env = clean_job_env({"DMLC_ROLE": "scheduler", "DMLC_NUM_WORKER": "1",
+                                   "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                                   "BYTEPS_SECRET": "a" * 64, "BYTEPS_TIMEOUT": "20"})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    scheduler_env["DMLC_PS_ROOT_PORT"] = str(port)
+    sched = subprocess.Popen([sys.executable, "-m", "byteps.server"], env=scheduler_env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        worker_env = dict(scheduler_env, DMLC_ROLE="worker", DMLC_WORKER_ID="0",
+                          BYTEPS_SECRET="b" * 64, BYTEPS_FORCE_DISTRIBUTED="1")
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-c", _PROBE], env=worker_env, capture_output=True,
+                           text=True, timeout=60)
+        elapsed = time.monotonic() - t0
+        result = json.loads(r.stdout.strip().splitlines()[-1])
+        assert result["raised"] == "ConfigError", (result, r.stderr)
+        assert "BYTEPS_SECRET" in result["message"], result
+        assert elapsed < 15, elapsed
+    finally:
+        sched.kill()  # our own child, by PID
+        out, _ = sched.communicate(timeout=30)
+    assert "dropped the connection from 127.0.0.1" in out, out

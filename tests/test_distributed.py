@@ -164,6 +164,7 @@ def _kill_and_check(job: LiveJob, victim_pid: int, survivors, grace_exit=60):
         m = job.wait_for(rf"^\[worker {r}\] CAUGHT-PEERLOST (\d+\.\d+) (.*)$", timeout=45)[0]
         caught[r] = (float(m.group(1)), m.group(2))
     for r, (t_err, msg) in caught.items():
+        print(f"time to error after kill -9: worker {r}: {t_err - t_kill:.2f} s: {msg}")
         assert t_err - t_kill < 30, f"worker {r} reported the loss {t_err - t_kill:.1f} s late"
         assert t_err >= t_kill - 0.5, f"worker {r} reported PeerLostError before the kill: {msg}"
     rc = job.wait(grace_exit)
@@ -183,6 +184,18 @@ def test_kill_server_fails_every_worker():
         for r, (_, msg) in caught.items():
             assert "server" in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
                                             f"server: {msg}"
+
+
+@pytest.mark.timeout(200)
+def test_kill_scheduler_fails_every_worker():
+    cfg = CONFIGS["2w1s"]
+    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        scheduler = job.find("scheduler")
+        caught, rc, _ = _kill_and_check(job, scheduler, survivors=[0, 1])
+        for r, (_, msg) in caught.items():
+            assert "scheduler" in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
+                                               f"scheduler: {msg}"
 
 
 @pytest.mark.timeout(200)

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from .netns import (
@@ -241,6 +241,7 @@ def run_byteps_job(
     timeout: float = 120.0,
     service_grace: float = 10.0,
     colocate: bool | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> JobResult:
     """Run a byteps job on ``cluster`` in upstream mode and wait for its workers.
 
@@ -263,6 +264,8 @@ def run_byteps_job(
             workers are done, before they are stopped.
         colocate: start a server on every worker host too; default ``k < n`` (always when
             k = 0). ``False`` with k > 0 gives the CPU-server-only layout.
+        on_line: called (from a reader thread) with every output line as it arrives, prefixed
+            like ``JobResult.output``; lets a caller act while the job runs (fault tests).
 
     Returns:
         JobResult: worker exit codes and the prefixed output of every process.
@@ -294,7 +297,8 @@ def run_byteps_job(
         proc = cluster.spawn(host, argv, {**base, "DMLC_NODE_HOST": host.address, **extra},
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, errors="replace")
-        t = threading.Thread(target=_pump, args=(proc, f"[{label}] ", lines, lock), daemon=True)
+        t = threading.Thread(target=_pump, args=(proc, f"[{label}] ", lines, lock, on_line),
+                             daemon=True)
         t.start()
         pumps.append(t)
         return proc
@@ -332,10 +336,14 @@ def run_byteps_job(
     return result
 
 
-def _pump(proc: subprocess.Popen, prefix: str, lines: list, lock: threading.Lock) -> None:
+def _pump(proc: subprocess.Popen, prefix: str, lines: list, lock: threading.Lock,
+          on_line: Callable[[str], None] | None = None) -> None:
     for line in proc.stdout:
+        line = prefix + line if line.endswith("\n") else prefix + line + "\n"
         with lock:
-            lines.append(prefix + line if line.endswith("\n") else prefix + line + "\n")
+            lines.append(line)
+        if on_line:
+            on_line(line)
     proc.stdout.close()
 
 

@@ -85,7 +85,8 @@ std::vector<KnobSpec> BuildTable() {
             "Seconds between heartbeats from each node to the scheduler."),
       Float("BYTEPS_HEARTBEAT_TIMEOUT", "15", 0.1, 86400, "all",
             "Seconds without a heartbeat after which the scheduler declares a node dead and "
-            "fails the job on every rank."),
+            "fails the job on every rank, and a node that hears nothing from the scheduler "
+            "(which echoes every heartbeat) fails itself."),
       Str("BYTEPS_JOB_ID", "", "all",
           "Job identifier naming shared-memory segments and local sockets; bpslaunch sets a "
           "fresh one; default: derived from the scheduler address and worker id."),

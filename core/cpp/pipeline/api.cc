@@ -118,6 +118,7 @@ Status RunNodeFromEnvironment() {
   o.engine_threads = static_cast<int>(k.Int("BYTEPS_SERVER_ENGINE_THREAD"));
   o.timeout_s = k.Float("BYTEPS_TIMEOUT");
   o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
+  o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
   SummationServer server(o);
   return server.Run();
 }

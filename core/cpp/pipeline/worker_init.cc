@@ -59,6 +59,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
   cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
   cfg->heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
+  cfg->heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
   cfg->job = k.Str("BYTEPS_JOB_ID");
   if (cfg->job.empty()) {
     cfg->job = cfg->distributed ? cfg->root_uri + "-" + std::to_string(cfg->root_port)
@@ -225,7 +226,7 @@ Status WorkerCore::ConnectToJob() {
     servers_.push_back(std::move(conn));
     server_names_.push_back(name);
   }
-  control_->StartHeartbeats(cfg_.heartbeat_interval_s);
+  control_->StartHeartbeats(cfg_.heartbeat_interval_s, cfg_.heartbeat_timeout_s);
   return Status::OK();
 }
 

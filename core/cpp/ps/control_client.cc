@@ -39,14 +39,28 @@ Status ControlClient::Register(const RegisterMsg& reg, double timeout_s, Address
   return Status::OK();
 }
 
-void ControlClient::StartHeartbeats(double interval_s) {
-  hb_thread_ = std::thread([this, interval_s] {
+void ControlClient::StartHeartbeats(double interval_s, double timeout_s) {
+  auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  last_heard_ns_ = now_ns();
+  hb_thread_ = std::thread([this, interval_s, timeout_s, now_ns] {
     std::unique_lock<std::mutex> lk(mu_);
     while (!hb_stop_) {
       cv_.wait_for(lk, std::chrono::duration<double>(interval_s), [&] { return hb_stop_.load(); });
       if (hb_stop_) break;
+      bool quiet = failure_.ok() && !finalized_ && !shutdown_ &&
+                   (now_ns() - last_heard_ns_.load()) * 1e-9 > timeout_s;
       lk.unlock();
-      if (conn_) conn_->SendControl(MsgType::kHeartbeat, "");
+      if (quiet) {
+        Fail(Status::PeerLost("heard nothing from the " + sched_name_ + " for " +
+                              std::to_string(static_cast<int>(timeout_s)) +
+                              " s (BYTEPS_HEARTBEAT_TIMEOUT): its host or the network to it is "
+                              "gone"));
+      } else if (conn_) {
+        conn_->SendControl(MsgType::kHeartbeat, "");
+      }
       lk.lock();
     }
   });
@@ -117,6 +131,8 @@ Status ControlClient::OnHeader(Connection*, const FrameHeader& h, void**) {
 
 void ControlClient::OnFrame(Connection*, const FrameHeader& h, void* payload) {
   const char* p = static_cast<const char*>(payload);
+  last_heard_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch()).count();
   switch (TypeOf(h)) {
     case MsgType::kAddressBook: {
       AddressBook book;

@@ -29,7 +29,10 @@ class ControlClient : public ConnectionHandler {
   std::string LocalAddress() const;
   // Sends REGISTER and waits for the ADDRESS_BOOK (or a failure / timeout).
   Status Register(const RegisterMsg& reg, double timeout_s, AddressBook* book);
-  void StartHeartbeats(double interval_s);
+  // Sends a heartbeat every interval_s; the scheduler echoes each one. Nothing heard from the
+  // scheduler for timeout_s (BYTEPS_HEARTBEAT_TIMEOUT: its host or the network to it is gone,
+  // which TCP alone reports only after many minutes) fails the node with kPeerLost.
+  void StartHeartbeats(double interval_s, double timeout_s);
   void Send(MsgType type, std::string payload, uint64_t key = 0, uint8_t flags = 0);
   // Sends FINALIZE and waits for FINALIZE_DONE (workers) or SHUTDOWN.
   Status Finalize(double timeout_s);
@@ -59,6 +62,7 @@ class ControlClient : public ConnectionHandler {
   Status failure_;
   std::thread hb_thread_;
   std::atomic<bool> hb_stop_{false};
+  std::atomic<int64_t> last_heard_ns_{0};  // steady clock: the last frame from the scheduler
 };
 
 }  // namespace byteps

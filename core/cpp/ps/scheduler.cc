@@ -89,7 +89,9 @@ void Scheduler::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   }
   node->last_seen = Clock::now();
   switch (TypeOf(h)) {
-    case MsgType::kHeartbeat: return;
+    case MsgType::kHeartbeat:  // echoed: a node whose link is cut notices the silence
+      if (node->conn) node->conn->SendControl(MsgType::kHeartbeat, "");
+      return;
     case MsgType::kNodeFailed:  // a node saw the first failure (e.g. a local process died)
       return FailLocked(DecodeText(p, h.payload_len));
     case MsgType::kDeclare: return HandleDeclare(node, p, h.payload_len);

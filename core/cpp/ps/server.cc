@@ -66,7 +66,7 @@ Status SummationServer::Run() {
   acceptor_->set_owner("server " + std::to_string(rank_));
   BPS_LOG(INFO) << "serving on " << host << ":" << port << " with " << opts_.engine_threads
                 << " engine threads, summation ISA " << reduce::ActiveIsa();
-  control_->StartHeartbeats(opts_.heartbeat_interval_s);
+  control_->StartHeartbeats(opts_.heartbeat_interval_s, opts_.heartbeat_timeout_s);
   Status st = control_->WaitForShutdown();
   stopping_ = true;
   if (!st.ok()) {

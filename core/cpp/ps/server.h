@@ -38,6 +38,7 @@ struct ServerOptions {
   uint32_t local_size = 1;
   double timeout_s = 120;
   double heartbeat_interval_s = 1;
+  double heartbeat_timeout_s = 15;
 };
 
 class SummationServer : public ConnectionHandler {

@@ -75,7 +75,7 @@ def worker_lines(out, rank):
 
 def assert_ok(rc, out, size, min_cases=1):
     """Every rank printed ``OK n cases`` (n >= min_cases) and the launcher exited 0."""
-    fails = [line for line in out.splitlines() if "FAIL" in line]
+    fails = [line for line in out.splitlines() if re.match(r"\[worker \d+\] FAIL ", line)]
     assert not fails, "worker failures:\n" + "\n".join(fails) + "\n--- output ---\n" + out[-6000:]
     for r in range(size):
         oks = [m for line in worker_lines(out, r) if (m := re.fullmatch(r"OK (\d+) cases", line))]
@@ -258,3 +258,10 @@ CONFIGS = {
     "1w_local2": ["--workers", "1", "--local-size", "2"],
     "1w1s_forced": ["--workers", "1", "--servers", "1", "--env", "BYTEPS_FORCE_DISTRIBUTED=1"],
 }
+
+
+def rss_and_fds(pid):
+    """(resident memory in KiB, open file descriptors) of process ``pid``."""
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))

@@ -28,6 +28,7 @@ from jobs import (
     LiveJob,
     assert_ok,
     job_pids_alive,
+    rss_and_fds,
     run_job,
     shm_segments,
     worker_lines,
@@ -285,15 +286,9 @@ SOAK_ITERATIONS = 10_000
 SOAK_RSS_GROWTH_KIB = 8 << 10  # allocator and interpreter noise; a leak per op would be GBs
 
 
-def _rss_and_fds(pid):
-    with open(f"/proc/{pid}/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return rss, len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def _measure(job, phase):
     job.wait_for(rf"MEASURE {phase}", count=2, timeout=900)
-    return {(env["DMLC_ROLE"], env.get("DMLC_WORKER_ID", "")): _rss_and_fds(pid)
+    return {(env["DMLC_ROLE"], env.get("DMLC_WORKER_ID", "")): rss_and_fds(pid)
             for pid, env in job.snapshot().items() if env.get("DMLC_ROLE")}
 
 
@@ -314,6 +309,7 @@ def test_soak_memory_and_descriptors_flat():
     assert set(start) == set(end) and len(start) == 4, (start, end)  # 2 workers, server, scheduler
     for proc, (rss0, fds0) in start.items():
         rss1, fds1 = end[proc]
+        print(f"soak {proc}: RSS {rss0} -> {rss1} KiB, descriptors {fds0} -> {fds1}")
         assert rss1 - rss0 <= SOAK_RSS_GROWTH_KIB, f"{proc}: RSS {rss0} -> {rss1} KiB"
         assert fds1 == fds0, f"{proc}: open descriptors {fds0} -> {fds1}"
     assert job_pids_alive(job.seen_pids, job.job_id) == []

@@ -82,18 +82,11 @@ void Acceptor::Handshake(int fd) {
 
 void Acceptor::Reject(const std::string& peer, const std::string& why) {
   rejected_++;
-  std::string owner;
   uint64_t others = 0;
+  if (!log_limit_.Allow(&others)) return;
+  std::string owner;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_log_ < std::chrono::seconds(1)) {
-      unlogged_++;
-      return;
-    }
-    last_log_ = now;
-    others = unlogged_;
-    unlogged_ = 0;
     owner = owner_;
   }
   BPS_LOG(WARNING) << owner << ": dropped the connection from " << peer << ": " << why

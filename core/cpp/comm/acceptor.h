@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "common/logging.h"
+
 namespace byteps {
 
 class Acceptor {
@@ -50,8 +52,7 @@ class Acceptor {
   int active_ = 0;         // handshake threads not yet finished
   bool stopping_ = false;
   std::atomic<uint64_t> rejected_{0};
-  std::chrono::steady_clock::time_point last_log_{};
-  uint64_t unlogged_ = 0;
+  LogLimiter log_limit_;
 };
 
 }  // namespace byteps

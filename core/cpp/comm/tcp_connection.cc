@@ -12,6 +12,17 @@
 #include "common/logging.h"
 
 namespace byteps {
+namespace {
+LogLimiter g_drop_log;  // "dropping connection" lines of every connection of this process
+
+void LogDrop(const std::string& peer, const std::string& why) {
+  uint64_t skipped = 0;
+  if (!g_drop_log.Allow(&skipped)) return;
+  BPS_LOG(WARNING) << "dropping connection from " << peer << ": " << why
+                   << (skipped ? " (and " + std::to_string(skipped) + " more since the last report)"
+                               : std::string());
+}
+}  // namespace
 
 Connection::Connection(int fd, std::string peer_name, ConnectionHandler* handler)
     : fd_(fd), peer_name_(std::move(peer_name)), handler_(handler) {}
@@ -174,13 +185,13 @@ void Connection::RecvLoop() {
     if (!st.ok()) break;
     st = ValidateHeader(h);
     if (!st.ok()) {
-      BPS_LOG(WARNING) << "dropping connection from " << peer_name_ << ": " << st.message();
+      LogDrop(peer_name_, st.message());
       break;
     }
     void* dest = nullptr;
     st = handler_->OnHeader(this, h, &dest);
     if (!st.ok()) {
-      BPS_LOG(WARNING) << "dropping connection from " << peer_name_ << ": " << st.message();
+      LogDrop(peer_name_, st.message());
       break;
     }
     if (h.payload_len > 0) {
@@ -197,6 +208,7 @@ void Connection::RecvLoop() {
     std::lock_guard<std::mutex> lk(mu_);
     closed_ = true;
   }
+  shutdown(fd_, SHUT_RDWR);  // the peer sees the end now, not when this object is destroyed
   cv_.notify_all();
   drained_cv_.notify_all();
   if (!closing_) handler_->OnClosed(this, st);

@@ -2,6 +2,9 @@
 // ERROR), read once at init. Lines look like:
 //   [byteps worker 1 WARNING 05:53:01.123] message
 #pragma once
+#include <chrono>
+#include <cstdint>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -33,6 +36,31 @@ struct LogVoidify {
 };
 
 inline bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= static_cast<int>(GetLogLevel()); }
+
+// Bounds log lines about what peers send (rejected connections, malformed frames): Allow()
+// says yes at most once per interval and reports how many were refused since.
+class LogLimiter {
+ public:
+  explicit LogLimiter(double interval_s = 1.0) : interval_(interval_s) {}
+  bool Allow(uint64_t* skipped) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto now = std::chrono::steady_clock::now();
+    if (last_.time_since_epoch().count() != 0 && now - last_ < interval_) {
+      skipped_++;
+      return false;
+    }
+    last_ = now;
+    *skipped = skipped_;
+    skipped_ = 0;
+    return true;
+  }
+
+ private:
+  std::chrono::duration<double> interval_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_{};
+  uint64_t skipped_ = 0;
+};
 
 }  // namespace byteps
 

@@ -83,11 +83,20 @@ Status SummationServer::Run() {
 void SummationServer::OnAccepted(int fd) {
   auto conn = std::make_unique<Connection>(fd, "unidentified worker", this);
   Connection* raw = conn.get();
+  std::vector<std::unique_ptr<Connection>> dead;
   {
     std::lock_guard<std::mutex> lk(conns_mu_);
+    // Reap connections that were dropped and serve no worker, so a peer that keeps
+    // reconnecting (and failing) costs nothing that accumulates.
+    for (auto& c : conns_) {
+      bool serving = c->tag >= 0 && c->tag < opts_.num_worker && workers_[c->tag] == c.get();
+      if (c->closed() && !serving) dead.push_back(std::move(c));
+    }
+    conns_.erase(std::remove(conns_.begin(), conns_.end(), nullptr), conns_.end());
     conns_.push_back(std::move(conn));
+    raw->Start();  // under the lock: a reaper never sees a connection whose threads are half made
   }
-  raw->Start();
+  dead.clear();  // joins their finished threads, outside the lock
 }
 
 SummationServer::KeyState* SummationServer::FindKey(uint64_t key) {
@@ -129,7 +138,10 @@ SummationServer::KeyState* SummationServer::CreateKey(uint64_t key, DType dtype,
 }
 
 void SummationServer::SendError(Connection* c, const std::string& msg) {
-  BPS_LOG(WARNING) << msg;
+  static LogLimiter limit;
+  uint64_t skipped = 0;
+  if (limit.Allow(&skipped))
+    BPS_LOG(WARNING) << msg << (skipped ? " (and " + std::to_string(skipped) + " more)" : "");
   c->SendControl(MsgType::kDataError, msg);
 }
 
@@ -166,14 +178,20 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
   MsgType t = TypeOf(h);
   if (t == MsgType::kHello) {
     int w = static_cast<int>(h.sender);
-    if (w < 0 || w >= opts_.num_worker || c->tag >= 0) {
-      BPS_LOG(WARNING) << "bad HELLO from worker " << w << "; dropping the connection";
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    // One connection per worker: a second HELLO for a live worker would steal its answers.
+    if (w < 0 || w >= opts_.num_worker || c->tag >= 0 || (workers_[w] && !workers_[w]->closed())) {
+      static LogLimiter limit;
+      uint64_t skipped = 0;
+      if (limit.Allow(&skipped))
+        BPS_LOG(WARNING) << "bad or duplicate HELLO from worker " << h.sender
+                         << "; dropping the connection"
+                         << (skipped ? " (and " + std::to_string(skipped) + " more)" : "");
       c->Close();
       return;
     }
     c->tag = w;
     c->set_peer_name("worker " + std::to_string(w));
-    std::lock_guard<std::mutex> lk(conns_mu_);
     workers_[w] = c;
     return;
   }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import threading
 from typing import Optional, Sequence
 
@@ -60,6 +61,57 @@ def shutdown() -> None:
     """
     with _lock:
         _core.shutdown()
+
+
+_suspended_names: list[str] = []
+
+
+def suspend() -> None:
+    """Leave the job for an elastic restart (upstream ``suspend``): like :func:`shutdown`, but
+    the names declared so far are kept, in order, for :func:`resume`.
+
+    Call it after an operation failed with :class:`byteps.errors.PeerLostError` (a worker or
+    server is gone); then restart the scheduler and servers for the new job size and call
+    :func:`resume`. Safe without ``init()``.
+    """
+    global _suspended_names
+    with _lock:
+        if _core.is_initialized():
+            _suspended_names = list(_core.declared_names())
+        _core.shutdown()
+
+
+def resume(num_workers: int, num_servers: int, global_rank: int, context=None) -> None:
+    """Rejoin a restarted job after :func:`suspend` (upstream ``resume``).
+
+    Sets ``DMLC_NUM_WORKER`` = ``num_workers``, ``DMLC_NUM_SERVER`` = ``num_servers`` and
+    ``BYTEPS_GLOBAL_RANK`` = ``global_rank`` in ``os.environ`` (and ``DMLC_WORKER_ID`` =
+    ``global_rank // BYTEPS_LOCAL_SIZE``, so the survivors of a smaller job are numbered
+    ``0..num_workers-1``), starts the core again (``DMLC_PS_ROOT_URI``/``DMLC_PS_ROOT_PORT``
+    unchanged: the new scheduler listens where the old one did), and re-declares every name
+    that was declared before ``suspend()`` in the same order, so every worker gets the same
+    keys. ``context`` is accepted for upstream compatibility and ignored.
+
+    Raises:
+        ValueError: a count or rank out of range.
+        byteps.errors.ConfigError, BytePSTimeoutError, PeerLostError: as :func:`init`.
+    """
+    if num_workers < 1 or num_servers < 0:
+        raise ValueError(f"resume: num_workers must be >= 1 and num_servers >= 0, got "
+                         f"{num_workers}, {num_servers}")
+    local = int(os.environ.get("BYTEPS_LOCAL_SIZE", "1") or 1)
+    if not 0 <= global_rank < num_workers * local:
+        raise ValueError(f"resume: global_rank {global_rank} is not in [0, "
+                         f"{num_workers * local}) for {num_workers} workers x {local} local")
+    with _lock:
+        _core.shutdown()
+        os.environ["DMLC_NUM_WORKER"] = str(num_workers)
+        os.environ["DMLC_NUM_SERVER"] = str(num_servers)
+        os.environ["BYTEPS_GLOBAL_RANK"] = str(global_rank)
+        os.environ["DMLC_WORKER_ID"] = str(global_rank // local)
+        _core.init()
+        for name in _suspended_names:
+            _core.declare(name)
 
 
 def is_initialized() -> bool:

@@ -36,6 +36,8 @@ import tensorflow as tf
 if not tf.__version__.startswith("2."):
     raise ImportError(f"byteps.tensorflow needs TensorFlow 2.x; found {tf.__version__}")
 
+from byteps.basics import resume, suspend
+
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .functions import broadcast, broadcast_object, broadcast_variables, push_pull
 from .ops import (
@@ -58,6 +60,8 @@ from .tape import DistributedGradientTape
 __all__ = [
     "init",
     "shutdown",
+    "suspend",
+    "resume",
     "is_initialized",
     "size",
     "rank",

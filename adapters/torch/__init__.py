@@ -45,6 +45,8 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
         f"Tensor.register_post_accumulate_grad_hook); found torch {torch.__version__}"
     )
 
+from byteps.basics import resume, suspend  # noqa: E402  (elastic restart, as upstream)
+
 from .broadcast import (  # noqa: E402
     broadcast_object,
     broadcast_optimizer_state,
@@ -74,6 +76,8 @@ from .optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: E402
 __all__ = [
     "init",
     "shutdown",
+    "suspend",
+    "resume",
     "is_initialized",
     "size",
     "rank",

@@ -60,6 +60,8 @@ class WorkerCore : public ConnectionHandler {
   const WorkerConfig& config() const { return cfg_; }
 
   Status Declare(const std::string& name, uint32_t* key);
+  // Every tensor name declared so far, in key order (suspend/resume re-declares them).
+  std::vector<std::string> DeclaredNames();
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
 

@@ -52,6 +52,13 @@ Status WorkerCore::Declare(const std::string& name, uint32_t* key) {
   return Status::OK();
 }
 
+std::vector<std::string> WorkerCore::DeclaredNames() {
+  std::lock_guard<std::mutex> lk(ctx_mu_);
+  std::vector<std::string> names;
+  for (auto& c : contexts_) names.push_back(c->name);
+  return names;
+}
+
 Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   std::vector<Partition> parts;
   BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, cfg_.partition_bound, DTypeSize(a.dtype), &parts));

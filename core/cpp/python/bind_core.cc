@@ -39,6 +39,7 @@ void BindCore(py::module_& m) {
   m.def("local_size", []() { return Require()->config().local_size; });
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
+  m.def("declared_names", []() { return Require()->DeclaredNames(); });
   m.def("declare", [](const std::string& name) {
     uint32_t key = 0;
     Check(Require()->Declare(name, &key));

@@ -1,0 +1,107 @@
+"""Elastic restart (upstream ``suspend``/``resume``), launched the upstream way: one process per
+role, the environment describing the job (what ``bpslaunch`` does in upstream mode).
+
+Three workers train (``tests/workers/elastic_worker.py``); worker 2 is killed with SIGKILL. The
+survivors get ``PeerLostError``, ``suspend()``, and wait; the test (playing the job's
+supervisor) waits for the old scheduler and server to exit, starts new ones for 2 workers at the
+same address, and writes the restart plan; the survivors ``resume(2, 1, new_rank)`` and train 5
+more steps from their checkpoint with exact sums over the 2 workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from jobs import clean_job_env
+
+WORKER = str(Path(__file__).resolve().parent / "workers" / "elastic_worker.py")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")
+
+
+class Proc:
+    """A child process whose output lines are collected."""
+
+    def __init__(self, label, argv, env):
+        self.label = label
+        self.p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_line(self, prefix, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hits = [ln for ln in self.lines if ln.startswith(prefix)]
+            if hits:
+                return hits[0]
+            time.sleep(0.05)
+        pytest.fail(f"{self.label} printed no {prefix!r} within {timeout} s:\n" +
+                    "\n".join(self.lines[-40:]))
+
+    def stop(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGKILL)  # our own child's process group, by PID
+        self.p.wait(10)
+
+
+@pytest.mark.timeout(240)
+def test_survivors_resume_from_checkpoint_after_a_worker_dies(tmp_path: Path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    restart = tmp_path / "restart.json"
+    base = clean_job_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+                          "DMLC_NUM_SERVER": "1", "BYTEPS_SECRET": os.urandom(16).hex(),
+                          "BYTEPS_TIMEOUT": "60", "BYTEPS_HEARTBEAT_TIMEOUT": "5",
+                          "PYTHONUNBUFFERED": "1"})
+    service = [sys.executable, "-m", "byteps.server"]
+
+    def services(n):
+        env = dict(base, DMLC_NUM_WORKER=str(n))
+        return [Proc("scheduler", service, dict(env, DMLC_ROLE="scheduler")),
+                Proc("server", service, dict(env, DMLC_ROLE="server"))]
+
+    procs = services(3)
+    workers = [Proc(f"worker {i}", [sys.executable, WORKER, str(restart)],
+                    dict(base, DMLC_NUM_WORKER="3", DMLC_ROLE="worker", DMLC_WORKER_ID=str(i)))
+               for i in range(3)]
+    procs += workers
+    try:
+        for w in workers:
+            w.wait_line("READY", 90)
+        t_kill = time.monotonic()
+        os.kill(workers[2].p.pid, signal.SIGKILL)
+        for w in workers[:2]:
+            w.wait_line("SUSPENDED", 30)
+        t_suspended = time.monotonic() - t_kill
+        for old in procs[:2]:  # the failed job's scheduler and server end by themselves
+            old.p.wait(30)
+            assert old.p.returncode != 0, f"{old.label} of the failed job exited 0"
+        procs += services(2)
+        restart.write_text(json.dumps({"num_workers": 2, "num_servers": 1,
+                                       "ranks": {"0": 0, "1": 1}}))
+        for w in workers[:2]:
+            assert w.p.wait(90) == 0, "\n".join(w.lines[-40:])
+    finally:
+        for p in procs:
+            p.stop()
+    for i, w in enumerate(workers[:2]):
+        assert any(ln == f"RESUMED rank={i} size=2" for ln in w.lines), w.lines[-20:]
+        step = int(w.wait_line("SUSPENDED", 1).split()[1])
+        assert w.lines[-1] == f"OK {step + 5} steps", w.lines[-20:]
+    print(f"elastic: survivors suspended {t_suspended:.2f} s after the kill")

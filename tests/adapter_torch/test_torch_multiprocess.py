@@ -7,6 +7,7 @@ summary marker per rank; here we assert on the exit code and that every rank pri
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -74,7 +75,7 @@ for name, fn in calls.items():
     else:
         print("NO ERROR FROM", name)
 """
-    env = {k: v for k, v in __import__("os").environ.items()
+    env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DMLC_", "BYTEPS_"))}
     proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=120, env=env,
@@ -94,3 +95,23 @@ def test_example_train_digits():
     assert "parameters identical on all 2 workers" in proc.stdout
     t = re.search(r"wall time: ([\d.]+) s", proc.stdout)
     assert t and float(t.group(1)) < 60, proc.stdout[-4000:]
+
+
+def test_example_elastic_digits():
+    """The elastic example: worker 2 of 3 dies in epoch 4; the survivors suspend, the example's
+    supervisor restarts scheduler and server for 2 workers, and the survivors resume from their
+    checkpoint and finish with identical parameters and a good accuracy."""
+    pytest.importorskip("sklearn")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DMLC_", "BYTEPS_"))}
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "torch" / "elastic_digits.py"),
+                           "--workers", "3", "--fail-rank", "2", "--fail-epoch", "4"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300, env=env, cwd=str(REPO), start_new_session=True)
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    for r in (0, 1):
+        assert f"worker {r}: resumed as rank {r} of 2 at epoch 4" in proc.stdout, \
+            proc.stdout[-8000:]
+    m = re.search(r"final test accuracy: (\d\.\d+) on 2 workers \(parameters identical",
+                  proc.stdout)
+    assert m and float(m.group(1)) >= 0.95, proc.stdout[-4000:]

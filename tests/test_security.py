@@ -279,3 +279,34 @@ def test_fuzz_live_server_keeps_serving():
 @pytest.mark.slow
 def test_fuzz_live_server_100k_frames():
     _fuzz_live_server(100_000, 12_000)
+
+
+def test_allow_unauthenticated_runs_and_warns_once(tmp_path: Path):
+    """A manual launch without BYTEPS_SECRET but with BYTEPS_ALLOW_UNAUTHENTICATED=1 runs (no
+    handshake on either side) and every process says so once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
+                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+                         "BYTEPS_ALLOW_UNAUTHENTICATED": "1", "BYTEPS_FORCE_DISTRIBUTED": "1",
+                         "BYTEPS_TIMEOUT": "30"})
+    services = [subprocess.Popen([sys.executable, "-m", "byteps.server"],
+                                 env=dict(env, DMLC_ROLE=role), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                for role in ("scheduler", "server")]
+    worker = ("import numpy as np, byteps.basics as bps; bps.init(); a = np.arange(10.0); "
+              "bps.wait(bps.push_pull_async('a', a.ctypes.data, a.ctypes.data, a.nbytes, "
+              "'float64', a.shape, False)); print('SUM', a.sum()); bps.shutdown()")
+    try:
+        r = subprocess.run([sys.executable, "-c", worker], env=dict(env, DMLC_ROLE="worker",
+                           DMLC_WORKER_ID="0"), capture_output=True, text=True, timeout=60)
+        outs = [p.communicate(timeout=30)[0] for p in services]
+    finally:
+        for p in services:
+            if p.poll() is None:
+                p.kill()  # our own children, by PID
+    assert r.returncode == 0 and "SUM 45.0" in r.stdout, r.stdout + r.stderr
+    for text in [r.stderr] + outs:
+        assert text.count("BYTEPS_ALLOW_UNAUTHENTICATED=1: this process makes and accepts "
+                          "unauthenticated connections") == 1, text

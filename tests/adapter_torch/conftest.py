@@ -34,6 +34,9 @@ def _make_fake_basics(size=1):
 
     m.init = lambda lazy=True: m.state.update(init=True)
     m.shutdown = lambda: m.state.update(init=False)
+    m.suspend = m.shutdown
+    m.resume = lambda num_workers, num_servers, global_rank, context=None: m.state.update(
+        init=True)
     m.is_initialized = lambda: m.state["init"]
 
     def _size():

@@ -168,6 +168,7 @@ def _kill_and_check(job: LiveJob, victim_pid: int, survivors, grace_exit=60):
         print(f"time to error after kill -9: worker {r}: {t_err - t_kill:.2f} s: {msg}")
         assert t_err - t_kill < 30, f"worker {r} reported the loss {t_err - t_kill:.1f} s late"
         assert t_err >= t_kill - 0.5, f"worker {r} reported PeerLostError before the kill: {msg}"
+        assert re.search(r"push_pull of '[^']+'", msg), f"the error names no operation: {msg}"
     rc = job.wait(grace_exit)
     assert rc != 0, f"launcher exited 0 after a kill -9; output:\n{job.output[-6000:]}"
     left = job_pids_alive(job.seen_pids, job_id, timeout=10)

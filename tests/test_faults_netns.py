@@ -67,6 +67,7 @@ def test_link_cut_fails_every_worker_naming_the_peer():
         caught[w] = (float(hits[0].group(1)) - t_cut, hits[0].group(2))
         print(f"link cut: worker {w} raised after {caught[w][0]:.2f} s: {caught[w][1]}")
         assert 0 <= caught[w][0] < 30, caught[w]
+        assert "push_pull of 'loop'" in caught[w][1], caught[w]  # names the operation too
     assert re.search(r"worker 1|10\.77\.0\.12", caught[0][1]), caught[0][1]  # w0 names w1
     assert "scheduler" in caught[1][1], caught[1][1]  # w1 names the scheduler it lost
     assert all(ns not in bc.list_netns() for ns in namespaces)

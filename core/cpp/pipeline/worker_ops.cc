@@ -96,7 +96,7 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
 Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   if (failed_) {
     std::lock_guard<std::mutex> lk(fatal_mu_);
-    return fatal_;
+    return Status(fatal_.code(), fatal_.message() + " (push_pull of '" + a.name + "' refused)");
   }
   if (stopping_) return Status::Shutdown("byteps is shutting down");
   if (a.name.empty()) return Status::InvalidArgument("tensor name must not be empty");
@@ -236,7 +236,10 @@ void WorkerCore::Fatal(const Status& st, bool report) {
     std::lock_guard<std::mutex> lk(ctx_mu_);
     for (auto& c : contexts_) all.push_back(c.get());
   }
-  for (auto* c : all) FinishOp(c, fatal_, true);
+  // Each operation's error names the peer (above) and the operation it hit.
+  for (auto* c : all)
+    FinishOp(c, Status(fatal_.code(), fatal_.message() + " (during push_pull of '" + c->name + "')"),
+             true);
   handles_.FailAll(fatal_);
 }
 

@@ -82,16 +82,14 @@ void Acceptor::Handshake(int fd) {
 
 void Acceptor::Reject(const std::string& peer, const std::string& why) {
   rejected_++;
-  uint64_t others = 0;
-  if (!log_limit_.Allow(&others)) return;
+  std::string more;
+  if (!log_limit_.Allow(&more)) return;
   std::string owner;
   {
     std::lock_guard<std::mutex> lk(mu_);
     owner = owner_;
   }
-  BPS_LOG(WARNING) << owner << ": dropped the connection from " << peer << ": " << why
-                   << (others ? " (and " + std::to_string(others) + " more since the last report)"
-                              : std::string());
+  BPS_LOG(WARNING) << owner << ": dropped the connection from " << peer << ": " << why << more;
 }
 
 }  // namespace byteps

@@ -16,11 +16,9 @@ namespace {
 LogLimiter g_drop_log;  // "dropping connection" lines of every connection of this process
 
 void LogDrop(const std::string& peer, const std::string& why) {
-  uint64_t skipped = 0;
-  if (!g_drop_log.Allow(&skipped)) return;
-  BPS_LOG(WARNING) << "dropping connection from " << peer << ": " << why
-                   << (skipped ? " (and " + std::to_string(skipped) + " more since the last report)"
-                               : std::string());
+  std::string more;
+  if (g_drop_log.Allow(&more))
+    BPS_LOG(WARNING) << "dropping connection from " << peer << ": " << why << more;
 }
 }  // namespace
 

@@ -38,11 +38,12 @@ struct LogVoidify {
 inline bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= static_cast<int>(GetLogLevel()); }
 
 // Bounds log lines about what peers send (rejected connections, malformed frames): Allow()
-// says yes at most once per interval and reports how many were refused since.
+// says yes at most once per interval; then *more is the text to append to the line, naming how
+// many were refused since (" (and 12 more since the last report)", or "" if none).
 class LogLimiter {
  public:
   explicit LogLimiter(double interval_s = 1.0) : interval_(interval_s) {}
-  bool Allow(uint64_t* skipped) {
+  bool Allow(std::string* more) {
     std::lock_guard<std::mutex> lk(mu_);
     auto now = std::chrono::steady_clock::now();
     if (last_.time_since_epoch().count() != 0 && now - last_ < interval_) {
@@ -50,7 +51,7 @@ class LogLimiter {
       return false;
     }
     last_ = now;
-    *skipped = skipped_;
+    *more = skipped_ ? " (and " + std::to_string(skipped_) + " more since the last report)" : "";
     skipped_ = 0;
     return true;
   }

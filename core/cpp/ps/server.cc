@@ -139,9 +139,8 @@ SummationServer::KeyState* SummationServer::CreateKey(uint64_t key, DType dtype,
 
 void SummationServer::SendError(Connection* c, const std::string& msg) {
   static LogLimiter limit;
-  uint64_t skipped = 0;
-  if (limit.Allow(&skipped))
-    BPS_LOG(WARNING) << msg << (skipped ? " (and " + std::to_string(skipped) + " more)" : "");
+  std::string more;
+  if (limit.Allow(&more)) BPS_LOG(WARNING) << msg << more;
   c->SendControl(MsgType::kDataError, msg);
 }
 
@@ -182,11 +181,10 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
     // One connection per worker: a second HELLO for a live worker would steal its answers.
     if (w < 0 || w >= opts_.num_worker || c->tag >= 0 || (workers_[w] && !workers_[w]->closed())) {
       static LogLimiter limit;
-      uint64_t skipped = 0;
-      if (limit.Allow(&skipped))
+      std::string more;
+      if (limit.Allow(&more))
         BPS_LOG(WARNING) << "bad or duplicate HELLO from worker " << h.sender
-                         << "; dropping the connection"
-                         << (skipped ? " (and " + std::to_string(skipped) + " more)" : "");
+                         << "; dropping the connection" << more;
       c->Close();
       return;
     }

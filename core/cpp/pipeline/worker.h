@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -91,6 +92,10 @@ class WorkerCore : public ConnectionHandler {
   void SendStallQueries(TensorContext* c);
   std::string StallWhere(TensorContext* c);
   std::string StallCulprits(TensorContext* c);
+  // Every rank of the given worker machines (machine * local_size + local_rank).
+  void AddMachineRanks(const std::vector<int>& machines, std::set<int>* ranks) const;
+  // "not yet submitted by rank 1" / "... by ranks 1, 3"; "" for no ranks.
+  static std::string NotSubmittedBy(const std::set<int>& ranks);
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
   void RunStageItem(Stage s, const QueueItem& item);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "common/logging.h"
 #include "pipeline/worker.h"
@@ -31,16 +32,10 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
     BPS_LOG(WARNING) << "DECLARE_REPLY for unknown key " << h.key;
     return;
   }
-  if (h.aux == 3) {  // stall warning from the scheduler: uint32 ids of the missing workers
-    std::string ranks;
-    for (size_t i = 0; i + sizeof(uint32_t) <= len && i < 4096 * sizeof(uint32_t);
-         i += sizeof(uint32_t)) {
-      uint32_t w;
-      memcpy(&w, p + i, sizeof(w));
-      for (int lr = 0; lr < cfg_.local_size; ++lr)
-        ranks += (ranks.empty() ? "" : ", ") +
-                 std::to_string(static_cast<int64_t>(w) * cfg_.local_size + lr);
-    }
+  if (h.aux == 3) {  // stall warning from the scheduler: the workers that have not declared it
+    std::vector<int> machines;
+    std::set<int> ranks;
+    if (DecodeWorkerIds(p, len, cfg_.num_worker, &machines).ok()) AddMachineRanks(machines, &ranks);
     {
       std::lock_guard<std::mutex> lk(ctx->mu);
       ctx->stall_warned = true;
@@ -48,7 +43,7 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
     BPS_LOG(WARNING) << "rank " << cfg_.rank << ": push_pull of '" << ctx->name
                      << "' has waited " << static_cast<int>(cfg_.stall_warning_s)
                      << " s (BYTEPS_STALL_WARNING_SECONDS) for the other workers to declare it; "
-                     << "not yet submitted by ranks " << ranks << "; it fails after "
+                     << (ranks.empty() ? "" : NotSubmittedBy(ranks) + "; ") << "it fails after "
                      << static_cast<int>(cfg_.timeout_s) << " s (BYTEPS_TIMEOUT)";
     return;
   }
@@ -174,13 +169,8 @@ void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     return;
   }
   if (TypeOf(h) == MsgType::kStallReport) {
-    std::vector<int> missing(h.payload_len / sizeof(uint32_t));
-    for (size_t i = 0; i < missing.size(); ++i) {
-      uint32_t w;
-      memcpy(&w, static_cast<const char*>(payload) + i * sizeof(w), sizeof(w));
-      if (w >= static_cast<uint32_t>(cfg_.num_worker)) return;  // not a worker of this job
-      missing[i] = static_cast<int>(w);
-    }
+    std::vector<int> missing;
+    if (!DecodeWorkerIds(payload, h.payload_len, cfg_.num_worker, &missing).ok()) return;
     std::lock_guard<std::mutex> lk(pull_mu_);
     auto it = pending_pulls_.find(h.key);
     PartTask* t = it == pending_pulls_.end() ? nullptr : it->second;

@@ -41,6 +41,18 @@ std::string WorkerCore::StallWhere(TensorContext* c) {
          " partitions unfinished, at " + stages;
 }
 
+void WorkerCore::AddMachineRanks(const std::vector<int>& machines, std::set<int>* ranks) const {
+  for (int w : machines)
+    for (int lr = 0; lr < cfg_.local_size; ++lr) ranks->insert(w * cfg_.local_size + lr);
+}
+
+std::string WorkerCore::NotSubmittedBy(const std::set<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  if (text.empty()) return text;
+  return std::string("not yet submitted by rank") + (ranks.size() > 1 ? "s " : " ") + text;
+}
+
 std::string WorkerCore::StallCulprits(TensorContext* c) {
   const int L = cfg_.local_size;
   std::set<int> ranks;
@@ -58,20 +70,10 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
           ranks.insert(cfg_.worker_id * L + lr);
     } else if (s == Stage::kPull) {
       std::lock_guard<std::mutex> lk(pull_mu_);
-      if (!t->stall_reported) continue;
-      for (int w : t->stall_missing)
-        for (int lr = 0; lr < L; ++lr) ranks.insert(w * L + lr);
+      if (t->stall_reported) AddMachineRanks(t->stall_missing, &ranks);
     }
   }
-  std::string text;
-  if (!ranks.empty()) {
-    text = "not yet submitted by rank" + std::string(ranks.size() > 1 ? "s " : " ");
-    bool first = true;
-    for (int r : ranks) {
-      text += (first ? "" : ", ") + std::to_string(r);
-      first = false;
-    }
-  }
+  std::string text = NotSubmittedBy(ranks);
   if (root_waits)
     text += std::string(text.empty() ? "" : "; ") + "local rank 0 (rank " +
             std::to_string(cfg_.worker_id * L) + ") is waiting for the servers";

@@ -1,5 +1,7 @@
 #include "control_msgs.h"
 
+#include <cstring>
+
 #include "comm/frame.h"
 #include "common/dtype.h"
 
@@ -101,6 +103,29 @@ std::string DecodeText(const void* data, size_t len) {
   WireReader r(data, len);
   std::string s = r.Str(1 << 20);
   return r.ok() ? s : std::string("<malformed message>");
+}
+
+std::string EncodeWorkerIds(const std::vector<int>& ids) {
+  std::string out(ids.size() * sizeof(uint32_t), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t id = static_cast<uint32_t>(ids[i]);
+    memcpy(&out[i * sizeof(id)], &id, sizeof(id));
+  }
+  return out;
+}
+
+Status DecodeWorkerIds(const void* data, size_t len, int num_worker, std::vector<int>* ids) {
+  if (len % sizeof(uint32_t) != 0 || len / sizeof(uint32_t) > static_cast<size_t>(num_worker))
+    return Status::InvalidArgument("malformed worker id list of " + std::to_string(len) + " bytes");
+  ids->resize(len / sizeof(uint32_t));
+  for (size_t i = 0; i < ids->size(); ++i) {
+    uint32_t id;
+    memcpy(&id, static_cast<const char*>(data) + i * sizeof(id), sizeof(id));
+    if (id >= static_cast<uint32_t>(num_worker))
+      return Status::InvalidArgument("worker id " + std::to_string(id) + " is not in the job");
+    (*ids)[i] = static_cast<int>(id);
+  }
+  return Status::OK();
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

@@ -57,6 +57,12 @@ std::string EncodeText(const std::string& text);
 Status DecodeDeclareOk(const void* data, size_t len, std::vector<int64_t>* servers);
 std::string DecodeText(const void* data, size_t len);
 
+// Stall reports (DECLARE_REPLY aux 3 from the scheduler, STALL_REPORT from a server): the worker
+// machines that have not submitted, as little-endian uint32 ids, nothing else. Decoding fails on
+// a ragged length or an id outside [0, num_worker).
+std::string EncodeWorkerIds(const std::vector<int>& ids);
+Status DecodeWorkerIds(const void* data, size_t len, int num_worker, std::vector<int>* ids);
+
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 }  // namespace byteps

@@ -316,12 +316,10 @@ void Scheduler::CheckTimersLocked() {
       // Stall inspector: tell the workers that wait which workers have not declared the tensor
       // (DECLARE_REPLY aux 3: a warning, the operation goes on; payload: uint32 worker ids).
       pd.warned = true;
-      std::string missing;
-      for (int w = 0; w < opts_.num_worker; ++w) {
-        if (w < static_cast<int>(pd.seen.size()) && pd.seen[w]) continue;
-        uint32_t id = static_cast<uint32_t>(w);
-        missing.append(reinterpret_cast<const char*>(&id), sizeof(id));
-      }
+      std::vector<int> ids;
+      for (int w = 0; w < opts_.num_worker; ++w)
+        if (w >= static_cast<int>(pd.seen.size()) || !pd.seen[w]) ids.push_back(w);
+      std::string missing = EncodeWorkerIds(ids);
       BPS_LOG(WARNING) << "scheduler: tensor '" << pd.first.name << "' (key " << key
                        << ") has waited " << static_cast<int>(opts_.stall_warning_s)
                        << " s for workers " << MissingWorkersLocked(pd.seen) << " to submit it";

@@ -201,8 +201,8 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
   if (!ks) {
     if (t == MsgType::kPull) SendError(c, "pull of unknown key " + std::to_string(h.key));
     if (t == MsgType::kStallQuery) {  // nobody has pushed this key yet
-      std::vector<uint32_t> all(opts_.num_worker);
-      for (int w = 0; w < opts_.num_worker; ++w) all[w] = static_cast<uint32_t>(w);
+      std::vector<int> all(opts_.num_worker);
+      for (int w = 0; w < opts_.num_worker; ++w) all[w] = w;
       SendStallReport(c->tag, h.key, static_cast<uint32_t>(h.aux), all);
     }
     return;
@@ -274,26 +274,24 @@ void SummationServer::HandlePull(const Event& ev) {
 void SummationServer::HandleStallQuery(const Event& ev) {
   KeyState* ks = ev.ks;
   int p = ev.round & 1;
-  std::vector<uint32_t> missing;
+  std::vector<int> missing;
   bool open = ks->round[p] == ev.round && !ks->complete[p] && ks->count[p] > 0;
   bool done = ks->round[p] == ev.round && ks->complete[p];
   for (int w = 0; w < opts_.num_worker; ++w)
-    if (!done && !(open && ks->pushed[p][w])) missing.push_back(static_cast<uint32_t>(w));
+    if (!done && !(open && ks->pushed[p][w])) missing.push_back(w);
   SendStallReport(ev.worker, ks->key, ev.round, missing);
 }
 
 void SummationServer::SendStallReport(int worker, uint64_t key, uint32_t round,
-                                      const std::vector<uint32_t>& missing) {
+                                      const std::vector<int>& missing) {
   Connection* c;
   {
     std::lock_guard<std::mutex> lk(conns_mu_);
     c = worker >= 0 && worker < opts_.num_worker ? workers_[worker] : nullptr;
   }
   if (!c) return;
-  std::string payload(missing.size() * sizeof(uint32_t), '\0');
-  if (!missing.empty()) memcpy(&payload[0], missing.data(), payload.size());
-  c->SendControl(MsgType::kStallReport, std::move(payload), key, static_cast<uint32_t>(rank_),
-                 round);
+  c->SendControl(MsgType::kStallReport, EncodeWorkerIds(missing), key,
+                 static_cast<uint32_t>(rank_), round);
 }
 
 void SummationServer::Reply(KeyState* ks, int worker, int parity) {

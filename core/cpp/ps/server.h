@@ -87,7 +87,7 @@ class SummationServer : public ConnectionHandler {
   void HandlePush(const Event& ev);
   void HandlePull(const Event& ev);
   void HandleStallQuery(const Event& ev);
-  void SendStallReport(int worker, uint64_t key, uint32_t round, const std::vector<uint32_t>& missing);
+  void SendStallReport(int worker, uint64_t key, uint32_t round, const std::vector<int>& missing);
   void Reply(KeyState* ks, int worker, int parity);
   KeyState* CreateKey(uint64_t key, DType dtype, size_t len);
   KeyState* FindKey(uint64_t key);

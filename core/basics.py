@@ -99,7 +99,8 @@ def resume(num_workers: int, num_servers: int, global_rank: int, context=None) -
     if num_workers < 1 or num_servers < 0:
         raise ValueError(f"resume: num_workers must be >= 1 and num_servers >= 0, got "
                          f"{num_workers}, {num_servers}")
-    local = int(os.environ.get("BYTEPS_LOCAL_SIZE", "1") or 1)
+    # Read through the knob registry (validated, with its default), like init() will.
+    local = int(_core.knob_values(dict(os.environ))["BYTEPS_LOCAL_SIZE"])
     if not 0 <= global_rank < num_workers * local:
         raise ValueError(f"resume: global_rank {global_rank} is not in [0, "
                          f"{num_workers * local}) for {num_workers} workers x {local} local")

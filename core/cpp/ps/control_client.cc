@@ -39,19 +39,22 @@ Status ControlClient::Register(const RegisterMsg& reg, double timeout_s, Address
   return Status::OK();
 }
 
+namespace {
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 void ControlClient::StartHeartbeats(double interval_s, double timeout_s) {
-  auto now_ns = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
-  last_heard_ns_ = now_ns();
-  hb_thread_ = std::thread([this, interval_s, timeout_s, now_ns] {
+  last_heard_ns_ = SteadyNowNs();
+  hb_thread_ = std::thread([this, interval_s, timeout_s] {
     std::unique_lock<std::mutex> lk(mu_);
     while (!hb_stop_) {
       cv_.wait_for(lk, std::chrono::duration<double>(interval_s), [&] { return hb_stop_.load(); });
       if (hb_stop_) break;
       bool quiet = failure_.ok() && !finalized_ && !shutdown_ &&
-                   (now_ns() - last_heard_ns_.load()) * 1e-9 > timeout_s;
+                   (SteadyNowNs() - last_heard_ns_.load()) * 1e-9 > timeout_s;
       lk.unlock();
       if (quiet) {
         Fail(Status::PeerLost("heard nothing from the " + sched_name_ + " for " +
@@ -131,8 +134,7 @@ Status ControlClient::OnHeader(Connection*, const FrameHeader& h, void**) {
 
 void ControlClient::OnFrame(Connection*, const FrameHeader& h, void* payload) {
   const char* p = static_cast<const char*>(payload);
-  last_heard_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch()).count();
+  last_heard_ns_ = SteadyNowNs();
   switch (TypeOf(h)) {
     case MsgType::kAddressBook: {
       AddressBook book;

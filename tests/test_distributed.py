@@ -177,27 +177,16 @@ def _kill_and_check(job: LiveJob, victim_pid: int, survivors, grace_exit=60):
 
 
 @pytest.mark.timeout(200)
-def test_kill_server_fails_every_worker():
+@pytest.mark.parametrize("role", ["server", "scheduler"])
+def test_kill_service_fails_every_worker(role):
+    """kill -9 of the server or the scheduler: both workers get PeerLostError naming it."""
     cfg = CONFIGS["2w1s"]
     with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
         job.wait_for(r"^\[worker \d\] READY", count=2)
-        server = job.find("server")
-        caught, rc, _ = _kill_and_check(job, server, survivors=[0, 1])
+        caught, rc, _ = _kill_and_check(job, job.find(role), survivors=[0, 1])
         for r, (_, msg) in caught.items():
-            assert "server" in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
-                                            f"server: {msg}"
-
-
-@pytest.mark.timeout(200)
-def test_kill_scheduler_fails_every_worker():
-    cfg = CONFIGS["2w1s"]
-    with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
-        job.wait_for(r"^\[worker \d\] READY", count=2)
-        scheduler = job.find("scheduler")
-        caught, rc, _ = _kill_and_check(job, scheduler, survivors=[0, 1])
-        for r, (_, msg) in caught.items():
-            assert "scheduler" in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
-                                               f"scheduler: {msg}"
+            assert role in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
+                                        f"{role}: {msg}"
 
 
 @pytest.mark.timeout(200)

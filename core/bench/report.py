@@ -215,14 +215,29 @@ def micro_markdown(res: dict, img_dir: Optional[str] = None,
     return "\n".join(md), micro_targets(res)
 
 
-def plot_micro(res: dict, img_dir: str) -> List[Tuple[str, str]]:
-    """latency and bandwidth versus size (PNG); returns [(file name, alt text)]."""
+def pyplot(img_dir: str):
+    """``matplotlib.pyplot`` on the non-interactive Agg backend, with ``img_dir`` created."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(img_dir, exist_ok=True)
+    return plt
+
+
+def save_figure(fig, img_dir: str, fname: str) -> str:
+    """Write ``fig`` as ``img_dir/fname`` (PNG), close it; returns ``fname``."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(os.path.join(img_dir, fname))
+    plt.close(fig)
+    return fname
+
+
+def plot_micro(res: dict, img_dir: str) -> List[Tuple[str, str]]:
+    """latency and bandwidth versus size (PNG); returns [(file name, alt text)]."""
+    plt = pyplot(img_dir)
     jobs = res["jobs"]
     names = [j for j in ("local", "dist", "gloo") if j in jobs]
     style = {"local": "o-", "dist": "s-", "gloo": "^--"}
@@ -255,10 +270,7 @@ def plot_micro(res: dict, img_dir: str) -> List[Tuple[str, str]]:
         ax.legend(fontsize=7)
         ax.set_title(f"push_pull vs gloo all_reduce, {kind} (loopback)")
         fig.tight_layout()
-        fname = f"micro_{kind}.png"
-        fig.savefig(os.path.join(img_dir, fname))
-        plt.close(fig)
-        out.append((fname, f"{kind} versus size"))
+        out.append((save_figure(fig, img_dir, f"micro_{kind}.png"), f"{kind} versus size"))
     return out
 
 
@@ -334,12 +346,7 @@ def sum_markdown(res: dict, img_dir: Optional[str] = None, img_rel: str = "img")
 
 
 def plot_sum(res: dict, img_dir: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(img_dir, exist_ok=True)
+    plt = pyplot(img_dir)
     th = max(res["threads"])
     dtypes = list(res["rows"])
     cols = res["isas"] + ["numpy"]
@@ -357,10 +364,7 @@ def plot_sum(res: dict, img_dir: str) -> str:
     ax.legend(fontsize=7)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fname = "sum_throughput.png"
-    fig.savefig(os.path.join(img_dir, fname))
-    plt.close(fig)
-    return fname
+    return save_figure(fig, img_dir, "sum_throughput.png")
 
 
 # ---------------------------------------------------------------------------------- page --

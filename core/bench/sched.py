@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 
 from . import cluster as bc
 from . import models
-from .report import run_standalone
+from .report import pyplot, run_standalone, save_figure
 
 log = logging.getLogger(__name__)
 
@@ -369,12 +369,7 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
 
 def plot_sched(res: dict, img_dir: str) -> str:
     """Bars of iteration time / ideal per schedule, one panel per model; PNG file name."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(img_dir, exist_ok=True)
+    plt = pyplot(img_dir)
     names = list(res["models"])
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), dpi=110,
                              squeeze=False)
@@ -398,10 +393,7 @@ def plot_sched(res: dict, img_dir: str) -> str:
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fname = "sched_iteration.png"
-    fig.savefig(os.path.join(img_dir, fname))
-    plt.close(fig)
-    return fname
+    return save_figure(fig, img_dir, "sched_iteration.png")
 
 
 # ------------------------------------------------------------------------------------ main --

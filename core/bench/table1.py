@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from . import cluster as bc
-from .report import run_standalone
+from .report import pyplot, run_standalone, save_figure
 
 log = logging.getLogger(__name__)
 
@@ -383,14 +383,9 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
 
 def plot_table1(res: dict, img_dir: str) -> str:
     """Bars of time / t_opt per (n,k), one panel per size; PNG file name."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from .report import fmt_size
 
-    os.makedirs(img_dir, exist_ok=True)
+    plt = pyplot(img_dir)
     plan, rows = res["plan"], res["rows"]
     sizes = sorted({r["bytes"] for r in rows})
     jobs = list(plan["settings"]) + (["gloo"] if plan["gloo"] else [])
@@ -418,10 +413,7 @@ def plot_table1(res: dict, img_dir: str) -> str:
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"Emulated cluster at {plan['bandwidth_mbit']:g} Mbit/s: time / t_opt")
     fig.tight_layout()
-    fname = "cluster_table1.png"
-    fig.savefig(os.path.join(img_dir, fname))
-    plt.close(fig)
-    return fname
+    return save_figure(fig, img_dir, "cluster_table1.png")
 
 
 # ------------------------------------------------------------------------------------ main --

@@ -1,23 +1,36 @@
 #include "handles.h"
 
 #include <chrono>
+#include <vector>
 
 namespace byteps {
 
-int64_t HandleTable::Create() {
+int64_t HandleTable::Create(DoneCallback on_done) {
   std::lock_guard<std::mutex> lk(mu_);
   int64_t h = next_++;
-  states_.emplace(h, State{});
+  State s;
+  s.on_done = std::move(on_done);
+  states_.emplace(h, std::move(s));
   return h;
 }
 
 void HandleTable::MarkDone(int64_t handle, const Status& st) {
+  DoneCallback cb;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = states_.find(handle);
     if (it == states_.end() || it->second.done) return;
-    it->second.done = true;
-    it->second.status = st;
+    if (it->second.on_done) {
+      cb = std::move(it->second.on_done);
+      states_.erase(it);
+    } else {
+      it->second.done = true;
+      it->second.status = st;
+    }
+  }
+  if (cb) {
+    cb(st);
+    return;
   }
   cv_.notify_all();
 }
@@ -56,15 +69,25 @@ void HandleTable::Release(int64_t handle) {
 }
 
 void HandleTable::FailAll(const Status& st) {
+  std::vector<DoneCallback> callbacks;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [h, s] : states_) {
-      if (s.done) continue;
-      s.done = true;
-      s.status = st;
+    for (auto it = states_.begin(); it != states_.end();) {
+      State& s = it->second;
+      if (s.done) {
+        ++it;
+      } else if (s.on_done) {
+        callbacks.push_back(std::move(s.on_done));
+        it = states_.erase(it);
+      } else {
+        s.done = true;
+        s.status = st;
+        ++it;
+      }
     }
   }
   cv_.notify_all();
+  for (auto& cb : callbacks) cb(st);
 }
 
 size_t HandleTable::open_handles() {

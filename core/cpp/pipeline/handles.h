@@ -1,8 +1,12 @@
 // Completion handles of asynchronous operations. Python polls or waits on an integer handle;
-// the wait blocks on a condition variable (the binding releases the GIL around it).
+// the wait blocks on a condition variable (the binding releases the GIL around it). A handle
+// created with a completion callback (a framework engine's operation, engine_bridge.h) is never
+// waited on: the callback receives the status when the operation finishes and the handle is
+// released right after.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -11,9 +15,12 @@
 
 namespace byteps {
 
+using DoneCallback = std::function<void(const Status&)>;
+
 class HandleTable {
  public:
-  int64_t Create();
+  // `on_done` (optional) runs once, on the completing thread and outside the table's lock.
+  int64_t Create(DoneCallback on_done = nullptr);
   void MarkDone(int64_t handle, const Status& st);
   // Unknown handle -> InvalidArgument.
   Status Poll(int64_t handle, bool* done);
@@ -29,6 +36,7 @@ class HandleTable {
   struct State {
     bool done = false;
     Status status;
+    DoneCallback on_done;
   };
   std::mutex mu_;
   std::condition_variable cv_;

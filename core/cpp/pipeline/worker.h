@@ -33,6 +33,8 @@ struct PushPullArgs {
   bool average = true;
   bool has_priority = false;
   int64_t priority = 0;
+  // Optional: called with the outcome instead of keeping the handle for a wait (engine_bridge).
+  DoneCallback on_done;
 };
 
 struct WorkerConfig {

@@ -132,7 +132,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
   }
   ctx->in_flight = true;
-  ctx->handle = handles_.Create();
+  ctx->handle = handles_.Create(a.on_done);
   ctx->round++;
   ctx->input = a.input;
   ctx->output = a.output;
@@ -144,7 +144,8 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   *handle = ctx->handle;
   if (ctx->parts.empty()) {
     ctx->in_flight = false;
-    handles_.MarkDone(ctx->handle, Status::OK());
+    lk.unlock();  // MarkDone may run a completion callback
+    handles_.MarkDone(*handle, Status::OK());
     return Status::OK();
   }
   if (!ctx->declared) {

@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "common/dtype.h"
 #include "pipeline/api.h"
+#include "pipeline/engine_bridge.h"
 
 namespace py = pybind11;
 
@@ -15,6 +16,24 @@ std::shared_ptr<WorkerCore> Require() {
   auto core = CoreInstance();
   if (!core) ThrowStatus(Status::Shutdown("byteps is not initialised: call init() first"));
   return core;
+}
+
+PushPullArgs ParseArgs(const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
+                       const std::string& dtype, std::vector<int64_t> shape, bool average,
+                       const py::object& priority) {
+  PushPullArgs a;
+  if (!ParseDType(dtype, &a.dtype))
+    throw py::type_error("unsupported dtype '" + dtype + "'; supported: " +
+                         SupportedDTypeNames());
+  a.name = name;
+  a.input = reinterpret_cast<char*>(input);
+  a.output = reinterpret_cast<char*>(output);
+  a.nbytes = nbytes;
+  a.shape = std::move(shape);
+  a.average = average;
+  a.has_priority = !priority.is_none();
+  if (a.has_priority) a.priority = priority.cast<int64_t>();
+  return a;
 }
 
 }  // namespace
@@ -50,18 +69,8 @@ void BindCore(py::module_& m) {
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
          const std::string& dtype, std::vector<int64_t> shape, bool average, py::object priority,
          int version) {
-        PushPullArgs a;
-        if (!ParseDType(dtype, &a.dtype))
-          throw py::type_error("unsupported dtype '" + dtype + "'; supported: " +
-                               SupportedDTypeNames());
-        a.name = name;
-        a.input = reinterpret_cast<char*>(input);
-        a.output = reinterpret_cast<char*>(output);
-        a.nbytes = nbytes;
-        a.shape = std::move(shape);
-        a.average = average;
-        a.has_priority = !priority.is_none();
-        if (a.has_priority) a.priority = priority.cast<int64_t>();
+        PushPullArgs a = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
+                                   priority);
         (void)version;
         int64_t handle = 0;
         Check(Require()->Enqueue(a, &handle));
@@ -70,6 +79,28 @@ void BindCore(py::module_& m) {
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
       py::arg("version") = 0);
+  m.def(
+      "engine_op",
+      [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
+         const std::string& dtype, std::vector<int64_t> shape, bool average,
+         py::object priority) {
+        Require();
+        auto* op = new EngineOp{ParseArgs(name, input, output, nbytes, dtype, std::move(shape),
+                                          average, priority)};
+        return reinterpret_cast<uintptr_t>(op);
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
+      py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
+      "A push_pull for a framework engine (engine_bridge.h): returns the address of a new "
+      "operation record for byteps_engine_push_pull, freed by byteps_engine_op_delete.");
+  m.def(
+      "engine_entry_points",
+      []() {
+        return py::make_tuple(reinterpret_cast<uintptr_t>(&byteps_engine_push_pull),
+                              reinterpret_cast<uintptr_t>(&byteps_engine_op_delete));
+      },
+      "Addresses of (byteps_engine_push_pull, byteps_engine_op_delete): MXNet's EngineAsyncFunc "
+      "and EngineFuncParamDeleter.");
   m.def("poll", [](int64_t handle) {
     bool done = false;
     Check(Require()->handles().Poll(handle, &done));

@@ -1,0 +1,82 @@
+"""``byteps.mxnet``: BytePS for MXNet 1.x (API-compatible with upstream BytePS).
+
+Typical use (Gluon)::
+
+    import byteps.mxnet as bps
+    bps.init()
+    net.initialize(ctx=mx.cpu())
+    trainer = bps.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    # parameters are broadcast from root_rank on the first trainer.step()
+
+Module API::
+
+    opt = bps.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.1))
+    mod.init_optimizer(optimizer=opt)
+    arg_params, aux_params = mod.get_params()
+    bps.broadcast_parameters(arg_params, root_rank=0)
+    bps.broadcast_parameters(aux_params, root_rank=0)
+    mod.set_params(arg_params, aux_params)
+
+Run under the launcher: ``bpslaunch --workers 2 --servers 1 python train.py``.
+
+Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
+:func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
+:func:`byteps_declare_tensor`, :func:`byteps_push_pull`, :class:`DistributedOptimizer`,
+:class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
+:class:`Compression`. CPU NDArrays; tested with MXNet 1.9.1 (``pip install "byteps[mxnet]"``,
+which pins ``numpy==1.23.5``: MXNet 1.9 uses ``np.bool``, removed in NumPy 1.24).
+"""
+
+from __future__ import annotations
+
+try:
+    import mxnet  # noqa: F401
+except (ImportError, AttributeError) as exc:
+    # AttributeError: mxnet 1.9 under NumPy >= 1.24 ("module 'numpy' has no attribute 'bool'").
+    raise ImportError(
+        f"byteps.mxnet needs MXNet 1.x, which cannot be imported here ({type(exc).__name__}: "
+        f"{exc}). Install it with: pip install \"byteps[mxnet]\" (mxnet==1.9.1 with "
+        "numpy==1.23.5), in its own virtual environment: newer NumPy breaks `import mxnet`."
+    ) from exc
+
+from byteps.basics import resume, suspend
+from byteps.naming import broadcast_object
+
+from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
+from .ops import (
+    SUPPORTED_DTYPES,
+    byteps_declare_tensor,
+    byteps_push_pull,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+from .optimizer import DistributedOptimizer, broadcast_parameters
+from .trainer import DistributedTrainer
+
+__all__ = [
+    "init",
+    "shutdown",
+    "suspend",
+    "resume",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "byteps_declare_tensor",
+    "byteps_push_pull",
+    "DistributedOptimizer",
+    "DistributedTrainer",
+    "broadcast_parameters",
+    "broadcast_object",
+    "Compression",
+    "Compressor",
+    "NoneCompressor",
+    "FP16Compressor",
+    "SUPPORTED_DTYPES",
+]

@@ -1,0 +1,252 @@
+"""MXNet NDArray operations over the byteps core (upstream ``byteps/mxnet/ops.py``).
+
+``byteps_push_pull`` is an operation of MXNet's dependency engine that writes the tensor: it is
+pushed with ``MXEnginePushAsyncND`` (the NDArray as a mutable dependency), so it starts when
+every earlier write of the tensor (the backward pass that produced a gradient, say) is done,
+and every later read (``asnumpy``, ``wait_to_read``, the optimizer update...) waits for its
+result. The engine runs the core's C entry point ``byteps_engine_push_pull`` (no Python, no
+GIL on the engine thread), which enqueues the tensor in place and returns; the core calls the
+engine's completion callback when the sum is in place (``core/cpp/pipeline/engine_bridge.h``).
+
+Operations on one name are ordered by the engine as well (each name has a one-byte NDArray
+that every push_pull of the name also writes), so two push_pulls of a name never overlap.
+
+Errors: a failed push_pull completes with the core's error; MXNet raises it at the next read of
+the tensor as the ``byteps.errors`` class (registered with MXNet's error table here), e.g.
+``byteps.errors.PeerLostError: PEER_LOST: rank 1: server 0 (...) disconnected (during push_pull
+of 'gradient_3')``.
+
+Differences from upstream (fixes): names are used as given (upstream prefixed ``"byteps."``);
+``name=None`` gets a process-unique name (upstream: one shared counter that broke with
+different sizes); the declaration happens in the calling thread without a blocking first push;
+averaging is done by the core (floor division for integer dtypes); CPU NDArrays (the CUDA path
+is not part of this build); ``MXNET_ENGINE_TYPE=NaiveEngine`` is not supported (it requires
+every operation to finish inside its push).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Dict, Optional, Tuple
+
+import mxnet as mx
+import numpy as np
+from mxnet.base import _LIB, check_call
+
+from byteps import _core, errors
+from byteps import basics as _b
+from byteps.basics import (  # re-exported as-is
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "byteps_declare_tensor",
+    "byteps_push_pull",
+    "SUPPORTED_DTYPES",
+]
+
+#: NumPy dtypes of NDArrays the core can sum, with the core's name for each.
+_DTYPE_NAMES: Dict[Any, str] = {
+    np.float16: "float16",
+    np.float32: "float32",
+    np.float64: "float64",
+    np.uint8: "uint8",
+    np.int8: "int8",
+    np.int32: "int32",
+    np.int64: "int64",
+}
+
+#: Supported dtype names, in the order error messages list them.
+SUPPORTED_DTYPES: Tuple[str, ...] = tuple(_DTYPE_NAMES.values())
+
+# Every failed engine operation's message starts with the core's status code name
+# ("PEER_LOST: ..."): MXNet's error table turns that into the byteps.errors class.
+for _code, _cls in errors.STATUS_CLASSES.items():
+    mx.base.register_error(_code, _cls)
+
+# --------------------------------------------------------------------------------------------
+# the engine push
+# --------------------------------------------------------------------------------------------
+_PUSH_ASYNC_ND = ctypes.CFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,  # fn, param, del, ctx
+    ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,  # const NDArrays
+    ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,  # mutable NDArrays
+    ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_bool,  # prop, priority, name, wait
+)(("MXEnginePushAsyncND", _LIB))
+# mxnet::Context {DeviceType dev_type; int32 dev_id} for cpu(0): where the engine runs the op.
+_CPU_CONTEXT = (ctypes.c_int32 * 2)(1, 0)
+# mxnet::FnProperty::kCPUPrioritized (include/mxnet/engine.h): the engine's priority CPU
+# workers, so a push_pull never queues behind compute operations.
+_CPU_PRIORITIZED = ctypes.c_int(3)
+_OP_NAME = b"byteps_push_pull"
+
+_name_vars_lock = threading.Lock()
+_name_vars: Dict[str, mx.nd.NDArray] = {}
+
+
+def _name_var(name: str) -> mx.nd.NDArray:
+    """The one-byte NDArray every push_pull of ``name`` writes (orders them in the engine)."""
+    with _name_vars_lock:
+        var = _name_vars.get(name)
+        if var is None:
+            var = _name_vars[name] = mx.nd.zeros((1,), ctx=mx.cpu(), dtype=np.uint8)
+        return var
+
+
+def _data_pointer(tensor: mx.nd.NDArray) -> int:
+    ptr = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(tensor.handle, ctypes.byref(ptr)))
+    return ptr.value or 0
+
+
+# --------------------------------------------------------------------------------------------
+# basics (re-exported by byteps.mxnet)
+# --------------------------------------------------------------------------------------------
+def init(lazy: bool = True) -> None:
+    """Start byteps in this process (idempotent).
+
+    Args:
+        lazy: accepted for upstream compatibility; the core always connects at ``init`` so
+            that configuration and network errors surface here.
+
+    Raises:
+        byteps.errors.ConfigError: a ``BYTEPS_*`` / ``DMLC_*`` variable is missing or bad.
+        byteps.errors.BytePSTimeoutError: the scheduler did not answer in time.
+        byteps.errors.PeerLostError: a peer failed during rendezvous.
+    """
+    _b.init(lazy=lazy)
+
+
+def byteps_declare_tensor(name: str, **kwargs) -> int:
+    """Declare a tensor name ahead of use and return its key (upstream API).
+
+    Keys follow declaration order, which must be the same on every worker;
+    :class:`~byteps.mxnet.DistributedTrainer` declares all of its names when it is created.
+    Declaring an existing name returns the same key.
+
+    Args:
+        name: the tensor's name (used unchanged; upstream prefixed ``"byteps."``).
+        **kwargs: upstream passed server-side compressor settings (``byteps_compressor_type``
+            ...). This build has no server-side compression: any keyword raises ``ValueError``.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: ``name`` is empty, or compressor keywords were given.
+        byteps.errors.NotInitializedError: before :func:`init`.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"byteps_declare_tensor: name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("byteps_declare_tensor: name must not be empty")
+    if kwargs:
+        raise ValueError(
+            f"byteps_declare_tensor({name!r}): server-side gradient compression "
+            f"({', '.join(sorted(kwargs))}) is not part of this build of byteps; use "
+            "Compression.fp16 in the trainer for float16 transfer")
+    return _b.declare(name)
+
+
+def _dtype_name(tensor: mx.nd.NDArray, fn: str) -> str:
+    try:
+        return _DTYPE_NAMES[np.dtype(tensor.dtype).type]
+    except (KeyError, TypeError):
+        raise TypeError(
+            f"{fn}: unsupported NDArray dtype {np.dtype(tensor.dtype).name}; supported dtypes: "
+            f"{', '.join(SUPPORTED_DTYPES)}") from None
+
+
+def check_tensor(tensor: Any, fn: str) -> str:
+    """Validate ``tensor`` for the core; returns the core's dtype name.
+
+    Raises:
+        TypeError: not an ``mx.nd.NDArray``; a sparse (``row_sparse``/``csr``) NDArray; an
+            NDArray on a GPU; an unsupported dtype (the message lists the supported ones).
+    """
+    if not isinstance(tensor, mx.nd.NDArray):
+        raise TypeError(f"{fn}: expected an mxnet NDArray, got {type(tensor).__name__}")
+    if tensor.stype != "default":
+        raise TypeError(f"{fn}: sparse NDArrays ({tensor.stype}) are not supported; convert "
+                        "with tensor.tostype('default')")
+    if tensor.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared"):
+        raise TypeError(f"{fn}: the NDArray is on {tensor.context}; this build of byteps.mxnet "
+                        "supports CPU NDArrays only (GPU arrays come with the CUDA path)")
+    return _dtype_name(tensor, fn)
+
+
+def resolve_name(name: Optional[str], fn: str) -> str:
+    """``name``, or a process-unique name for ``None``."""
+    if name is None:
+        return _b.unique_name("mxnet.noname")
+    if not isinstance(name, str):
+        raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
+    if not name:
+        raise ValueError(f"{fn}: name must not be empty (pass None for a unique name)")
+    return name
+
+
+def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
+                     name: Optional[str] = None, is_average: bool = True) -> None:
+    """Sum (or average) ``tensor`` across all workers, in place (upstream API).
+
+    Asynchronous for Python: the call returns at once; MXNet's engine runs the operation after
+    every earlier write of ``tensor`` and makes every later read wait for the result, so
+    ``tensor.asnumpy()``, ``tensor.wait_to_read()`` or an optimizer update reading it see the
+    sum. Operations on one name run one after the other.
+
+    Args:
+        tensor: a dense CPU ``mx.nd.NDArray`` of any shape (0-d and empty included) with dtype
+            float16, float32, float64, uint8, int8, int32 or int64.
+        version: accepted for upstream compatibility (upstream never read it).
+        priority: 0 (default) lets the core schedule by declaration order (earlier-declared
+            first); any other value is an explicit priority, larger first.
+        name: the same name on every rank (declared on first use, in call order, which must
+            agree across ranks). ``None`` generates a unique name (the same on every rank as
+            long as all ranks make their unnamed calls in the same order).
+        is_average: divide the sum by :func:`size` (floor division for integer dtypes).
+            Default True.
+
+    Raises:
+        TypeError: not an NDArray, sparse, on a GPU, or an unsupported dtype (bool, int16...).
+        ValueError: an empty name.
+        byteps.errors.NotInitializedError: before :func:`init`.
+        byteps.errors.BytePSError subclasses: raised by MXNet at the next read of ``tensor``
+            when the operation failed (a dead peer, ranks disagreeing on the name's dtype or
+            shape, a timeout).
+    """
+    dtype = check_tensor(tensor, "byteps_push_pull")
+    name = resolve_name(name, "byteps_push_pull")
+    prio = None if priority is None or priority == 0 else int(priority)
+    _b.declare(name)  # here, in program order: keys must agree across ranks
+    shape = tuple(int(s) for s in tensor.shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
+    ptr = _data_pointer(tensor) if nbytes else 0
+    op = _core.engine_op(name, ptr, ptr, nbytes, dtype, list(shape), bool(is_average), prio)
+    mutable = (ctypes.c_void_p * 2)(tensor.handle.value, _name_var(name).handle.value)
+    push_pull_fn, op_delete_fn = _ENTRY_POINTS
+    rc = _PUSH_ASYNC_ND(push_pull_fn, op, op_delete_fn, ctypes.addressof(_CPU_CONTEXT), None, 0,
+                        mutable, 2, ctypes.addressof(_CPU_PRIORITIZED), 0, _OP_NAME, False)
+    if rc != 0:
+        check_call(rc)
+
+
+_ENTRY_POINTS = _core.engine_entry_points()
+
+
+def wait_all(tensors) -> None:
+    """Wait until every NDArray in ``tensors`` can be read (raises an operation's error)."""
+    for t in tensors:
+        t.wait_to_read()

@@ -2,9 +2,11 @@
 
 Sessions:
     lint   ruff over every Python tree.
-    unit   the package + tests that need no framework: ``pytest -m "not slow and not torch and not tensorflow"``.
+    unit   the package + tests that need no framework (``-m "not slow and not <framework>..."``).
     torch  PyTorch 2.13 (CPU wheel from pip's local find-links) + the torch tests and examples.
     tensorflow  tensorflow-cpu 2.21 (Keras 3) + the TensorFlow/Keras tests and examples.
+    mxnet  MXNet 1.9.1 with numpy 1.23.5 (pins only in this session's own venv) + the MXNet
+           tests, the conformance suite for MXNet and the Gluon example.
     bench  the performance instrument's tests (emulated cluster needs root) + byteps-bench --quick.
     slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
 
@@ -18,7 +20,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "bench"]
+nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "mxnet", "bench"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 # stdlib venv + pip: torch must come from pip's configured find-links (never uv).
@@ -28,6 +30,8 @@ RUFF = "ruff==0.17.5"
 TORCH = "torch==2.13.0"
 # tensorflow-cpu, not tensorflow (the full wheel); plain `tf-keras` would pull the latter in.
 TENSORFLOW = "tensorflow-cpu==2.21.0"
+# MXNet 1.9 uses np.bool (gone in NumPy 1.24): both pins live only in the mxnet session's venv.
+MXNET = ["mxnet==1.9.1", "numpy==1.23.5"]
 LINT_PATHS = ["core", "adapters", "server", "tests", "examples", "benchmarks", "noxfile.py"]
 # pytest exit code 5 = no tests collected: not a failure for a marker-selected session.
 PYTEST_OK = [0, 5]
@@ -57,7 +61,8 @@ def unit(session: nox.Session) -> None:
     """Build and install byteps, run the tests that need no framework."""
     _build_env(session)
     session.install(".[test]")
-    session.run("pytest", "-m", "not slow and not torch and not tensorflow and not bench",
+    session.run("pytest", "-m",
+                "not slow and not torch and not tensorflow and not mxnet and not bench",
                 "tests", *session.posargs,
                 success_codes=PYTEST_OK)
 
@@ -77,6 +82,18 @@ def tensorflow(session: nox.Session) -> None:
     session.install(TENSORFLOW)
     session.install(".[tensorflow,examples,test]")
     session.run("pytest", "-m", "tensorflow and not slow", "tests", *session.posargs,
+                success_codes=PYTEST_OK)
+
+
+@nox.session
+def mxnet(session: nox.Session) -> None:
+    """MXNet 1.9 adapter tests, the conformance suite for MXNet and the Gluon example (CPU)."""
+    _build_env(session)
+    session.install(*MXNET)
+    # The extra repeats the pins, so the resolver picks example/test packages that work with
+    # numpy 1.23.5 (e.g. a scikit-learn that still supports it).
+    session.install(".[mxnet,examples,test]")
+    session.run("pytest", "-m", "mxnet and not slow", "tests", *session.posargs,
                 success_codes=PYTEST_OK)
 
 

@@ -46,9 +46,10 @@ def launch_args(config, env=(), grace=None):
     return args
 
 
-def run_job(config, mode, *mode_args, env=(), timeout=240, grace=None):
-    """Run a job to completion; returns (returncode, combined output, seconds)."""
-    cmd = LAUNCH + launch_args(config, env, grace) + [PY, WORKER, mode, *map(str, mode_args)]
+def run_job(config, mode, *mode_args, env=(), timeout=240, grace=None, script=WORKER):
+    """Run ``script MODE ARGS`` (default tests/workers/bps_worker.py) as a job to completion;
+    returns (returncode, combined output, seconds)."""
+    cmd = LAUNCH + launch_args(config, env, grace) + [PY, str(script), mode, *map(str, mode_args)]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -147,8 +148,8 @@ def shm_segments(job_id):
 class LiveJob:
     """A launcher running in the background; its output is collected line by line."""
 
-    def __init__(self, config, mode, *mode_args, env=(), grace=None):
-        self.cmd = LAUNCH + launch_args(config, env, grace) + [PY, WORKER, mode,
+    def __init__(self, config, mode, *mode_args, env=(), grace=None, script=WORKER):
+        self.cmd = LAUNCH + launch_args(config, env, grace) + [PY, str(script), mode,
                                                               *map(str, mode_args)]
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=clean_job_env(), start_new_session=True,

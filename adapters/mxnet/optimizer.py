@@ -99,8 +99,9 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     ``idx2name`` and ``rescale_grad``) goes to the wrapped optimizer. Use it with
     ``mod.init_optimizer(kvstore=None, optimizer=DistributedOptimizer(opt))`` (``'local'`` is
     the same with one device), and broadcast the initial parameters with
-    :func:`broadcast_parameters`. Gradient ``i`` is push_pulled as ``"gradient_<i>"``, declared
-    at its first update (the Module updates in index order on every rank).
+    :func:`broadcast_parameters`. Gradient ``i`` is push_pulled as
+    ``"optimizer.gradient_<i>"`` (``~k`` appended when another model used the name with another
+    shape), declared at its first update (the Module updates in index order on every rank).
 
     Args:
         optimizer: the optimizer to wrap (any ``mx.optimizer.Optimizer``).
@@ -112,6 +113,9 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     """
 
     _OWN = ("_optimizer", "_compression")
+    #: Gradient i is push_pulled as "optimizer.gradient_<i>" (upstream: "gradient_<i>", the
+    #: names DistributedTrainer uses too; distinct here so both can live in one process).
+    _NAME_PREFIX = "optimizer.gradient_"
 
     def __init__(self, optimizer: mx.optimizer.Optimizer, compression=Compression.none):
         if not isinstance(optimizer, mx.optimizer.Optimizer):
@@ -141,9 +145,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         indices = index if isinstance(index, (list, tuple)) else [index]
         grads = grad if isinstance(index, (list, tuple)) else [grad]
         for i, g in zip(indices, grads):
-            dtype = ops.check_tensor(g, "DistributedOptimizer")
-            name = name_for(f"gradient_{i}", dtype, g.shape)
+            ops.check_tensor(g, "DistributedOptimizer")
             compressed, ctx = self._compression.compress(g)
+            dtype = ops.check_tensor(compressed, "DistributedOptimizer")
+            name = name_for(f"{self._NAME_PREFIX}{i}", dtype, compressed.shape)
             ops.byteps_push_pull(compressed, is_average=True, name=name)
             restored = self._compression.decompress(compressed, ctx)
             if restored is not g:

@@ -11,7 +11,8 @@ rank printed ``CASE <name> OK`` for every case of the group (``CASE <name> SKIP`
 cases that need a capability the framework's shim declares missing) and ``ALL OK <n>``.
 A failing case's traceback is in the job output shown by the assertion message.
 
-Run one framework with ``-m torch`` / ``-m tensorflow`` (each in an environment that has it).
+Run one framework with ``-m torch`` / ``-m tensorflow`` / ``-m mxnet`` (each in an environment
+that has it).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ CONFIGS = [(2, 1), (3, 2)]
 FRAMEWORKS = {
     "torch": (pytest.mark.torch, "torch", 20),
     "tensorflow": (pytest.mark.tensorflow, "tensorflow", 45),
+    "mxnet": (pytest.mark.mxnet, "mxnet", 20),
 }
 #: BYTEPS_TIMEOUT of the other groups (covers the rendezvous while framework imports finish)
 DEFAULT_TIMEOUT = 60

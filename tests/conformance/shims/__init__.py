@@ -15,6 +15,7 @@ from .base import ALL_DTYPES, CAPABILITIES, FLOAT_DTYPES, PARAM_NAMES, Batch, Sh
 SHIMS = {
     "torch": ("torch_shim", "TorchShim"),
     "tensorflow": ("tensorflow_shim", "TensorFlowShim"),
+    "mxnet": ("mxnet_shim", "MXNetShim"),
 }
 
 __all__ = ["ALL_DTYPES", "CAPABILITIES", "FLOAT_DTYPES", "PARAM_NAMES", "SHIMS", "Batch", "Shim",

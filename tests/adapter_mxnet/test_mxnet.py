@@ -1,0 +1,149 @@
+"""byteps.mxnet across real processes (``-m mxnet``; nox session ``mxnet``, its own venv).
+
+The conformance suite (tests/conformance, ``-m mxnet``) covers the semantic cases; here: the
+Gluon example, the Module API, upstream's single-worker forced-distributed tests in upstream
+launcher mode, bad input, and a dead server surfacing as ``PeerLostError`` at the next read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+WORKER = HERE / "workers" / "mxnet_worker.py"
+
+pytestmark = pytest.mark.mxnet
+pytest.importorskip("mxnet")
+pytest.importorskip("byteps._core", reason="the byteps core is not built")
+
+
+def _load_jobs():
+    """tests/jobs.py under a unique module name (test directories do not share sys.path)."""
+    name = "byteps_test_jobs"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE.parent / "jobs.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+jobs = _load_jobs()
+
+
+def _run(config, mode, timeout=240, env=()):
+    rc, out, secs = jobs.run_job(config, mode, env=env, timeout=timeout, script=WORKER)
+    return rc, out, secs
+
+
+def test_example_gluon_digits():
+    """The README's MXNet job: 2 workers, 1 server, accuracy >= 0.95, identical parameters."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("tqdm")
+    cmd = [sys.executable, "-m", "byteps.launcher", "--workers", "2", "--servers", "1", "--",
+           sys.executable, str(REPO / "examples" / "mxnet" / "gluon_digits.py")]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300, env=jobs.clean_job_env(), cwd=str(REPO))
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    m = re.search(r"final test accuracy: (\d\.\d+)", proc.stdout)
+    assert m, proc.stdout[-8000:]
+    assert float(m.group(1)) >= 0.95, proc.stdout[-4000:]
+    assert "parameters identical on all 2 workers" in proc.stdout
+
+
+@pytest.mark.parametrize("config", ["2w1s", "3w2s"])
+def test_module_api(config):
+    """mx.mod.Module + DistributedOptimizer + broadcast_parameters: equals single-process
+    training on the concatenated batches; parameters identical on every rank."""
+    cfg = jobs.CONFIGS[config]
+    rc, out, _ = _run(cfg, "module")
+    jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=2)
+
+
+def test_bad_input():
+    """Non-NDArray, sparse, unsupported dtype, empty name, server-side compressor options, bad
+    broadcast arguments: each a clear TypeError/ValueError; before init NotInitializedError."""
+    rc, out, _ = _run(["--workers", "1"], "badinput", timeout=120)
+    jobs.assert_ok(rc, out, 1, min_cases=13)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_upstream_single_worker_forced_distributed():
+    """Upstream tests/test_mxnet.py + meta_test.py: DMLC_NUM_WORKER=1, a scheduler and a server
+    started by bpslaunch in upstream (DMLC_ROLE) mode, BYTEPS_FORCE_DISTRIBUTED=1: push_pull of
+    float16/32/64 arrays of shapes (17,), (17,17), (17,17,17) returns the input, and
+    DistributedTrainer._init_params keeps every parameter."""
+    base = jobs.clean_job_env({
+        "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
+        "DMLC_PS_ROOT_PORT": str(_free_port()), "BYTEPS_FORCE_DISTRIBUTED": "1",
+        "BYTEPS_SECRET": "upstream-mode-test-secret-0123456789abcdef", "BYTEPS_TIMEOUT": "60",
+        # upstream meta_test.py: everything in one partition
+        "BYTEPS_PARTITION_BYTES": "2147483647",
+    })
+    services = []
+    try:
+        for role in ("scheduler", "server"):
+            services.append(subprocess.Popen(
+                [sys.executable, "-m", "byteps.launcher"], env=dict(base, DMLC_ROLE=role),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True))
+        worker = subprocess.run(
+            [sys.executable, str(WORKER), "upstream"],
+            env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0"), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=180, cwd=str(REPO))
+        outs = []
+        for p in services:
+            try:
+                outs.append(p.communicate(timeout=60)[0])
+            except subprocess.TimeoutExpired:
+                outs.append("(still running)")
+        text = worker.stdout + "\n".join(outs)
+        assert worker.returncode == 0, text[-8000:]
+        assert "FAIL" not in worker.stdout, text[-8000:]
+        assert "CASE-OK upstream_push_pull 9 tensors" in worker.stdout, text[-8000:]
+        assert "CASE-OK upstream_trainer_param_order" in worker.stdout, text[-8000:]
+        assert [p.returncode for p in services] == [0, 0], text[-8000:]
+    finally:
+        for p in services:  # by PID (each launcher leads its own process group)
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+@pytest.mark.timeout(200)
+def test_dead_server_raises_peer_lost_at_read():
+    """kill -9 of the server while both workers push_pull in a loop: ``wait_to_read`` raises
+    byteps.errors.PeerLostError (registered with MXNet's error table) naming the server and the
+    operation on every worker, within 30 s; nothing of the job is left."""
+    cfg = jobs.CONFIGS["2w1s"]
+    with jobs.LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40, script=WORKER) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        job.snapshot()
+        job_id = job.job_id
+        t_kill = time.time()
+        os.kill(job.find("server"), signal.SIGKILL)
+        for r in (0, 1):
+            m = job.wait_for(rf"^\[worker {r}\] CAUGHT-PEERLOST (\d+\.\d+) (.*)$", timeout=45)[0]
+            t_err, msg = float(m.group(1)), m.group(2)
+            print(f"worker {r}: PeerLostError {t_err - t_kill:.2f} s after kill -9: {msg}")
+            assert t_err - t_kill < 30, msg
+            assert "server" in msg.lower() and "push_pull of 'loop'" in msg, msg
+        rc = job.wait(60)
+        assert rc != 0, job.output[-6000:]
+        assert not jobs.job_pids_alive(job.seen_pids, job_id, timeout=10)

@@ -1,0 +1,241 @@
+"""Worker program of the byteps.mxnet multi-process tests::
+
+    python tests/adapter_mxnet/workers/mxnet_worker.py MODE
+
+Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed check):
+
+* ``module``: the Module API: ``mx.mod.Module`` + ``DistributedOptimizer`` +
+  ``broadcast_parameters``; every worker starts from different random parameters, trains 4
+  steps on its own batch, and must end with rank 0's initial parameters trained exactly like a
+  single-process Module on the concatenated batches (and bit-identical parameters on all ranks).
+* ``upstream``: upstream BytePS's tests/test_mxnet.py on one worker in a forced-distributed job:
+  push_pull of float16/32/64 arrays of shapes (17,), (17,17), (17,17,17) returns the input
+  (average over one worker); ``DistributedTrainer._init_params`` keeps every parameter's value.
+* ``badinput``: the errors of bad input (run with one worker: no servers needed).
+* ``loop``: push_pull until a peer is lost; prints ``READY`` after the first round and
+  ``CAUGHT-PEERLOST <time.time()> <message>`` when ``wait_to_read`` raises PeerLostError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+
+import byteps.errors as errors
+import byteps.mxnet as bps
+
+CASES = 0
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def fail(msg: str) -> None:
+    log(f"FAIL {msg}")
+
+
+def ok(case: str) -> None:
+    global CASES
+    CASES += 1
+    log(f"CASE-OK {case}")
+
+
+# --------------------------------------------------------------------------------- module --
+B, STEPS, LR, MOMENTUM = 4, 4, 0.1, 0.9
+
+
+def mlp_symbol():
+    data, label = mx.sym.Variable("data"), mx.sym.Variable("lro_label")
+    h = mx.sym.Activation(mx.sym.FullyConnected(data, num_hidden=8, name="fc1"), act_type="tanh")
+    out = mx.sym.FullyConnected(h, num_hidden=2, name="fc2")
+    return mx.sym.LinearRegressionOutput(out, label, name="lro")
+
+
+def batch(rank: int, step: int):
+    rng = np.random.default_rng(100 * step + rank)
+    return (rng.uniform(-1, 1, (B, 4)).astype(np.float32),
+            rng.uniform(-1, 1, (B, 2)).astype(np.float32))
+
+
+def make_module(batch_size: int):
+    mod = mx.mod.Module(mlp_symbol(), data_names=["data"], label_names=["lro_label"],
+                        context=mx.cpu())
+    mod.bind(data_shapes=[("data", (batch_size, 4))],
+             label_shapes=[("lro_label", (batch_size, 2))])
+    return mod
+
+
+def train(mod, optimizer, batches):
+    mod.init_optimizer(kvstore=None, optimizer=optimizer)
+    for x, y in batches:
+        mod.forward_backward(mx.io.DataBatch([mx.nd.array(x)], [mx.nd.array(y)]))
+        mod.update()
+    arg, _ = mod.get_params()
+    return {k: v.asnumpy() for k, v in arg.items()}
+
+
+def mode_module() -> None:
+    rank, size = bps.rank(), bps.size()
+    mod = make_module(B)
+    mx.random.seed(10 + rank)  # different on every rank: the broadcast must fix that
+    mod.init_params(initializer=mx.init.Uniform(0.5))
+    arg, aux = mod.get_params()
+    bps.broadcast_parameters(arg, root_rank=0)
+    bps.broadcast_parameters(aux, root_rank=0)
+    mod.set_params(arg, aux)
+    init = {k: v.asnumpy().copy() for k, v in arg.items()}
+    opt = bps.DistributedOptimizer(mx.optimizer.SGD(learning_rate=LR, momentum=MOMENTUM,
+                                                    rescale_grad=1.0 / B))
+    got = train(mod, opt, [batch(rank, s) for s in range(STEPS)])
+    # reference: one process, the concatenated batches, plain SGD
+    ref = make_module(B * size)
+    ref.init_params(arg_params={k: mx.nd.array(v) for k, v in init.items()}, aux_params=aux)
+    full = [(np.concatenate([batch(r, s)[0] for r in range(size)]),
+             np.concatenate([batch(r, s)[1] for r in range(size)])) for s in range(STEPS)]
+    want = train(ref, mx.optimizer.SGD(learning_rate=LR, momentum=MOMENTUM,
+                                       rescale_grad=1.0 / (B * size)), full)
+    moved = max(float(np.abs(want[k] - init[k]).max()) for k in want)
+    if moved < 1e-3:
+        fail(f"module: the reference did not train (max change {moved})")
+    for k in want:
+        if not np.allclose(got[k], want[k], rtol=1e-5, atol=1e-6):
+            fail(f"module: {k} differs from single-process training by "
+                 f"{float(np.abs(got[k] - want[k]).max()):.3g}")
+    ok("module_matches_single_process")
+    digest = hashlib.sha256(b"".join(got[k].tobytes() for k in sorted(got))).hexdigest()
+    root = bps.broadcast_object(digest, root_rank=0, name="module.digest")
+    if root != digest:
+        fail(f"module: parameters on rank {rank} differ from rank 0's")
+    ok("module_identical_across_ranks")
+
+
+# ------------------------------------------------------------------------------- upstream --
+def mode_upstream() -> None:
+    """upstream tests/test_mxnet.py: test_byteps_push_pull, test_byteps_trainer_param_order."""
+    count = 0
+    for dtype in ("float16", "float32", "float64"):
+        for dim in (1, 2, 3):
+            mx.random.seed(1234)
+            tensor = mx.nd.random.uniform(-100, 100, shape=(17,) * dim).astype(dtype)
+            expected = tensor.copy()
+            name = f"tensor_{dtype}_{dim}"
+            bps.byteps_declare_tensor(name)
+            bps.byteps_push_pull(tensor, name=name, priority=0)
+            if not np.array_equal(tensor.asnumpy(), expected.asnumpy()):
+                fail(f"upstream push_pull {dtype} {(17,) * dim}: result differs from the input")
+            count += 1
+    ok(f"upstream_push_pull {count} tensors")
+    net = mx.gluon.nn.Sequential()
+    net.add(mx.gluon.nn.Dense(10, activation="relu"), mx.gluon.nn.Dense(10, activation="relu"),
+            mx.gluon.nn.Dense(2))
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net(mx.nd.ones((1, 7)))
+    params = net.collect_params()
+    before = {k: p.data().asnumpy().copy() for k, p in params.items()}
+    trainer = bps.DistributedTrainer(params, "sgd", {"learning_rate": 0.1})
+    trainer._init_params()
+    for k, p in params.items():
+        if not np.array_equal(p.data().asnumpy(), before[k]):
+            fail(f"upstream trainer param order: {k} changed by the broadcast")
+    ok("upstream_trainer_param_order")
+
+
+# ------------------------------------------------------------------------------ bad input --
+def expect(case: str, exc_type, fn, words=()) -> None:
+    try:
+        fn()
+    except exc_type as exc:
+        missing = [w for w in words if w not in str(exc)]
+        if missing:
+            fail(f"{case}: message lacks {missing}: {exc}")
+        else:
+            ok(case)
+    except Exception as exc:
+        fail(f"{case}: {type(exc).__name__} instead of {exc_type.__name__}: {exc}")
+    else:
+        fail(f"{case}: no error (want {exc_type.__name__})")
+
+
+def mode_badinput() -> None:
+    expect("before_init", errors.NotInitializedError,
+           lambda: bps.byteps_push_pull(mx.nd.ones((2,)), name="x"))
+    bps.init()
+    expect("numpy_array", TypeError, lambda: bps.byteps_push_pull(np.ones(3), name="np"),
+           ["NDArray", "ndarray"])
+    expect("python_list", TypeError, lambda: bps.byteps_push_pull([1.0, 2.0], name="list"),
+           ["NDArray"])
+    expect("row_sparse", TypeError, lambda: bps.byteps_push_pull(
+        mx.nd.sparse.zeros("row_sparse", (4, 3)), name="rsp"), ["sparse", "row_sparse"])
+    expect("csr", TypeError, lambda: bps.byteps_push_pull(
+        mx.nd.sparse.zeros("csr", (4, 3)), name="csr"), ["sparse", "csr"])
+    expect("bool_dtype", TypeError, lambda: bps.byteps_push_pull(
+        mx.nd.array([1, 0], dtype="bool"), name="bool"), ["bool", "float32", "int64"])
+    expect("empty_name", ValueError, lambda: bps.byteps_push_pull(mx.nd.ones((2,)), name=""))
+    expect("compressor_kwargs", ValueError, lambda: bps.byteps_declare_tensor(
+        "g", byteps_compressor_type="onebit"), ["compression"])
+    expect("broadcast_single_ndarray", ValueError,
+           lambda: bps.broadcast_parameters(mx.nd.ones((2,))))
+    expect("bad_root", ValueError,
+           lambda: bps.broadcast_parameters({"a": mx.nd.ones((2,))}, root_rank=5))
+    p = mx.gluon.Parameter("w", shape=(2,))
+    p.initialize(ctx=mx.cpu())
+    expect("trainer_compressor", ValueError, lambda: bps.DistributedTrainer(
+        [p], "sgd", {"learning_rate": 0.1}, compression_params={"compressor": "onebit"}),
+        ["onebit"])
+    expect("optimizer_not_optimizer", TypeError, lambda: bps.DistributedOptimizer("sgd"))
+    # odd shapes work: 0-d and one element (MXNet's legacy shape semantics have no
+    # zero-size arrays)
+    for shape in ((), (1,), (1, 1, 1)):
+        t = mx.nd.array(np.full(shape, 3.0, np.float32))
+        bps.byteps_push_pull(t, name=f"odd{len(shape)}", is_average=False)
+        if not np.array_equal(t.asnumpy(), np.full(shape, 3.0 * bps.size(), np.float32)):
+            fail(f"push_pull of shape {shape}: {t.asnumpy()!r}")
+    ok("odd_shapes")
+
+
+# ----------------------------------------------------------------------------------- loop --
+def mode_loop() -> int:
+    t = mx.nd.ones((50000,))
+    start, ready = time.monotonic(), False
+    while time.monotonic() - start < 120:
+        bps.byteps_push_pull(t, name="loop", is_average=True)
+        try:
+            t.wait_to_read()
+        except errors.PeerLostError as exc:
+            log(f"CAUGHT-PEERLOST {time.time():.3f} {exc}")
+            return 1
+        except Exception as exc:
+            fail(f"expected PeerLostError, got {type(exc).__module__}.{type(exc).__name__}: "
+                 f"{exc}")
+            return 1
+        if not ready:
+            log(f"READY pid={os.getpid()}")
+            ready = True
+        time.sleep(0.01)
+    fail("no error within 120 s")
+    return 1
+
+
+def main(argv) -> int:
+    mode = argv[0]
+    if mode == "loop":
+        bps.init()
+        return mode_loop()
+    if mode == "badinput":
+        mode_badinput()
+    else:
+        bps.init()
+        {"module": mode_module, "upstream": mode_upstream}[mode]()
+    bps.shutdown()
+    log(f"OK {CASES} cases")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

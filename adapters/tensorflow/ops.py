@@ -24,7 +24,6 @@ A name reused with another dtype or shape becomes ``name~1``, ``name~2``... (see
 from __future__ import annotations
 
 import re
-import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -39,6 +38,7 @@ from byteps.basics import (  # re-exported as-is
     shutdown,
     size,
 )
+from byteps.naming import name_for
 
 __all__ = [
     "init",
@@ -188,21 +188,9 @@ def _label(obj: Any) -> Optional[str]:
     return name[:-2] if name.endswith(":0") else name
 
 
-_names_lock = threading.Lock()
-_name_sigs: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
-
-
-def _name_for(base: str, dtype: str, shape: Sequence[int]) -> str:
-    """A name derived from ``base`` that has only ever been used (through this helper) with
-    this dtype and shape: ``base`` itself, or ``base~1``, ``base~2``... Deterministic: every
-    rank making the same calls gets the same names."""
-    sig = (dtype, tuple(int(s) for s in shape))
-    with _names_lock:
-        name, k = base, 0
-        while _name_sigs.setdefault(name, sig) != sig:
-            k += 1
-            name = f"{base}~{k}"
-        return name
+#: A name derived from ``base`` that has only ever been used with this dtype and shape
+#: (``base``, ``base~1``...; shared by every adapter, deterministic on every rank).
+_name_for = name_for
 
 
 # --------------------------------------------------------------------------------------------

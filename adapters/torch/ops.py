@@ -37,6 +37,7 @@ from byteps.basics import (  # re-exported as-is
     shutdown,
     size,
 )
+from byteps.naming import name_for
 
 __all__ = [
     "init",
@@ -342,23 +343,14 @@ def _bump_version(tensor: torch.Tensor) -> None:
             pass
 
 
-_names_lock = threading.Lock()
-_name_sigs: Dict[str, Tuple[torch.dtype, Tuple[int, ...]]] = {}
-
-
 def _name_for(base: str, dtype: torch.dtype, shape) -> str:
-    """A tensor name derived from ``base`` that has only ever been used (by this helper) with
-    this dtype and shape: ``base`` itself, or ``base~1``, ``base~2``... The core fixes a name's
-    dtype and shape at first use, so e.g. the state dicts of two different models (both with a
-    ``"0.weight"``) could otherwise not be broadcast one after the other (upstream crashed).
-    Deterministic: every rank making the same calls gets the same names."""
-    sig = (dtype, tuple(int(s) for s in shape))
-    with _names_lock:
-        name, k = base, 0
-        while _name_sigs.setdefault(name, sig) != sig:
-            k += 1
-            name = f"{base}~{k}"
-        return name
+    """A tensor name derived from ``base`` that has only ever been used (through
+    :func:`byteps.naming.name_for`, shared by every adapter) with this dtype and shape:
+    ``base`` itself, or ``base~1``, ``base~2``... The core fixes a name's dtype and shape at
+    first use, so e.g. the state dicts of two different models (both with a ``"0.weight"``)
+    could otherwise not be broadcast one after the other (upstream crashed). Deterministic:
+    every rank making the same calls gets the same names."""
+    return name_for(base, _DTYPE_NAMES.get(dtype, str(dtype)), shape)
 
 
 def _in_flight() -> int:

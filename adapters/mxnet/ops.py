@@ -7,6 +7,9 @@ and every later read (``asnumpy``, ``wait_to_read``, the optimizer update...) wa
 result. The engine runs the core's C entry point ``byteps_engine_push_pull`` (no Python, no
 GIL on the engine thread), which enqueues the tensor in place and returns; the core calls the
 engine's completion callback when the sum is in place (``core/cpp/pipeline/engine_bridge.h``).
+The buffer is looked up when the engine runs the operation (through a shallow copy of the
+NDArray handle and ``MXNDArrayToDLPack``): MXNet allocates a new array's storage lazily on the
+engine thread, so a pointer taken at the call could miss the data (a race this avoids).
 
 Operations on one name are ordered by the engine as well (each name has a one-byte NDArray
 that every push_pull of the name also writes), so two push_pulls of a name never overlap.
@@ -107,10 +110,18 @@ def _name_var(name: str) -> mx.nd.NDArray:
         return var
 
 
-def _data_pointer(tensor: mx.nd.NDArray) -> int:
-    ptr = ctypes.c_void_p()
-    check_call(_LIB.MXNDArrayGetData(tensor.handle, ctypes.byref(ptr)))
-    return ptr.value or 0
+# libmxnet functions the core's bridge calls when the engine runs a push_pull: the buffer is
+# looked up then (a pending operation may still allocate the NDArray's storage; MXNet
+# allocates lazily on the engine thread, so a pointer taken here could miss the data).
+_MXNET_API = [ctypes.cast(getattr(_LIB, f), ctypes.c_void_p).value for f in (
+    "MXNDArrayToDLPack", "MXNDArrayCallDLPackDeleter", "MXNDArrayFree", "MXGetLastError")]
+
+
+def _shallow_copy(tensor: mx.nd.NDArray) -> int:
+    """A new NDArray handle sharing ``tensor``'s storage (owned by the engine operation)."""
+    handle = ctypes.c_void_p()
+    check_call(_LIB.MXShallowCopyNDArray(tensor.handle, ctypes.byref(handle)))
+    return handle.value
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,13 +244,22 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
     _b.declare(name)  # here, in program order: keys must agree across ranks
     shape = tuple(int(s) for s in tensor.shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
-    ptr = _data_pointer(tensor) if nbytes else 0
-    op = _core.engine_op(name, ptr, ptr, nbytes, dtype, list(shape), bool(is_average), prio)
+    if nbytes:
+        handle = _shallow_copy(tensor)
+        try:
+            op = _core.engine_op(name, 0, 0, nbytes, dtype, list(shape), bool(is_average),
+                                 prio, ndarray=handle, mxnet_api=_MXNET_API)
+        except BaseException:
+            check_call(_LIB.MXNDArrayFree(ctypes.c_void_p(handle)))
+            raise
+    else:
+        op = _core.engine_op(name, 0, 0, 0, dtype, list(shape), bool(is_average), prio)
     mutable = (ctypes.c_void_p * 2)(tensor.handle.value, _name_var(name).handle.value)
     push_pull_fn, op_delete_fn = _ENTRY_POINTS
     rc = _PUSH_ASYNC_ND(push_pull_fn, op, op_delete_fn, ctypes.addressof(_CPU_CONTEXT), None, 0,
                         mutable, 2, ctypes.addressof(_CPU_PRIORITIZED), 0, _OP_NAME, False)
     if rc != 0:
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(op_delete_fn)(op)
         check_call(rc)
 
 

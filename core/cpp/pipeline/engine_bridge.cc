@@ -14,6 +14,18 @@ struct EngineCompletion {
   void* param;
 };
 
+// The head of DLPack's DLManagedTensor (dlpack.h v0.x, the version MXNet 1.x ships).
+struct DLTensorHead {
+  void* data;
+  int32_t device_type, device_id;
+  int32_t ndim;
+  uint8_t code, bits;
+  uint16_t lanes;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+
 void Complete(const EngineCompletion& done, const Status& st) {
   if (st.ok()) {
     done.callback(done.engine, done.param, nullptr);
@@ -38,10 +50,32 @@ extern "C" void byteps_engine_push_pull(void* run_ctx, void* on_complete, void* 
     return;
   }
   PushPullArgs a = args;
-  a.on_done = [done](const Status& st) { Complete(done, st); };
+  const EngineOp& e = *static_cast<EngineOp*>(op);
+  void* dlpack = nullptr;
+  if (e.ndarray) {
+    if (e.api.to_dlpack(e.ndarray, &dlpack) != 0) {
+      Complete(done, Status::Internal("push_pull of '" + args.name + "': MXNDArrayToDLPack " +
+                                      "failed: " + e.api.get_last_error()));
+      return;
+    }
+    const auto* t = static_cast<const DLTensorHead*>(dlpack);
+    a.input = a.output = static_cast<char*>(t->data) + t->byte_offset;
+  }
+  auto release = e.api.call_dlpack_deleter;
+  a.on_done = [done, dlpack, release](const Status& st) {
+    if (dlpack) release(dlpack);
+    Complete(done, st);
+  };
   int64_t handle = 0;
   Status st = core->Enqueue(a, &handle);
-  if (!st.ok()) Complete(done, st);
+  if (!st.ok()) {
+    if (dlpack) release(dlpack);
+    Complete(done, st);
+  }
 }
 
-extern "C" void byteps_engine_op_delete(void* op) { delete static_cast<byteps::EngineOp*>(op); }
+extern "C" void byteps_engine_op_delete(void* op) {
+  auto* e = static_cast<byteps::EngineOp*>(op);
+  if (e->ndarray) e->api.ndarray_free(e->ndarray);
+  delete e;
+}

@@ -23,9 +23,25 @@
 
 namespace byteps {
 
+// The libmxnet C API functions the bridge calls (addresses handed over by byteps.mxnet).
+struct MXNetApi {
+  int (*to_dlpack)(void* ndarray, void** dlpack) = nullptr;        // MXNDArrayToDLPack
+  int (*call_dlpack_deleter)(void* dlpack) = nullptr;              // MXNDArrayCallDLPackDeleter
+  int (*ndarray_free)(void* ndarray) = nullptr;                    // MXNDArrayFree
+  const char* (*get_last_error)() = nullptr;                       // MXGetLastError
+};
+
 // One pushed operation: the arguments of its push_pull (without the completion callback).
+// With `ndarray` set (an NDArray handle the operation owns, a shallow copy of the caller's),
+// the buffer is looked up when the engine runs the operation, not when it is pushed: a pending
+// operation may still allocate a new NDArray's storage (MXNet allocates lazily, on the engine
+// thread), so a pointer taken at push time could name memory the data never reach. The lookup
+// is MXNDArrayToDLPack (NDArray::data(): allocates if needed, converts an MKLDNN layout in
+// place, never waits on the engine); the DLPack reference is held until completion.
 struct EngineOp {
   PushPullArgs args;
+  void* ndarray = nullptr;
+  MXNetApi api;
 };
 
 }  // namespace byteps

@@ -1,6 +1,8 @@
 // byteps._core: the worker API (init, ranks, push_pull, handles).
 #include <pybind11/stl.h>
 
+#include <memory>
+
 #include "bindings.h"
 #include "common/dtype.h"
 #include "pipeline/api.h"
@@ -83,16 +85,32 @@ void BindCore(py::module_& m) {
       "engine_op",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
          const std::string& dtype, std::vector<int64_t> shape, bool average,
-         py::object priority) {
+         py::object priority, uintptr_t ndarray, std::vector<uintptr_t> mxnet_api) {
         Require();
-        auto* op = new EngineOp{ParseArgs(name, input, output, nbytes, dtype, std::move(shape),
-                                          average, priority)};
-        return reinterpret_cast<uintptr_t>(op);
+        auto op = std::make_unique<EngineOp>();
+        op->args = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
+                             priority);
+        if (ndarray) {
+          if (mxnet_api.size() != 4 || !mxnet_api[0] || !mxnet_api[1] || !mxnet_api[2] ||
+              !mxnet_api[3])
+            throw py::value_error("engine_op: an NDArray needs the 4 libmxnet functions "
+                                  "(ToDLPack, CallDLPackDeleter, NDArrayFree, GetLastError)");
+          op->ndarray = reinterpret_cast<void*>(ndarray);
+          op->api.to_dlpack = reinterpret_cast<int (*)(void*, void**)>(mxnet_api[0]);
+          op->api.call_dlpack_deleter = reinterpret_cast<int (*)(void*)>(mxnet_api[1]);
+          op->api.ndarray_free = reinterpret_cast<int (*)(void*)>(mxnet_api[2]);
+          op->api.get_last_error = reinterpret_cast<const char* (*)()>(mxnet_api[3]);
+        }
+        return reinterpret_cast<uintptr_t>(op.release());
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
+      py::arg("ndarray") = 0, py::arg("mxnet_api") = std::vector<uintptr_t>{},
       "A push_pull for a framework engine (engine_bridge.h): returns the address of a new "
-      "operation record for byteps_engine_push_pull, freed by byteps_engine_op_delete.");
+      "operation record for byteps_engine_push_pull, freed by byteps_engine_op_delete. With "
+      "`ndarray` (an MXNet NDArray handle the record then owns) the buffer is looked up when "
+      "the operation runs, through `mxnet_api` = addresses of (MXNDArrayToDLPack, "
+      "MXNDArrayCallDLPackDeleter, MXNDArrayFree, MXGetLastError).");
   m.def(
       "engine_entry_points",
       []() {

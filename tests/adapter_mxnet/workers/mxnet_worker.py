@@ -7,7 +7,8 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
 * ``module``: the Module API: ``mx.mod.Module`` + ``DistributedOptimizer`` +
   ``broadcast_parameters``; every worker starts from different random parameters, trains 4
   steps on its own batch, and must end with rank 0's initial parameters trained exactly like a
-  single-process Module on the concatenated batches (and bit-identical parameters on all ranks).
+  single-process Module on the concatenated batches (and bit-identical parameters on all ranks);
+  then 300 push_pulls of freshly computed arrays (storage allocated lazily by MXNet).
 * ``upstream``: upstream BytePS's tests/test_mxnet.py on one worker in a forced-distributed job:
   push_pull of float16/32/64 arrays of shapes (17,), (17,17), (17,17,17) returns the input
   (average over one worker); ``DistributedTrainer._init_params`` keeps every parameter's value.
@@ -113,6 +114,20 @@ def mode_module() -> None:
     if root != digest:
         fail(f"module: parameters on rank {rank} differ from rank 0's")
     ok("module_identical_across_ranks")
+    # Fresh arrays pushed while the operation producing them is still pending: MXNet allocates
+    # their storage lazily on the engine thread (a pointer taken at the call raced with that).
+    base = np.arange(5000, dtype=np.float32)
+    outs = []
+    for i in range(300):
+        x = (mx.nd.array(base) * (i + 1)).copy()
+        bps.byteps_push_pull(x, name=f"fresh.{i % 8}", is_average=False)
+        outs.append((i, x))
+    for i, x in outs:
+        if not np.array_equal(x.asnumpy(), base * (i + 1) * size):
+            fail(f"fresh array {i}: wrong sum (max error "
+                 f"{float(np.abs(x.asnumpy() - base * (i + 1) * size).max()):.3g})")
+            break
+    ok("fresh_arrays_lazily_allocated")
 
 
 # ------------------------------------------------------------------------------- upstream --

@@ -6,6 +6,7 @@ relies on KeyboardInterrupt unwinding the ``with`` block (SIGINT); MODE ``handle
 ``install_signal_cleanup`` (SIGINT and SIGTERM).
 """
 
+import faulthandler
 import sys
 import time
 
@@ -17,5 +18,8 @@ if mode == "handler":
 with EmulatedCluster(2, 1, 100e6, prefix=prefix) as cluster:
     child = cluster.spawn("w0", ["sleep", "60"])
     print("READY", child.pid, flush=True)
+    # Should the signal not end this process (a flaky hang seen once in CI), every thread's
+    # stack goes to stderr before the test gives up, for the test's failure message.
+    faulthandler.dump_traceback_later(20, repeat=True)
     time.sleep(60)
 sys.exit(3)  # not reached when the signal arrives

@@ -162,7 +162,13 @@ def test_signal_cleans_up(mode, sig):
         child = int(line.split()[1])
         assert len(_ours(prefix)) == 4
         proc.send_signal(sig)
-        proc.wait(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            pytest.fail(f"hold_cluster.py ({mode}) did not exit 30 s after signal {sig}; its "
+                        f"stderr (stack dumps from faulthandler after 20 s):\n{err[-6000:]}")
         assert proc.returncode != 3
         assert _ours(prefix) == []
         assert _pid_gone(child)

@@ -74,20 +74,37 @@ def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "paramet
         byteps.errors.BytePSError subclasses: a push_pull failed.
     """
     root = check_root(root_rank, "broadcast_parameters")
-    named = _named_arrays(params)
+    named = [(name_for(prefix + name, ops.check_tensor(arrays[0], "broadcast_parameters"),
+                       arrays[0].shape), arrays)
+             for name, arrays in _named_arrays(params)]
+    broadcast_copies(named, root)
+
+
+def broadcast_copies(named, root: int) -> None:
+    """Zero-and-sum broadcast from ``root`` of each ``(tensor name, [copies])`` pair: the
+    first copy is push_pulled (zeroed first on the other ranks), the others receive it; then
+    wait until every copy holds the root's value (raises a failed operation's error)."""
     is_root = ops.rank() == root
     sent = []
     for name, arrays in named:
         first = arrays[0]
         if not is_root:
             first[:] = 0
-        dtype = ops.check_tensor(first, "broadcast_parameters")
-        ops.byteps_push_pull(first, is_average=False,
-                             name=name_for(prefix + name, dtype, first.shape))
+        ops.byteps_push_pull(first, is_average=False, name=name)
         for other in arrays[1:]:
             first.copyto(other)
         sent.extend(arrays)
     ops.wait_all(sent)
+
+
+def push_pull_compressed(grad, name_of, compression) -> None:
+    """Average ``grad`` across workers in place through ``compression``; ``name_of(tensor)``
+    gives the tensor name of the (compressed) array that is push_pulled."""
+    compressed, ctx = compression.compress(grad)
+    ops.byteps_push_pull(compressed, is_average=True, name=name_of(compressed))
+    restored = compression.decompress(compressed, ctx)
+    if restored is not grad:
+        restored.copyto(grad)
 
 
 class DistributedOptimizer(mx.optimizer.Optimizer):
@@ -146,13 +163,9 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         grads = grad if isinstance(index, (list, tuple)) else [grad]
         for i, g in zip(indices, grads):
             ops.check_tensor(g, "DistributedOptimizer")
-            compressed, ctx = self._compression.compress(g)
-            dtype = ops.check_tensor(compressed, "DistributedOptimizer")
-            name = name_for(f"{self._NAME_PREFIX}{i}", dtype, compressed.shape)
-            ops.byteps_push_pull(compressed, is_average=True, name=name)
-            restored = self._compression.decompress(compressed, ctx)
-            if restored is not g:
-                restored.copyto(g)
+            push_pull_compressed(g, lambda t, i=i: name_for(
+                f"{self._NAME_PREFIX}{i}", ops.check_tensor(t, "DistributedOptimizer"), t.shape),
+                self._compression)
 
     def update(self, index, weight, grad, state):
         """Average ``grad`` across workers, then apply the wrapped optimizer's update."""

@@ -13,7 +13,7 @@ from byteps.naming import check_root
 
 from . import ops
 from .compression import Compression
-from .optimizer import _unwrap
+from .optimizer import _unwrap, broadcast_copies, push_pull_compressed
 
 __all__ = ["DistributedTrainer"]
 
@@ -104,23 +104,10 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _init_params(self):
         """Broadcast every initialised parameter from ``root_rank`` (deferred ones wait for a
         later step), then wait until all of them hold the root's values."""
-        deferred, sent = [], []
-        is_root = ops.rank() == self._bps_root
-        for param in self._params_to_init:
-            if param._deferred_init:
-                deferred.append(param)
-                continue
-            arrays = param._check_and_get(param._data, list)
-            first = arrays[0]
-            if not is_root:
-                first[:] = 0
-            ops.byteps_push_pull(first, is_average=False,
-                                 name=self._bps_param_names[self._param2idx[param.name]])
-            for other in arrays[1:]:
-                first.copyto(other)
-            sent.extend(arrays)
-        ops.wait_all(sent)
-        self._params_to_init = deferred
+        ready = [p for p in self._params_to_init if not p._deferred_init]
+        broadcast_copies([(self._bps_param_names[self._param2idx[p.name]],
+                           p._check_and_get(p._data, list)) for p in ready], self._bps_root)
+        self._params_to_init = [p for p in self._params_to_init if p._deferred_init]
 
     def _allreduce_grads(self):
         for i, param in enumerate(self._params):
@@ -130,9 +117,6 @@ class DistributedTrainer(mx.gluon.Trainer):
             data = param.list_data()[0]
             if param.grad_req == "write" and not data._fresh_grad:
                 grad[:] = 0  # no gradient on this rank: contribute zeros
-            compressed, ctx = self._bps_compression.compress(grad)
-            ops.byteps_push_pull(compressed, is_average=True, name=self._bps_grad_names[i])
-            restored = self._bps_compression.decompress(compressed, ctx)
-            if restored is not grad:
-                restored.copyto(grad)
+            push_pull_compressed(grad, lambda _t, i=i: self._bps_grad_names[i],
+                                 self._bps_compression)
             data._fresh_grad = True  # it now holds the average of every rank's gradient

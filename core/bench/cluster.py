@@ -239,8 +239,9 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     """A push_pull benchmark worker (run by :func:`run_byteps_job`).
 
     Rank r sends ``x[i] = (i % 251) + 1000 * r`` (float32, exact): the sum is
-    ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Prints ``RESULT`` with the seconds
-    of each timed iteration; exits 1 on a wrong sum.
+    ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Every iteration starts after a
+    barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration;
+    exits 1 on a wrong sum.
     """
     import numpy as np
 
@@ -253,12 +254,21 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     x = base + np.float32(1000 * r)
     want = base * np.float32(size) + np.float32(1000 * size * (size - 1) // 2)
     out = np.empty_like(x)
+    token = np.zeros(1, np.float32)
+
+    def barrier() -> None:
+        # Every worker starts the timed push_pull together: the check of the previous result
+        # (tens of ms of CPU per worker, all sharing two cores) must not count as waiting.
+        bps.wait(bps.push_pull_async("bench.barrier", token.ctypes.data, token.ctypes.data,
+                                     token.nbytes, "float32", token.shape, False))
+
     times = []
     t_start = None
     for it in range(warmup + iters):
         if it == warmup:
             t_start = time.monotonic()
         out.fill(-1)
+        barrier()
         t0 = time.perf_counter()
         h = bps.push_pull_async("bench.grad", x.ctypes.data, out.ctypes.data, x.nbytes,
                                 "float32", x.shape, False)

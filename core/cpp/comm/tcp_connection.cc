@@ -175,6 +175,18 @@ void Connection::SendLoop() {
   FailQueued(Status::PeerLost("connection to " + peer_name_ + " closed"));
 }
 
+Status Connection::ReceiveThroughSink(char* dest, size_t n) {
+  if (bounce_.size() < kBounceBytes) bounce_.resize(kBounceBytes);
+  for (size_t done = 0; done < n;) {
+    const size_t len = std::min(kBounceBytes, n - done);
+    Status st = ReadFull(fd_, bounce_.data(), len);
+    if (!st.ok()) return st;
+    sink_(sink_arg_, dest + done, bounce_.data(), len);
+    done += len;
+  }
+  return Status::OK();
+}
+
 void Connection::RecvLoop() {
   Status st;
   while (true) {
@@ -187,6 +199,7 @@ void Connection::RecvLoop() {
       break;
     }
     void* dest = nullptr;
+    sink_ = nullptr;
     st = handler_->OnHeader(this, h, &dest);
     if (!st.ok()) {
       LogDrop(peer_name_, st.message());
@@ -197,7 +210,11 @@ void Connection::RecvLoop() {
         if (scratch_.size() < h.payload_len) scratch_.resize(h.payload_len);
         dest = scratch_.data();
       }
-      st = ReadFull(fd_, dest, h.payload_len);
+      if (sink_ && h.payload_len >= kStreamMinPayload) {
+        st = ReceiveThroughSink(static_cast<char*>(dest), h.payload_len);
+      } else {
+        st = ReadFull(fd_, dest, h.payload_len);
+      }
       if (!st.ok()) break;
     }
     handler_->OnFrame(this, h, dest);

@@ -63,6 +63,20 @@ class Connection {
   // Close() then join the threads. Must not be called from this connection's own threads.
   void Join();
 
+  // Receives a large payload chunk by chunk into a small, cache-resident bounce buffer and
+  // hands each chunk (whole elements: every chunk but the last is kBounceBytes) to `sink`,
+  // which writes it to its place: dst = the frame's destination + the chunk's offset. The
+  // chunk may be modified in place (a worker divides it when averaging).
+  using PayloadSink = void (*)(void* arg, char* dst, char* chunk, size_t len);
+  // Called by the handler from OnHeader for the current frame: receive its payload through
+  // `sink` if it is at least kStreamMinPayload bytes (otherwise straight into the destination).
+  void StreamPayload(PayloadSink sink, void* arg) {
+    sink_ = sink;
+    sink_arg_ = arg;
+  }
+  static constexpr size_t kBounceBytes = 128 << 10;  // half of a 256 KiB L2
+  static constexpr size_t kStreamMinPayload = 256 << 10;
+
   bool closed() const { return closed_.load(); }
   const std::string& peer_name() const { return peer_name_; }
   void set_peer_name(const std::string& n) { peer_name_ = n; }
@@ -72,6 +86,7 @@ class Connection {
  private:
   void SendLoop();
   void RecvLoop();
+  Status ReceiveThroughSink(char* dest, size_t n);
   void FailQueued(const Status& st);
 
   int fd_;
@@ -86,6 +101,9 @@ class Connection {
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};
   std::string scratch_;
+  std::string bounce_;  // StreamPayload's buffer (receive thread only)
+  PayloadSink sink_ = nullptr;  // set by OnHeader for the current frame (receive thread)
+  void* sink_arg_ = nullptr;
   Status send_error_;
 };
 

@@ -65,7 +65,9 @@ std::vector<KnobSpec> BuildTable() {
       Int("BYTEPS_PARTITION_BYTES", "524288", 4096, 1LL << 31, "worker",
           "Largest partition of a tensor, in bytes; rounded up to a multiple of "
           "BYTEPS_LOCAL_SIZE * 4096 (ByteScheduler, SOSP'19 §4). Default chosen by the "
-          "scheduling sweep of docs/performance.md (upstream: 4096000)."),
+          "scheduling sweep of docs/performance.md (upstream: 4096000). A single-machine job "
+          "(no servers) that leaves it unset uses 4194304: with no network to preempt, "
+          "smaller partitions only add hand-offs between the local processes."),
       Int("BYTEPS_SCHEDULING_CREDIT", "4", 0, 1 << 20, "worker",
           "Partitions in flight to the servers at once (credit, in units of "
           "BYTEPS_PARTITION_BYTES) queued for the wire at once; queues are priority-ordered. 0 = "

@@ -49,6 +49,9 @@ struct PartTask {
   SendItem push_item;
   SendItem pull_item;
   bool receiving = false;  // a pull response is being received into this task's buffer
+  // This round's pull response went straight to the output, averaged (WorkerCore::PullSink):
+  // COPY_OUT has nothing left to do.
+  bool pulled_final = false;
   // Stall inspector (under WorkerCore::pull_mu_): the server's answer to a STALL_QUERY for
   // this partition's current round: worker machines that have not pushed it.
   bool stall_reported = false;

@@ -54,7 +54,12 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   int64_t global = k.Int("BYTEPS_GLOBAL_RANK");
   cfg->rank = global >= 0 ? static_cast<int>(global)
                           : cfg->worker_id * cfg->local_size + cfg->local_rank;
-  cfg->partition_bound = PartitionBound(k.Int("BYTEPS_PARTITION_BYTES"), cfg->local_size);
+  // Partitions exist for the network (priority preemption, credit); a single-machine job only
+  // pays their per-partition hand-offs, so unless set it uses larger ones (docs/performance.md).
+  const int64_t partition_bytes = cfg->distributed || k.IsSet("BYTEPS_PARTITION_BYTES")
+                                      ? k.Int("BYTEPS_PARTITION_BYTES")
+                                      : kSingleMachinePartitionBytes;
+  cfg->partition_bound = PartitionBound(partition_bytes, cfg->local_size);
   cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
   cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
   cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");

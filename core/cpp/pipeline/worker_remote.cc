@@ -7,6 +7,8 @@
 
 #include "common/logging.h"
 #include "pipeline/worker.h"
+#include "reduce/copy.h"
+#include "reduce/sum.h"
 #include "ps/control_msgs.h"
 
 namespace byteps {
@@ -157,8 +159,25 @@ Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
                                    std::to_string(t->part.length));
   t->receiving = true;
   size_t off = t->part.offset;
-  *dest = cfg_.local_size > 1 ? t->ctx->aggregate(cfg_.local_size) + off : t->ctx->output + off;
+  if (cfg_.local_size > 1) {
+    *dest = t->ctx->aggregate(cfg_.local_size) + off;  // read back at once by every process
+  } else {
+    // Final: not read again before the framework gets it. A large tensor bypasses the cache
+    // and is averaged on the way in (no second pass over it in COPY_OUT).
+    *dest = t->ctx->output + off;
+    t->pulled_final = reduce::ShouldStream(t->ctx->nbytes) &&
+                      h.payload_len >= Connection::kStreamMinPayload;
+    if (t->pulled_final) c->StreamPayload(&WorkerCore::PullSink, t);
+  }
   return Status::OK();
+}
+
+void WorkerCore::PullSink(void* arg, char* dst, char* chunk, size_t len) {
+  auto* t = static_cast<PartTask*>(arg);
+  const WorkerConfig& cfg = t->owner->cfg_;
+  if (t->ctx->average && cfg.size > 1)
+    reduce::DivideInPlace(chunk, len / DTypeSize(t->ctx->dtype), t->ctx->dtype, cfg.size);
+  reduce::CopyStreaming(dst, chunk, len);
 }
 
 void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {

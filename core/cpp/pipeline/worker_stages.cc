@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "pipeline/worker.h"
+#include "reduce/copy.h"
 #include "reduce/sum.h"
 
 namespace byteps {
@@ -85,7 +86,13 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   if (cfg_.local_size > 1) {
     const char* agg = ctx->aggregate(cfg_.local_size) + off;
     if (!cfg_.distributed || !divide) {
-      memcpy(out, agg, len);  // single machine: already averaged in LOCAL_REDUCE
+      // Single machine: already averaged in LOCAL_REDUCE. The output is not read again soon
+      // (the framework gets it after the whole tensor), so a large one bypasses the cache.
+      if (reduce::ShouldStream(ctx->nbytes)) {
+        reduce::CopyStreaming(out, agg, len);
+      } else {
+        memcpy(out, agg, len);
+      }
     } else {
       // Copy and divide in cache-sized blocks: one pass over memory instead of two.
       constexpr size_t kBlock = 256 << 10;
@@ -97,7 +104,7 @@ void WorkerCore::RunCopyOut(PartTask* t) {
     }
   } else {
     if (!cfg_.distributed && ctx->input != ctx->output) memcpy(out, ctx->input + off, len);
-    if (divide) reduce::DivideInPlace(out, len / es, ctx->dtype, cfg_.size);
+    if (divide && !t->pulled_final) reduce::DivideInPlace(out, len / es, ctx->dtype, cfg_.size);
   }
   Proceed(t);
 }

@@ -1,0 +1,29 @@
+// Large copies that bypass the cache (reduce/, DESIGN.md §4 "reduce").
+//
+// A plain memcpy of a block smaller than glibc's non-temporal threshold (the pipeline copies
+// partitions of ~512 KiB) reads every destination line before overwriting it (the
+// read-for-ownership of a write-allocate cache): 3 memory streams for a 2-stream copy.
+// CopyStreaming writes with non-temporal stores instead, so the destination costs one stream.
+// Use it only where the destination is not read again soon and the data set is larger than
+// the last-level cache (ShouldStream); otherwise the stores miss the cache for nothing.
+#pragma once
+#include <cstddef>
+
+namespace byteps {
+namespace reduce {
+
+// Tensors of at least this many bytes are copied out with CopyStreaming. Measured on a
+// 2-core AMD EPYC VM (docs/performance.md, "Local path"): local push_pull of 64 MiB
+// 22-29 ms -> see the notes; below ~8 MiB the whole working set of a local push_pull
+// stays in a 32 MiB last-level cache and plain stores win.
+constexpr size_t kStreamingMinBytes = 8u << 20;
+
+inline bool ShouldStream(size_t tensor_bytes) { return tensor_bytes >= kStreamingMinBytes; }
+
+// memcpy(dst, src, n) with non-temporal stores for the 64-byte-aligned middle of dst, and a
+// store fence at the end (the data is globally visible when it returns, as after memcpy).
+// dst and src must not overlap. Falls back to memcpy where the CPU has no streaming stores.
+void CopyStreaming(void* dst, const void* src, size_t n);
+
+}  // namespace reduce
+}  // namespace byteps

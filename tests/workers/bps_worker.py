@@ -181,7 +181,13 @@ def mode_correctness(args) -> int:
         run_case("big.f32.sum.inplace", case, "float32", (n,), False, True)
         case += 1
         run_case("big.f32.avg.outofplace", case, "float32", (n,), True, False)
-        count += 2
+        # Over reduce::kStreamingMinBytes (8 MiB), odd lengths: the outputs are written with
+        # streaming stores, and distributed pulls are averaged on the way in (PullSink).
+        case += 1
+        run_case("big.f16.avg.inplace", case, "float16", (4_500_001,), True, True)
+        case += 1
+        run_case("big.i32.avg.outofplace", case, "int32", (2_300_003,), True, False)
+        count += 4
     return count
 
 

@@ -766,7 +766,7 @@ class TestKnobs:
             assert values[name] == k["default"], name
         assert values["DMLC_ROLE"] == "worker"
         assert values["DMLC_NUM_WORKER"] == "1"
-        assert values["BYTEPS_PARTITION_BYTES"] == "524288"  # the scheduling sweep
+        assert values["BYTEPS_PARTITION_BYTES"] == "262144"  # the scheduling sweep
         assert values["BYTEPS_SCHEDULING_CREDIT"] == "4"
         assert values["BYTEPS_TCP_NOTSENT_LOWAT"] == "65536"
 

@@ -62,7 +62,7 @@ std::vector<KnobSpec> BuildTable() {
           "Overrides the computed rank (local_rank + worker_id * local_size); -1 = computed."),
       Bool("BYTEPS_FORCE_DISTRIBUTED", "0", "worker,launcher",
            "Use the scheduler and servers even when DMLC_NUM_WORKER is 1."),
-      Int("BYTEPS_PARTITION_BYTES", "524288", 4096, 1LL << 31, "worker",
+      Int("BYTEPS_PARTITION_BYTES", "262144", 4096, 1LL << 31, "worker",
           "Largest partition of a tensor, in bytes; rounded up to a multiple of "
           "BYTEPS_LOCAL_SIZE * 4096 (ByteScheduler, SOSP'19 §4). Default chosen by the "
           "scheduling sweep of docs/performance.md (upstream: 4096000). A single-machine job "

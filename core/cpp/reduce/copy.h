@@ -1,7 +1,7 @@
 // Large copies that bypass the cache (reduce/, DESIGN.md §4 "reduce").
 //
 // A plain memcpy of a block smaller than glibc's non-temporal threshold (the pipeline copies
-// partitions of ~512 KiB) reads every destination line before overwriting it (the
+// partitions of 256 KiB to 4 MiB) reads every destination line before overwriting it (the
 // read-for-ownership of a write-allocate cache): 3 memory streams for a 2-stream copy.
 // CopyStreaming writes with non-temporal stores instead, so the destination costs one stream.
 // Use it only where the destination is not read again soon and the data set is larger than

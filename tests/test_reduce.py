@@ -432,3 +432,37 @@ def test_property_all_isas_agree_with_reference(case):
             assert_same(got2, want_div, dtype)
     finally:
         reduce.force_isa(previous)
+
+
+# ------------------------------------------------------------------------ streaming copy --
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 3000), dst_off=st.integers(0, 127), src_off=st.integers(0, 127))
+def test_copy_streaming_any_length_and_alignment(n, dst_off, src_off):
+    """reduce::CopyStreaming (large outputs of the worker): a memcpy for every length and
+    misalignment of either side (unaligned head, 64-byte body, tail), touching nothing else."""
+    rng = np.random.default_rng(n * 131 + dst_off * 7 + src_off)
+    src_buf = rng.integers(0, 256, n + src_off, dtype=np.uint8)
+    dst_buf = np.full(n + dst_off + 64, 0xAB, np.uint8)
+    src = src_buf[src_off:]
+    dst = dst_buf[dst_off:dst_off + n]
+    reduce.copy_streaming(dst, src)
+    assert np.array_equal(dst, src)
+    assert (dst_buf[:dst_off] == 0xAB).all() and (dst_buf[dst_off + n:] == 0xAB).all()
+
+
+def test_copy_streaming_large_and_typed():
+    """A 9 MiB float32 copy (the size the pipeline streams), and the argument checks."""
+    src = np.arange((9 << 20) // 4, dtype=np.float32)
+    dst = np.zeros_like(src)
+    reduce.copy_streaming(dst, src)
+    assert np.array_equal(dst, src)
+    with pytest.raises(ValueError, match="size mismatch"):
+        reduce.copy_streaming(dst[:-1], src)
+    with pytest.raises(ValueError, match="overlaps"):
+        reduce.copy_streaming(src[1:], src[:-1])
+    with pytest.raises(ValueError, match="writable"):
+        ro = np.zeros_like(src)
+        ro.flags.writeable = False
+        reduce.copy_streaming(ro, src)

@@ -4,6 +4,7 @@
 //   sum_into(dst, src, dtype=None)     dst += src
 //   sum3(dst, a, b, dtype=None)        dst = a + b
 //   divide(dst, divisor, dtype=None)   dst /= divisor (floats: true division; ints: floor)
+//   copy_streaming(dst, src)          dst[:] = src with non-temporal stores (reduce/copy.h)
 //   active_isa(), available_isas(), force_isa(name)
 //
 // The element type comes from the arrays' NumPy dtype, or from the `dtype` string when given
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "reduce/copy.h"
 #include "reduce/sum.h"
 
 namespace py = pybind11;
@@ -147,6 +149,21 @@ void DividePy(py::array dst, int64_t divisor, std::optional<std::string> dtype) 
   reduce::DivideInPlace(d, ops.count, ops.dtype, divisor);
 }
 
+void CopyStreamingPy(py::array dst, py::array src) {
+  CheckArray(dst, "dst", true);
+  CheckArray(src, "src", false);
+  const size_t n = static_cast<size_t>(dst.nbytes());
+  if (static_cast<size_t>(src.nbytes()) != n) {
+    throw py::value_error("size mismatch: dst has " + std::to_string(n) + " bytes but src has " +
+                          std::to_string(src.nbytes()));
+  }
+  auto* d = static_cast<char*>(dst.mutable_data());
+  const auto* s = static_cast<const char*>(src.data());
+  if (n != 0 && s < d + n && d < s + n) throw py::value_error("dst overlaps src");
+  py::gil_scoped_release release;
+  reduce::CopyStreaming(d, s, n);
+}
+
 std::vector<std::string> AvailableIsaList() {
   std::vector<std::string> out;
   std::string all = reduce::AvailableIsas();
@@ -183,6 +200,10 @@ void BindReduce(py::module_& m) {
         py::arg("dtype") = py::none(),
         "dst /= divisor in place: true division for floating types (float16/bfloat16 via "
         "float32, rounded to nearest even), floor division for integers (divisor > 0).");
+  r.def("copy_streaming", &CopyStreamingPy, py::arg("dst").noconvert(),
+        py::arg("src").noconvert(),
+        "dst[:] = src (same number of bytes, any dtypes, no overlap) with non-temporal stores, "
+        "as the worker copies large outputs (reduce::CopyStreaming).");
   r.def("active_isa", &reduce::ActiveIsa, "ISA of the kernels in use: avx512, avx2 or scalar.");
   r.def("available_isas", &AvailableIsaList, "ISAs usable on this CPU, best first.");
   r.def("force_isa", &ForceIsaPy, py::arg("name"),

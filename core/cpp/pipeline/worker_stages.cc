@@ -86,8 +86,9 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   if (cfg_.local_size > 1) {
     const char* agg = ctx->aggregate(cfg_.local_size) + off;
     if (!cfg_.distributed || !divide) {
-      // Single machine: already averaged in LOCAL_REDUCE. The output is not read again soon
-      // (the framework gets it after the whole tensor), so a large one bypasses the cache.
+      // Single machine (already averaged in LOCAL_REDUCE) or a plain sum. The output is not
+      // read again soon (the framework gets it after the whole tensor), so a large one
+      // bypasses the cache.
       if (reduce::ShouldStream(ctx->nbytes)) {
         reduce::CopyStreaming(out, agg, len);
       } else {

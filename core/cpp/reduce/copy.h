@@ -12,10 +12,12 @@
 namespace byteps {
 namespace reduce {
 
-// Tensors of at least this many bytes are copied out with CopyStreaming. Measured on a
-// 2-core AMD EPYC VM (docs/performance.md, "Local path"): local push_pull of 64 MiB
-// 22-29 ms -> see the notes; below ~8 MiB the whole working set of a local push_pull
-// stays in a 32 MiB last-level cache and plain stores win.
+// Tensors of at least this many bytes have their outputs written with streaming stores (local
+// COPY_OUT, distributed pull responses). Below it the working set of a push_pull (input, slots,
+// aggregate) can stay in a 32 MiB last-level cache, which streaming stores would bypass for
+// nothing (a threshold chosen from that, not swept); above it plain stores cost a
+// read-for-ownership per line (2 local processes, 64 MiB: ~29 -> ~22 ms with the larger
+// single-machine partitions; docs/performance.md, notes).
 constexpr size_t kStreamingMinBytes = 8u << 20;
 
 inline bool ShouldStream(size_t tensor_bytes) { return tensor_bytes >= kStreamingMinBytes; }

@@ -3,6 +3,8 @@
 //
 // The loops are written for GCC's auto-vectoriser: __restrict pointers, one simple counted
 // loop, branch-free element operations (bfloat16 rounding is integer arithmetic + select).
+// The plain adds (floats, unsigned integers) use GCC vector extensions instead, four vectors
+// per step (Add2Blocked / Add3Blocked), which the auto-vectoriser did not produce.
 // float16 is the one type the vectoriser cannot handle; each ISA file passes a `Fp16` policy
 // (F16C / AVX-512 intrinsics, or the scalar half.h conversions) to KernelsFor<Fp16>.
 //
@@ -76,6 +78,50 @@ struct HalfAddOp {  // scalar float16 (tails, and the whole array on the scalar 
 template <typename T, typename Op>
 inline void Map2(T* __restrict d, const T* __restrict s, size_t n, Op op) {
   for (size_t i = 0; i < n; ++i) d[i] = op(d[i], s[i]);
+}
+
+// dst[i] += src[i] for the plain-add types (floats, unsigned integers), in blocks of four
+// 32-byte vectors (GCC vector extensions: ymm registers in the AVX2/AVX-512 files, pairs of xmm
+// in the scalar one): the four loads of each operand first, then the adds and stores. This kept
+// more loads in flight than the auto-vectorised one-vector loop (64 MiB float32, 1 thread:
+// 24.6-27.3 -> 27.2-28.7 GB/s in a standalone test on the benchmark machine).
+template <typename T>
+inline void Add2Blocked(T* __restrict d, const T* __restrict s, size_t n) {
+  typedef T V __attribute__((vector_size(32), aligned(alignof(T)), may_alias));
+  constexpr size_t kLanes = 32 / sizeof(T);
+  size_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    V* vd = reinterpret_cast<V*>(d + i);
+    const V* vs = reinterpret_cast<const V*>(s + i);
+    const V x0 = vd[0], x1 = vd[1], x2 = vd[2], x3 = vd[3];
+    const V y0 = vs[0], y1 = vs[1], y2 = vs[2], y3 = vs[3];
+    vd[0] = x0 + y0;
+    vd[1] = x1 + y1;
+    vd[2] = x2 + y2;
+    vd[3] = x3 + y3;
+  }
+  for (; i < n; ++i) d[i] = static_cast<T>(d[i] + s[i]);
+}
+
+// dst[i] = a[i] + b[i], blocked as Add2Blocked (Sum3 sends exact aliasing to SumInto).
+template <typename T>
+inline void Add3Blocked(T* __restrict d, const T* __restrict a, const T* __restrict b,
+                        size_t n) {
+  typedef T V __attribute__((vector_size(32), aligned(alignof(T)), may_alias));
+  constexpr size_t kLanes = 32 / sizeof(T);
+  size_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    V* vd = reinterpret_cast<V*>(d + i);
+    const V* va = reinterpret_cast<const V*>(a + i);
+    const V* vb = reinterpret_cast<const V*>(b + i);
+    const V x0 = va[0], x1 = va[1], x2 = va[2], x3 = va[3];
+    const V y0 = vb[0], y1 = vb[1], y2 = vb[2], y3 = vb[3];
+    vd[0] = x0 + y0;
+    vd[1] = x1 + y1;
+    vd[2] = x2 + y2;
+    vd[3] = x3 + y3;
+  }
+  for (; i < n; ++i) d[i] = static_cast<T>(a[i] + b[i]);
 }
 
 template <typename T, typename Op>
@@ -160,10 +206,10 @@ struct KernelsFor {
   static void SumInto(void* dst, const void* src, size_t n, DType t) {
     switch (t) {
       case DType::kFloat32:
-        Map2(static_cast<float*>(dst), static_cast<const float*>(src), n, AddOp{});
+        Add2Blocked(static_cast<float*>(dst), static_cast<const float*>(src), n);
         break;
       case DType::kFloat64:
-        Map2(static_cast<double*>(dst), static_cast<const double*>(src), n, AddOp{});
+        Add2Blocked(static_cast<double*>(dst), static_cast<const double*>(src), n);
         break;
       case DType::kFloat16:
         Fp16::SumInto(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n);
@@ -173,13 +219,13 @@ struct KernelsFor {
         break;
       case DType::kUInt8:
       case DType::kInt8:  // two's complement: add the bit patterns unsigned (defined wrap)
-        Map2(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, AddOp{});
+        Add2Blocked(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);
         break;
       case DType::kInt32:
-        Map2(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n, AddOp{});
+        Add2Blocked(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n);
         break;
       case DType::kInt64:
-        Map2(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n, AddOp{});
+        Add2Blocked(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n);
         break;
       default:
         break;
@@ -192,12 +238,12 @@ struct KernelsFor {
     if (dst == b) return SumInto(dst, a, n, t);
     switch (t) {
       case DType::kFloat32:
-        Map3(static_cast<float*>(dst), static_cast<const float*>(a),
-             static_cast<const float*>(b), n, AddOp{});
+        Add3Blocked(static_cast<float*>(dst), static_cast<const float*>(a),
+                    static_cast<const float*>(b), n);
         break;
       case DType::kFloat64:
-        Map3(static_cast<double*>(dst), static_cast<const double*>(a),
-             static_cast<const double*>(b), n, AddOp{});
+        Add3Blocked(static_cast<double*>(dst), static_cast<const double*>(a),
+                    static_cast<const double*>(b), n);
         break;
       case DType::kFloat16:
         Fp16::Sum3(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
@@ -209,16 +255,16 @@ struct KernelsFor {
         break;
       case DType::kUInt8:
       case DType::kInt8:
-        Map3(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
-             static_cast<const uint8_t*>(b), n, AddOp{});
+        Add3Blocked(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
+                    static_cast<const uint8_t*>(b), n);
         break;
       case DType::kInt32:
-        Map3(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(a),
-             static_cast<const uint32_t*>(b), n, AddOp{});
+        Add3Blocked(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(a),
+                    static_cast<const uint32_t*>(b), n);
         break;
       case DType::kInt64:
-        Map3(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(a),
-             static_cast<const uint64_t*>(b), n, AddOp{});
+        Add3Blocked(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(a),
+                    static_cast<const uint64_t*>(b), n);
         break;
       default:
         break;

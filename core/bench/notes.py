@@ -142,6 +142,20 @@ is what the 2-read/1-write pattern reaches on this machine; the kernel is at Num
 there (0.97–1.02 × for float32 in the last runs), and the target of 0.9 × the probe is not
 reachable by a summation kernel here.
 
+**Run-to-run spread (the last three full runs, 2026-11-21, ratio per target; ✓ met).** The VM
+is shared and its speed drifted by ±20 % within minutes (gloo's 4 KiB latency 0.48–0.81 ms, raw
+TCP on loopback 3.2–5.8 GB/s), so the thin margins flip between runs. Runs 1–2 are the final
+pipeline with the earlier summation loop, run 3 (the tables above) the final code:
+emulated cluster 64 MiB ≤ 1.05 × t_opt 0.96 ✓, 0.96 ✓, 0.94 (worst (4,4): 1.06; CPU 73 % busy);
+64 MiB speed-up 0.97 ✓, 0.97 ✓, 0.95 (0.949); 256 MiB ≤ 1.05 × t_opt
+0.99 ✓, 0.97 ✓, 0.95 (1.05); 256 MiB speed-up 0.99 ✓, 0.98 ✓, 0.94; VGG-16 at the defaults
+0.90, 0.97 ✓, 0.91 ✓; 4 KiB latency local 4.03 ✓, 3.09 ✓, 2.82 ✓ and forced-distributed 2.58 ✓,
+3.08 ✓, 3.31 ✓; local 64 MiB ≥ 3 × gloo 3.02 ✓, 3.15 ✓, 3.40 ✓; socket ≥ 80 % of raw TCP 0.83 ✓,
+0.81 ✓, 0.80 (0.798); one tensor at a time local 4.35 ✓, 2.76 ✓, 3.90 ✓ and forced-distributed
+2.97 ✓, 1.21 ✓, 2.51 ✓; summation ≥ NumPy (1 thread) 1.02 ✓, 0.92, 0.99; ≥ 90 % membw (1 thread)
+0.92 ✓, 0.89, 0.87 (NumPy 0.90, 0.97, 0.88); ≥ NumPy (2 threads) 1.02 ✓, 0.95, 1.01 ✓; ≥ 90 %
+membw (2 threads) 0.79, 0.96 ✓, 1.02 ✓; every dtype (2 threads) 0.87, 0.89, 0.94.
+
 **Training example** (foundation issue, measured by hand):
 `bpslaunch --workers 2 --servers 1 python examples/torch/train_digits.py`: final test accuracy
 0.973, 2.4–6 s of training, about 11–17 s for the whole launch (most of it starting Python and

@@ -1,15 +1,14 @@
 """``push_pull``, ``broadcast`` and ``broadcast_variables`` for TensorFlow (upstream
 ``byteps/tensorflow/__init__.py``, Horovod semantics). See :mod:`byteps.tensorflow.ops` for
-how tensors reach the core and how they are named."""
+how tensors reach the core and how they are named. ``broadcast_object`` is the framework-free
+:func:`byteps.naming.broadcast_object` (cloudpickle over NumPy push_pulls)."""
 
 from __future__ import annotations
 
-import io
 from typing import Any, Iterable, Optional
 
-import numpy as np
-
 import tensorflow as tf
+from byteps.naming import broadcast_object
 
 from . import ops
 from .compression import Compression
@@ -154,51 +153,3 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int, scope: str = "
     if tf.executing_eagerly():
         return None
     return tf.group(*[a for a in assigns if isinstance(a, (tf.Tensor, tf.Operation))])
-
-
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
-    """Send a picklable Python object from ``root_rank`` to every rank and return it
-    (Horovod's ``hvd.broadcast_object``). Eager only (a collective of Python objects).
-
-    The root serialises ``obj`` with cloudpickle (so lambdas and local classes work); the byte
-    count goes out as an int64 tensor (name ``"BroadcastObject.<name>.sz"``), then the bytes
-    as a uint8 tensor (``"BroadcastObject.<name>.t"``, with a ``~k`` suffix for each new byte
-    count, since the core fixes a name's shape at first use). Every rank must call it with
-    the same ``name``.
-
-    Args:
-        obj: any object cloudpickle can serialise (only the root's is used; the other ranks
-            may pass anything, e.g. ``None``).
-        root_rank: the sending rank (default 0).
-        name: distinguishes unrelated broadcasts; default ``type(obj).__name__`` (as Horovod;
-            give an explicit name when the ranks pass objects of different types).
-
-    Returns:
-        ``obj`` itself on the root; the unpickled copy elsewhere.
-
-    Raises:
-        ValueError: bad ``root_rank``.
-        byteps.errors.NotInitializedError: before :func:`init`.
-        byteps.errors.BytePSError subclasses: the underlying reduction failed.
-    """
-    import cloudpickle
-
-    root = ops._check_root(root_rank, "broadcast_object")
-    if name is None:
-        name = type(obj).__name__
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"broadcast_object: name must be a non-empty str, got {name!r}")
-    is_root = ops.rank() == root
-    base = f"BroadcastObject.{name}"
-    payload = cloudpickle.dumps(obj) if is_root else b""
-    sz = tf.constant([len(payload)], dtype=tf.int64)
-    nbytes = int(ops._push_pull_many([sz], [base + ".sz"], False, zero=[not is_root])[0]
-                 .numpy()[0])
-    if is_root:
-        buf = tf.constant(np.frombuffer(payload, dtype=np.uint8))
-    else:
-        buf = tf.zeros([nbytes], dtype=tf.uint8)
-    out = ops._push_pull_many([buf], [base + ".t"], False, zero=[not is_root])[0]
-    if is_root:
-        return obj
-    return cloudpickle.load(io.BytesIO(out.numpy().tobytes()))

@@ -38,6 +38,7 @@ from byteps.basics import (  # re-exported as-is
     shutdown,
     size,
 )
+from byteps.naming import check_root as _check_root  # noqa: F401 (used by functions.py)
 from byteps.naming import name_for
 
 __all__ = [
@@ -125,14 +126,6 @@ def _resolve_op(op: Optional[str], average: Optional[bool], fn: str = "push_pull
     if op == Adasum:
         raise ValueError(f"{fn}: op=Adasum is not supported by byteps (use Average or Sum)")
     raise ValueError(f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average or Sum")
-
-
-def _check_root(root_rank: Any, fn: str) -> int:
-    n = size()
-    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) \
-            or not 0 <= int(root_rank) < n:
-        raise ValueError(f"{fn}: root_rank must be an int in [0, {n}), got {root_rank!r}")
-    return int(root_rank)
 
 
 def _dtype_name(dtype: tf.DType, fn: str) -> str:

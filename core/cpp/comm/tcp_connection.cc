@@ -210,7 +210,7 @@ void Connection::RecvLoop() {
         if (scratch_.size() < h.payload_len) scratch_.resize(h.payload_len);
         dest = scratch_.data();
       }
-      if (sink_ && h.payload_len >= kStreamMinPayload) {
+      if (sink_) {
         st = ReceiveThroughSink(static_cast<char*>(dest), h.payload_len);
       } else {
         st = ReadFull(fd_, dest, h.payload_len);

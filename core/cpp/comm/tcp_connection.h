@@ -69,7 +69,7 @@ class Connection {
   // chunk may be modified in place (a worker divides it when averaging).
   using PayloadSink = void (*)(void* arg, char* dst, char* chunk, size_t len);
   // Called by the handler from OnHeader for the current frame: receive its payload through
-  // `sink` if it is at least kStreamMinPayload bytes (otherwise straight into the destination).
+  // `sink` instead of straight into the destination. Worth it from kStreamMinPayload bytes.
   void StreamPayload(PayloadSink sink, void* arg) {
     sink_ = sink;
     sink_arg_ = arg;

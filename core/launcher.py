@@ -9,7 +9,10 @@ Two modes (``bpslaunch --help`` for the options):
   children in the environment, never on a command line).
 * **Upstream mode** (no ``--workers``): like upstream ``launcher/launch.py``: the role and the
   cluster come from ``DMLC_*`` variables; a worker runs COMMAND once per local rank
-  (``BYTEPS_LOCAL_SIZE``), a server or scheduler runs ``python -m byteps.server``.
+  (``BYTEPS_LOCAL_SIZE``), a server or scheduler runs ``python -m byteps.server``. A server or
+  scheduler always runs when its role is asked for, even if its own environment describes a
+  single-machine job (``DMLC_NUM_WORKER=1`` without ``BYTEPS_FORCE_DISTRIBUTED``): upstream's
+  test harness starts them that way and sets ``BYTEPS_FORCE_DISTRIBUTED=1`` in the worker only.
 
 In both modes every output line of a child is prefixed with ``[role rank] ``; the first child
 that fails stops the job (after ``--grace`` seconds) and its exit code becomes the launcher's
@@ -243,9 +246,10 @@ def validate_upstream_env(env: Mapping[str, str]) -> list[str]:
     """Check the ``DMLC_*`` contract of upstream mode.
 
     Rules: ``DMLC_ROLE`` is worker|server|scheduler; ``DMLC_NUM_WORKER`` (>= 1) is required.
-    When the job is distributed (``DMLC_NUM_WORKER > 1`` or ``BYTEPS_FORCE_DISTRIBUTED=1``),
-    ``DMLC_NUM_SERVER`` (>= 1), ``DMLC_PS_ROOT_URI`` (non-empty) and ``DMLC_PS_ROOT_PORT``
-    (1..65535) are required too. Workers always need ``DMLC_WORKER_ID`` in
+    A server or scheduler, and a worker of a distributed job (``DMLC_NUM_WORKER > 1`` or
+    ``BYTEPS_FORCE_DISTRIBUTED=1``), also need ``DMLC_NUM_SERVER`` (>= 1),
+    ``DMLC_PS_ROOT_URI`` (non-empty) and ``DMLC_PS_ROOT_PORT`` (1..65535). Workers always
+    need ``DMLC_WORKER_ID`` in
     ``0..DMLC_NUM_WORKER-1``. ``BYTEPS_LOCAL_SIZE``, if set, is >= 1. Variables that are not
     required are still checked when present.
 
@@ -263,13 +267,15 @@ def validate_upstream_env(env: Mapping[str, str]) -> list[str]:
     elif role.strip().lower() not in ROLES:
         errors.append(f"DMLC_ROLE={role!r} is not one of worker, server, scheduler")
     role = (role or "").strip().lower()
-    distributed = upstream_is_distributed(env)
+    # A server or scheduler exists only to serve a distributed job, whatever its own
+    # DMLC_NUM_WORKER/BYTEPS_FORCE_DISTRIBUTED say.
+    distributed = upstream_is_distributed(env) or role in ("server", "scheduler")
     required = ["DMLC_NUM_WORKER"]
     if distributed:
         required += ["DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"]
     if role == "worker":
         required.append("DMLC_WORKER_ID")
-    kind = f"{'distributed ' if distributed else ''}{role or 'byteps'}"
+    kind = f"{'distributed ' if role == 'worker' and distributed else ''}{role or 'byteps'}"
     for name in required:
         if name not in env:
             errors.append(f"{name} is not set (required for a {kind} process)")
@@ -300,7 +306,8 @@ def build_upstream_plan(
 
     Returns:
         list[ChildSpec]: worker: one spec per local rank (``BYTEPS_LOCAL_SIZE``, default 1);
-        server/scheduler: one spec, or none when the job is not distributed.
+        server/scheduler: one spec (also when ``DMLC_NUM_WORKER=1`` and
+        ``BYTEPS_FORCE_DISTRIBUTED`` is unset: the role was asked for explicitly).
 
     Raises:
         LaunchError: the environment is invalid, or a worker has no command.
@@ -311,8 +318,6 @@ def build_upstream_plan(
     role = env["DMLC_ROLE"].strip().lower()
     base = {**env, "DMLC_ROLE": role, "PYTHONUNBUFFERED": "1"}
     if role != "worker":
-        if not upstream_is_distributed(env):
-            return []
         srv = list(server_argv) if server_argv is not None else default_server_argv()
         return [ChildSpec(role, None, srv, base)]
     if not command:
@@ -430,12 +435,11 @@ def main(
                                   "mode the job is described by DMLC_*/BYTEPS_* variables")
             specs = build_upstream_plan(parent, command, server_argv=server_argv)
             role = parent["DMLC_ROLE"].strip().lower()
-            if not specs:
-                print(f"bpslaunch: DMLC_ROLE={role} with DMLC_NUM_WORKER=1 and "
-                      "BYTEPS_FORCE_DISTRIBUTED unset: a single-machine job needs no "
-                      f"{role}; nothing to do", file=sys.stderr)
-                return 0
             print(f"bpslaunch: launching {role}", file=sys.stderr)
+            if role != "worker" and not upstream_is_distributed(parent):
+                print(f"bpslaunch: note: DMLC_NUM_WORKER=1: this {role} serves a worker that "
+                      "sets BYTEPS_FORCE_DISTRIBUTED=1 (without it the worker uses no servers)",
+                      file=sys.stderr)
             # Only a worker node owns the job's shared memory; without BYTEPS_JOB_ID the core
             # derives the id itself and there is nothing we can match.
             job_id = parent.get("BYTEPS_JOB_ID") if role == "worker" else None

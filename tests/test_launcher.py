@@ -164,6 +164,10 @@ def test_usage_errors_exit_2(capsys):
       "BYTEPS_LOCAL_SIZE": "0"}, "BYTEPS_LOCAL_SIZE='0'"),
     ({"DMLC_ROLE": "server", "DMLC_NUM_WORKER": "1", "BYTEPS_FORCE_DISTRIBUTED": "1"},
      "DMLC_NUM_SERVER is not set"),
+    ({"DMLC_ROLE": "scheduler", "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
+      "DMLC_PS_ROOT_PORT": "9000"}, "DMLC_PS_ROOT_URI is not set (required for a scheduler"),
+    ({"DMLC_ROLE": "server", "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "0",
+      "DMLC_PS_ROOT_URI": "h", "DMLC_PS_ROOT_PORT": "9000"}, "DMLC_NUM_SERVER='0'"),
 ])
 def test_upstream_validation(env, word, capsys):
     assert any(word in e for e in validate_upstream_env(env))
@@ -371,7 +375,20 @@ def test_upstream_worker_and_server_roles():
     server = [PY, "-c", "import os, sys; print(os.environ['DMLC_ROLE']); sys.exit(5)"]
     proc, _ = launch(["ignored-command"], server, env=dict(env, DMLC_ROLE="server"))
     assert proc.returncode == 5 and proc.stdout == "[server] server\n"
-    # a scheduler of a single-machine job has nothing to do
-    single = dict(base, DMLC_ROLE="scheduler", DMLC_NUM_WORKER="1")
-    proc, _ = launch([], server, env=single)
-    assert proc.returncode == 0 and proc.stdout == "" and "nothing to do" in proc.stderr
+    # an explicitly asked-for scheduler or server runs even when its own environment describes
+    # a single-machine job (upstream's harness sets BYTEPS_FORCE_DISTRIBUTED in the worker only)
+    single = dict(base, DMLC_NUM_WORKER="1", DMLC_NUM_SERVER="1", DMLC_PS_ROOT_URI="127.0.0.1",
+                  DMLC_PS_ROOT_PORT="9999")
+    for role in ("scheduler", "server"):
+        proc, _ = launch([], server, env=dict(single, DMLC_ROLE=role))
+        assert proc.returncode == 5 and proc.stdout == f"[{role}] {role}\n", proc.stderr
+        assert "BYTEPS_FORCE_DISTRIBUTED=1" in proc.stderr
+    # ... and then needs the cluster description like any server or scheduler
+    assert launcher.main([], env=dict(base, DMLC_ROLE="scheduler", DMLC_NUM_WORKER="1")) == 2
+
+
+def test_upstream_single_machine_worker_needs_no_cluster():
+    env = {"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "1", "DMLC_WORKER_ID": "0"}
+    assert validate_upstream_env(env) == []
+    specs = launcher.build_upstream_plan(env, ["train"])
+    assert [s.label for s in specs] == ["worker 0"]

@@ -87,12 +87,13 @@ def _free_port() -> int:
 
 def test_upstream_single_worker_forced_distributed():
     """Upstream tests/test_mxnet.py + meta_test.py: DMLC_NUM_WORKER=1, a scheduler and a server
-    started by bpslaunch in upstream (DMLC_ROLE) mode, BYTEPS_FORCE_DISTRIBUTED=1: push_pull of
+    started by bpslaunch in upstream (DMLC_ROLE) mode from that single-machine environment, and
+    BYTEPS_FORCE_DISTRIBUTED=1 in the worker's environment only (as upstream does): push_pull of
     float16/32/64 arrays of shapes (17,), (17,17), (17,17,17) returns the input, and
     DistributedTrainer._init_params keeps every parameter."""
     base = jobs.clean_job_env({
         "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
-        "DMLC_PS_ROOT_PORT": str(_free_port()), "BYTEPS_FORCE_DISTRIBUTED": "1",
+        "DMLC_PS_ROOT_PORT": str(_free_port()),
         "BYTEPS_SECRET": "upstream-mode-test-secret-0123456789abcdef", "BYTEPS_TIMEOUT": "60",
         # upstream meta_test.py: everything in one partition
         "BYTEPS_PARTITION_BYTES": "2147483647",
@@ -106,7 +107,8 @@ def test_upstream_single_worker_forced_distributed():
                 start_new_session=True))
         worker = subprocess.run(
             [sys.executable, str(WORKER), "upstream"],
-            env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0"), stdout=subprocess.PIPE,
+            env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0", BYTEPS_FORCE_DISTRIBUTED="1"),
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, timeout=180, cwd=str(REPO))
         outs = []
         for p in services:

@@ -393,8 +393,10 @@ def choose_default_bandwidth(
             dst = c.servers[0] if k else c.workers[-1]
             good = measure_link(c, c.workers[0], dst, seconds=link_seconds)
             t, cpu = run_pushpull(c, model_bytes, iters=iters, env=env)
+            network = c.network_info()
         row = {"mbit": mbit, "goodput_Bps": good, "link_frac": good * 8 / bps_, "time_s": t,
-               "cpu_busy": cpu, "t_opt_set_s": t_opt(n, k, model_bytes, bps_ / 8),
+               "cpu_busy": cpu, "network": network,
+               "t_opt_set_s": t_opt(n, k, model_bytes, bps_ / 8),
                "t_opt_meas_s": t_opt(n, k, model_bytes, good)}
         row["ratio"] = t / row["t_opt_meas_s"]
         row["vs_lowest"] = row["ratio"] / (rows[0]["ratio"] if rows else row["ratio"])
@@ -411,8 +413,11 @@ def choose_default_bandwidth(
 
 def probe_table(rows: Sequence[dict], n: int, k: int, model_bytes: int) -> str:
     """The probe's rows as a Markdown table."""
+    from .report import network_sentence
+
     out = [f"push_pull of {model_bytes / 2**20:g} MiB float32, n = {n} worker hosts, "
-           f"k = {k} server hosts, {os.cpu_count()} CPU cores", "",
+           f"k = {k} server hosts, {os.cpu_count()} CPU cores; "
+           f"{network_sentence([r.get('network') for r in rows])}", "",
            "| B set (Mbit/s) | link goodput (Mbit/s) | goodput / B | push_pull (s) "
            "| t_opt at goodput (s) | time / t_opt | ratio / ratio at lowest B | CPU busy |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|"]

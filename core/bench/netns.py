@@ -12,13 +12,20 @@ created directly inside the namespaces (never in the root namespace), so deletin
 namespaces deletes them. Each host's link is shaped to ``bandwidth_bps`` in both directions:
 a ``tbf`` on the host's ``eth0`` (upload) and one on its bridge port (download, i.e. the switch
 port's egress), which models a non-blocking switch with one NIC of bandwidth B per host -- the
-paper's model. ``latency_ms`` adds a ``netem`` delay of ``latency_ms / 2`` on each of the two
-egresses a packet crosses, so the one-way host-to-host delay is ``latency_ms``. Every host uses
-the TCP congestion control ``congestion_control`` (default ``cubic``, Linux's own default, as on
-the data-centre hosts the paper models; this machine's root namespace uses ``bbr``, which with
-several flows sharing a shaped link left the n = 4 jobs 5-6 % slower, byteps and gloo alike).
+paper's model. A kernel without ``tbf`` gets an ``htb`` class of the same rate instead
+(:attr:`EmulatedCluster.shaper` says which). ``latency_ms`` adds a ``netem`` delay of
+``latency_ms / 2`` on each of the two egresses a packet crosses, so the one-way host-to-host
+delay is ``latency_ms``.
 
-Needs root and ``ip``/``tc`` (iproute2); :func:`netns_unavailable` says why not.
+Every host asks for the TCP congestion control ``congestion_control`` (default ``cubic``, Linux's
+own default, as on the data-centre hosts the paper models; with ``bbr`` several flows sharing a
+shaped link left the n = 4 jobs 5-6 % slower, byteps and gloo alike). A network namespace may
+only select an algorithm of ``net.ipv4.tcp_allowed_congestion_control``; where the kernel does
+not allow it the hosts keep the namespace's default, and
+:attr:`EmulatedCluster.congestion_control` records what they really use (see :mod:`.kernel`).
+
+Needs root, ``ip``/``tc`` (iproute2), veth, bridge and ``tbf`` or ``htb``;
+:func:`netns_unavailable` says why not.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ from dataclasses import dataclass
 
 from byteps.launcher_output import make_preexec
 
+from .kernel import list_netns, probe_kernel, set_congestion, unknown_qdisc
+from .kernel import run_cmd as _run
+
 log = logging.getLogger(__name__)
 
 #: Subnet of every emulated cluster (each cluster lives in its own namespaces, so clusters
@@ -50,16 +60,18 @@ _SERVER_BASE = 101  # server j -> 10.77.0.(101 + j)
 MAX_WORKERS = _SERVER_BASE - _WORKER_BASE
 MAX_SERVERS = 254 - _SERVER_BASE + 1
 
-#: Seconds a single ``ip``/``tc`` command may take.
-_CMD_TIMEOUT = 20.0
-
 _counter = itertools.count()
 _live: set[EmulatedCluster] = set()  # open clusters (strong refs: closed at exit at the latest)
 _live_lock = threading.RLock()
 
 
 def netns_unavailable() -> str | None:
-    """Why namespaces cannot be used here (a reason for ``pytest.skip``), or None if they can."""
+    """Why an emulated cluster cannot be built here (a reason for ``pytest.skip``), or None.
+
+    Checks Linux, root and iproute2, then (once per process, in a scratch namespace; see
+    :func:`.kernel.probe_kernel`) that the kernel gives namespaces, veth, bridge and a
+    rate-limiting qdisc. The congestion-control policy and ``netem`` are not requirements.
+    """
     if not sys.platform.startswith("linux"):
         return "network namespaces need Linux"
     if os.geteuid() != 0:
@@ -67,24 +79,7 @@ def netns_unavailable() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"'{tool}' (iproute2) is not installed"
-    return None
-
-
-_CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
-
-
-def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
-    """Run one ``ip``/``tc`` command (bounded time); raise ``RuntimeError`` with its stderr."""
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=_CMD_TIMEOUT)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc
-
-
-def list_netns() -> list[str]:
-    """Names of all network namespaces (``ip netns list``)."""
-    out = _run(["ip", "netns", "list"], check=False).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    return probe_kernel().problem
 
 
 def tbf_params(rate_bps: float) -> tuple[int, int]:
@@ -138,9 +133,16 @@ class EmulatedCluster:
         latency_ms (float): added one-way host-to-host delay in milliseconds (needs
             ``sch_netem``; without it a ``RuntimeError`` says so and nothing is left behind).
         prefix (str | None): namespace name prefix (must be unique on this machine).
-        congestion_control (str | None): ``net.ipv4.tcp_congestion_control`` of every host
-            namespace (default ``"cubic"``); ``None`` keeps what a new namespace inherits. An
-            algorithm the kernel lacks raises ``RuntimeError`` (nothing is left behind).
+        congestion_control (str | None): TCP congestion control to select in every host
+            namespace (default ``"cubic"``) where the kernel allows it; otherwise, and for
+            ``None``, the hosts keep what a new namespace inherits. Never an error.
+
+    Attributes:
+        congestion_control (str | None): what the hosts really use (read back from their
+            namespaces; None if unknown, several joined by ``","`` if they differ).
+        congestion_control_requested (str | None): the ``congestion_control`` argument.
+        shaper (str | None): the qdisc that shapes the links (``"tbf"``, ``"htb"``; None when
+            they are unshaped).
     """
 
     def __init__(
@@ -167,7 +169,15 @@ class EmulatedCluster:
         if congestion_control is not None and not re.fullmatch(r"[a-z0-9_]+", congestion_control):
             raise ValueError(f"congestion_control must be an algorithm name, got "
                              f"{congestion_control!r}")
-        self.congestion_control = congestion_control
+        self.congestion_control_requested = congestion_control
+        self.congestion_control: str | None = None
+        shaped = 0 < self.bandwidth_bps < float("inf")
+        support = probe_kernel()
+        self.shaper = support.shaper if shaped else None
+        if latency_ms > 0 and not support.netem:
+            raise RuntimeError("latency_ms > 0 needs tc's netem (kernel module sch_netem), "
+                               "which this kernel lacks")
+        self._host_cc: dict[str, str | None] = {}
         self._namespaces: list[str] = []  # created by us, in creation order
         self._procs: list[subprocess.Popen] = []
         self._lock = threading.RLock()
@@ -202,29 +212,35 @@ class EmulatedCluster:
         _run(["ip", "netns", "add", name])
         self._namespaces.append(name)
         _run(["ip", "-n", name, "link", "set", "lo", "up"])
-        if self.congestion_control:
-            _run(["ip", "netns", "exec", name, "sh", "-c",
-                  f"echo {self.congestion_control} > {_CONGESTION_SYSCTL}"])
 
     def _shape(self, netns: str, dev: str) -> None:
         delay_ms = self.latency_ms / 2.0
-        shaped = 0 < self.bandwidth_bps < float("inf")
         tc = ["tc", "-n", netns, "qdisc", "add", "dev", dev]
-        tbf_parent = ["root", "handle", "1:"]
+        parent = ["root"]
         if delay_ms > 0:
             try:
                 _run(tc + ["root", "handle", "1:", "netem", "delay", f"{delay_ms:.3f}ms",
                            "limit", "1000000"])
             except RuntimeError as exc:
-                if "unknown" in str(exc).lower():
+                if unknown_qdisc(exc):
                     raise RuntimeError("latency_ms > 0 needs tc's netem (kernel module "
                                        "sch_netem), which this kernel lacks") from exc
                 raise
-            tbf_parent = ["parent", "1:1", "handle", "10:"]
-        if shaped:
-            burst, limit = tbf_params(self.bandwidth_bps)
-            _run(tc + tbf_parent + ["tbf", "rate", f"{int(self.bandwidth_bps)}bit",
-                                    "burst", str(burst), "limit", str(limit)])
+            parent = ["parent", "1:1"]
+        if self.shaper is None:
+            return
+        rate = f"{int(self.bandwidth_bps)}bit"
+        burst, limit = tbf_params(self.bandwidth_bps)
+        if self.shaper == "tbf":
+            _run(tc + parent + ["handle", "10:", "tbf", "rate", rate, "burst", str(burst),
+                                "limit", str(limit)])
+            return
+        # htb: one class of the rate (the same bucket as tbf's), its queue a byte FIFO of
+        # tbf's limit (pfifo/bfifo are built into every kernel with qdiscs).
+        _run(tc + parent + ["handle", "10:", "htb", "default", "1"])
+        _run(["tc", "-n", netns, "class", "add", "dev", dev, "parent", "10:", "classid", "10:1",
+              "htb", "rate", rate, "ceil", rate, "burst", str(burst), "cburst", str(burst)])
+        _run(tc + ["parent", "10:1", "handle", "11:", "bfifo", "limit", str(limit)])
 
     def _build(self) -> None:
         br = self.bridge_netns
@@ -243,9 +259,20 @@ class EmulatedCluster:
             _run(["ip", "-n", h.netns, "link", "set", "eth0", "up"])
             self._shape(h.netns, "eth0")  # upload
             self._shape(br, h.name)  # download (switch port egress)
-        log.info("emulated cluster %s: %d worker + %d server hosts, %.0f Mbit/s, %.2f ms",
-                 self.prefix, self.num_workers, self.num_servers, self.bandwidth_bps / 1e6,
-                 self.latency_ms)
+            self._host_cc[h.name] = set_congestion(h.netns, self.congestion_control_requested)
+        used = sorted({cc or "unknown" for cc in self._host_cc.values()})
+        self.congestion_control = None if used == ["unknown"] else ",".join(used)
+        wanted = self.congestion_control_requested
+        if wanted and wanted not in used:
+            allowed = probe_kernel().cc_allowed
+            log.info("TCP congestion control %s is not allowed in a network namespace on this "
+                     "kernel (net.ipv4.tcp_allowed_congestion_control: %s): the hosts of %s "
+                     "keep the default, %s", wanted, " ".join(allowed or ["unknown"]),
+                     self.prefix, self.congestion_control)
+        log.info("emulated cluster %s: %d worker + %d server hosts, %.0f Mbit/s (%s), %.2f ms, "
+                 "congestion control %s", self.prefix, self.num_workers, self.num_servers,
+                 self.bandwidth_bps / 1e6, self.shaper or "unshaped", self.latency_ms,
+                 self.congestion_control)
 
     # ------------------------------------------------------------------------------ queries
 
@@ -268,6 +295,20 @@ class EmulatedCluster:
     def namespaces(self) -> list[str]:
         """The namespaces this cluster created (bridge first) and has not removed yet."""
         return list(self._namespaces)
+
+    def network_info(self) -> dict:
+        """How the links of this cluster are built, JSON-able (for the benchmark reports).
+
+        Keys: ``bandwidth_bps`` (float), ``latency_ms`` (float), ``shaper`` (qdisc or None),
+        ``congestion_control`` (what the hosts use; None if unknown),
+        ``congestion_control_requested``, ``congestion_control_allowed`` (list of what a
+        namespace may select here; None if unknown).
+        """
+        allowed = probe_kernel().cc_allowed
+        return {"bandwidth_bps": self.bandwidth_bps, "latency_ms": self.latency_ms,
+                "shaper": self.shaper, "congestion_control": self.congestion_control,
+                "congestion_control_requested": self.congestion_control_requested,
+                "congestion_control_allowed": None if allowed is None else list(allowed)}
 
     def host(self, host: Host | str) -> Host:
         """Look a host up by :class:`Host`, name (``"w0"``) or namespace name."""

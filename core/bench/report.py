@@ -75,6 +75,30 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = ""
     return "\n".join(lines)
 
 
+def network_sentence(infos: Sequence[Optional[dict]]) -> str:
+    """How the emulated links were built, from :meth:`EmulatedCluster.network_info` records
+    (one per cluster of a section): the qdisc that shaped them and the TCP congestion control
+    the hosts used, e.g. "links shaped by `tbf`; TCP congestion control `cubic` on every host
+    (Linux's default)". Records of runs that predate them (None) count as `tbf` and `cubic`."""
+    infos = [i or {} for i in infos] or [{}]
+    shapers = sorted({i.get("shaper", "tbf") or "none (unshaped)" for i in infos})
+    used = sorted({i.get("congestion_control", "cubic") or "unknown" for i in infos})
+    wanted = sorted({i.get("congestion_control_requested", "cubic") or "" for i in infos} - {""})
+    text = (f"links shaped by {', '.join(f'`{s}`' for s in shapers)}; TCP congestion control "
+            f"{', '.join(f'`{u}`' for u in used)} on every host")
+    if used == ["cubic"]:
+        return text + " (Linux's default)"
+    refused = [w for w in wanted if w not in used]
+    if refused:
+        allowed = next((i.get("congestion_control_allowed") for i in infos
+                        if i.get("congestion_control_allowed")), None)
+        text += (f" (the namespaces' default: this kernel does not let a network namespace "
+                 f"select {', '.join(f'`{w}`' for w in refused)}"
+                 + (f"; `net.ipv4.tcp_allowed_congestion_control` = `{' '.join(allowed)}`"
+                    if allowed else "") + ")")
+    return text
+
+
 def targets_table(targets: Sequence[dict]) -> str:
     rows = [[t["name"], t["goal"], t["measured"], _x(t["ratio"]), verdict(t)] for t in targets]
     return _table(["target", "goal", "measured (same run)", "ratio", "status"], rows, "lllrl")
@@ -393,7 +417,7 @@ def run_standalone(plan: dict, run: Callable, markdown: Callable,
 
 def machine() -> Dict[str, str]:
     info = {"platform": platform.platform(), "python": platform.python_version(),
-            "cores": str(os.cpu_count())}
+            "cores": str(os.cpu_count()), "kernel": f"{platform.system()} {platform.release()}"}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -438,7 +462,8 @@ def render(sections: Sequence[Section], command: str, elapsed_s: Optional[float]
     md.append("")
     md.append(
         f"Measured {date} on {info.get('cpu', 'an unknown CPU')}, {info.get('cores', '?')} "
-        f"cores, {info.get('memory', '?')} memory, SIMD: {info.get('isas', '?')}; Python "
+        f"cores, {info.get('memory', '?')} memory, SIMD: {info.get('isas', '?')}"
+        + (f", {info['kernel']}" if info.get("kernel") else "") + "; Python "
         f"{info.get('python', '?')}, torch {info.get('torch', 'n/a')}"
         + (f", commit {info['commit']}" if info.get("commit") else "") + ". Every process of a "
         "job shares these cores and the loopback interface, so the loopback numbers are not "

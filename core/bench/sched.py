@@ -246,6 +246,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
             log.warning("link measurement failed: %s", exc)
             good = B / 8 * 1448 / 1514
         res["goodput_Bps"] = good
+        res["network"] = c.network_info()
         for name in plan["models"]:
             total = 4 * sum(t.numel for t in models.MODELS[name]())
             comm = bc.t_opt(n, k, total, good)
@@ -318,7 +319,7 @@ def sched_targets(res: dict) -> list[dict]:
 
 def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     """The section (Markdown) and its targets."""
-    from .report import _have_matplotlib, _table, fmt_size
+    from .report import _have_matplotlib, _table, fmt_size, network_sentence
 
     plan = res["plan"]
     md = ["## Scheduling: a training-shaped workload on the emulated cluster", ""]
@@ -328,7 +329,8 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     md.append(
         f"n = {plan['n']} worker hosts, k = {plan['k']} (a server colocated on every worker "
         f"host), links shaped to {plan['bandwidth_mbit']:g} Mbit/s (measured goodput "
-        f"{res['goodput_Bps'] * 8 / 1e6:.0f} Mbit/s). Each worker runs the gradient tensors of "
+        f"{res['goodput_Bps'] * 8 / 1e6:.0f} Mbit/s; {network_sentence([res.get('network')])}"
+        "). Each worker runs the gradient tensors of "
         "the model (real sizes from the published architecture, float32) through a "
         "training-shaped loop: backward from the last tensor to the first, `push_pull_async` "
         "as each gradient is produced, then the next forward pass waits for each tensor's "

@@ -217,7 +217,8 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
                 iters, warm = plan["iters"][str(m)], plan["warmup"]
                 tmo = _timeout(n, m, B / 8 * 0.9, iters + warm)
                 row = {"n": n, "k": k, "bytes": m, "goodput_Bps": good,
-                       "t_opt_s": bc.t_opt(n, k, m, good), "t_ring_s": t_ring(n, m, good)}
+                       "t_opt_s": bc.t_opt(n, k, m, good), "t_ring_s": t_ring(n, m, good),
+                       "network": c.network_info()}
                 for name in plan["settings"]:
                     progress(f"cluster n={n} k={k} {m >> 20} MiB: byteps {name}")
                     try:
@@ -299,7 +300,7 @@ def table1_targets(res: dict) -> list[dict]:
 
 def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     """The section (Markdown) and its targets."""
-    from .report import _have_matplotlib, _table, fmt_size
+    from .report import _have_matplotlib, _table, fmt_size, network_sentence
 
     plan = res["plan"]
     md = ["## Emulated cluster: the architecture table (the paper's Table 1, measured)", ""]
@@ -316,9 +317,9 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     md.append(
         f"n worker hosts and k CPU-server hosts, each a network namespace behind one emulated "
         f"switch, every link shaped to B = {plan['bandwidth_mbit']:g} Mbit/s in both "
-        "directions (the recommendation of `python -m byteps.bench.cluster --probe`), TCP "
-        "congestion control `cubic` on every host (Linux's default); one "
-        "byteps worker process per worker host; the scheduler on w0. k = 0: one server colocated on every worker host; "
+        "directions (the recommendation of `python -m byteps.bench.cluster --probe`); "
+        f"{network_sentence([r.get('network') for r in rows])}; one byteps worker process per "
+        "worker host; the scheduler on w0. k = 0: one server colocated on every worker host; "
         "0 < k < n: a server on every CPU-server host and one colocated on every worker host "
         "(DESIGN.md §3, what `t_opt` assumes); k ≥ n: CPU-server hosts only. "
         "`t_opt = 2n(n−1)M / ((n²+kn−2k)·B)` and gloo's ring time `2(n−1)M / (nB)` are "

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from byteps.bench import cluster as bc
+from byteps.bench import kernel
 
 pytestmark = [
     pytest.mark.bench,
@@ -62,11 +63,8 @@ def test_create_and_teardown_leave_nothing():
             assert "lo: <LOOPBACK,UP" in links and "eth0@" in links
             qdiscs = subprocess.run(["tc", "-n", h.netns, "qdisc", "show", "dev", "eth0"],
                                     capture_output=True, text=True, timeout=20).stdout
-            assert "tbf" in qdiscs
-            cc = subprocess.run(["ip", "netns", "exec", h.netns, "cat",
-                                 "/proc/sys/net/ipv4/tcp_congestion_control"],
-                                capture_output=True, text=True, timeout=20).stdout.strip()
-            assert cc == "cubic"  # the default of EmulatedCluster, whatever the root uses
+            assert c.shaper in kernel.SHAPERS and c.shaper in qdiscs
+            assert _host_cc(h.netns) == c.congestion_control
         bridge_links = _ip("-n", c.bridge_netns, "-o", "link", "show")
         assert all(f"{h.name}@" in bridge_links for h in c.hosts)
         # nothing of ours appears in the root namespace
@@ -78,13 +76,56 @@ def test_create_and_teardown_leave_nothing():
     assert _ours(prefix) == []
 
 
+def _host_cc(netns: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", netns, "cat", kernel.CC_SYSCTL],
+                          capture_output=True, text=True, timeout=20).stdout.strip()
+
+
+def test_congestion_control_cubic_where_allowed_else_the_namespace_default():
+    support = kernel.probe_kernel()
+    allowed = support.cc_allowed or ()
+    want = "cubic" if "cubic" in allowed else support.cc_default
+    with bc.EmulatedCluster(2, 0, 200e6, prefix=_prefix()) as c:
+        assert c.congestion_control == want
+        assert c.congestion_control_requested == "cubic"
+        assert [_host_cc(h.netns) for h in c.hosts] == [want, want]
+        info = c.network_info()
+        assert info["congestion_control"] == want and info["shaper"] == c.shaper
+    # an algorithm the namespaces may select (reno always is) is used, a refused one is not
+    other = next((a for a in allowed if a != support.cc_default), support.cc_default)
+    for ask, got in ((other, other), ("no_such_algorithm", support.cc_default)):
+        with bc.EmulatedCluster(1, 0, 0, prefix=_prefix(), congestion_control=ask) as c:
+            assert c.congestion_control == got == _host_cc(c.hosts[0].netns), ask
+    with bc.EmulatedCluster(1, 0, 0, prefix=_prefix(), congestion_control=None) as c:
+        assert c.congestion_control == support.cc_default
+
+
+def test_htb_shapes_where_tbf_is_missing(monkeypatch):
+    support = kernel.probe_kernel()
+    if "htb" not in support.shapers:
+        pytest.skip(f"this kernel has no htb qdisc (shapers: {support.shapers})")
+    from dataclasses import replace
+
+    from byteps.bench import netns
+
+    monkeypatch.setattr(netns, "probe_kernel", lambda: replace(support, shaper="htb"))
+    rate = 200e6
+    with bc.EmulatedCluster(1, 1, rate, prefix=_prefix()) as c:
+        assert c.shaper == "htb"
+        qdiscs = subprocess.run(["tc", "-n", c.hosts[0].netns, "qdisc", "show", "dev", "eth0"],
+                                capture_output=True, text=True, timeout=20).stdout
+        assert "htb" in qdiscs and "tbf" not in qdiscs
+        got = bc.measure_link(c, "w0", "s0", seconds=2.0)
+    assert 0.85 <= got * 8 / rate <= 1.02, f"{got * 8 / 1e6:.1f} Mbit/s at 200 Mbit/s set"
+
+
 def test_latency_works_or_fails_cleanly():
     prefix = _prefix()
     try:
         with bc.EmulatedCluster(1, 1, 200e6, latency_ms=2.0, prefix=prefix) as c:
             qdiscs = subprocess.run(["tc", "-n", c.hosts[0].netns, "qdisc", "show"],
                                     capture_output=True, text=True, timeout=20).stdout
-            assert "netem" in qdiscs and "tbf" in qdiscs
+            assert "netem" in qdiscs and c.shaper in qdiscs
     except RuntimeError as exc:
         assert "netem" in str(exc)
     assert _ours(prefix) == []

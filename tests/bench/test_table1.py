@@ -62,6 +62,10 @@ def test_tiny_table(tmp_path):
                 "speed-up default", "speed-up tuned", "theory", "speed-up / theory",
                 "CPU busy (tuned)", "targets"):
         assert f"| {col} |" in md, col
+    # the report says which qdisc shaped the links and which congestion control the hosts used
+    net = rows[0]["network"]
+    assert net["shaper"] and f"links shaped by `{net['shaper']}`" in md
+    assert f"TCP congestion control `{net['congestion_control']}` on every host" in md
     table = [ln for ln in md.splitlines() if ln.startswith("| 2 |")]
     assert len(table) == 2 and all("failed" not in ln for ln in table)
     assert (tmp_path / "cluster_table1.png").stat().st_size > 0

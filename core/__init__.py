@@ -10,9 +10,12 @@ from .errors import (  # noqa: F401
     BytePSTimeoutError,
     ConfigError,
     InternalError,
+    InvalidArgumentError,
+    InvalidTypeError,
     MismatchError,
     NotInitializedError,
     PeerLostError,
+    UsageError,
 )
 
 __version__ = "0.3.0"

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import operator
 import os
 import threading
 from typing import Optional, Sequence
 
 from . import _core
-from .errors import NotInitializedError
+from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
 
-#: dtype names the summation service supports (DESIGN.md §2; server SIMD kernels).
+#: dtype names the summation service supports (docs/architecture.md §7: the SIMD kernels).
 SUPPORTED_DTYPES = (
     "float16",
     "bfloat16",
@@ -93,17 +94,22 @@ def resume(num_workers: int, num_servers: int, global_rank: int, context=None) -
     keys. ``context`` is accepted for upstream compatibility and ignored.
 
     Raises:
-        ValueError: a count or rank out of range.
+        byteps.errors.InvalidTypeError: a count or rank that is not an int.
+        byteps.errors.InvalidArgumentError: a count or rank out of range.
         byteps.errors.ConfigError, BytePSTimeoutError, PeerLostError: as :func:`init`.
     """
+    num_workers = _as_int(num_workers, "num_workers", "resume")
+    num_servers = _as_int(num_servers, "num_servers", "resume")
+    global_rank = _as_int(global_rank, "global_rank", "resume")
     if num_workers < 1 or num_servers < 0:
-        raise ValueError(f"resume: num_workers must be >= 1 and num_servers >= 0, got "
-                         f"{num_workers}, {num_servers}")
+        raise InvalidArgumentError(f"resume: num_workers must be >= 1 and num_servers >= 0, "
+                                   f"got {num_workers}, {num_servers}")
     # Read through the knob registry (validated, with its default), like init() will.
     local = int(_core.knob_values(dict(os.environ))["BYTEPS_LOCAL_SIZE"])
     if not 0 <= global_rank < num_workers * local:
-        raise ValueError(f"resume: global_rank {global_rank} is not in [0, "
-                         f"{num_workers * local}) for {num_workers} workers x {local} local")
+        raise InvalidArgumentError(f"resume: global_rank {global_rank} is not in [0, "
+                                   f"{num_workers * local}) for {num_workers} workers x "
+                                   f"{local} local")
     with _lock:
         _core.shutdown()
         os.environ["DMLC_NUM_WORKER"] = str(num_workers)
@@ -123,6 +129,40 @@ def is_initialized() -> bool:
 def _require_init() -> None:
     if not _core.is_initialized():
         raise NotInitializedError("byteps is not initialised: call init() first")
+
+
+def _as_int(value, what: str, fn: str, lo: Optional[int] = None,
+            hi: Optional[int] = None) -> int:
+    """``value`` as an int in ``[lo, hi)`` (Python or NumPy integer; bool and float refused).
+
+    Raises:
+        byteps.errors.InvalidTypeError: not an integer.
+        byteps.errors.InvalidArgumentError: out of range.
+    """
+    if isinstance(value, bool):
+        raise InvalidTypeError(f"{fn}: {what} must be an int, got bool")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise InvalidTypeError(f"{fn}: {what} must be an int, got "
+                               f"{type(value).__name__}") from None
+    if (lo is not None and v < lo) or (hi is not None and v >= hi):
+        raise InvalidArgumentError(f"{fn}: {what} must be in [{lo}, {hi}), got {v}")
+    return v
+
+
+def _check_name(name, fn: str) -> str:
+    """``name`` if it is a non-empty str.
+
+    Raises:
+        byteps.errors.InvalidTypeError: not a str.
+        byteps.errors.InvalidArgumentError: empty.
+    """
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"{fn}: name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidArgumentError(f"{fn}: tensor name must not be empty")
+    return name
 
 
 def size() -> int:
@@ -152,7 +192,14 @@ def local_rank() -> int:
 
 def declare(name: str) -> int:
     """Declare a tensor name; returns its key (declaration order, which must agree on every
-    worker). Declaring an existing name returns its key again."""
+    worker). Declaring an existing name returns its key again.
+
+    Raises:
+        byteps.errors.InvalidTypeError: ``name`` is not a str.
+        byteps.errors.InvalidArgumentError: ``name`` is empty, or more than 65535 names.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    _check_name(name, "declare")
     _require_init()
     return int(_core.declare(name))
 
@@ -177,7 +224,7 @@ def push_pull_async(
 
     Args:
         name: tensor name; the same name on every rank. At most one operation per name may be
-            in flight (a second raises ``ValueError``).
+            in flight (a second raises ``InvalidArgumentError``).
         input_ptr, output_ptr: addresses of C-contiguous host buffers of ``nbytes`` bytes; may be
             equal (in place). They must stay valid until the handle is waited on.
         dtype: one of :data:`SUPPORTED_DTYPES`.
@@ -190,37 +237,68 @@ def push_pull_async(
         an integer handle for :func:`poll` / :func:`wait`.
 
     Raises:
-        TypeError: unsupported dtype.  ValueError: bad size/shape or duplicate in-flight name.
+        byteps.errors.InvalidTypeError (a ``TypeError``): unsupported dtype, a name that is not
+            a str, an address, size, dimension, priority or version that is not an int.
+        byteps.errors.InvalidArgumentError (a ``ValueError``): an empty name, a negative size
+            or dimension, ``nbytes`` not matching ``shape`` and ``dtype``, a null buffer, or an
+            operation with this name already in flight; a name first used with another dtype
+            or shape.
         byteps.errors.NotInitializedError: before ``init()``.
     """
-    if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"unsupported dtype {dtype!r}; supported: {', '.join(SUPPORTED_DTYPES)}"
+    fn = "push_pull_async"
+    if not isinstance(dtype, str) or dtype not in SUPPORTED_DTYPES:
+        raise InvalidTypeError(
+            f"{fn}: unsupported dtype {dtype!r}; supported: {', '.join(SUPPORTED_DTYPES)}"
         )
+    _check_name(name, fn)
+    input_ptr = _as_int(input_ptr, "input_ptr", fn, 0, 1 << 64)
+    output_ptr = _as_int(output_ptr, "output_ptr", fn, 0, 1 << 64)
+    nbytes = _as_int(nbytes, "nbytes", fn, 0, 1 << 63)
+    try:
+        dims = list(shape)
+    except TypeError:
+        raise InvalidTypeError(f"{fn}: shape must be a sequence of ints, got "
+                               f"{type(shape).__name__}") from None
+    dims = [_as_int(d, "each dimension of shape", fn, 0, 1 << 63) for d in dims]
+    if priority is not None:
+        priority = _as_int(priority, "priority", fn, -(1 << 63), 1 << 63)
+    version = _as_int(version, "version", fn)
     _require_init()
-    return int(
-        _core.push_pull_async(
-            name,
-            int(input_ptr),
-            int(output_ptr),
-            int(nbytes),
-            dtype,
-            [int(s) for s in shape],
-            bool(average),
-            priority,
-            int(version),
-        )
-    )
+    return int(_core.push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, dims,
+                                     bool(average), priority, version))
 
 
 def poll(handle: int) -> bool:
-    """True when the operation behind ``handle`` has finished (successfully or not)."""
-    return bool(_core.poll(int(handle)))
+    """True when the operation behind ``handle`` has finished (successfully or not).
+
+    Raises:
+        byteps.errors.InvalidTypeError: ``handle`` is not an int.
+        byteps.errors.InvalidArgumentError: unknown or already released handle.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    handle = _as_int(handle, "handle", "poll", -(1 << 63), 1 << 63)
+    return bool(_core.poll(handle))
 
 
 def wait(handle: int, timeout: Optional[float] = None) -> None:
     """Block (GIL released) until the operation finishes; release the handle.
 
-    Raises the operation's error as a typed :mod:`byteps.errors` exception.
+    Args:
+        handle: from :func:`push_pull_async`.
+        timeout: seconds; ``None`` (default) waits until the operation finishes or the core's
+            own ``BYTEPS_TIMEOUT`` fails it.
+
+    Raises:
+        byteps.errors.InvalidTypeError: ``handle`` is not an int or ``timeout`` not a number.
+        byteps.errors.InvalidArgumentError: unknown or already released handle.
+        the operation's error as a typed :mod:`byteps.errors` exception.
     """
-    _core.wait(int(handle), -1.0 if timeout is None else float(timeout))
+    handle = _as_int(handle, "handle", "wait", -(1 << 63), 1 << 63)
+    if timeout is None:
+        seconds = -1.0
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise InvalidTypeError(f"wait: timeout must be a number of seconds or None, got "
+                               f"{type(timeout).__name__}")
+    _core.wait(handle, seconds)

@@ -1,13 +1,47 @@
-"""Typed exceptions raised by byteps (DESIGN.md §5).
+"""Typed exceptions raised by byteps (docs/architecture.md §8).
 
-Every error from the core reaches Python as a subclass of :class:`BytePSError`. Where a
-standard exception fits, the class also derives from it, so ``except ValueError`` or
-``except TimeoutError`` keeps working in user code.
+Every exception byteps raises -- from the core, the Python layer and the framework adapters,
+invalid arguments included -- is a subclass of :class:`BytePSError`, so one
+``except byteps.BytePSError`` catches them all. Where a standard exception fits, the class also
+derives from it, so ``except ValueError``, ``except TypeError`` or ``except TimeoutError`` keeps
+working in user code.
+
+Exceptions: ``ImportError`` when a framework adapter cannot be imported (missing or too old
+framework), ``NotImplementedError`` from the abstract ``Compressor`` methods (for subclasses to
+override), and the command line tools' own usage errors (``bpslaunch``: ``LaunchError``).
 """
 
 
 class BytePSError(RuntimeError):
     """Base class of every error raised by byteps."""
+
+
+class InvalidArgumentError(BytePSError, ValueError):
+    """An argument has the right type but a value the API does not accept.
+
+    E.g. an empty tensor name, ``root_rank`` out of ``[0, size())``, an unknown or already
+    synchronised handle, a second operation on a name that is still in flight, a tensor whose
+    elements share memory for an in-place operation. The message names the function and the
+    argument.
+    """
+
+
+class InvalidTypeError(BytePSError, TypeError):
+    """An argument has a type the API does not accept.
+
+    E.g. not a tensor, a tensor dtype the summation service does not support (bool, int16,
+    complex...; the message lists the supported ones), a GPU or sparse tensor (this build
+    reduces dense CPU tensors only), a name that is not a ``str``.
+    """
+
+
+class UsageError(BytePSError):
+    """A call the API does not allow at this point of the program.
+
+    E.g. ``optimizer.zero_grad()`` between ``loss.backward()`` and ``optimizer.step()`` while
+    the gradients are still being reduced, or more backward passes than
+    ``backward_passes_per_step`` before a step. The message says what to change.
+    """
 
 
 class ConfigError(BytePSError, ValueError):
@@ -46,7 +80,7 @@ class InternalError(BytePSError):
 
 #: Core status code name -> exception class (used by the C++ exception translator).
 STATUS_CLASSES = {
-    "INVALID_ARGUMENT": ValueError,
+    "INVALID_ARGUMENT": InvalidArgumentError,
     "CONFIG": ConfigError,
     "MISMATCH": MismatchError,
     "PEER_LOST": PeerLostError,
@@ -57,6 +91,9 @@ STATUS_CLASSES = {
 
 __all__ = [
     "BytePSError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "UsageError",
     "ConfigError",
     "MismatchError",
     "PeerLostError",

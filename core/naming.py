@@ -11,8 +11,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from . import basics as _b
+from .errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["name_for", "broadcast_object", "check_root"]
+__all__ = ["name_for", "broadcast_object", "check_root", "resolve_priority"]
 
 _names_lock = threading.Lock()
 _name_sigs: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
@@ -40,14 +41,32 @@ def check_root(root_rank: Any, fn: str) -> int:
     """``root_rank`` as an int in ``[0, size())``.
 
     Raises:
-        ValueError: not an int (bools refused) or out of range.
+        byteps.errors.InvalidArgumentError (a ``ValueError``): not an int (bools refused) or out
+            of range.
         byteps.errors.NotInitializedError: before ``init()``.
     """
     n = _b.size()
     if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) \
             or not 0 <= int(root_rank) < n:
-        raise ValueError(f"{fn}: root_rank must be an int in [0, {n}), got {root_rank!r}")
+        raise InvalidArgumentError(f"{fn}: root_rank must be an int in [0, {n}), got {root_rank!r}")
     return int(root_rank)
+
+
+def resolve_priority(priority: Any, fn: str) -> Optional[int]:
+    """An adapter's ``priority`` argument as the core takes it: ``None`` for 0 or ``None``
+    (upstream's default: the core orders by declaration, earlier-declared first), else the int
+    (larger runs first).
+
+    Raises:
+        byteps.errors.InvalidTypeError (a ``TypeError``): not an int (Python or NumPy integer;
+            bools and floats refused).
+    """
+    if priority is None:
+        return None
+    if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
+        raise InvalidTypeError(f"{fn}: priority must be an int or None, got "
+                               f"{type(priority).__name__}")
+    return None if priority == 0 else int(priority)
 
 
 def _broadcast_array(arr: np.ndarray, dtype: str, name: str, is_root: bool) -> np.ndarray:
@@ -81,7 +100,8 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
         ``obj`` itself on the root; the unpickled copy elsewhere.
 
     Raises:
-        ValueError: bad ``root_rank`` or an empty name.
+        byteps.errors.InvalidArgumentError (a ``ValueError``): bad ``root_rank``, or a name
+            that is not a non-empty str.
         byteps.errors.NotInitializedError: before ``init()``.
         byteps.errors.BytePSError subclasses: the underlying push_pull failed.
     """
@@ -91,7 +111,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
     if name is None:
         name = type(obj).__name__
     if not isinstance(name, str) or not name:
-        raise ValueError(f"broadcast_object: name must be a non-empty str, got {name!r}")
+        raise InvalidArgumentError(f"broadcast_object: name must be a non-empty str, got {name!r}")
     is_root = _b.rank() == root
     base = f"BroadcastObject.{name}"
     payload = cloudpickle.dumps(obj) if is_root else b""

@@ -47,6 +47,8 @@ from byteps.basics import (  # re-exported as-is
     shutdown,
     size,
 )
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+from byteps.naming import resolve_priority
 
 __all__ = [
     "init",
@@ -152,19 +154,21 @@ def byteps_declare_tensor(name: str, **kwargs) -> int:
     Args:
         name: the tensor's name (used unchanged; upstream prefixed ``"byteps."``).
         **kwargs: upstream passed server-side compressor settings (``byteps_compressor_type``
-            ...). This build has no server-side compression: any keyword raises ``ValueError``.
+            ...). This build has no server-side compression: any keyword raises
+            ``InvalidArgumentError`` (a ``ValueError``).
 
     Raises:
-        TypeError: ``name`` is not a string.
-        ValueError: ``name`` is empty, or compressor keywords were given.
+        InvalidTypeError (a TypeError): ``name`` is not a string.
+        InvalidArgumentError (a ValueError): ``name`` is empty, or compressor keywords were given.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     if not isinstance(name, str):
-        raise TypeError(f"byteps_declare_tensor: name must be a str, got {type(name).__name__}")
+        raise InvalidTypeError(
+            f"byteps_declare_tensor: name must be a str, got {type(name).__name__}")
     if not name:
-        raise ValueError("byteps_declare_tensor: name must not be empty")
+        raise InvalidArgumentError("byteps_declare_tensor: name must not be empty")
     if kwargs:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"byteps_declare_tensor({name!r}): server-side gradient compression "
             f"({', '.join(sorted(kwargs))}) is not part of this build of byteps; use "
             "Compression.fp16 in the trainer for float16 transfer")
@@ -175,7 +179,7 @@ def _dtype_name(tensor: mx.nd.NDArray, fn: str) -> str:
     try:
         return _DTYPE_NAMES[np.dtype(tensor.dtype).type]
     except (KeyError, TypeError):
-        raise TypeError(
+        raise InvalidTypeError(
             f"{fn}: unsupported NDArray dtype {np.dtype(tensor.dtype).name}; supported dtypes: "
             f"{', '.join(SUPPORTED_DTYPES)}") from None
 
@@ -184,17 +188,19 @@ def check_tensor(tensor: Any, fn: str) -> str:
     """Validate ``tensor`` for the core; returns the core's dtype name.
 
     Raises:
-        TypeError: not an ``mx.nd.NDArray``; a sparse (``row_sparse``/``csr``) NDArray; an
-            NDArray on a GPU; an unsupported dtype (the message lists the supported ones).
+        InvalidTypeError (a TypeError): not an ``mx.nd.NDArray``; a sparse (``row_sparse``/``csr``)
+            NDArray; an NDArray on a GPU; an unsupported dtype (the message lists the supported
+            ones).
     """
     if not isinstance(tensor, mx.nd.NDArray):
-        raise TypeError(f"{fn}: expected an mxnet NDArray, got {type(tensor).__name__}")
+        raise InvalidTypeError(f"{fn}: expected an mxnet NDArray, got {type(tensor).__name__}")
     if tensor.stype != "default":
-        raise TypeError(f"{fn}: sparse NDArrays ({tensor.stype}) are not supported; convert "
-                        "with tensor.tostype('default')")
+        raise InvalidTypeError(f"{fn}: sparse NDArrays ({tensor.stype}) are not supported; convert "
+                               "with tensor.tostype('default')")
     if tensor.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared"):
-        raise TypeError(f"{fn}: the NDArray is on {tensor.context}; this build of byteps.mxnet "
-                        "supports CPU NDArrays only (GPU arrays come with the CUDA path)")
+        raise InvalidTypeError(
+            f"{fn}: the NDArray is on {tensor.context}; this build of byteps.mxnet "
+            "supports CPU NDArrays only (GPU arrays come with the CUDA path)")
     return _dtype_name(tensor, fn)
 
 
@@ -203,9 +209,9 @@ def resolve_name(name: Optional[str], fn: str) -> str:
     if name is None:
         return _b.unique_name("mxnet.noname")
     if not isinstance(name, str):
-        raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
+        raise InvalidTypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
     if not name:
-        raise ValueError(f"{fn}: name must not be empty (pass None for a unique name)")
+        raise InvalidArgumentError(f"{fn}: name must not be empty (pass None for a unique name)")
     return name
 
 
@@ -231,8 +237,9 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
             Default True.
 
     Raises:
-        TypeError: not an NDArray, sparse, on a GPU, or an unsupported dtype (bool, int16...).
-        ValueError: an empty name.
+        InvalidTypeError (a TypeError): not an NDArray, sparse, on a GPU, or an unsupported dtype
+            (bool, int16...).
+        InvalidArgumentError (a ValueError): an empty name.
         byteps.errors.NotInitializedError: before :func:`init`.
         byteps.errors.BytePSError subclasses: raised by MXNet at the next read of ``tensor``
             when the operation failed (a dead peer, ranks disagreeing on the name's dtype or
@@ -240,7 +247,7 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
     """
     dtype = check_tensor(tensor, "byteps_push_pull")
     name = resolve_name(name, "byteps_push_pull")
-    prio = None if priority is None or priority == 0 else int(priority)
+    prio = resolve_priority(priority, "byteps_push_pull")
     _b.declare(name)  # here, in program order: keys must agree across ranks
     shape = tuple(int(s) for s in tensor.shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize

@@ -11,6 +11,7 @@ from typing import Any, List, Optional, Tuple
 
 import mxnet as mx
 
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root, name_for
 
 from . import ops
@@ -22,17 +23,19 @@ __all__ = ["DistributedOptimizer", "broadcast_parameters"]
 def _named_arrays(params: Any) -> List[Tuple[str, List[mx.nd.NDArray]]]:
     """``params`` as ``(name, [arrays to overwrite])`` pairs in a rank-independent order."""
     if isinstance(params, mx.nd.NDArray):
-        raise ValueError("broadcast_parameters: params must be a dict or a list, not a single "
-                         "NDArray (wrap it: [('name', array)])")
+        raise InvalidArgumentError(
+            "broadcast_parameters: params must be a dict or a list, not a single "
+            "NDArray (wrap it: [('name', array)])")
     if isinstance(params, (dict, mx.gluon.ParameterDict)):
         items = sorted(params.items(), key=lambda kv: str(kv[0]))
     else:
         try:
             seq = list(params)
         except TypeError:
-            raise ValueError("broadcast_parameters: params must be a dict of NDArrays (Module "
-                             "get_params()), a Gluon ParameterDict, or a list of NDArrays / "
-                             f"(name, NDArray) pairs; got {type(params).__name__}") from None
+            raise InvalidArgumentError(
+                "broadcast_parameters: params must be a dict of NDArrays (Module "
+                "get_params()), a Gluon ParameterDict, or a list of NDArrays / "
+                f"(name, NDArray) pairs; got {type(params).__name__}") from None
         items = [(str(it[0]), it[1]) if isinstance(it, tuple) and len(it) == 2 else (str(i), it)
                  for i, it in enumerate(seq)]
     out = []
@@ -41,7 +44,7 @@ def _named_arrays(params: Any) -> List[Tuple[str, List[mx.nd.NDArray]]]:
             continue
         if isinstance(value, mx.gluon.Parameter):
             if value._deferred_init or value._data is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"broadcast_parameters: Gluon parameter {value.name!r} is not initialised "
                     "yet (deferred initialisation); run one forward pass first, or let "
                     "DistributedTrainer broadcast the parameters on its first step")
@@ -67,10 +70,11 @@ def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "paramet
             name was used before with another dtype or shape).
 
     Raises:
-        ValueError: bad ``root_rank``, a single NDArray or another unsupported container, or
-            an uninitialised Gluon parameter (upstream raised ``TypeError`` for every Gluon
-            ``ParameterDict``).
-        TypeError: an array that is sparse, on a GPU or of an unsupported dtype.
+        InvalidArgumentError (a ValueError): bad ``root_rank``, a single NDArray or another
+            unsupported container, or an uninitialised Gluon parameter (upstream raised
+            ``TypeError`` for every Gluon ``ParameterDict``).
+        InvalidTypeError (a TypeError): an array that is sparse, on a GPU or of an unsupported
+            dtype.
         byteps.errors.BytePSError subclasses: a push_pull failed.
     """
     root = check_root(root_rank, "broadcast_parameters")
@@ -126,7 +130,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             (default ``Compression.none``).
 
     Raises:
-        TypeError: ``optimizer`` is not an ``mx.optimizer.Optimizer``.
+        InvalidTypeError (a TypeError): ``optimizer`` is not an ``mx.optimizer.Optimizer``.
     """
 
     _OWN = ("_optimizer", "_compression")
@@ -136,8 +140,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
     def __init__(self, optimizer: mx.optimizer.Optimizer, compression=Compression.none):
         if not isinstance(optimizer, mx.optimizer.Optimizer):
-            raise TypeError("DistributedOptimizer wraps an mx.optimizer.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+            raise InvalidTypeError("DistributedOptimizer wraps an mx.optimizer.Optimizer, got "
+                                   f"{type(optimizer).__name__}")
         if isinstance(optimizer, DistributedOptimizer):
             optimizer = optimizer._optimizer
         object.__setattr__(self, "_optimizer", optimizer)

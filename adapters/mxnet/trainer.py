@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional
 
 import mxnet as mx
 
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root
 
 from . import ops
@@ -24,11 +25,11 @@ def _compressor(compression_params: Optional[Dict[str, Any]]):
     if compression_params is None:
         return Compression.none
     if not isinstance(compression_params, dict):
-        raise TypeError("compression_params must be a dict or None, got "
-                        f"{type(compression_params).__name__}")
+        raise InvalidTypeError("compression_params must be a dict or None, got "
+                               f"{type(compression_params).__name__}")
     unknown = sorted(set(compression_params) - {"fp16"})
     if unknown:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"compression_params {unknown}: server-side gradient compression (onebit, topk, "
             "randomk, dithering, error feedback) is not part of this build of byteps; the "
             "supported key is 'fp16' (float16 transfer)")
@@ -60,16 +61,17 @@ class DistributedTrainer(mx.gluon.Trainer):
         root_rank: rank whose initial parameters every worker starts from (default 0).
         compression_params: ``None`` or ``{"fp16": True}`` (float16 transfer). Upstream's
             server-side compressors (``compressor``, ``ef``, ``momentum``...) are not part of
-            this build and raise ``ValueError``.
+            this build and raise ``InvalidArgumentError`` (a ``ValueError``).
 
     Tensor names: ``"parameter_<i>"`` and ``"gradient_<i>"`` for the first trainer of the
     process, ``"trainer<k>.parameter_<i>"``... for the k-th, declared when the trainer is created
     (create trainers in the same order on every rank).
 
     Raises:
-        TypeError: sparse weights or gradients; bad ``compression_params`` type.
-        ValueError: parameters on more than one context (one context per process), a bad
-            ``root_rank``, unsupported compression keys.
+        InvalidTypeError (a TypeError): sparse weights or gradients; bad ``compression_params``
+            type.
+        InvalidArgumentError (a ValueError): parameters on more than one context (one context per
+            process), a bad ``root_rank``, unsupported compression keys.
         byteps.errors.NotInitializedError: before :func:`~byteps.mxnet.init`.
     """
 
@@ -87,11 +89,13 @@ class DistributedTrainer(mx.gluon.Trainer):
             params = [params[k] for k in sorted(params.keys())]
         super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None)
         if self._contains_sparse_weight or self._contains_sparse_grad:
-            raise TypeError("DistributedTrainer: sparse weights or gradients are not supported")
+            raise InvalidTypeError(
+                "DistributedTrainer: sparse weights or gradients are not supported")
         if self._contexts is not None and len(self._contexts) > 1:
-            raise ValueError(f"DistributedTrainer: parameters live on {len(self._contexts)} "
-                             f"contexts ({self._contexts}); byteps.mxnet runs one context per "
-                             "process (start one worker process per device)")
+            raise InvalidArgumentError(
+                f"DistributedTrainer: parameters live on {len(self._contexts)} "
+                f"contexts ({self._contexts}); byteps.mxnet runs one context per "
+                "process (start one worker process per device)")
         k = next(_trainer_count)
         prefix = "" if k == 0 else f"trainer{k}."
         self._bps_param_names = [f"{prefix}parameter_{i}" for i in range(len(self._params))]

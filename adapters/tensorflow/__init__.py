@@ -21,7 +21,8 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
 :func:`DistributedOptimizer`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
-:data:`Sum`, :data:`Adasum` (Adasum raises ``ValueError`` wherever an op is taken).
+:data:`Sum`, :data:`Adasum` (Adasum raises
+``byteps.errors.InvalidArgumentError``, a ``ValueError``, wherever an op is taken).
 
 The adapter is Python over the core (no TensorFlow custom op is compiled): tensors pass
 through host memory as NumPy arrays, eagerly or via ``tf.numpy_function`` inside

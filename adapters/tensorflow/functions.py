@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 import tensorflow as tf
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import broadcast_object
 
 from . import ops
@@ -18,10 +19,10 @@ __all__ = ["push_pull", "broadcast", "broadcast_variables", "broadcast_object"]
 
 def _base(tensor: Any, scope: str, name: Optional[str], prefix: str, fn: str) -> str:
     if not isinstance(scope, str):
-        raise TypeError(f"{fn}: scope must be a str, got {type(scope).__name__}")
+        raise InvalidTypeError(f"{fn}: scope must be a str, got {type(scope).__name__}")
     if name is not None:
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{fn}: name must be a non-empty str or None, got {name!r}")
+            raise InvalidArgumentError(f"{fn}: name must be a non-empty str or None, got {name!r}")
         return scope + name
     label = ops._label(tensor)
     if label is None:
@@ -59,9 +60,11 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
         a ``tf.Tensor`` with the input's shape and dtype.
 
     Raises:
-        TypeError: not a tensor (e.g. a list or NumPy array), a ``tf.RaggedTensor`` or
-            ``tf.SparseTensor``, or an unsupported dtype (bool, string, complex, int16...).
-        ValueError: both ``op`` and ``average`` given; ``op=Adasum`` or an unknown op.
+        InvalidTypeError (a TypeError): not a tensor (e.g. a list or NumPy array), a
+            ``tf.RaggedTensor`` or ``tf.SparseTensor``, or an unsupported dtype (bool, string,
+            complex, int16...).
+        InvalidArgumentError (a ValueError): both ``op`` and ``average`` given; ``op=Adasum`` or an
+            unknown op.
         byteps.errors.NotInitializedError: before :func:`init`.
         byteps.errors.MismatchError: ranks disagree on the dtype or shape for this name.
     """
@@ -96,7 +99,7 @@ def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = Non
         a ``tf.Tensor`` with the input's shape and dtype.
 
     Raises:
-        TypeError: as for :func:`push_pull`.  ValueError: bad ``root_rank``.
+        InvalidTypeError (a TypeError): as for :func:`push_pull`.  ValueError: bad ``root_rank``.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     base = _base(tensor, scope, name, "BytePSBroadcast", "broadcast")
@@ -131,15 +134,15 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int, scope: str = "
         ``tf.function`` a ``tf.group`` of the assignments.
 
     Raises:
-        TypeError: an element is not a variable, or has an unsupported dtype.
-        ValueError: bad ``root_rank``.
+        InvalidTypeError (a TypeError): an element is not a variable, or has an unsupported dtype.
+        InvalidArgumentError (a ValueError): bad ``root_rank``.
         byteps.errors.MismatchError: shapes or dtypes differ across ranks.
     """
     variables = list(variables)
     for v in variables:
         if not (isinstance(v, tf.Variable) or (tf.is_tensor(v) and hasattr(v, "assign"))):
-            raise TypeError("broadcast_variables: expected tf.Variable or Keras variables, "
-                            f"got {type(v).__name__}")
+            raise InvalidTypeError("broadcast_variables: expected tf.Variable or Keras variables, "
+                                   f"got {type(v).__name__}")
     root = ops._check_root(root_rank, "broadcast_variables")
     if not variables:
         return None if tf.executing_eagerly() else tf.group()

@@ -38,6 +38,7 @@ from byteps.basics import (  # re-exported as-is
     shutdown,
     size,
 )
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root as _check_root  # noqa: F401 (used by functions.py)
 from byteps.naming import name_for
 
@@ -102,11 +103,11 @@ def declare(name: str) -> int:
     be the same on every worker). Declaring an existing name returns the same key.
 
     Raises:
-        TypeError: ``name`` is not a string.
+        InvalidTypeError (a TypeError): ``name`` is not a string.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     if not isinstance(name, str):
-        raise TypeError(f"declare(name): name must be a str, got {type(name).__name__}")
+        raise InvalidTypeError(f"declare(name): name must be a str, got {type(name).__name__}")
     return _b.declare(name)
 
 
@@ -116,7 +117,7 @@ def declare(name: str) -> int:
 def _resolve_op(op: Optional[str], average: Optional[bool], fn: str = "push_pull") -> bool:
     """``op``/``average`` -> average flag. ``op`` wins; both given is an error (as upstream)."""
     if op is not None and average is not None:
-        raise ValueError(f"{fn}: pass either op or the deprecated average, not both")
+        raise InvalidArgumentError(f"{fn}: pass either op or the deprecated average, not both")
     if op is None:
         return True if average is None else bool(average)
     if op == Average:
@@ -124,37 +125,40 @@ def _resolve_op(op: Optional[str], average: Optional[bool], fn: str = "push_pull
     if op == Sum:
         return False
     if op == Adasum:
-        raise ValueError(f"{fn}: op=Adasum is not supported by byteps (use Average or Sum)")
-    raise ValueError(f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average or Sum")
+        raise InvalidArgumentError(
+            f"{fn}: op=Adasum is not supported by byteps (use Average or Sum)")
+    raise InvalidArgumentError(
+        f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average or Sum")
 
 
 def _dtype_name(dtype: tf.DType, fn: str) -> str:
     try:
         return _DTYPE_NAMES[dtype]
     except KeyError:
-        raise TypeError(f"{fn}: unsupported tensor dtype {dtype.name}; supported dtypes: "
-                        f"{_SUPPORTED_TEXT}") from None
+        raise InvalidTypeError(f"{fn}: unsupported tensor dtype {dtype.name}; supported dtypes: "
+                               f"{_SUPPORTED_TEXT}") from None
 
 
 def _as_dense(tensor: Any, fn: str) -> tf.Tensor:
     """Validate ``tensor`` and return it as a dense ``tf.Tensor`` of a supported dtype.
 
     Accepts ``tf.Tensor``, ``tf.Variable``, Keras variables and ``tf.IndexedSlices`` (densified
-    with ``tf.convert_to_tensor``). Raises ``TypeError`` for anything else."""
+    with ``tf.convert_to_tensor``). Raises ``InvalidTypeError`` (a ``TypeError``)
+    for anything else."""
     if isinstance(tensor, tf.RaggedTensor):
-        raise TypeError(f"{fn}: tf.RaggedTensor is not supported; pass a dense tf.Tensor "
-                        "(e.g. tensor.to_tensor()) or tf.Variable")
+        raise InvalidTypeError(f"{fn}: tf.RaggedTensor is not supported; pass a dense tf.Tensor "
+                               "(e.g. tensor.to_tensor()) or tf.Variable")
     if isinstance(tensor, tf.SparseTensor):
-        raise TypeError(f"{fn}: tf.SparseTensor is not supported; pass a dense tf.Tensor "
-                        "(tf.sparse.to_dense) or tf.Variable")
+        raise InvalidTypeError(f"{fn}: tf.SparseTensor is not supported; pass a dense tf.Tensor "
+                               "(tf.sparse.to_dense) or tf.Variable")
     if isinstance(tensor, tf.IndexedSlices):
         tensor = tf.convert_to_tensor(tensor)
     elif isinstance(tensor, tf.Variable) or (tf.is_tensor(tensor)
                                              and not isinstance(tensor, tf.Tensor)):
         tensor = tf.convert_to_tensor(tensor)  # tf.Variable, Keras variable
     if not isinstance(tensor, tf.Tensor):
-        raise TypeError(f"{fn}: expected a tf.Tensor, tf.Variable or tf.IndexedSlices, got "
-                        f"{type(tensor).__name__}")
+        raise InvalidTypeError(f"{fn}: expected a tf.Tensor, tf.Variable or tf.IndexedSlices, got "
+                               f"{type(tensor).__name__}")
     _dtype_name(tensor.dtype, fn)
     return tensor
 

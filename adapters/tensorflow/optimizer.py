@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import tensorflow as tf
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from . import ops
 from .compression import Compression
@@ -99,12 +100,14 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
             ``apply_gradients`` calls are summed locally and reduced and applied on every
             N-th call only (see ``create_distributed_optimizer``). Legacy optimizers: must be
             1 (as upstream).
-        op: :data:`Average` (default) or :data:`Sum`; ``Adasum`` raises ``ValueError``.
+        op: :data:`Average` (default) or :data:`Sum`; ``Adasum`` raises
+            ``InvalidArgumentError`` (a ``ValueError``).
 
     Raises:
-        TypeError: neither a Keras 3 nor a ``tf.compat.v1.train.Optimizer`` (e.g. a
-            ``tf_keras`` optimizer).
-        ValueError: ``op=Adasum`` or unknown; bad ``backward_passes_per_step``.
+        InvalidTypeError (a TypeError): neither a Keras 3 nor a ``tf.compat.v1.train.Optimizer``
+            (e.g. a ``tf_keras`` optimizer).
+        InvalidArgumentError (a ValueError): ``op=Adasum`` or unknown; bad
+            ``backward_passes_per_step``.
     """
     average = ops._resolve_op(op, None, "DistributedOptimizer")
     keras = _keras_module_of(optimizer)
@@ -116,10 +119,10 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
             op=op)
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if backward_passes_per_step != 1:
-            raise ValueError("DistributedOptimizer: backward_passes_per_step > 1 is not "
-                             "supported for tf.compat.v1.train optimizers (as upstream)")
+            raise InvalidArgumentError("DistributedOptimizer: backward_passes_per_step > 1 is not "
+                                       "supported for tf.compat.v1.train optimizers (as upstream)")
         return _LegacyDistributedOptimizer(optimizer, name, use_locking, compression, average)
-    raise TypeError(
+    raise InvalidTypeError(
         "DistributedOptimizer: expected a Keras 3 optimizer (keras.optimizers.Optimizer) or a "
         f"tf.compat.v1.train.Optimizer, got {type(optimizer).__module__}."
         f"{type(optimizer).__name__}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from byteps.errors import InvalidTypeError
 
 from . import ops
 from .compression import Compression
@@ -76,13 +77,13 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         op: :data:`Average` (default) or :data:`Sum`.
 
     Raises:
-        TypeError: ``gradtape`` is not a ``tf.GradientTape``; at ``gradient()``, a gradient of
-            unsupported dtype.
-        ValueError: ``op=Adasum`` or an unknown op.
+        InvalidTypeError (a TypeError): ``gradtape`` is not a ``tf.GradientTape``; at
+            ``gradient()``, a gradient of unsupported dtype.
+        InvalidArgumentError (a ValueError): ``op=Adasum`` or an unknown op.
     """
     if not isinstance(gradtape, tf.GradientTape):
-        raise TypeError("DistributedGradientTape: expected a tf.GradientTape, got "
-                        f"{type(gradtape).__name__}")
+        raise InvalidTypeError("DistributedGradientTape: expected a tf.GradientTape, got "
+                               f"{type(gradtape).__name__}")
     average = ops._resolve_op(op, None, "DistributedGradientTape")
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTapeMixin, base), {})

@@ -17,7 +17,8 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :class:`DistributedOptimizer`, :func:`broadcast_parameters`,
 :func:`broadcast_optimizer_state`, :func:`broadcast_object`.
 
-This build handles CPU tensors; a CUDA tensor raises ``TypeError``. Requires torch >= 2.1
+This build handles CPU tensors; a CUDA tensor raises ``byteps.errors.InvalidTypeError`` (a
+``TypeError``). Requires torch >= 2.1
 (``Tensor.register_post_accumulate_grad_hook``).
 """
 
@@ -149,8 +150,10 @@ def push_pull(tensor: torch.Tensor, average: bool = True, name: Optional[str] = 
         a new tensor with the input's shape and dtype.
 
     Raises:
-        TypeError: unsupported dtype (bool, int16, complex, ...), GPU tensor, or not a tensor.
-        ValueError: an operation with this name is already in flight.
+        byteps.errors.InvalidTypeError (a ``TypeError``): unsupported dtype (bool, int16,
+            complex, ...), GPU tensor, or not a tensor.
+        byteps.errors.InvalidArgumentError (a ``ValueError``): an operation with this name is
+            already in flight.
         byteps.errors.MismatchError: ranks disagree on this name's dtype or shape.
         byteps.errors.NotInitializedError: before :func:`init`.
     """

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import cloudpickle
 import torch
 
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+
 from . import ops
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object"]
@@ -23,20 +25,22 @@ __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_objec
 def _check_root(root_rank: int) -> None:
     n = ops.size()
     if not isinstance(root_rank, int) or isinstance(root_rank, bool) or not 0 <= root_rank < n:
-        raise ValueError(f"root_rank must be an int in [0, {n}), got {root_rank!r}")
+        raise InvalidArgumentError(f"root_rank must be an int in [0, {n}), got {root_rank!r}")
 
 
 def _named_items(params) -> List[Tuple[str, Any]]:
     if isinstance(params, dict):
         return sorted(params.items(), key=lambda kv: str(kv[0]))
     if isinstance(params, torch.Tensor):
-        raise ValueError("params must be a dict or a list of tensors / (name, tensor) tuples, "
-                         "not a single tensor")
+        raise InvalidArgumentError(
+            "params must be a dict or a list of tensors / (name, tensor) tuples, "
+            "not a single tensor")
     try:
         items = list(params)
     except TypeError:
-        raise ValueError("params must be a dict, or a list of tensors or (name, tensor) tuples; "
-                         f"got {type(params).__name__}") from None
+        raise InvalidArgumentError(
+            "params must be a dict, or a list of tensors or (name, tensor) tuples; "
+            f"got {type(params).__name__}") from None
     out = []
     for i, item in enumerate(items):
         if isinstance(item, tuple) and len(item) == 2:
@@ -66,16 +70,16 @@ def broadcast_parameters(params, root_rank: int, prefix: str = "Parameter.") -> 
     started asynchronously and then waited for. Blocks until done.
 
     Raises:
-        ValueError: bad ``params`` or ``root_rank``.
-        TypeError: a value that is not a tensor, or has an unsupported dtype.
+        InvalidArgumentError (a ValueError): bad ``params`` or ``root_rank``.
+        InvalidTypeError (a TypeError): a value that is not a tensor, or has an unsupported dtype.
         byteps.errors.MismatchError: shapes or dtypes differ across ranks.
     """
     items = _named_items(params)
     _check_root(root_rank)
     for name, p in items:
         if p is not None and not isinstance(p, torch.Tensor):
-            raise TypeError(f"broadcast_parameters: value of {name!r} is a "
-                            f"{type(p).__name__}, not a tensor")
+            raise InvalidTypeError(f"broadcast_parameters: value of {name!r} is a "
+                                   f"{type(p).__name__}, not a tensor")
         if p is not None:
             ops._check_tensor(p, "broadcast_parameters")
     is_root = ops.rank() == root_rank
@@ -127,7 +131,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
         ``obj`` itself on the root; the unpickled copy elsewhere.
 
     Raises:
-        ValueError: bad ``root_rank``.
+        InvalidArgumentError (a ValueError): bad ``root_rank``.
         byteps.errors.BytePSError subclasses: the underlying push_pull failed.
     """
     _check_root(root_rank)
@@ -196,14 +200,15 @@ def broadcast_optimizer_state(optimizer, root_rank: int, prefix: str = "Paramete
     :func:`broadcast_parameters`.
 
     Raises:
-        ValueError: ``torch.optim.LBFGS`` (its state cannot be broadcast), bad ``root_rank``.
+        InvalidArgumentError (a ValueError): ``torch.optim.LBFGS`` (its state cannot be broadcast),
+            bad ``root_rank``.
         byteps.errors.MismatchError: state shapes differ across ranks.
     """
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+        raise InvalidArgumentError("cannot broadcast torch.optim.LBFGS state")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("optimizer must be a torch.optim.Optimizer, got "
-                        f"{type(optimizer).__name__}")
+        raise InvalidTypeError("optimizer must be a torch.optim.Optimizer, got "
+                               f"{type(optimizer).__name__}")
     _check_root(root_rank)
     _init_optimizer_state(optimizer)
 

@@ -15,8 +15,9 @@ Differences from upstream (fixes):
   ``"byteps.noname.0"`` context, which broke as soon as two unnamed tensors differed in size).
 * non-contiguous tensors are accepted (a contiguous copy is reduced; in-place operations copy
   the result back) instead of raising ``ValueError``;
-* int8 and bfloat16 are supported; unsupported dtypes raise ``TypeError`` naming the supported
-  ones; GPU tensors raise ``TypeError`` (the CUDA path is not part of this build).
+* int8 and bfloat16 are supported; unsupported dtypes raise ``InvalidTypeError`` (a
+  ``TypeError``) naming the supported ones; GPU tensors raise ``InvalidTypeError`` too (this
+  build reduces CPU tensors only; GPU tensors are not yet supported).
 * averaging is done by the core (floor division for integer dtypes, as upstream on
   torch >= 1.5), not in a Python callback.
 """
@@ -37,7 +38,8 @@ from byteps.basics import (  # re-exported as-is
     shutdown,
     size,
 )
-from byteps.naming import name_for
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+from byteps.naming import name_for, resolve_priority
 
 __all__ = [
     "init",
@@ -103,11 +105,11 @@ def declare(name: str) -> int:
     ``"byteps." + name``; names are used unchanged here.
 
     Raises:
-        TypeError: ``name`` is not a string.
+        InvalidTypeError (a TypeError): ``name`` is not a string.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     if not isinstance(name, str):
-        raise TypeError(f"declare(name): name must be a str, got {type(name).__name__}")
+        raise InvalidTypeError(f"declare(name): name must be a str, got {type(name).__name__}")
     return _b.declare(name)
 
 
@@ -137,7 +139,7 @@ def _dtype_name(tensor: torch.Tensor) -> str:
     try:
         return _DTYPE_NAMES[tensor.dtype]
     except KeyError:
-        raise TypeError(
+        raise InvalidTypeError(
             f"byteps.torch: unsupported tensor dtype {tensor.dtype}; supported dtypes: "
             f"{_SUPPORTED_TEXT}"
         ) from None
@@ -146,14 +148,15 @@ def _dtype_name(tensor: torch.Tensor) -> str:
 def _check_tensor(tensor: Any, fn: str) -> str:
     """Validate ``tensor`` for the core; returns the core's dtype name."""
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{fn}: expected a torch.Tensor, got {type(tensor).__name__}")
+        raise InvalidTypeError(f"{fn}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type != "cpu":
-        raise TypeError(
+        raise InvalidTypeError(
             f"{fn}: tensor is on device {tensor.device}; this build of byteps.torch supports "
             "CPU tensors only (GPU tensors come with the CUDA path)"
         )
     if tensor.layout != torch.strided:
-        raise TypeError(f"{fn}: only dense (strided) tensors are supported, got {tensor.layout}")
+        raise InvalidTypeError(
+            f"{fn}: only dense (strided) tensors are supported, got {tensor.layout}")
     return _dtype_name(tensor)
 
 
@@ -161,33 +164,28 @@ def _resolve_name(name: Optional[str]) -> str:
     if name is None:
         return _b.unique_name("torch.noname")
     if not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        raise InvalidTypeError(f"name must be a str or None, got {type(name).__name__}")
     if not name:
-        raise ValueError("name must not be empty (pass None for an automatic unique name)")
+        raise InvalidArgumentError(
+            "name must not be empty (pass None for an automatic unique name)")
     return name
-
-
-def _resolve_priority(priority: Optional[int]) -> Optional[int]:
-    # 0 (the upstream default) and None both mean: let the core order by declaration
-    # (earlier-declared first, DESIGN.md §2.3). Other values are explicit (larger first).
-    if priority is None or priority == 0:
-        return None
-    return int(priority)
 
 
 def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: int,
            priority: Optional[int], inplace: bool, fn: str) -> int:
     dtype = _check_tensor(tensor, fn)
     name = _resolve_name(name)
-    prio = _resolve_priority(priority)
+    # 0 (the upstream default) and None both mean: let the core order by declaration
+    # (earlier-declared first, docs/architecture.md §5). Other values are explicit (larger first).
+    prio = resolve_priority(priority, fn)
     src = tensor.detach()
     shape = tuple(src.shape)
     writeback = None
     if inplace:
         overlap = getattr(torch, "_debug_has_internal_overlap", None)
         if overlap is not None and src.numel() > 1 and overlap(src) == 1:
-            raise ValueError(f"{fn}: the tensor has elements sharing memory (e.g. from "
-                             "expand()); an in-place result cannot be written into it")
+            raise InvalidArgumentError(f"{fn}: the tensor has elements sharing memory (e.g. from "
+                                       "expand()); an in-place result cannot be written into it")
         if src.is_contiguous():
             buf = src
         else:
@@ -203,7 +201,7 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
         keep = (tensor, inp, out)
     nbytes = inp.numel() * inp.element_size()
     handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, shape,
-                                bool(average), priority=prio, version=int(version))
+                                bool(average), priority=prio, version=version)
     # Nobody else knows the handle before we return it, so registering afterwards is race-free.
     with _ops_lock:
         _ops[handle] = _Op(name, result, keep, writeback, inplace)
@@ -240,10 +238,11 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
         an integer handle for :func:`poll` and :func:`synchronize`.
 
     Raises:
-        TypeError: not a tensor, GPU/sparse tensor, or unsupported dtype (e.g. bool, int16,
-            complex); the message lists the supported dtypes.
-        ValueError: an operation with the same name is already in flight, an empty name, or
-            (in-place variants) a tensor whose elements share memory (``expand()``).
+        InvalidTypeError (a TypeError): not a tensor, GPU/sparse tensor, or unsupported dtype (e.g.
+            bool, int16, complex); the message lists the supported dtypes.
+        InvalidArgumentError (a ValueError): an operation with the same name is already in flight,
+            an empty name, or (in-place variants) a tensor whose elements share memory
+            (``expand()``).
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     return _start(tensor, average, name, version, priority, False, "push_pull_async")
@@ -287,11 +286,11 @@ def poll(handle: int) -> bool:
     blocks. :func:`synchronize` must still be called to get the result and release it.
 
     Raises:
-        ValueError: unknown handle (never issued, or already synchronised).
+        InvalidArgumentError (a ValueError): unknown handle (never issued, or already synchronised).
     """
     with _ops_lock:
         if handle not in _ops:
-            raise ValueError(f"poll: unknown or already synchronized handle {handle!r}")
+            raise InvalidArgumentError(f"poll: unknown or already synchronized handle {handle!r}")
     return _b.poll(handle)
 
 
@@ -300,11 +299,12 @@ def synchronize(handle: int) -> torch.Tensor:
 
     For out-of-place operations that is the new tensor; for in-place ones the input tensor
     (for a non-contiguous input the result is first copied back into it). The handle is
-    released: synchronising it again raises ``ValueError`` (upstream returned None).
+    released: synchronising it again raises ``InvalidArgumentError`` (a
+    ``ValueError``; upstream returned None).
     The wait blocks with the GIL released; the core times out stalled operations.
 
     Raises:
-        ValueError: unknown or already synchronised handle.
+        InvalidArgumentError (a ValueError): unknown or already synchronised handle.
         byteps.errors.MismatchError: ranks disagree on this name's dtype or shape.
         byteps.errors.PeerLostError, byteps.errors.BytePSTimeoutError, ...: the operation's
             error, raised on every rank taking part.
@@ -312,7 +312,8 @@ def synchronize(handle: int) -> torch.Tensor:
     with _ops_lock:
         op = _ops.get(handle)
     if op is None:
-        raise ValueError(f"synchronize: unknown or already synchronized handle {handle!r}")
+        raise InvalidArgumentError(
+            f"synchronize: unknown or already synchronized handle {handle!r}")
     try:
         _b.wait(handle)
     except Exception:

@@ -19,6 +19,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
+from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
+
 from . import ops
 from .compression import Compression
 
@@ -52,28 +54,29 @@ def _name_parameters(named_parameters: Optional[Iterable], param_groups: List[di
         try:
             named = list(named_parameters)
         except TypeError:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "named_parameters should be a sequence of (name, parameter) tuples, usually "
                 f"model.named_parameters(); got {type(named_parameters).__name__}"
             ) from None
     for item in named:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
                 and isinstance(item[1], torch.Tensor)):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "named_parameters should be a sequence of (name, parameter) tuples, usually "
                 f"model.named_parameters(); found an element of type {type(item).__name__}"
             )
     counts = collections.Counter(name for name, _ in named)
     dups = sorted(name for name, c in counts.items() if c > 1)
     if dups:
-        raise ValueError(f"parameter names in named_parameters must be unique; duplicates: {dups}")
+        raise InvalidArgumentError(
+            f"parameter names in named_parameters must be unique; duplicates: {dups}")
     names: Dict[torch.Tensor, str] = {}
     for name, p in sorted(named, key=lambda item: item[0]):
         names.setdefault(p, name)  # a tensor listed twice keeps its first name in sorted order
     unnamed = [p for p in all_params if p not in names]
     if unnamed:
         shapes = [tuple(p.shape) for p in unnamed]
-        raise ValueError(
+        raise InvalidArgumentError(
             "named_parameters was specified, but one or more parameters of the optimizer are "
             f"not named (shapes {shapes}); pass model.named_parameters() of the model they "
             "belong to"
@@ -93,14 +96,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
         self._bps_base.__init__(self, params)
         if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}"
             )
         if compression is None:
             compression = Compression.none
         if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-            raise TypeError("compression must provide compress() and decompress() "
-                            "(use byteps.torch.Compression.none or .fp16)")
+            raise InvalidTypeError("compression must provide compress() and decompress() "
+                                   "(use byteps.torch.Compression.none or .fp16)")
         self._compression = compression
         self._parameter_names = _name_parameters(named_parameters, self.param_groups)
         self._bps_params = list(self._parameter_names)
@@ -136,7 +139,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self):
         def hook(p: torch.Tensor) -> None:
             if p in self._handles:
-                raise RuntimeError(
+                raise UsageError(
                     "Gradients were computed more than backward_passes_per_step "
                     f"({self.backward_passes_per_step}) times before optimizer.step() or "
                     "optimizer.synchronize(). Increase backward_passes_per_step to accumulate "
@@ -214,7 +217,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Change how many backward passes are accumulated locally before a reduction starts
         (resets the per-parameter countdowns)."""
         if not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"backward_passes_per_step must be an int >= 1, got {passes!r}")
+            raise InvalidArgumentError(
+                f"backward_passes_per_step must be an int >= 1, got {passes!r}")
         self.backward_passes_per_step = passes
         for p in self._bps_params:
             self._delay[p] = passes
@@ -240,11 +244,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """As ``torch.optim.Optimizer.zero_grad``.
 
         Raises:
-            RuntimeError: gradients are still being reduced (called between ``backward()``
-                and ``step()``/``synchronize()``).
+            UsageError (a RuntimeError): gradients are still being reduced (called between
+                ``backward()`` and ``step()``/``synchronize()``).
         """
         if self._handles:
-            raise RuntimeError(_ZERO_GRAD_ERROR)
+            raise UsageError(_ZERO_GRAD_ERROR)
         return self._bps_base.zero_grad(self, set_to_none=set_to_none)
 
     def _bps_remove_hooks(self) -> None:
@@ -279,17 +283,17 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     :func:`byteps.torch.size`). With one worker no communication happens.
 
     Raises:
-        ValueError: ``named_parameters`` is not a sequence of ``(str, tensor)`` tuples, has
-            duplicate names or misses optimizer parameters; ``backward_passes_per_step < 1``;
-            the optimizer is already distributed.
-        TypeError: ``optimizer`` is not a ``torch.optim.Optimizer``.
+        InvalidArgumentError (a ValueError): ``named_parameters`` is not a sequence of ``(str,
+            tensor)`` tuples, has duplicate names or misses optimizer parameters;
+            ``backward_passes_per_step < 1``; the optimizer is already distributed.
+        InvalidTypeError (a TypeError): ``optimizer`` is not a ``torch.optim.Optimizer``.
         byteps.errors.NotInitializedError: before ``byteps.torch.init()``.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("optimizer must be a torch.optim.Optimizer, got "
-                        f"{type(optimizer).__name__}")
+        raise InvalidTypeError("optimizer must be a torch.optim.Optimizer, got "
+                               f"{type(optimizer).__name__}")
     if getattr(optimizer, "_bps_distributed", False):
-        raise ValueError("optimizer is already a byteps DistributedOptimizer")
+        raise InvalidArgumentError("optimizer is already a byteps DistributedOptimizer")
     namespace = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                  if k not in ("__dict__", "__weakref__")}
     namespace["_bps_base"] = optimizer.__class__

@@ -1,4 +1,4 @@
-"""Fixtures for the byteps.torch tests (launch helpers: torch_launch_helpers.py).
+"""Fixtures for the byteps.torch tests (job launches: tests/jobs.py).
 
 * the ``fake_bps`` fixture imports a fresh ``byteps.torch`` over a FAKE ``byteps.basics``
   (single process, size 1, push_pull = copy) for unit tests of the adapter's own logic that
@@ -19,7 +19,7 @@ import pytest
 # fake core, for unit tests only
 # ------------------------------------------------------------------------------------------
 def _make_fake_basics(size=1):
-    from byteps.errors import NotInitializedError
+    from byteps.errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
 
     m = types.ModuleType("byteps.basics")
     m.SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8",
@@ -62,10 +62,10 @@ def _make_fake_basics(size=1):
     def push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, shape, average,
                         priority=None, version=0):
         if dtype not in m.SUPPORTED_DTYPES:
-            raise TypeError(f"unsupported dtype {dtype!r}")
+            raise InvalidTypeError(f"unsupported dtype {dtype!r}")
         _req()
         if name in m.state["inflight"].values():
-            raise ValueError(f"duplicate in-flight name {name!r}")
+            raise InvalidArgumentError(f"duplicate in-flight name {name!r}")
         declare(name)
         if nbytes and input_ptr != output_ptr:
             ctypes.memmove(output_ptr, input_ptr, nbytes)
@@ -88,7 +88,7 @@ def _make_fake_basics(size=1):
 
     def wait(h, timeout=None):
         if h not in m.state["inflight"]:
-            raise ValueError(f"unknown handle {h}")
+            raise InvalidArgumentError(f"unknown handle {h}")
         del m.state["inflight"][h]
 
     m.wait = wait

@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 import tensorflow as tf
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from .. import functions, ops
 from ..compression import Compression
@@ -167,8 +168,9 @@ def _apply_aggregated(opt, base: type, grads: list, trainable_variables, names: 
     works eagerly and inside the compiled train function."""
     if trainable_variables is None:
         if not opt.built:
-            raise ValueError("When passing `grads` without `variables`, the optimizer must "
-                             "already be built on a list of variables.")
+            raise InvalidArgumentError(
+                "When passing `grads` without `variables`, the optimizer must "
+                "already be built on a list of variables.")
         variables = list(opt._trainable_variables)
     else:
         variables = list(trainable_variables)
@@ -177,8 +179,8 @@ def _apply_aggregated(opt, base: type, grads: list, trainable_variables, names: 
                 opt.build(variables)
             opt.built = True
     if len(grads) != len(variables):
-        raise ValueError(f"DistributedOptimizer: {len(grads)} gradients for "
-                         f"{len(variables)} variables")
+        raise InvalidArgumentError(f"DistributedOptimizer: {len(grads)} gradients for "
+                                   f"{len(variables)} variables")
     accs = [opt._bps_accumulators[opt._get_variable_index(v)] for v in variables]
     for g, acc in zip(grads, accs):
         if g is not None:  # no gradient on this rank: adds nothing, the sum is still pushed
@@ -265,29 +267,32 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
     ``tf.numpy_function``, which XLA cannot compile; CPU-only Keras never uses XLA by default).
 
     Raises:
-        TypeError: not a Keras 3 optimizer (a legacy ``tf_keras``/TF1 optimizer, ...).
-        ValueError: already distributed; ``op=Adasum``/unknown op; bad
+        InvalidTypeError (a TypeError): not a Keras 3 optimizer (a legacy ``tf_keras``/TF1
+            optimizer, ...).
+        InvalidArgumentError (a ValueError): already distributed; ``op=Adasum``/unknown op; bad
             ``backward_passes_per_step``, or ``> 1`` with the optimizer's own
             ``gradient_accumulation_steps`` set.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError("DistributedOptimizer: expected a Keras 3 optimizer "
-                        f"(keras.optimizers.Optimizer), got {type(optimizer).__module__}."
-                        f"{type(optimizer).__name__}")
+        raise InvalidTypeError("DistributedOptimizer: expected a Keras 3 optimizer "
+                               f"(keras.optimizers.Optimizer), got {type(optimizer).__module__}."
+                               f"{type(optimizer).__name__}")
     if is_distributed(optimizer):
-        raise ValueError("DistributedOptimizer: the optimizer is already distributed")
+        raise InvalidArgumentError("DistributedOptimizer: the optimizer is already distributed")
     average = ops._resolve_op(op, None, "DistributedOptimizer")
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step,
                                                                     int) \
             or backward_passes_per_step < 1:
-        raise ValueError("DistributedOptimizer: backward_passes_per_step must be an int >= 1, "
-                         f"got {backward_passes_per_step!r}")
+        raise InvalidArgumentError(
+            "DistributedOptimizer: backward_passes_per_step must be an int >= 1, "
+            f"got {backward_passes_per_step!r}")
     if name is not None and (not isinstance(name, str) or not name):
-        raise ValueError(f"DistributedOptimizer: name must be a non-empty str, got {name!r}")
+        raise InvalidArgumentError(
+            f"DistributedOptimizer: name must be a non-empty str, got {name!r}")
     base = type(optimizer)
     config = optimizer.get_config()
     if backward_passes_per_step > 1 and config.get("gradient_accumulation_steps"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"DistributedOptimizer: backward_passes_per_step={backward_passes_per_step} "
             "cannot be combined with the optimizer's own gradient_accumulation_steps="
             f"{config['gradient_accumulation_steps']} (use one of them)")
@@ -331,13 +336,13 @@ def broadcast_global_variables(model_or_variables, root_rank: int = 0) -> None:
     under ``"Optimizer/"``) or the variables.
 
     Raises:
-        TypeError: ``model_or_variables`` is a rank (upstream's signature) or holds
-            non-variables.
-        ValueError: bad ``root_rank``.
+        InvalidTypeError (a TypeError): ``model_or_variables`` is a rank (upstream's signature) or
+            holds non-variables.
+        InvalidArgumentError (a ValueError): bad ``root_rank``.
     """
     if isinstance(model_or_variables, (int, np.integer)):
-        raise TypeError("broadcast_global_variables(model_or_variables, root_rank): Keras 3 "
-                        "has no global variables; pass the model (or a list of variables)")
+        raise InvalidTypeError("broadcast_global_variables(model_or_variables, root_rank): Keras 3 "
+                               "has no global variables; pass the model (or a list of variables)")
     if hasattr(model_or_variables, "variables") and hasattr(model_or_variables, "layers"):
         model = model_or_variables
         functions.broadcast_variables(model.variables, root_rank, scope="Model/")
@@ -359,7 +364,7 @@ def push_pull(value, name: Optional[str] = None, average: bool = True) -> np.nda
             calls are synchronous).
 
     Raises:
-        TypeError: unsupported dtype (bool, string...).
+        InvalidTypeError (a TypeError): unsupported dtype (bool, string...).
     """
     tensor = value if tf.is_tensor(value) else tf.constant(value)
     out = functions.push_pull(tensor, average=bool(average), name=name or "KerasPushPull")
@@ -371,7 +376,7 @@ def broadcast(value, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     accepted values; default name ``"KerasBroadcast"``).
 
     Raises:
-        TypeError: unsupported dtype.  ValueError: bad ``root_rank``.
+        InvalidTypeError (a TypeError): unsupported dtype.  ValueError: bad ``root_rank``.
     """
     tensor = value if tf.is_tensor(value) else tf.constant(value)
     out = functions.broadcast(tensor, root_rank, name=name or "KerasBroadcast")

@@ -10,6 +10,8 @@ from typing import Optional
 
 import numpy as np
 
+from byteps.errors import InvalidArgumentError
+
 from .. import functions, ops
 from . import _optimizer_variables
 
@@ -25,8 +27,9 @@ def _get_lr(optimizer) -> float:
 def _set_lr(optimizer, value: float) -> None:
     from keras.optimizers.schedules import LearningRateSchedule
     if isinstance(getattr(optimizer, "_learning_rate", None), LearningRateSchedule):
-        raise ValueError("learning-rate callbacks cannot set the learning rate of an optimizer "
-                         "that uses a LearningRateSchedule")
+        raise InvalidArgumentError(
+            "learning-rate callbacks cannot set the learning rate of an optimizer "
+            "that uses a LearningRateSchedule")
     optimizer.learning_rate = float(value)
 
 
@@ -123,8 +126,8 @@ def make_callbacks(keras):
             steps_per_epoch: batches per epoch; default from Keras' ``params["steps"]``.
 
         Raises:
-            ValueError: no multiplier; steps per epoch needed but unknown; an optimizer
-                with a ``LearningRateSchedule``.
+            InvalidArgumentError (a ValueError): no multiplier; steps per epoch needed but unknown;
+                an optimizer with a ``LearningRateSchedule``.
         """
 
         def __init__(self, initial_lr=None, multiplier=None, start_epoch: int = 0,
@@ -135,7 +138,7 @@ def make_callbacks(keras):
             if callable(initial_lr) and multiplier is None:
                 initial_lr, multiplier = None, initial_lr  # upstream BytePS's order
             if multiplier is None:
-                raise ValueError("LearningRateScheduleCallback: multiplier is required")
+                raise InvalidArgumentError("LearningRateScheduleCallback: multiplier is required")
             self.initial_lr = initial_lr
             self.start_epoch = start_epoch
             self.end_epoch = end_epoch
@@ -155,8 +158,9 @@ def make_callbacks(keras):
             steps = (self.params or {}).get("steps")
             if steps:
                 return int(steps)
-            raise ValueError(f"{type(self).__name__}: could not detect the number of steps "
-                             "per epoch; pass steps_per_epoch")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: could not detect the number of steps "
+                "per epoch; pass steps_per_epoch")
 
         def _adjust_learning_rate(self, epoch: float) -> None:
             opt = self.model.optimizer

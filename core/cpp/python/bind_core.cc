@@ -25,8 +25,7 @@ PushPullArgs ParseArgs(const std::string& name, uintptr_t input, uintptr_t outpu
                        const py::object& priority) {
   PushPullArgs a;
   if (!ParseDType(dtype, &a.dtype))
-    throw py::type_error("unsupported dtype '" + dtype + "'; supported: " +
-                         SupportedDTypeNames());
+    ThrowInvalidType("unsupported dtype '" + dtype + "'; supported: " + SupportedDTypeNames());
   a.name = name;
   a.input = reinterpret_cast<char*>(input);
   a.output = reinterpret_cast<char*>(output);
@@ -34,7 +33,18 @@ PushPullArgs ParseArgs(const std::string& name, uintptr_t input, uintptr_t outpu
   a.shape = std::move(shape);
   a.average = average;
   a.has_priority = !priority.is_none();
-  if (a.has_priority) a.priority = priority.cast<int64_t>();
+  if (a.has_priority) {
+    // Python and NumPy integers (__index__); a bool, float or str is refused, not cast.
+    if (!PyIndex_Check(priority.ptr()) || py::isinstance<py::bool_>(priority))
+      ThrowInvalidType("priority must be an int or None, got " +
+                       std::string(Py_TYPE(priority.ptr())->tp_name));
+    try {
+      a.priority = py::int_(priority).cast<int64_t>();
+    } catch (const py::cast_error&) {
+      ThrowInvalidArgument("priority " + std::string(py::str(priority)) +
+                           " does not fit in 64 bits");
+    }
+  }
   return a;
 }
 
@@ -93,7 +103,7 @@ void BindCore(py::module_& m) {
         if (ndarray) {
           if (mxnet_api.size() != 4 || !mxnet_api[0] || !mxnet_api[1] || !mxnet_api[2] ||
               !mxnet_api[3])
-            throw py::value_error("engine_op: an NDArray needs the 4 libmxnet functions "
+            ThrowInvalidArgument("engine_op: an NDArray needs the 4 libmxnet functions "
                                   "(ToDLPack, CallDLPackDeleter, NDArrayFree, GetLastError)");
           op->ndarray = reinterpret_cast<void*>(ndarray);
           op->api.to_dlpack = reinterpret_cast<int (*)(void*, void**)>(mxnet_api[0]);

@@ -32,7 +32,7 @@ namespace python {
 namespace {
 
 [[noreturn]] void Unsupported(const std::string& what) {
-  throw py::type_error("unsupported dtype " + what + "; supported: " + SupportedDTypeNames());
+  ThrowInvalidType("unsupported dtype " + what + "; supported: " + SupportedDTypeNames());
 }
 
 // DType of a NumPy array from its dtype (kind + itemsize, native byte order only).
@@ -64,10 +64,10 @@ DType FromName(const std::string& name) {
 
 void CheckArray(const py::array& arr, const char* role, bool writable) {
   if (!(arr.flags() & py::array::c_style)) {
-    throw py::value_error(std::string(role) + " must be C-contiguous");
+    ThrowInvalidArgument(std::string(role) + " must be C-contiguous");
   }
   if (writable && !arr.writeable()) {
-    throw py::value_error(std::string(role) + " must be writable");
+    ThrowInvalidArgument(std::string(role) + " must be writable");
   }
 }
 
@@ -89,23 +89,23 @@ Operands Resolve(const std::vector<std::pair<const py::array*, const char*>>& ar
     const char* role = arrays[i].second;
     CheckArray(arr, role, i == 0);
     if (!dtype_name && FromNumpy(arr) != ops.dtype) {
-      throw py::type_error(std::string("dtype mismatch: ") + arrays[0].second + " is " +
+      ThrowInvalidType(std::string("dtype mismatch: ") + arrays[0].second + " is " +
                            DTypeName(ops.dtype) + " but " + role + " is " +
                            DTypeName(FromNumpy(arr)));
     }
     if (static_cast<size_t>(arr.nbytes()) != nbytes) {
-      throw py::value_error(std::string("size mismatch: ") + arrays[0].second + " has " +
+      ThrowInvalidArgument(std::string("size mismatch: ") + arrays[0].second + " has " +
                             std::to_string(nbytes) + " bytes but " + role + " has " +
                             std::to_string(arr.nbytes()));
     }
     if (reinterpret_cast<uintptr_t>(arr.data()) % esize != 0) {
-      throw py::value_error(std::string(role) + " is not aligned to the " +
+      ThrowInvalidArgument(std::string(role) + " is not aligned to the " +
                             std::to_string(esize) + "-byte " + DTypeName(ops.dtype) +
                             " element size");
     }
   }
   if (nbytes % esize != 0) {
-    throw py::value_error(std::to_string(nbytes) + " bytes is not a whole number of " +
+    ThrowInvalidArgument(std::to_string(nbytes) + " bytes is not a whole number of " +
                           DTypeName(ops.dtype) + " elements");
   }
   // dst may be exactly one of the inputs, but must not partially overlap any of them.
@@ -113,7 +113,7 @@ Operands Resolve(const std::vector<std::pair<const py::array*, const char*>>& ar
   for (size_t i = 1; i < arrays.size(); ++i) {
     const auto* s = static_cast<const char*>(arrays[i].first->data());
     if (s != d && nbytes != 0 && s < d + nbytes && d < s + nbytes) {
-      throw py::value_error(std::string(arrays[0].second) + " partially overlaps " +
+      ThrowInvalidArgument(std::string(arrays[0].second) + " partially overlaps " +
                             arrays[i].second);
     }
   }
@@ -141,7 +141,7 @@ void Sum3Py(py::array dst, py::array a, py::array b, std::optional<std::string> 
 void DividePy(py::array dst, int64_t divisor, std::optional<std::string> dtype) {
   const Operands ops = Resolve({{&dst, "dst"}}, dtype);
   if (!DTypeIsFloat(ops.dtype) && divisor <= 0) {
-    throw py::value_error("integer divide needs a positive divisor, got " +
+    ThrowInvalidArgument("integer divide needs a positive divisor, got " +
                           std::to_string(divisor));
   }
   void* d = dst.mutable_data();
@@ -154,12 +154,12 @@ void CopyStreamingPy(py::array dst, py::array src) {
   CheckArray(src, "src", false);
   const size_t n = static_cast<size_t>(dst.nbytes());
   if (static_cast<size_t>(src.nbytes()) != n) {
-    throw py::value_error("size mismatch: dst has " + std::to_string(n) + " bytes but src has " +
+    ThrowInvalidArgument("size mismatch: dst has " + std::to_string(n) + " bytes but src has " +
                           std::to_string(src.nbytes()));
   }
   auto* d = static_cast<char*>(dst.mutable_data());
   const auto* s = static_cast<const char*>(src.data());
-  if (n != 0 && s < d + n && d < s + n) throw py::value_error("dst overlaps src");
+  if (n != 0 && s < d + n && d < s + n) ThrowInvalidArgument("dst overlaps src");
   py::gil_scoped_release release;
   reduce::CopyStreaming(d, s, n);
 }
@@ -180,7 +180,7 @@ std::vector<std::string> AvailableIsaList() {
 
 void ForceIsaPy(const std::string& name) {
   if (!reduce::ForceIsa(name.c_str())) {
-    throw py::value_error("ISA '" + name + "' is not available on this CPU; available: " +
+    ThrowInvalidArgument("ISA '" + name + "' is not available on this CPU; available: " +
                           reduce::AvailableIsas());
   }
 }
@@ -207,7 +207,8 @@ void BindReduce(py::module_& m) {
   r.def("active_isa", &reduce::ActiveIsa, "ISA of the kernels in use: avx512, avx2 or scalar.");
   r.def("available_isas", &AvailableIsaList, "ISAs usable on this CPU, best first.");
   r.def("force_isa", &ForceIsaPy, py::arg("name"),
-        "Use the kernels of one ISA (tests, benchmarks); ValueError if unavailable here.");
+        "Use the kernels of one ISA (tests, benchmarks); InvalidArgumentError (a ValueError) if "
+        "unavailable here.");
 }
 
 }  // namespace python

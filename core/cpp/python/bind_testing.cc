@@ -93,7 +93,7 @@ void BindTesting(py::module_& root) {
       py::arg("magic") = kFrameMagic);
   m.def("decode_header", [](py::bytes data) {
     std::string s = data;
-    if (s.size() != sizeof(FrameHeader)) throw py::value_error("a header is 48 bytes");
+    if (s.size() != sizeof(FrameHeader)) ThrowInvalidArgument("a header is 48 bytes");
     FrameHeader h;
     memcpy(&h, s.data(), sizeof(h));
     Check(ValidateHeader(h));

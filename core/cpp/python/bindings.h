@@ -2,6 +2,8 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "common/status.h"
 
 namespace byteps {
@@ -12,6 +14,13 @@ namespace python {
 inline void Check(const Status& s) {
   if (!s.ok()) ThrowStatus(s);
 }
+// A bad argument from Python: byteps.errors.InvalidArgumentError (a ValueError) for a bad
+// value, byteps.errors.InvalidTypeError (a TypeError) for a bad type or dtype. Every error the
+// module raises is a byteps.errors.BytePSError (never a bare py::value_error / type_error).
+[[noreturn]] inline void ThrowInvalidArgument(const std::string& message) {
+  ThrowStatus(Status::InvalidArgument(message));
+}
+[[noreturn]] void ThrowInvalidType(const std::string& message);
 
 void BindConfig(pybind11::module_& m);    // knobs, logging
 void BindReduce(pybind11::module_& m);    // summation kernels (reduce/)

@@ -19,6 +19,13 @@ void ThrowStatus(const Status& status) {
   throw py::error_already_set();
 }
 
+void ThrowInvalidType(const std::string& message) {
+  py::gil_scoped_acquire gil;
+  py::object cls = py::module_::import("byteps.errors").attr("InvalidTypeError");
+  PyErr_SetString(cls.ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
 }  // namespace python
 }  // namespace byteps
 

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .knobs import report_environment
 from .launcher_output import run_job
 
 ROLES = ("worker", "server", "scheduler")
@@ -413,6 +414,11 @@ def main(
     if not 0 <= args.grace < float("inf"):
         return _usage_error(f"--grace must be a finite number >= 0, got {args.grace:g}")
     try:
+        # Unknown and upstream-only variables: warned here and in every process; a refused
+        # one (BYTEPS_ENABLE_ASYNC=1) stops the job before any process starts.
+        refused = report_environment({**parent, **parse_env_pairs(args.env)})
+        if refused:
+            raise LaunchError(refused)
         if args.workers is not None:
             extra = parse_env_pairs(args.env, LOCAL_MODE_VARS)
             local_size = 1 if args.local_size is None else args.local_size

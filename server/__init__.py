@@ -34,13 +34,17 @@ def main() -> int:
 
 
 def _upstream_import_start() -> None:
-    """``python -c 'import byteps.server'`` runs the node, as upstream did."""
+    """``python -c 'import byteps.server'`` runs the node, as upstream did.
+
+    An environment the core refuses (a bad value, ``BYTEPS_ENABLE_ASYNC=1``) does not pass in
+    silence: :func:`main` prints the error and the process exits with status 1.
+    """
     if sys.argv[:1] != ["-c"]:
         return
     try:
         role = _core.knob_values().get("DMLC_ROLE")
     except BytePSError:
-        role = None
+        sys.exit(main())
     if role in ("server", "scheduler"):
         sys.exit(main())
 

@@ -778,8 +778,11 @@ class TestKnobs:
         for name, v in env.items():
             assert values[name] == v
 
-    def test_unknown_variables_ignored(self):
+    def test_unknown_variables_change_nothing_but_are_reported(self):
+        # values unchanged; the name is reported (tests/test_env_names.py: warnings, refusals)
         assert _core.knob_values({"BYTEPS_NOT_A_KNOB": "x"}) == _core.knob_values({})
+        [notice] = _core.check_environment({"BYTEPS_NOT_A_KNOB": "x"})
+        assert notice["warning"] and "BYTEPS_NOT_A_KNOB" in notice["text"]
 
     @pytest.mark.parametrize("name,value", [
         ("DMLC_NUM_WORKER", "abc"),

@@ -207,7 +207,7 @@ Status Knobs::FromEnvironment(Knobs* out) {
     auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
     std::string key = kv.substr(0, eq);
-    if (key.rfind("BYTEPS_", 0) == 0 || key.rfind("DMLC_", 0) == 0) env[key] = kv.substr(eq + 1);
+    if (IsWatchedName(key)) env[key] = kv.substr(eq + 1);
   }
   return FromMap(env, out);
 }
@@ -227,6 +227,7 @@ Status Knobs::FromMap(const std::map<std::string, std::string>& env, Knobs* out)
     k.raw_[spec.name] = value;
     k.set_[spec.name] = set;
   }
+  BPS_RETURN_IF_ERROR(CheckEnvironmentNames(env, &k.notices_));
   *out = std::move(k);
   return Status::OK();
 }

@@ -19,6 +19,7 @@ void ApplyProcessKnobs(const Knobs& k) {
   if (ParseLogLevel(k.Str("BYTEPS_LOG_LEVEL"), &level)) SetLogLevel(level);
   SetLogHideTime(k.Bool("BYTEPS_LOG_HIDE_TIME"));
   SetTcpNotSentLowat(k.Int("BYTEPS_TCP_NOTSENT_LOWAT"));
+  LogEnvironmentNotices(k);  // unknown and upstream-only variables, once per process
 }
 
 Status ApplyJobSecret(const Knobs& k, bool distributed) {

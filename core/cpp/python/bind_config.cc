@@ -34,6 +34,45 @@ void BindConfig(py::module_& m) {
       "Every BYTEPS_*/DMLC_* variable: list of dicts (name, type, default, doc, used_by, range, "
       "choices, aliases).");
   m.def(
+      "upstream_knobs",
+      []() {
+        py::list out;
+        for (auto& v : UpstreamVars()) {
+          py::dict d;
+          d["name"] = v.name;
+          d["status"] = UpstreamStatusName(v.status);
+          d["here"] = v.here;
+          d["replaced_by"] = v.replaced_by;
+          d["same"] = v.same;
+          d["same_off"] = v.same_off;
+          d["checked"] = v.checked;
+          out.append(d);
+        }
+        return out;
+      },
+      "Upstream BytePS's variables and what each does here: list of dicts (name, status: "
+      "implemented | replaced | ignored | refused, here, replaced_by, same, same_off, checked).");
+  m.def(
+      "check_environment",
+      [](const std::map<std::string, std::string>& env) {
+        std::vector<EnvNotice> notices;
+        Check(CheckEnvironmentNames(env, &notices));
+        py::list out;
+        for (auto& n : notices) {
+          py::dict d;
+          d["name"] = n.name;
+          d["warning"] = n.warning;
+          d["text"] = n.text;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("env"),
+      "Checks the names of `env` (values only of upstream variables): a list of dicts (name, "
+      "warning: bool, text), one per unknown BYTEPS_*/DMLC_* name or upstream-only variable. "
+      "Raises ConfigError when a refused upstream variable asks for what is not implemented "
+      "(BYTEPS_ENABLE_ASYNC=1). Logs nothing.");
+  m.def(
       "knob_values",
       [](py::object env) {
         Knobs k;

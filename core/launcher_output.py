@@ -189,7 +189,7 @@ def _load_prctl() -> Callable[..., int] | None:
 
 def make_preexec(parent_pid: int) -> Callable[[], None]:
     """A ``preexec_fn`` that makes the child die with ``parent_pid`` (``PR_SET_PDEATHSIG``),
-    and exit at once if that parent is already gone. Shared by bpslaunch and byteps.bench."""
+    and exit at once if that parent is already gone. Shared by bpslaunch and the benchmark lab."""
     prctl = _load_prctl()
     sigkill = int(signal.SIGKILL)
 

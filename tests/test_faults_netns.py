@@ -1,6 +1,6 @@
 """Fault matrix on the emulated cluster (issue 5): a host's link is cut mid-training.
 
-Two worker hosts and one CPU-server host (network namespaces, see ``byteps.bench.netns``); the
+Two worker hosts and one CPU-server host (network namespaces, see ``benchmarks.netns``); the
 workers push_pull in a loop (``tests/workers/bps_worker.py loop``); once both run, ``eth0`` of
 worker host w1 is set down inside its namespace. TCP alone would notice only after many minutes;
 the heartbeats (every 1 s, echoed by the scheduler; BYTEPS_HEARTBEAT_TIMEOUT=5 here) must turn
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from byteps.bench import cluster as bc
+from benchmarks import cluster as bc
 
 WORKER = str(Path(__file__).resolve().parent / "workers" / "bps_worker.py")
 

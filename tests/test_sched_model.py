@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from byteps.bench import models, sched
-from byteps.bench.models import Layer
+from benchmarks import models, sched
+from benchmarks.models import Layer
 
 
 @pytest.mark.parametrize("name,tensors,params", [

@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 
 import byteps
 import byteps.basics as basics
+from benchmarks import models
 from byteps import _core
 from byteps._core import testing as T
-from byteps.bench import models
 from byteps.errors import ConfigError, NotInitializedError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,11 +7,15 @@ relies on KeyboardInterrupt unwinding the ``with`` block (SIGINT); MODE ``handle
 """
 
 import faulthandler
+import os
 import signal
 import sys
 import time
 
-from byteps.bench.cluster import EmulatedCluster, install_signal_cleanup
+# Run as a script (sys.path[0] is tests/bench): the benchmarks package is at the repository root.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from benchmarks.cluster import EmulatedCluster, install_signal_cleanup
 
 prefix, mode = sys.argv[1], sys.argv[2]
 # A process started from a background job of a non-interactive shell inherits SIGINT ignored,

@@ -1,4 +1,4 @@
-"""The emulated cluster (byteps.bench.cluster): namespaces, shaping, isolation, real jobs,
+"""The emulated cluster (benchmarks.cluster): namespaces, shaping, isolation, real jobs,
 cleanup. Needs root and iproute2 (skipped otherwise); about 30 s."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from byteps.bench import cluster as bc
-from byteps.bench import kernel
+from benchmarks import cluster as bc
+from benchmarks import kernel
 
 pytestmark = [
     pytest.mark.bench,
@@ -106,7 +106,7 @@ def test_htb_shapes_where_tbf_is_missing(monkeypatch):
         pytest.skip(f"this kernel has no htb qdisc (shapers: {support.shapers})")
     from dataclasses import replace
 
-    from byteps.bench import netns
+    from benchmarks import netns
 
     monkeypatch.setattr(netns, "probe_kernel", lambda: replace(support, shaper="htb"))
     rate = 200e6

@@ -1,4 +1,4 @@
-"""How the emulated cluster adapts to the kernel (byteps.bench.kernel), with the kernel's
+"""How the emulated cluster adapts to the kernel (benchmarks.kernel), with the kernel's
 answers injected: the congestion control is ``cubic`` where a namespace may select it and the
 namespace's default otherwise, and the report says which. No root needed (not marked bench:
 these run in the unit session too)."""
@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from byteps.bench import kernel
-from byteps.bench.report import network_sentence
+from benchmarks import kernel
+from benchmarks.report import network_sentence
 
 
 @pytest.mark.parametrize("preferred,current,allowed,want", [

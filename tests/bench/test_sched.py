@@ -1,4 +1,4 @@
-"""The scheduling workload (byteps.bench.sched) on the emulated cluster: a tiny real run gives
+"""The scheduling workload (benchmarks.sched) on the emulated cluster: a tiny real run gives
 exact sums, finite iteration times no better than the ideal bound allows, and a Markdown
 section. Needs root and iproute2 (skipped otherwise); about 20 s."""
 
@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from byteps.bench import cluster as bc
-from byteps.bench import sched
-from byteps.bench.models import Layer
+from benchmarks import cluster as bc
+from benchmarks import sched
+from benchmarks.models import Layer
 
 pytestmark = [
     pytest.mark.bench,
@@ -22,7 +22,7 @@ pytestmark = [
 
 
 def test_hooks_are_wired():
-    from byteps.bench import cli
+    from benchmarks import cli
 
     plugin = importlib.import_module(cli.PLUGINS["sched"])
     plan = plugin.bench_settings(True)

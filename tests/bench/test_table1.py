@@ -1,4 +1,4 @@
-"""The architecture table (byteps.bench.table1): a tiny real run on the emulated cluster gives
+"""The architecture table (benchmarks.table1): a tiny real run on the emulated cluster gives
 finite positive numbers and a Markdown table with every column. Needs root and iproute2
 (skipped otherwise); about 15 s."""
 
@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from byteps.bench import cluster as bc
-from byteps.bench import table1
+from benchmarks import cluster as bc
+from benchmarks import table1
 
 pytestmark = [
     pytest.mark.bench,
@@ -28,7 +28,7 @@ def test_theory():
 
 
 def test_cluster_hooks_are_wired():
-    from byteps.bench import cli
+    from benchmarks import cli
 
     plugin = importlib.import_module(cli.PLUGINS["cluster"])
     plan = plugin.bench_settings(True)

@@ -1,11 +1,11 @@
 """Emulated-cluster benchmarks: link measurement, real byteps jobs, and the default-B probe.
 
-* :class:`EmulatedCluster` (from :mod:`byteps.bench.netns`): n worker hosts + k CPU-server hosts
+* :class:`EmulatedCluster` (from :mod:`benchmarks.netns`): n worker hosts + k CPU-server hosts
   as network namespaces behind a bridge, each host's link shaped to B in both directions.
-* :func:`measure_link` (from :mod:`byteps.bench.linktest`): TCP bulk throughput between two
+* :func:`measure_link` (from :mod:`benchmarks.linktest`): TCP bulk throughput between two
   hosts, bytes/s.
 * :func:`run_byteps_job`: a real byteps job in upstream mode (``DMLC_*`` per process).
-* ``python -m byteps.bench.cluster --probe [--quick]``: for candidate bandwidths, the shaped
+* ``python -m benchmarks.cluster --probe [--quick]``: for candidate bandwidths, the shaped
   link throughput and a push_pull at n = k = 4 against ``t_opt``; prints a Markdown table and
   the recommended default B (the largest B at which push_pull still tracks ``t_opt``, i.e. the
   network and not the CPU is the bottleneck).
@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from . import child_env
 from .linktest import measure_link, t_opt
 from .netns import (
     EmulatedCluster,
@@ -152,7 +153,7 @@ def run_byteps_job(
         colocate = k < n
     server_hosts = cluster.servers + (cluster.workers if colocate or k == 0 else [])
     root = cluster.workers[0]
-    base = {**os.environ, **(env or {})}
+    base = child_env({**os.environ, **(env or {})})
     base.update({
         "DMLC_NUM_WORKER": str(n),
         "DMLC_NUM_SERVER": str(len(server_hosts)),
@@ -231,7 +232,7 @@ def pushpull_worker_argv(nbytes: int, iters: int, warmup: int = 1) -> list[str]:
     """Command of a worker that push_pulls a float32 tensor of ``nbytes`` bytes ``warmup`` +
     ``iters`` times, checks every sum exactly, and prints ``RESULT {json}`` (see
     :func:`_worker_main`)."""
-    return [sys.executable, "-m", "byteps.bench.cluster", "--worker", str(nbytes), str(iters),
+    return [sys.executable, "-m", "benchmarks.cluster", "--worker", str(nbytes), str(iters),
             str(warmup)]
 
 
@@ -431,7 +432,7 @@ def probe_table(rows: Sequence[dict], n: int, k: int, model_bytes: int) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m byteps.bench.cluster",
+        prog="python -m benchmarks.cluster",
         description="Emulated-cluster tools (need root and iproute2). --probe: choose the "
         "default link bandwidth B at which push_pull is network-bound.")
     p.add_argument("--probe", action="store_true", help="run the bandwidth probe")
@@ -457,7 +458,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m byteps.bench.cluster``: see ``--help``."""
+    """``python -m benchmarks.cluster``: see ``--help``."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")

@@ -1,18 +1,23 @@
-"""``byteps-bench``: run the benchmarks, write ``docs/performance.md`` and ``docs/img/*.png``.
+"""``python -m benchmarks``: run the benchmarks, write ``docs/performance.md`` and its plots.
 
-    byteps-bench [--quick] [--out docs/performance.md] [--img-dir docs/img] [--only micro,sum]
+    python -m benchmarks [--quick] [--out docs/performance.md] [--img-dir docs/img]
+                         [--only cluster,sched,micro,sum] [--json FILE | --from-json FILE]
+
+Run it from the repository root (the ``bench`` extra gives matplotlib and tqdm; root for the
+emulated cluster). ``--out`` defaults to the repository's ``docs/performance.md``, the plots go
+to ``img/`` next to it, and the hand-written notes of ``docs/performance-notes.md`` end the page.
 
 Benchmarks (``--only``, comma-separated; default: all available):
 
-* ``micro``   loopback microbenchmarks (:mod:`byteps.bench.micro`): push_pull vs gloo
+* ``micro``   loopback microbenchmarks (:mod:`benchmarks.micro`): push_pull vs gloo
   all_reduce vs raw TCP, one-tensor-at-a-time, first-use cost;
-* ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`byteps.bench.sumbench`);
-* any module listed in :data:`PLUGINS` (``cluster``: :mod:`byteps.bench.table1`, ``sched``:
-  :mod:`byteps.bench.sched`) that
+* ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`benchmarks.sumbench`);
+* any module listed in :data:`PLUGINS` (``cluster``: :mod:`benchmarks.table1`, ``sched``:
+  :mod:`benchmarks.sched`) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
-  :func:`byteps.bench.report.target`).
+  :func:`benchmarks.report.target`).
 
 ``--quick`` is the CI smoke run (under 3 minutes on 2 cores); the full run takes under 15.
 ``--json`` saves the raw results, ``--from-json`` re-renders a report from them without
@@ -30,10 +35,10 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import micro, report, sumbench
+from . import ROOT, micro, report, sumbench
 
 #: section order in the report: plugins first (the emulated cluster is the headline).
-PLUGINS = {"cluster": "byteps.bench.table1", "sched": "byteps.bench.sched"}
+PLUGINS = {"cluster": f"{__package__}.table1", "sched": f"{__package__}.sched"}
 
 
 class Bench:
@@ -97,11 +102,13 @@ def _progress_bar(total: int, enabled: bool):
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="byteps-bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="CI smoke run: fewer sizes and dtypes, one repeat (< 3 min on 2 cores)")
-    p.add_argument("--out", default="docs/performance.md", help="Markdown report to write")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "performance.md"),
+                   help="Markdown report to write (default: docs/performance.md of this "
+                   "repository)")
     p.add_argument("--img-dir", default=None,
                    help="where the PNG plots go (default: img/ next to --out)")
     p.add_argument("--only", default=None,
@@ -159,7 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         only = [s for s in (args.only or "").split(",") if s] or list(benches)
         unknown = [s for s in only if s not in benches]
         if unknown:
-            print(f"byteps-bench: unknown or unavailable benchmark(s): {', '.join(unknown)}; "
+            print(f"python -m benchmarks: unknown or unavailable benchmark(s): {', '.join(unknown)}; "
                   f"available: {', '.join(benches)}", file=sys.stderr)
             return 2
         chosen = [n for n in benches if n in only]
@@ -174,7 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             close()
         elapsed = time.perf_counter() - t0
-        command = "byteps-bench " + " ".join(shlex.quote(a) for a in _shown(argv_list))
+        command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in _shown(argv_list))
         info, date = report.machine(), time.strftime("%Y-%m-%d %H:%M")
         if args.json:
             os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
@@ -192,7 +199,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for t in targets:
         mark = {True: "met   ", False: "MISSED", None: "info  "}[t["met"]]
         print(f"{mark} {t['ratio']:7.2f}x  {t['name']}  ({t['measured']})")
-    print(f"byteps-bench: wrote {args.out} and plots under {img_dir}"
+    print(f"python -m benchmarks: wrote {args.out} and plots under {img_dir}"
           + (f" in {elapsed:.0f} s" if elapsed else ""))
     return 0
 

@@ -2,12 +2,12 @@
 
 For every (n, k) of :data:`CONFIGS` -- n worker hosts, k CPU-server hosts (k = 0: servers
 colocated on the worker hosts; for 0 < k < n a server is colocated on every worker host too,
-see :func:`byteps.bench.cluster.run_byteps_job`) -- one :class:`EmulatedCluster` at B is built,
+see :func:`benchmarks.cluster.run_byteps_job`) -- one :class:`EmulatedCluster` at B is built,
 the goodput of one of its links measured (:func:`measure_link`, w0 -> s0 or w0 -> w1), and for
 every model size M, in the same cluster, one after another:
 
 * byteps push_pull with the core's default ``BYTEPS_*`` settings,
-* byteps push_pull with the probe's settings (:data:`byteps.bench.cluster.PROBE_ENV`),
+* byteps push_pull with the probe's settings (:data:`benchmarks.cluster.PROBE_ENV`),
 * ``torch.distributed`` gloo ``all_reduce``, one process per worker host
   (``MASTER_ADDR`` = w0's address, ``GLOO_SOCKET_IFNAME=eth0``).
 
@@ -18,8 +18,8 @@ checking the previous result is not timed as waiting. ``t_opt =
 as B, so the ratios are against what the links really carry. The theoretical speed-up of
 byteps over a ring all-reduce is their quotient, ``(n^2+kn-2k) / n^2``.
 
-Hooked into ``byteps-bench`` through :mod:`byteps.bench.cluster` (``bench_*``), and runnable
-alone: ``python -m byteps.bench.table1 [--quick] [--sizes-mib 16] [--configs 2,0 4,4]``.
+Hooked into ``python -m benchmarks`` (:mod:`benchmarks.cli`) through ``bench_*``, and runnable
+alone: ``python -m benchmarks.table1 [--quick] [--sizes-mib 16] [--configs 2,0 4,4]``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from . import child_env
 from . import cluster as bc
 from .report import pyplot, run_standalone, save_figure
 
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 #: (n worker hosts, k CPU-server hosts) of the paper's Table 1.
 CONFIGS = ((2, 0), (2, 2), (4, 0), (4, 2), (4, 4))
-#: Link rate: the probe's recommendation (``python -m byteps.bench.cluster --probe``).
+#: Link rate: the probe's recommendation (``python -m benchmarks.cluster --probe``).
 BANDWIDTH_MBIT = 800.0
 #: byteps settings that may be compared: the core's defaults (no ``BYTEPS_*`` knob set) and the
 #: probe's; a run measures :data:`DEFAULT_SETTINGS` unless told otherwise.
@@ -115,10 +116,10 @@ def run_gloo(cluster: bc.EmulatedCluster, nbytes: int, iters: int, warmup: int =
     timed iterations of the slowest rank's time, seconds. Raises RuntimeError on failure."""
     n = cluster.num_workers
     port = random.randint(20000, 59999)
-    env = {**os.environ, "MASTER_ADDR": cluster.workers[0].address, "MASTER_PORT": str(port),
+    env = {**child_env(), "MASTER_ADDR": cluster.workers[0].address, "MASTER_PORT": str(port),
            "WORLD_SIZE": str(n), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "byteps.bench.table1", "--gloo-worker", str(nbytes),
+    argv = [sys.executable, "-m", "benchmarks.table1", "--gloo-worker", str(nbytes),
             str(iters), str(warmup)]
     files = [tempfile.TemporaryFile(mode="w+") for _ in range(n)]
     try:
@@ -317,7 +318,7 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     md.append(
         f"n worker hosts and k CPU-server hosts, each a network namespace behind one emulated "
         f"switch, every link shaped to B = {plan['bandwidth_mbit']:g} Mbit/s in both "
-        "directions (the recommendation of `python -m byteps.bench.cluster --probe`); "
+        "directions (the recommendation of `python -m benchmarks.cluster --probe`); "
         f"{network_sentence([r.get('network') for r in rows])}; one byteps worker process per "
         "worker host; the scheduler on w0. k = 0: one server colocated on every worker host; "
         "0 < k < n: a server on every CPU-server host and one colocated on every worker host "
@@ -426,8 +427,8 @@ def plot_table1(res: dict, img_dir: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m byteps.bench.table1``: measure and print the section."""
-    p = argparse.ArgumentParser(prog="python -m byteps.bench.table1", description=__doc__,
+    """``python -m benchmarks.table1``: measure and print the section."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.table1", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="16 MiB, 2 iterations")
     p.add_argument("--sizes-mib", type=float, nargs="+", help="model sizes in MiB")

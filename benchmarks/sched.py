@@ -1,7 +1,7 @@
 """Scheduling on a training-shaped workload (ByteScheduler, SOSP'19), on the emulated cluster.
 
 Every worker host runs a loop shaped like data-parallel training of VGG-16 or ResNet-50
-(:mod:`byteps.bench.models`: the real per-tensor gradient sizes, float32):
+(:mod:`benchmarks.models`: the real per-tensor gradient sizes, float32):
 
 * **backward**: for the tensors from last to first, wait the tensor's backward compute time,
   then ``push_pull_async`` its gradient (as an optimizer's gradient hook does);
@@ -9,7 +9,7 @@ Every worker host runs a loop shaped like data-parallel training of VGG-16 or Re
   tensor's push_pull, then its forward compute time.
 
 Compute is emulated by sleeping (a GPU's compute does not take the host's CPU); the profile
-(:func:`byteps.bench.models.profile`) spreads ``compute_ratio x t_opt(model bytes)`` seconds
+(:func:`benchmarks.models.profile`) spreads ``compute_ratio x t_opt(model bytes)`` seconds
 per iteration over the layers by FLOPs, backward = 2 x forward. An iteration is measured from
 the start of a backward pass to the start of the next one.
 
@@ -26,7 +26,7 @@ Compared, in the same cluster, one after another:
   per push_pull, the measured goodput of one link as B -- preemptively, highest priority first,
   with no partition or latency cost. No schedule can beat it.
 
-``python -m byteps.bench.sched [--quick] [--models vgg16] [--sweep 262144:16 1048576:4]``.
+``python -m benchmarks.sched [--quick] [--models vgg16] [--sweep 262144:16 1048576:4]``.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def run_workload(cluster: bc.EmulatedCluster, layers: Sequence[models.Layer], mo
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([list(lay) for lay in layers], f)
     try:
-        argv = [sys.executable, "-m", "byteps.bench.sched", "--worker", f.name, mode,
+        argv = [sys.executable, "-m", "benchmarks.sched", "--worker", f.name, mode,
                 str(iters), str(warmup)]
         res = bc.run_byteps_job(cluster, argv, env=env, timeout=timeout)
     finally:
@@ -329,8 +329,8 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     md.append(
         f"n = {plan['n']} worker hosts, k = {plan['k']} (a server colocated on every worker "
         f"host), links shaped to {plan['bandwidth_mbit']:g} Mbit/s (measured goodput "
-        f"{res['goodput_Bps'] * 8 / 1e6:.0f} Mbit/s; {network_sentence([res.get('network')])}"
-        "). Each worker runs the gradient tensors of "
+        f"{res['goodput_Bps'] * 8 / 1e6:.0f} Mbit/s); {network_sentence([res.get('network')])}"
+        ". Each worker runs the gradient tensors of "
         "the model (real sizes from the published architecture, float32) through a "
         "training-shaped loop: backward from the last tensor to the first, `push_pull_async` "
         "as each gradient is produced, then the next forward pass waits for each tensor's "
@@ -342,7 +342,7 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         "first) with the credit (in partitions) of the row. **Ideal** = the same compute with "
         "a network that carries every gradient at the physical optimum t_opt (measured "
         "goodput), preemptively in priority order, with no partition or latency cost "
-        "(`byteps.bench.sched.ideal_iteration`); **sequential** = no overlap at all. "
+        "(`benchmarks.sched.ideal_iteration`); **sequential** = no overlap at all. "
         f"Iteration time: median of {plan['iters']} (after {plan['warmup']} warm-up) of the "
         f"slowest worker. Core defaults: partition {plan['defaults'][0]} B, credit "
         f"{plan['defaults'][1]}.")
@@ -402,8 +402,8 @@ def plot_sched(res: dict, img_dir: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m byteps.bench.sched``: measure and print the section."""
-    p = argparse.ArgumentParser(prog="python -m byteps.bench.sched", description=__doc__,
+    """``python -m benchmarks.sched``: measure and print the section."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sched", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="ResNet-50, FIFO vs defaults")
     p.add_argument("--models", nargs="+", choices=sorted(models.MODELS))

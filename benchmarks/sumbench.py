@@ -12,7 +12,7 @@ Each figure is measured single-threaded and with ``threads`` Python threads, eac
 its own contiguous slice (the core's kernels and NumPy's ufuncs release the GIL), and is the
 best of ``repeats`` timed calls (the ISAs and NumPy timed in turn in every round). bfloat16 has no NumPy dtype, so its NumPy column is empty.
 
-    python -m byteps.bench.sumbench [--quick] [--size-mib 64] [--repeats 10] [--threads N]
+    python -m benchmarks.sumbench [--quick] [--size-mib 64] [--repeats 10] [--threads N]
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def run(plan: dict, progress: Optional[Callable[[str], None]] = None) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m byteps.bench.sumbench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sumbench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer dtypes and repeats")
     p.add_argument("--size-mib", type=float, help="bytes per buffer, MiB (default 64)")

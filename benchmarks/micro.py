@@ -17,7 +17,7 @@ on one reused 4 KiB name (so first use minus steady state = the first-use/declar
 for byteps, the time of ``declare()`` alone. Worker code runs in this module behind the hidden
 ``--worker`` flag; rank 0 writes a JSON file that the parent reads.
 
-    python -m byteps.bench.micro [--quick] [--sizes 4K 64M] [--jobs local,dist,gloo,tcp]
+    python -m benchmarks.micro [--quick] [--sizes 4K 64M] [--jobs local,dist,gloo,tcp]
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import tempfile
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
+
+from . import child_env
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -249,7 +251,7 @@ def _run_procs(cmds: List[List[str]], envs: List[dict], timeout: float, label: s
 
 
 def _worker_cmd(plan: dict, backend: str, out: str) -> List[str]:
-    return [sys.executable, "-m", "byteps.bench.micro", "--worker", "--backend", backend,
+    return [sys.executable, "-m", "benchmarks.micro", "--worker", "--backend", backend,
             "--out", out, "--warmup", str(plan["warmup"]), "--min-iters", str(plan["min_iters"]),
             "--max-iters", str(plan["max_iters"]), "--budget-bytes", str(plan["budget_bytes"]),
             "--count", str(plan["count"]), "--oat-bytes", str(plan["oat_bytes"]),
@@ -265,11 +267,11 @@ def run_job(plan: dict, job: str) -> dict:
             cmd = [sys.executable, "-m", "byteps.launcher", *BYTEPS_JOBS[job][1]]
             for e in plan["env"]:
                 cmd += ["--env", e]
-            _run_procs([cmd + _worker_cmd(plan, "byteps", out)], [dict(os.environ)],
+            _run_procs([cmd + _worker_cmd(plan, "byteps", out)], [child_env()],
                        plan["timeout"], f"byteps {job} job")
         elif job == "gloo":
             port = str(free_port())
-            envs = [dict(os.environ, RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
+            envs = [dict(child_env(), RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
                          MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo") for r in range(WORLD)]
             cmd = _worker_cmd(plan, "gloo", out)
             _run_procs([cmd] * WORLD, envs, plan["timeout"], "gloo job")
@@ -391,7 +393,7 @@ def run(plan: dict, jobs: Sequence[str] = JOBS,
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m byteps.bench.micro", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.micro", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the CI subset of sizes, one repeat")
     p.add_argument("--sizes", nargs="+", help="tensor sizes, e.g. 4K 64M (default: all)")

@@ -1,1 +1,0 @@
-"""byteps-bench: the performance instrument of byteps (issue 4)."""

@@ -1,8 +1,13 @@
-"""Helpers of the multi-process tests: launch a byteps job with ``python -m byteps.launcher``
-running ``tests/workers/bps_worker.py MODE``, read its output per rank, find its processes among
-the launcher's descendants (``/proc/<pid>/task/*/children``, role from ``/proc/<pid>/environ``)
-and check that nothing of it is left. Only PIDs seen as the launcher's children are ever
-signalled.
+"""The one job runner of the multi-process tests (every test directory imports it as ``jobs``:
+pyproject's ``[tool.pytest.ini_options] pythonpath`` puts tests/ on ``sys.path``).
+
+Launch a byteps job with ``python -m byteps.launcher OPTIONS -- COMMAND`` (default command:
+``tests/workers/bps_worker.py MODE``) in a clean environment (no inherited ``DMLC_*`` /
+``BYTEPS_*``), wait for it with a timeout that kills the launcher's whole process group, read
+its output per rank (the launcher prefixes ``[worker N] ``), find its processes among the
+launcher's descendants (``/proc/<pid>/task/*/children``, role from ``/proc/<pid>/environ``)
+and check that nothing of it is left. Only the launcher's process group and PIDs seen as its
+children are ever signalled (the launcher's children die with it: ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -16,17 +21,26 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 PY = sys.executable
-WORKER = str(Path(__file__).resolve().parent / "workers" / "bps_worker.py")
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+WORKER = str(TESTS / "workers" / "bps_worker.py")
 LAUNCH = [PY, "-m", "byteps.launcher"]
+#: extra environment of a job that imports a framework (one thread each: 2-core test hosts)
+FRAMEWORK_ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+#: characters of job output shown in a failure message (the tail)
+TAIL = 8000
 
 # --------------------------------------------------------------------------------- helpers --
 
 
 def clean_job_env(extra=None):
+    """``os.environ`` without ``DMLC_*`` / ``BYTEPS_*``, with ``PYTHONUNBUFFERED=1``, then
+    ``extra`` (a dict) on top."""
     env = dict(os.environ)
     # A job must not inherit the cluster description of an enclosing job.
     for k in list(env):
@@ -37,7 +51,24 @@ def clean_job_env(extra=None):
     return env
 
 
+def framework_env(extra=None):
+    """:func:`clean_job_env` with :data:`FRAMEWORK_ENV`, then ``extra``."""
+    return clean_job_env({**FRAMEWORK_ENV, **(extra or {})})
+
+
+def launch_config(workers=1, servers=None, local_size=None):
+    """Launcher options for ``workers`` worker machines, ``servers`` servers and
+    ``local_size`` processes per machine (None: the launcher's default)."""
+    args = ["--workers", str(workers)]
+    if servers is not None:
+        args += ["--servers", str(servers)]
+    if local_size is not None:
+        args += ["--local-size", str(local_size)]
+    return args
+
+
 def launch_args(config, env=(), grace=None):
+    """Launcher options: ``config`` (a list), ``--env K=V`` per item of ``env``, ``--grace``."""
     args = list(config)
     for kv in env:
         args += ["--env", kv]
@@ -46,20 +77,66 @@ def launch_args(config, env=(), grace=None):
     return args
 
 
+def job_command(config, command, env=(), grace=None):
+    """argv of ``python -m byteps.launcher OPTIONS -- COMMAND``."""
+    return LAUNCH + launch_args(config, env, grace) + ["--", *map(str, command)]
+
+
+class JobResult(NamedTuple):
+    """A finished process: exit status, stdout and stderr merged (text), wall seconds."""
+
+    returncode: int
+    output: str
+    seconds: float
+
+
+def _text(data) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
+
+
+def run_command(cmd, *, env=None, timeout=240, cwd=REPO):
+    """Run ``cmd`` (argv) in its own session to completion; returns a :class:`JobResult`.
+
+    ``env``: the whole environment (default :func:`clean_job_env`). Past ``timeout`` seconds the
+    process group is killed (SIGKILL) and the test fails with the output so far."""
+    cmd = [str(c) for c in cmd]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=clean_job_env() if env is None else env, cwd=str(cwd),
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:  # a process outside the group may still hold the pipe: do not wait for it
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired as exc:
+            out = _text(exc.stdout)
+            proc.kill()
+        pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s (process group "
+                    f"killed); output tail:\n{_text(out)[-TAIL:]}")
+    return JobResult(proc.returncode, out, time.monotonic() - start)
+
+
+def launch_job(config, command, *, env=(), grace=None, timeout=240, job_env=None, cwd=REPO):
+    """Run ``COMMAND`` (argv) on every worker of a job: ``python -m byteps.launcher``
+    ``config`` (launcher options, e.g. :func:`launch_config`), ``--env`` per item of ``env``,
+    ``--grace``; ``job_env``: the launcher's whole environment (default
+    :func:`clean_job_env`). Returns a :class:`JobResult`; fails the test after ``timeout`` s."""
+    return run_command(job_command(config, command, env, grace), env=job_env, timeout=timeout,
+                       cwd=cwd)
+
+
 def run_job(config, mode, *mode_args, env=(), timeout=240, grace=None, script=WORKER):
     """Run ``script MODE ARGS`` (default tests/workers/bps_worker.py) as a job to completion;
     returns (returncode, combined output, seconds)."""
-    cmd = LAUNCH + launch_args(config, env, grace) + [PY, str(script), mode, *map(str, mode_args)]
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout, env=clean_job_env(), start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        if isinstance(out, bytes):
-            out = out.decode(errors="replace")
-        pytest.fail(f"job {' '.join(cmd)} did not finish within {timeout} s; output:\n{out}")
-    return proc.returncode, proc.stdout, time.monotonic() - start
+    return launch_job(config, [PY, script, mode, *mode_args], env=env, grace=grace,
+                      timeout=timeout)
 
 
 def world_size(config):
@@ -70,8 +147,19 @@ def world_size(config):
 
 
 def worker_lines(out, rank):
+    """Output lines of worker ``rank`` (global rank), the launcher's prefix removed."""
     prefix = f"[worker {rank}] "
     return [line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)]
+
+
+def rank_lines(out, size):
+    """{rank: :func:`worker_lines`} for ranks 0 .. size-1."""
+    return {r: worker_lines(out, r) for r in range(size)}
+
+
+def tail(out, limit=TAIL):
+    """The last ``limit`` characters of ``out`` (for failure messages)."""
+    return out[-limit:]
 
 
 def assert_ok(rc, out, size, min_cases=1):
@@ -83,6 +171,14 @@ def assert_ok(rc, out, size, min_cases=1):
         assert oks, f"worker {r} printed no 'OK <n> cases' line (rc={rc}); output:\n{out[-6000:]}"
         assert int(oks[-1].group(1)) >= min_cases, f"worker {r}: {oks[-1].group(0)}"
     assert rc == 0, f"launcher exited {rc}; output:\n{out[-6000:]}"
+
+
+def assert_marker(result, marker, count):
+    """Exit status 0 and ``marker`` printed ``count`` times (once per worker rank)."""
+    out = result.output
+    assert result.returncode == 0, f"exit code {result.returncode}; output tail:\n{tail(out)}"
+    found = out.count(marker)
+    assert found == count, f"expected {count} x {marker!r}, found {found}; output tail:\n{tail(out)}"
 
 
 def children(pid):
@@ -148,12 +244,12 @@ def shm_segments(job_id):
 class LiveJob:
     """A launcher running in the background; its output is collected line by line."""
 
-    def __init__(self, config, mode, *mode_args, env=(), grace=None, script=WORKER):
-        self.cmd = LAUNCH + launch_args(config, env, grace) + [PY, str(script), mode,
-                                                              *map(str, mode_args)]
+    def __init__(self, config, mode, *mode_args, env=(), grace=None, script=WORKER,
+                 job_env=None):
+        self.cmd = job_command(config, [PY, script, mode, *mode_args], env, grace)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=clean_job_env(), start_new_session=True,
-                                     bufsize=1)
+                                     text=True, start_new_session=True, bufsize=1, cwd=str(REPO),
+                                     env=clean_job_env() if job_env is None else job_env)
         self.lines: list[str] = []
         self.cond = threading.Condition()
         self.seen_pids: set[int] = set()

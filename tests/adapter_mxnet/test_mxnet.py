@@ -7,7 +7,6 @@ launcher mode, bad input, and a dead server surfacing as ``PeerLostError`` at th
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -17,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import jobs
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -28,20 +28,6 @@ pytest.importorskip("mxnet")
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
 
 
-def _load_jobs():
-    """tests/jobs.py under a unique module name (test directories do not share sys.path)."""
-    name = "byteps_test_jobs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE.parent / "jobs.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-jobs = _load_jobs()
-
-
 def _run(config, mode, timeout=240, env=()):
     rc, out, secs = jobs.run_job(config, mode, env=env, timeout=timeout, script=WORKER)
     return rc, out, secs
@@ -51,15 +37,14 @@ def test_example_gluon_digits():
     """The README's MXNet job: 2 workers, 1 server, accuracy >= 0.95, identical parameters."""
     pytest.importorskip("sklearn")
     pytest.importorskip("tqdm")
-    cmd = [sys.executable, "-m", "byteps.launcher", "--workers", "2", "--servers", "1", "--",
-           sys.executable, str(REPO / "examples" / "mxnet" / "gluon_digits.py")]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300, env=jobs.clean_job_env(), cwd=str(REPO))
-    assert proc.returncode == 0, proc.stdout[-8000:]
-    m = re.search(r"final test accuracy: (\d\.\d+)", proc.stdout)
-    assert m, proc.stdout[-8000:]
-    assert float(m.group(1)) >= 0.95, proc.stdout[-4000:]
-    assert "parameters identical on all 2 workers" in proc.stdout
+    job = jobs.launch_job(jobs.launch_config(2, 1),
+                          [jobs.PY, REPO / "examples" / "mxnet" / "gluon_digits.py"],
+                          timeout=300)
+    assert job.returncode == 0, job.output[-8000:]
+    m = re.search(r"final test accuracy: (\d\.\d+)", job.output)
+    assert m, job.output[-8000:]
+    assert float(m.group(1)) >= 0.95, job.output[-4000:]
+    assert "parameters identical on all 2 workers" in job.output
 
 
 @pytest.mark.parametrize("config", ["2w1s", "3w2s"])
@@ -105,22 +90,20 @@ def test_upstream_single_worker_forced_distributed():
                 [sys.executable, "-m", "byteps.launcher"], env=dict(base, DMLC_ROLE=role),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 start_new_session=True))
-        worker = subprocess.run(
-            [sys.executable, str(WORKER), "upstream"],
-            env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0", BYTEPS_FORCE_DISTRIBUTED="1"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=180, cwd=str(REPO))
+        worker = jobs.run_command(
+            [jobs.PY, WORKER, "upstream"], timeout=180,
+            env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0", BYTEPS_FORCE_DISTRIBUTED="1"))
         outs = []
         for p in services:
             try:
                 outs.append(p.communicate(timeout=60)[0])
             except subprocess.TimeoutExpired:
                 outs.append("(still running)")
-        text = worker.stdout + "\n".join(outs)
+        text = worker.output + "\n".join(outs)
         assert worker.returncode == 0, text[-8000:]
-        assert "FAIL" not in worker.stdout, text[-8000:]
-        assert "CASE-OK upstream_push_pull 9 tensors" in worker.stdout, text[-8000:]
-        assert "CASE-OK upstream_trainer_param_order" in worker.stdout, text[-8000:]
+        assert "FAIL" not in worker.output, text[-8000:]
+        assert "CASE-OK upstream_push_pull 9 tensors" in worker.output, text[-8000:]
+        assert "CASE-OK upstream_trainer_param_order" in worker.output, text[-8000:]
         assert [p.returncode for p in services] == [0, 0], text[-8000:]
     finally:
         for p in services:  # by PID (each launcher leads its own process group)

@@ -7,18 +7,25 @@ summary marker per rank; here we assert on the exit code and that every rank pri
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
-from torch_launch_helpers import REPO, WORKERS, assert_ok, launch
+from jobs import PY, REPO, assert_marker, framework_env, launch_config, launch_job, run_command
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
 
 pytestmark = pytest.mark.torch
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+
+
+def launch(script, workers=2, servers=1, local_size=None, args=(), timeout=240):
+    """Run ``script ARGS`` on every worker of a job of ``workers`` x ``local_size`` processes
+    and ``servers`` servers; returns the :class:`jobs.JobResult`."""
+    return launch_job(launch_config(workers, servers, local_size), [PY, script, *args],
+                      timeout=timeout, job_env=framework_env())
 
 
 @pytest.mark.parametrize(
@@ -27,30 +34,30 @@ pytestmark = pytest.mark.torch
     ids=["2w1s", "2w2s", "3w1s", "3w2s", "2wx2local1s"],
 )
 def test_push_pull(workers, servers, local_size):
-    proc = launch(WORKERS / "push_pull_worker.py", workers, servers, local_size, timeout=300)
+    job = launch(WORKERS / "push_pull_worker.py", workers, servers, local_size, timeout=300)
     size = workers * (local_size or 1)
-    assert_ok(proc, "TORCH_PUSHPULL_OK", size)
-    assert f"size={size}" in proc.stdout
+    assert_marker(job, "TORCH_PUSHPULL_OK", size)
+    assert f"size={size}" in job.output
 
 
 def test_push_pull_single_worker():
     """One worker machine: no scheduler or servers; push_pull is local."""
-    proc = launch(WORKERS / "push_pull_worker.py", 1, 1, None, args=["--no-big"], timeout=200)
-    assert_ok(proc, "TORCH_PUSHPULL_OK", 1)
+    job = launch(WORKERS / "push_pull_worker.py", 1, 1, None, args=["--no-big"], timeout=200)
+    assert_marker(job, "TORCH_PUSHPULL_OK", 1)
 
 
 @pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (3, 2, None), (2, 1, 2)],
                          ids=["2w1s", "3w2s", "2wx2local1s"])
 def test_broadcast_and_optimizer(workers, servers, local_size):
-    proc = launch(WORKERS / "optimizer_worker.py", workers, servers, local_size, timeout=300)
-    assert_ok(proc, "TORCH_OPTIM_OK", workers * (local_size or 1))
+    job = launch(WORKERS / "optimizer_worker.py", workers, servers, local_size, timeout=300)
+    assert_marker(job, "TORCH_OPTIM_OK", workers * (local_size or 1))
 
 
 def test_mismatch_raises_on_every_rank():
-    proc = launch(WORKERS / "mismatch_worker.py", 2, 1, timeout=240)
-    assert_ok(proc, "MISMATCH_SHAPE_RAISED", 2)
-    assert proc.stdout.count("MISMATCH_DTYPE_RAISED") == 2, proc.stdout[-6000:]
-    assert proc.stdout.count("MISMATCH_AFTER_OK") == 2, proc.stdout[-6000:]
+    job = launch(WORKERS / "mismatch_worker.py", 2, 1, timeout=240)
+    assert_marker(job, "MISMATCH_SHAPE_RAISED", 2)
+    assert job.output.count("MISMATCH_DTYPE_RAISED") == 2, job.output[-6000:]
+    assert job.output.count("MISMATCH_AFTER_OK") == 2, job.output[-6000:]
 
 
 def test_not_initialized_error():
@@ -75,26 +82,22 @@ for name, fn in calls.items():
     else:
         print("NO ERROR FROM", name)
 """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DMLC_", "BYTEPS_"))}
-    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=120, env=env,
-                          cwd=str(REPO))
-    assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.count("NOTINIT_RAISED") == 7, proc.stdout
+    job = run_command([PY, "-c", code], timeout=120)
+    assert job.returncode == 0, job.output
+    assert job.output.count("NOTINIT_RAISED") == 7, job.output
 
 
 def test_example_train_digits():
     pytest.importorskip("sklearn")
     pytest.importorskip("tqdm")
-    proc = launch(REPO / "examples" / "torch" / "train_digits.py", 2, 1, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-8000:]
-    m = re.search(r"final test accuracy: (\d\.\d+)", proc.stdout)
-    assert m, proc.stdout[-8000:]
-    assert float(m.group(1)) >= 0.95, proc.stdout[-4000:]
-    assert "parameters identical on all 2 workers" in proc.stdout
-    t = re.search(r"wall time: ([\d.]+) s", proc.stdout)
-    assert t and float(t.group(1)) < 60, proc.stdout[-4000:]
+    job = launch(REPO / "examples" / "torch" / "train_digits.py", 2, 1, timeout=240)
+    assert job.returncode == 0, job.output[-8000:]
+    m = re.search(r"final test accuracy: (\d\.\d+)", job.output)
+    assert m, job.output[-8000:]
+    assert float(m.group(1)) >= 0.95, job.output[-4000:]
+    assert "parameters identical on all 2 workers" in job.output
+    t = re.search(r"wall time: ([\d.]+) s", job.output)
+    assert t and float(t.group(1)) < 60, job.output[-4000:]
 
 
 def test_example_elastic_digits():
@@ -102,16 +105,12 @@ def test_example_elastic_digits():
     supervisor restarts scheduler and server for 2 workers, and the survivors resume from their
     checkpoint and finish with identical parameters and a good accuracy."""
     pytest.importorskip("sklearn")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DMLC_", "BYTEPS_"))}
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "torch" / "elastic_digits.py"),
-                           "--workers", "3", "--fail-rank", "2", "--fail-epoch", "4"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300, env=env, cwd=str(REPO), start_new_session=True)
-    assert proc.returncode == 0, proc.stdout[-8000:]
+    job = run_command([PY, REPO / "examples" / "torch" / "elastic_digits.py", "--workers", "3",
+                        "--fail-rank", "2", "--fail-epoch", "4"], timeout=300)
+    assert job.returncode == 0, job.output[-8000:]
     for r in (0, 1):
-        assert f"worker {r}: resumed as rank {r} of 2 at epoch 4" in proc.stdout, \
-            proc.stdout[-8000:]
+        assert f"worker {r}: resumed as rank {r} of 2 at epoch 4" in job.output, \
+            job.output[-8000:]
     m = re.search(r"final test accuracy: (\d\.\d+) on 2 workers \(parameters identical",
-                  proc.stdout)
-    assert m and float(m.group(1)) >= 0.95, proc.stdout[-4000:]
+                  job.output)
+    assert m and float(m.group(1)) >= 0.95, job.output[-4000:]

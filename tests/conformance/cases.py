@@ -15,8 +15,9 @@ are deterministic functions of the rank, and each case computes its expected res
 Cases are grouped (``GROUPS``) so that one job launch runs many of them. A case may require
 capabilities (``Case.requires``); on a shim without them it is reported as skipped.
 
-This module imports only NumPy and the standard library, so the pytest driver can read the
-case list without importing a framework.
+This module imports only NumPy, the standard library and tests/oracle.py (the expected
+push_pull results of every test; NumPy only), so the pytest driver can read the case list
+without importing a framework.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from oracle import expected_push_pull, rank_data
 
 # -------------------------------------------------------------------------------- registry --
 
@@ -77,31 +79,11 @@ def shape_tag(shape: Sequence[int]) -> str:
     return "x".join(str(s) for s in shape) or "scalar"
 
 
-def rank_data(r: int, shape: Sequence[int], dtype: str, salt: int = 0) -> np.ndarray:
-    """Small integers depending on rank ``r``, position and ``salt``: [-5, 5] ([0, 10] for
-    uint8), as int64. Exactly representable in every supported dtype; sums over <= 8 ranks
-    fit every dtype."""
-    n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-    v = (np.arange(n, dtype=np.int64) * 7 + r * 13 + salt * 5 + 3) % 11
-    if dtype != "uint8":
-        v = v - 5
-    return v.reshape(tuple(shape))
-
-
-def expected_sum(size: int, shape: Sequence[int], dtype: str, salt: int = 0) -> np.ndarray:
-    """Exact sum over all ranks of :func:`rank_data`, as int64."""
-    return sum(rank_data(r, shape, dtype, salt) for r in range(size))
-
-
 def expected_reduce(size: int, shape, dtype: str, average: bool, salt: int = 0) -> np.ndarray:
-    """Exact expected result: the sum (int64), the floor-divided sum (integer average) or the
-    float64 quotient (floating average; compared within 1.5 ulp of ``dtype``)."""
-    total = expected_sum(size, shape, dtype, salt)
-    if not average:
-        return total
-    if dtype in _MANTISSA_BITS:
-        return total.astype(np.float64) / size
-    return np.floor_divide(total, size)
+    """The oracle's result over ``size`` ranks of :func:`rank_data` ``(r, shape, dtype, salt)``:
+    the exact sum (int64), the floor-divided sum (integer average) or the float64 quotient
+    (floating average; compared within 1.5 ulp of ``dtype``)."""
+    return expected_push_pull(lambda r: rank_data(r, shape, dtype, salt), size, average, dtype)
 
 
 def _ulp(dtype: str, want: np.ndarray) -> np.ndarray:

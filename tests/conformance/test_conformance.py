@@ -18,17 +18,13 @@ that has it).
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+import jobs
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 WORKER = HERE / "worker.py"
 
 
@@ -70,39 +66,11 @@ def _params():
                                    id=f"{fw}-{workers}w{servers}s-{group}")
 
 
-def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "BYTEPS_"))}
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    return env
-
-
 def run_job(framework: str, workers: int, servers: int, group: str, timeout_s: float):
-    cmd = [sys.executable, "-m", "byteps.launcher", "--workers", str(workers),
-           "--servers", str(servers), "--env", f"BYTEPS_TIMEOUT={timeout_s:g}"]
-    cmd += ["--", sys.executable, str(WORKER), framework, group]
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=JOB_TIMEOUT, env=_env(), cwd=str(REPO))
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        if isinstance(out, bytes):
-            out = out.decode(errors="replace")
-        pytest.fail(f"job did not finish within {JOB_TIMEOUT} s: {' '.join(cmd)}\n{out[-8000:]}")
-    return proc.returncode, proc.stdout, time.monotonic() - t0
-
-
-_LINE = re.compile(r"^\[worker (\d+)\] (.*)$")
-
-
-def rank_lines(output: str, workers: int):
-    """worker index -> that worker's output lines (launcher prefix removed)."""
-    lines = {i: [] for i in range(workers)}
-    for raw in output.splitlines():
-        m = _LINE.match(raw)
-        if m and int(m.group(1)) in lines:
-            lines[int(m.group(1))].append(m.group(2))
-    return lines
+    return jobs.launch_job(jobs.launch_config(workers, servers),
+                           [jobs.PY, WORKER, framework, group],
+                           env=[f"BYTEPS_TIMEOUT={timeout_s:g}"], timeout=JOB_TIMEOUT,
+                           job_env=jobs.framework_env())
 
 
 def _failure_excerpt(output: str, limit: int = 12000) -> str:
@@ -138,7 +106,7 @@ def test_conformance(framework, workers, servers, group):
     timeout_s = error_timeout if group == "errors" else DEFAULT_TIMEOUT
     rc, out, secs = run_job(framework, workers, servers, group, timeout_s)
     excerpt = _failure_excerpt(out)
-    per_rank = rank_lines(out, workers)
+    per_rank = jobs.rank_lines(out, workers)
     expected_ok = [c.name for c in cases.GROUPS[group] if not c.missing(shim)]
     expected_skip = [c.name for c in cases.GROUPS[group] if c.missing(shim)]
     problems = []

@@ -18,8 +18,9 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+for path in (os.path.dirname(HERE), HERE):  # tests/ (oracle.py), then this directory
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 import cases  # noqa: E402
 from shims import get_shim  # noqa: E402

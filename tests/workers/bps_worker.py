@@ -17,11 +17,15 @@ import random
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 
 import byteps.basics as bps
 from byteps import errors
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: oracle.py
+from oracle import expected_push_pull, expected_sum
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64")
 SHAPES = ((0,), (1,), (17,), (3, 5, 7), (1000, 33))
@@ -86,25 +90,17 @@ def make(vals: np.ndarray, dtype: str, shape) -> np.ndarray:
 
 
 def expected(case: int, n: int, dtype: str, shape, size: int, average: bool, rnd: int = 0):
-    total = sum(values(case, r, n, dtype, rnd) for r in range(size)) if n else np.zeros(0, np.int64)
-    total = np.asarray(total, dtype=np.int64)
+    """The oracle's result for the inputs :func:`values` of every rank, in ``dtype``'s
+    storage (bfloat16: bits); a floating average is the exact quotient rounded to float32
+    first for float16/bfloat16/float32 (the inputs' sums are small integers, so this equals the
+    float32 division of the sum)."""
+    want = expected_push_pull(lambda r: values(case, r, n, dtype, rnd), size, average, dtype)
     if dtype in INT_DTYPES:
-        res = total // size if average else total  # floor division
-        return res.astype(np_dtype(dtype)).reshape(shape)
+        return want.astype(np_dtype(dtype)).reshape(shape)
+    f = want.astype(np.float64 if dtype == "float64" else np.float32)
     if dtype == "bfloat16":
-        f = total.astype(np.float32)
-        if average:
-            f = f / np.float32(size)
         return f32_to_bf16_bits(f).reshape(shape)
-    if dtype == "float16":
-        f = total.astype(np.float32)
-        if average:
-            f = f / np.float32(size)
-        return f.astype(np.float16).reshape(shape)
-    f = total.astype(np_dtype(dtype))
-    if average:
-        f = f / np_dtype(dtype).type(size)
-    return f.reshape(shape)
+    return f.astype(np_dtype(dtype)).reshape(shape)
 
 
 def compare(what: str, got: np.ndarray, want: np.ndarray, dtype: str, average: bool) -> None:
@@ -503,7 +499,7 @@ def mode_soak(args) -> int:
             handles.append(push_pull(name, inp, out, dt, False))
         for h in handles:
             bps.wait(h)
-        expected = size * (size + 1) // 2 + size * bump
+        expected = expected_sum(lambda r, b=bump: r + 1 + b, size)
         for (name, _), (_, out) in zip(tensors, bufs):
             if not (out[0] == expected and out[-1] == expected):
                 fail(f"{name} iteration {it}: {out[0]}, {out[-1]} != {expected}")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
 import byteps.torch as bps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: oracle.py
+import oracle
 
 torch.set_num_threads(1)
 
@@ -64,43 +68,42 @@ class Checker:
                   flush=True)
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"`` (the oracle's dtype names)."""
+    return str(dtype).split(".")[-1]
+
+
 def rank_data(r: int, shape, dtype: torch.dtype) -> torch.Tensor:
-    """Exact small integers in [-5, 5] ([0, 10] for uint8), depending on rank and position, so
-    every sum over <= 8 ranks is exact in every dtype."""
-    n = 1
-    for s in shape:
-        n *= s
-    v = (torch.arange(n, dtype=torch.int64) * 7 + r * 13 + 3) % 11
-    if dtype != torch.uint8:
-        v = v - 5
-    return v.reshape(shape).to(dtype)
+    """The oracle's :func:`oracle.rank_data` of rank ``r`` as a ``dtype`` tensor: exact small
+    integers in [-5, 5] ([0, 10] for uint8), so every sum over <= 8 ranks is exact in every
+    dtype."""
+    return torch.from_numpy(oracle.rank_data(r, shape, dtype_name(dtype))).to(dtype)
 
 
-def expected_sum(shape, dtype, size: int) -> torch.Tensor:
-    """Sum over ranks of rank_data, as int64 (exact)."""
-    total = torch.zeros(shape, dtype=torch.int64)
-    for r in range(size):
-        total += rank_data(r, shape, torch.int64 if dtype != torch.uint8 else torch.uint8).long()
-    return total
+def expected(shape, dtype, size: int, average: bool = False, shift: int = 0) -> torch.Tensor:
+    """The oracle's push_pull result over ``size`` ranks of ``rank_data(r + shift, shape,
+    dtype)``: int64 (sum, integer average: floor division) or float64 (floating average)."""
+    name = dtype_name(dtype)
+    return torch.from_numpy(oracle.expected_push_pull(
+        lambda r: oracle.rank_data(r + shift, shape, name), size, average, name))
 
 
 def check_result(ck: Checker, got: torch.Tensor, shape, dtype, size, average, label) -> None:
     if not ck.check(got.dtype == dtype and tuple(got.shape) == tuple(shape),
                     f"{label}: got dtype {got.dtype} shape {tuple(got.shape)}"):
         return
-    total = expected_sum(shape, dtype, size)
+    want = expected(shape, dtype, size, average)
     if not average:
-        want = total.to(dtype)
+        want = want.to(dtype)
         ok = torch.equal(got, want)
         ck.check(ok, f"{label}: sum mismatch (first got {got.flatten()[:6].tolist()}, "
                      f"want {want.flatten()[:6].tolist()})")
     elif dtype.is_floating_point:
-        want = total.double() / size
         ok = torch.allclose(got.double(), want, rtol=AVG_RTOL[dtype], atol=AVG_RTOL[dtype])
         ck.check(ok, f"{label}: average mismatch (first got {got.flatten()[:6].tolist()}, "
                      f"want {want.flatten()[:6].tolist()})")
     else:
-        want = torch.div(total, size, rounding_mode="floor").to(dtype)
+        want = want.to(dtype)
         ok = torch.equal(got, want)
         ck.check(ok, f"{label}: integer average (floor division) mismatch (first got "
                      f"{got.flatten()[:6].tolist()}, want {want.flatten()[:6].tolist()})")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
 import torch
-from _common import DTYPES, Checker, check_result, expected_sum, rank_data
+from _common import DTYPES, Checker, check_result, expected, oracle, rank_data
 
 import byteps.torch as bps
 
@@ -77,10 +78,12 @@ def autograd(ck: Checker, r: int, n: int) -> None:
     for dtype in (torch.float32, torch.float64):
         x = rank_data(r, (5,), dtype).requires_grad_()
         y = bps.push_pull(x, average=False, name=f"ag.{dtype}")
-        ck.check(torch.equal(y.detach(), expected_sum((5,), dtype, n).to(dtype)), "autograd fwd")
+        ck.check(torch.equal(y.detach(), expected((5,), dtype, n).to(dtype)), "autograd fwd")
         w = torch.arange(1, 6, dtype=dtype) * (r + 1)
         (y * w).sum().backward()
-        want = torch.arange(1, 6, dtype=dtype) * sum(q + 1 for q in range(n))
+        # the gradient is the push_pull of every rank's upstream gradient arange(1, 6) * (q + 1)
+        want = torch.from_numpy(oracle.expected_sum(lambda q: np.arange(1, 6) * (q + 1), n)).to(
+            dtype)
         ck.check(torch.equal(x.grad, want), f"autograd backward {dtype}: {x.grad} vs {want}")
     # average: backward averages as well
     x = rank_data(r, (3,), torch.float64).requires_grad_()
@@ -90,7 +93,7 @@ def autograd(ck: Checker, r: int, n: int) -> None:
     # fp16 compression, output back in float32
     x = rank_data(r, (33,), torch.float32)
     y = bps.push_pull(x, average=False, name="fp16c", compression=bps.Compression.fp16)
-    ck.check(y.dtype == torch.float32 and torch.equal(y, expected_sum((33,), x.dtype, n).float()),
+    ck.check(y.dtype == torch.float32 and torch.equal(y, expected((33,), x.dtype, n).float()),
              "fp16 compression sum")
 
 
@@ -105,13 +108,15 @@ def big(ck: Checker, r: int, n: int) -> None:
         time.sleep(0.0005)
     out = bps.synchronize(h)
     dt = time.time() - t0
-    want = base * n + sum(range(n))
+    # rank q's input is base + q: the sum is base * n + the oracle's sum of the offsets q
+    offsets = float(oracle.expected_sum(lambda q: q, n))
+    want = base * n + offsets
     ck.check(torch.equal(out, want), "big 64 MiB sum mismatch")
     ck.check(false_polls >= 1, "poll never returned False for a 64 MiB tensor (no overlap?)")
     del want
     y = base + r
     out = bps.synchronize(bps.push_pull_async(y, average=True, name="big.avg"))
-    want = (base * n + sum(range(n))) / n
+    want = (base * n + offsets) / n
     ck.check(torch.allclose(out, want, rtol=2e-6, atol=0), "big 64 MiB average mismatch")
     print(f"rank {r}: 64 MiB push_pull {dt:.2f}s ({false_polls} false polls)", flush=True)
 
@@ -125,7 +130,7 @@ def many_in_flight(ck: Checker, r: int, n: int) -> None:
     pending = sum(1 for h, _, _ in ops if not bps.poll(h))
     for h, shape, i in reversed(ops):  # synchronise in reverse order of issue
         out = bps.synchronize(h)
-        want = sum(rank_data(q + i, shape, torch.int64) for q in range(n)).float()
+        want = expected(shape, torch.int64, n, shift=i).float()
         ck.check(torch.equal(out, want), f"many.{i} mismatch")
     print(f"rank {r}: 300 ops in flight ({pending} pending right after issue)", flush=True)
 
@@ -134,16 +139,17 @@ def reuse_and_unnamed(ck: Checker, r: int, n: int) -> None:
     for it in range(20):
         x = torch.full((1000,), float(it * 10 + r))
         out = bps.push_pull(x, average=False, name="reuse")
-        want = float(sum(it * 10 + q for q in range(n)))
+        want = float(oracle.expected_sum(lambda q, it=it: it * 10 + q, n))
         ck.check(bool((out == want).all()), f"reuse round {it}: {out[0].item()} != {want}")
     # unnamed tensors of different sizes (upstream shared one "noname" context and crashed)
     for k, size in enumerate([3, 300, 1, 30000]):
         x = torch.full((size,), float(r + k))
         out = bps.push_pull(x, average=False)
-        ck.check(bool((out == float(sum(q + k for q in range(n)))).all()), f"unnamed {size}")
+        want = float(oracle.expected_sum(lambda q, k=k: q + k, n))
+        ck.check(bool((out == want).all()), f"unnamed {size}")
     h1 = bps.push_pull_async(torch.ones(10) * r, average=False)
     h2 = bps.push_pull_async(torch.ones(20) * r, average=False)
-    s = float(sum(range(n)))
+    s = float(oracle.expected_sum(lambda q: q, n))
     ck.check(bool((bps.synchronize(h2) == s).all() and (bps.synchronize(h1) == s).all()),
              "unnamed async")
 

@@ -99,7 +99,8 @@ def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = Non
         a ``tf.Tensor`` with the input's shape and dtype.
 
     Raises:
-        InvalidTypeError (a TypeError): as for :func:`push_pull`.  ValueError: bad ``root_rank``.
+        InvalidTypeError (a TypeError): as for :func:`push_pull`.
+        InvalidArgumentError (a ValueError): bad ``root_rank``.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     base = _base(tensor, scope, name, "BytePSBroadcast", "broadcast")

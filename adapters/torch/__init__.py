@@ -56,6 +56,7 @@ from .broadcast import (  # noqa: E402
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
 from .ops import (  # noqa: E402
     SUPPORTED_DTYPES,
+    _check_tensor,
     _resolve_name,
     byteps_push_pull,
     declare,
@@ -157,8 +158,9 @@ def push_pull(tensor: torch.Tensor, average: bool = True, name: Optional[str] = 
         byteps.errors.MismatchError: ranks disagree on this name's dtype or shape.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
+    _check_tensor(tensor, "push_pull")  # before the compressor, which expects a tensor
     name = _resolve_name(name)
-    if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+    if tensor.requires_grad:
         # Declare the gradient's name now, in forward order, so its key agrees on every rank
         # whatever order the backward passes run in.
         declare(name)

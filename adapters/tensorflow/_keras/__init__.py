@@ -376,7 +376,8 @@ def broadcast(value, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     accepted values; default name ``"KerasBroadcast"``).
 
     Raises:
-        InvalidTypeError (a TypeError): unsupported dtype.  ValueError: bad ``root_rank``.
+        InvalidTypeError (a TypeError): unsupported dtype.
+        InvalidArgumentError (a ValueError): bad ``root_rank``.
     """
     tensor = value if tf.is_tensor(value) else tf.constant(value)
     out = functions.broadcast(tensor, root_rank, name=name or "KerasBroadcast")

@@ -1,5 +1,5 @@
-// byteps._core.reduce: Python access to the SIMD summation kernels (reduce/, DESIGN.md §4),
-// for tests, benchmarks and the Python-side server. Operates in place on NumPy arrays.
+// byteps._core.reduce: Python access to the SIMD summation kernels (reduce/,
+// docs/architecture.md §7), for tests and benchmarks. Operates in place on NumPy arrays.
 //
 //   sum_into(dst, src, dtype=None)     dst += src
 //   sum3(dst, a, b, dtype=None)        dst = a + b
@@ -11,7 +11,7 @@
 // (needed for bfloat16, which NumPy lacks: pass uint16 arrays holding bfloat16 bits); with
 // an explicit dtype only the byte sizes of the arrays must agree. Arrays must be NumPy
 // arrays (no silent copies), C-contiguous, and dst writable. The GIL is released while the
-// kernel runs.
+// kernel runs. Bad arguments raise byteps.errors.InvalidTypeError / InvalidArgumentError.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -121,16 +121,49 @@ Operands Resolve(const std::vector<std::pair<const py::array*, const char*>>& ar
   return ops;
 }
 
-void SumIntoPy(py::array dst, py::array src, std::optional<std::string> dtype) {
-  const Operands ops = Resolve({{&dst, "dst"}, {&src, "src"}}, dtype);
+// The arguments arrive as plain objects so that a wrong type raises InvalidTypeError (pybind11's
+// own argument matching would raise a bare TypeError).
+py::array AsArray(const py::object& o, const char* role) {
+  if (!py::isinstance<py::array>(o))
+    ThrowInvalidType(std::string(role) + " must be a NumPy array, got " +
+                     Py_TYPE(o.ptr())->tp_name);
+  return py::reinterpret_borrow<py::array>(o);
+}
+
+std::optional<std::string> AsDTypeName(const py::object& o) {
+  if (o.is_none()) return std::nullopt;
+  if (!py::isinstance<py::str>(o))
+    ThrowInvalidType(std::string("dtype must be a str or None, got ") + Py_TYPE(o.ptr())->tp_name);
+  return o.cast<std::string>();
+}
+
+int64_t AsInt64(const py::object& o, const char* what) {
+  if (!PyIndex_Check(o.ptr()) || py::isinstance<py::bool_>(o))
+    ThrowInvalidType(std::string(what) + " must be an int, got " + Py_TYPE(o.ptr())->tp_name);
+  try {
+    return py::int_(o).cast<int64_t>();
+  } catch (const py::cast_error&) {
+    ThrowInvalidArgument(std::string(what) + " " + std::string(py::str(o)) +
+                         " does not fit in 64 bits");
+  }
+}
+
+void SumIntoPy(const py::object& dst_o, const py::object& src_o, const py::object& dtype_o) {
+  py::array dst = AsArray(dst_o, "dst");
+  py::array src = AsArray(src_o, "src");
+  const Operands ops = Resolve({{&dst, "dst"}, {&src, "src"}}, AsDTypeName(dtype_o));
   void* d = dst.mutable_data();
   const void* s = src.data();
   py::gil_scoped_release release;
   reduce::SumInto(d, s, ops.count, ops.dtype);
 }
 
-void Sum3Py(py::array dst, py::array a, py::array b, std::optional<std::string> dtype) {
-  const Operands ops = Resolve({{&dst, "dst"}, {&a, "a"}, {&b, "b"}}, dtype);
+void Sum3Py(const py::object& dst_o, const py::object& a_o, const py::object& b_o,
+            const py::object& dtype_o) {
+  py::array dst = AsArray(dst_o, "dst");
+  py::array a = AsArray(a_o, "a");
+  py::array b = AsArray(b_o, "b");
+  const Operands ops = Resolve({{&dst, "dst"}, {&a, "a"}, {&b, "b"}}, AsDTypeName(dtype_o));
   void* d = dst.mutable_data();
   const void* pa = a.data();
   const void* pb = b.data();
@@ -138,8 +171,10 @@ void Sum3Py(py::array dst, py::array a, py::array b, std::optional<std::string> 
   reduce::Sum3(d, pa, pb, ops.count, ops.dtype);
 }
 
-void DividePy(py::array dst, int64_t divisor, std::optional<std::string> dtype) {
-  const Operands ops = Resolve({{&dst, "dst"}}, dtype);
+void DividePy(const py::object& dst_o, const py::object& divisor_o, const py::object& dtype_o) {
+  py::array dst = AsArray(dst_o, "dst");
+  const int64_t divisor = AsInt64(divisor_o, "divisor");
+  const Operands ops = Resolve({{&dst, "dst"}}, AsDTypeName(dtype_o));
   if (!DTypeIsFloat(ops.dtype) && divisor <= 0) {
     ThrowInvalidArgument("integer divide needs a positive divisor, got " +
                           std::to_string(divisor));
@@ -149,7 +184,9 @@ void DividePy(py::array dst, int64_t divisor, std::optional<std::string> dtype) 
   reduce::DivideInPlace(d, ops.count, ops.dtype, divisor);
 }
 
-void CopyStreamingPy(py::array dst, py::array src) {
+void CopyStreamingPy(const py::object& dst_o, const py::object& src_o) {
+  py::array dst = AsArray(dst_o, "dst");
+  py::array src = AsArray(src_o, "src");
   CheckArray(dst, "dst", true);
   CheckArray(src, "src", false);
   const size_t n = static_cast<size_t>(dst.nbytes());
@@ -189,19 +226,18 @@ void ForceIsaPy(const std::string& name) {
 
 void BindReduce(py::module_& m) {
   py::module_ r = m.def_submodule("reduce", "SIMD summation kernels (runtime CPU dispatch).");
-  r.def("sum_into", &SumIntoPy, py::arg("dst").noconvert(), py::arg("src").noconvert(),
+  r.def("sum_into", &SumIntoPy, py::arg("dst"), py::arg("src"),
         py::arg("dtype") = py::none(),
         "dst += src in place. dtype (str) overrides the arrays' dtype, e.g. 'bfloat16' for "
         "uint16 arrays holding bfloat16 bits.");
-  r.def("sum3", &Sum3Py, py::arg("dst").noconvert(), py::arg("a").noconvert(),
-        py::arg("b").noconvert(), py::arg("dtype") = py::none(),
+  r.def("sum3", &Sum3Py, py::arg("dst"), py::arg("a"), py::arg("b"),
+        py::arg("dtype") = py::none(),
         "dst = a + b (dst may be a or b).");
-  r.def("divide", &DividePy, py::arg("dst").noconvert(), py::arg("divisor"),
+  r.def("divide", &DividePy, py::arg("dst"), py::arg("divisor"),
         py::arg("dtype") = py::none(),
         "dst /= divisor in place: true division for floating types (float16/bfloat16 via "
         "float32, rounded to nearest even), floor division for integers (divisor > 0).");
-  r.def("copy_streaming", &CopyStreamingPy, py::arg("dst").noconvert(),
-        py::arg("src").noconvert(),
+  r.def("copy_streaming", &CopyStreamingPy, py::arg("dst"), py::arg("src"),
         "dst[:] = src (same number of bytes, any dtypes, no overlap) with non-temporal stores, "
         "as the worker copies large outputs (reduce::CopyStreaming).");
   r.def("active_isa", &reduce::ActiveIsa, "ISA of the kernels in use: avx512, avx2 or scalar.");

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from _common import Checker
 
 import byteps.torch as bps
+from byteps.errors import UsageError
 
 D_IN, D_OUT, B = 6, 3, 4
 
@@ -222,7 +223,7 @@ def passes_per_step(ck: Checker, r: int, n: int) -> None:
         for k in range(3):
             x, y = batch(9, r, extra=k)
             F.mse_loss(m(x), y).backward()
-    except RuntimeError as e:
+    except UsageError as e:  # a byteps.errors.BytePSError, and still a RuntimeError
         raised = "backward_passes_per_step" in str(e)
     ck.check(raised, "3 backward passes with backward_passes_per_step=2 did not raise")
     opt.synchronize()  # drain what was started

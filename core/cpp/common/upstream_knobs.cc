@@ -68,8 +68,9 @@ std::vector<UpstreamVar> BuildUpstream() {
       Ign("DMLC_NUM_PORTS", "Each server listens on one TCP port.", {"1"}),
       Ign("DMLC_LOCAL", "Nodes talk over TCP also on one host; the worker processes of one "
                         "machine share memory among themselves.", {}, kOff),
-      Ign("DMLC_USE_KUBERNETES", "The scheduler binds DMLC_PS_ROOT_URI itself, never 0.0.0.0: "
-                                 "give it an address of its own host.", {}, kOff),
+      Ign("DMLC_USE_KUBERNETES", "The scheduler binds the address DMLC_PS_ROOT_URI names (no "
+                                 "switch binds 0.0.0.0 instead): it must be an address of the "
+                                 "scheduler's own host.", {}, kOff),
       Ign("DMLC_RANK", "Node ids come from the scheduler; a worker's rank is DMLC_WORKER_ID * "
                        "BYTEPS_LOCAL_SIZE + BYTEPS_LOCAL_RANK (or BYTEPS_GLOBAL_RANK)."),
       Ign("DMLC_GROUP_SIZE", "One node per process (no instance groups).", {"1"}),

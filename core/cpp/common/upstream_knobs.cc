@@ -47,8 +47,8 @@ const char* kPlan = "the scheduler's key plan";
 const char* kPlanText = "Partitions are placed on servers by bytes against the paper's optimal "
                         "shares (largest first), computed once by the scheduler; there is no "
                         "hash to choose.";
-const char* kOneCore = "Upstream build switch. Here one framework-independent core is built (CMake, "
-                       "through pip); each adapter (byteps.torch, byteps.tensorflow, "
+const char* kOneCore = "Upstream build switch. Here one framework-independent core is built "
+                       "(CMake, through pip); each adapter (byteps.torch, byteps.tensorflow, "
                        "byteps.mxnet) is pure Python and works when its framework imports.";
 
 std::vector<UpstreamVar> BuildUpstream() {

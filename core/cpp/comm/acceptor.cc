@@ -1,23 +1,42 @@
 #include "acceptor.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/auth.h"
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
 #include "comm/socket_util.h"
-#include "common/logging.h"
 
 namespace byteps {
+namespace {
+
+void SetBlocking(int fd, bool blocking) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0) return;
+  fcntl(fd, F_SETFL, blocking ? (flags & ~O_NONBLOCK) : (flags | O_NONBLOCK));
+}
+
+constexpr int kAcceptBurst = 64;  // connections taken from the backlog per loop turn
+
+}  // namespace
 
 Acceptor::Acceptor(int listen_fd, std::string owner, std::function<void(int fd)> on_accepted,
                    double handshake_timeout_s)
     : listen_fd_(listen_fd), owner_(std::move(owner)), on_accepted_(std::move(on_accepted)),
-      timeout_s_(handshake_timeout_s) {}
+      timeout_(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(handshake_timeout_s))) {}
 
 Acceptor::~Acceptor() { Stop(); }
 
-void Acceptor::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Acceptor::Start() {
+  SetBlocking(listen_fd_, false);  // AcceptBurst takes what the backlog holds, then returns
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Acceptor::set_owner(std::string owner) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -25,59 +44,107 @@ void Acceptor::set_owner(std::string owner) {
 }
 
 void Acceptor::Stop() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stopping_ = true;
-    for (int fd : pending_) shutdown(fd, SHUT_RDWR);  // their reads fail at once
-  }
+  stopping_ = true;
   if (thread_.joinable()) thread_.join();
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return active_ == 0; });
 }
 
 void Acceptor::Loop() {
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (stopping_) return;
+  std::vector<pollfd> fds;
+  while (!stopping_) {
+    // Deadlines first: the oldest entries are at the front, but a handshake's deadline is
+    // fixed at accept, so every expired one is found by one pass.
+    auto now = Clock::now();
+    for (auto& p : pending_)
+      if (p && now >= p->deadline) Drop(std::move(p), "authentication handshake timed out");
+    pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+    int wait_ms = 200;
+    if (!pending_.empty()) {
+      auto next = pending_.front()->deadline;
+      for (auto& p : pending_) next = std::min(next, p->deadline);
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
+      wait_ms = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wait_ms, ms)));
     }
-    pollfd pfd{listen_fd_, POLLIN, 0};
-    if (poll(&pfd, 1, 200) <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    bool full;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      full = stopping_ || active_ >= kMaxPending;
-      if (!full) {
-        pending_.insert(fd);
-        active_++;
-      }
-    }
-    if (full) {
-      Reject(PeerAddress(fd), "too many connections waiting for authentication");
-      close(fd);
+    fds.clear();
+    fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+    for (auto& p : pending_) fds.push_back(pollfd{p->fd, p->handshake.events(), 0});
+    int r = poll(fds.data(), fds.size(), wait_ms);
+    if (r < 0 && errno != EINTR) {
+      BPS_LOG(ERROR) << "acceptor: poll failed: " << strerror(errno);
+      usleep(100000);
       continue;
     }
-    TuneDataSocket(fd);
-    std::thread([this, fd] { Handshake(fd); }).detach();
+    if (r <= 0) continue;
+    // Advance the handshakes whose sockets are ready (fds[i + 1] belongs to pending_[i]).
+    size_t n = pending_.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (fds[i + 1].revents == 0) continue;
+      std::string why;
+      auto step = pending_[i]->handshake.Advance(pending_[i]->fd, &why);
+      if (step == AcceptingHandshake::Step::kContinue) continue;
+      std::unique_ptr<Pending> p = std::move(pending_[i]);
+      if (step == AcceptingHandshake::Step::kFailed) {
+        Drop(std::move(p), why);
+        continue;
+      }
+      SetBlocking(p->fd, true);
+      accepted_++;
+      on_accepted_(p->fd);  // the callback owns the socket from here
+    }
+    pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+    if ((fds[0].revents & POLLIN) && !AcceptBurst()) usleep(50000);  // out of descriptors
   }
+  for (auto& p : pending_) close(p->fd);
+  pending_.clear();
 }
 
-void Acceptor::Handshake(int fd) {
-  Status st = AuthenticatePeer(fd, timeout_s_);
-  if (!st.ok()) Reject(PeerAddress(fd), st.message());
-  bool hand_over;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    pending_.erase(fd);  // before the fd can be closed and its number reused
-    hand_over = st.ok() && !stopping_;
+bool Acceptor::AcceptBurst() {
+  for (int i = 0; i < kAcceptBurst && !stopping_; ++i) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
+          !pending_.empty()) {
+        // Out of descriptors or memory: the oldest pending handshake makes room.
+        Drop(std::move(pending_.front()), "too many connections waiting for authentication");
+        pending_.pop_front();
+        continue;
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;  // the backlog is empty
+      // Out of descriptors with nothing to free (the job's own connections hold them): the
+      // connection waits in the backlog; say so, and let the caller back off.
+      Reject("a connection in the listen backlog", std::string("cannot accept: ") + strerror(errno));
+      return false;
+    }
+    if (pending_.size() >= kMaxPending) {
+      Drop(std::move(pending_.front()),
+           "evicted: too many connections waiting for authentication");
+      pending_.pop_front();
+    }
+    TuneDataSocket(fd);
+    auto p = std::make_unique<Pending>();
+    p->fd = fd;
+    p->peer = PeerAddress(fd);
+    p->deadline = Clock::now() + timeout_;
+    // The peer speaks first; a hello that is already here is read at once.
+    std::string why;
+    auto step = p->handshake.Advance(fd, &why);
+    if (step == AcceptingHandshake::Step::kFailed) {
+      Drop(std::move(p), why);
+    } else if (step == AcceptingHandshake::Step::kDone) {
+      SetBlocking(fd, true);
+      accepted_++;
+      on_accepted_(fd);
+    } else {
+      pending_.push_back(std::move(p));
+    }
   }
-  if (hand_over) on_accepted_(fd);  // the callback owns fd from here
-  else close(fd);
-  std::lock_guard<std::mutex> lk(mu_);
-  active_--;
-  cv_.notify_all();  // nothing of `this` is touched after the lock is released
+  return true;
+}
+
+void Acceptor::Drop(std::unique_ptr<Pending> p, const std::string& why) {
+  if (!p) return;
+  close(p->fd);
+  Reject(p->peer, why);
 }
 
 void Acceptor::Reject(const std::string& peer, const std::string& why) {

@@ -134,35 +134,85 @@ Status AuthenticateToPeer(int fd, const std::string& peer, double timeout_s) {
   return Status::OK();
 }
 
-Status AuthenticatePeer(int fd, double timeout_s) {
-  std::string secret = Secret();
-  if (secret.empty()) return Status::OK();
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeout_s));
-  uint8_t hello[5 + kNonce];
-  BPS_RETURN_IF_ERROR(ReadWithin(fd, hello, sizeof(hello), deadline));
-  if (memcmp(hello, kMagic, 4) != 0 || hello[4] != kVersion)
-    return Status::InvalidArgument("not a byteps authentication handshake");
-  const uint8_t* nonce_c = hello + 5;
-  uint8_t reply[5 + kNonce + kMac];
-  memcpy(reply, kMagic, 4);
-  reply[4] = kVersion;
-  uint8_t* nonce_s = reply + 5;
-  if (RAND_bytes(nonce_s, kNonce) != 1) return Status::Internal("RAND_bytes failed");
-  if (!Mac(secret, "byteps-accept", nonce_c, nonce_s, reply + 5 + kNonce))
-    return Status::Internal("HMAC-SHA256 failed");
-  BPS_RETURN_IF_ERROR(WriteAll(fd, reply, sizeof(reply)));
-  uint8_t theirs[kMac], expect[kMac];
-  BPS_RETURN_IF_ERROR(ReadWithin(fd, theirs, sizeof(theirs), deadline));
-  if (!Mac(secret, "byteps-connect", nonce_s, nonce_c, expect))
-    return Status::Internal("HMAC-SHA256 failed");
-  if (CRYPTO_memcmp(expect, theirs, kMac) != 0) {
-    uint8_t no = 0;
-    WriteAll(fd, &no, 1);
-    return Status::InvalidArgument("wrong job secret");
+AcceptingHandshake::AcceptingHandshake() : secret_(Secret()) {
+  phase_ = secret_.empty() ? Phase::kAwaitFirstByte : Phase::kReadHello;
+}
+
+short AcceptingHandshake::events() const {
+  return phase_ == Phase::kWriteReply || phase_ == Phase::kWriteVerdict ? POLLOUT : POLLIN;
+}
+
+AcceptingHandshake::Step AcceptingHandshake::Fail(std::string* why, std::string text) {
+  *why = std::move(text);
+  return Step::kFailed;
+}
+
+AcceptingHandshake::Step AcceptingHandshake::Advance(int fd, std::string* why) {
+  while (true) {
+    if (phase_ == Phase::kAwaitFirstByte) {
+      char b;
+      ssize_t got = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (got > 0) return Step::kDone;
+      if (got == 0) return Fail(why, "connection closed before it sent anything");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::kContinue;
+      return Fail(why, std::string("connection failed: ") + strerror(errno));
+    }
+    if (phase_ == Phase::kReadHello || phase_ == Phase::kReadMac) {
+      size_t need = phase_ == Phase::kReadHello ? 5 + kNonce : kMac;
+      ssize_t got = recv(fd, in_ + have_, need - have_, MSG_DONTWAIT);
+      if (got == 0) return Fail(why, "connection closed during the authentication handshake");
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::kContinue;
+        return Fail(why, std::string("authentication handshake: ") + strerror(errno));
+      }
+      have_ += static_cast<size_t>(got);
+      // A stranger is told apart by its first bytes: no need to wait for the rest.
+      size_t check = std::min<size_t>(have_, 5);
+      if (phase_ == Phase::kReadHello &&
+          (memcmp(in_, kMagic, std::min<size_t>(check, 4)) != 0 ||
+           (check == 5 && in_[4] != kVersion)))
+        return Fail(why, "not a byteps authentication handshake");
+      if (have_ < need) continue;
+      have_ = 0;
+      if (phase_ == Phase::kReadHello) {
+        memcpy(nonce_c_, in_ + 5, kNonce);
+        memcpy(out_, kMagic, 4);
+        out_[4] = kVersion;
+        if (RAND_bytes(nonce_s_, kNonce) != 1) return Fail(why, "RAND_bytes failed");
+        memcpy(out_ + 5, nonce_s_, kNonce);
+        if (!Mac(secret_, "byteps-accept", nonce_c_, nonce_s_, out_ + 5 + kNonce))
+          return Fail(why, "HMAC-SHA256 failed");
+        out_len_ = sizeof(out_);
+        phase_ = Phase::kWriteReply;
+      } else {
+        uint8_t expect[kMac];
+        if (!Mac(secret_, "byteps-connect", nonce_s_, nonce_c_, expect))
+          return Fail(why, "HMAC-SHA256 failed");
+        accepted_ = CRYPTO_memcmp(expect, in_, kMac) == 0;
+        out_[0] = accepted_ ? 1 : 0;
+        out_len_ = 1;
+        phase_ = Phase::kWriteVerdict;
+      }
+      continue;
+    }
+    // kWriteReply / kWriteVerdict
+    ssize_t w = send(fd, out_ + have_, out_len_ - have_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::kContinue;
+      return Fail(why, std::string("authentication handshake: ") + strerror(errno));
+    }
+    have_ += static_cast<size_t>(w);
+    if (have_ < out_len_) continue;
+    have_ = 0;
+    if (phase_ == Phase::kWriteReply) {
+      phase_ = Phase::kReadMac;
+      continue;
+    }
+    return accepted_ ? Step::kDone : Fail(why, "wrong job secret");
   }
-  uint8_t yes = 1;
-  return WriteAll(fd, &yes, 1);
 }
 
 }  // namespace byteps

@@ -26,8 +26,35 @@ bool AuthenticationEnabled();
 // A peer that rejects the secret gives kConfig (the secrets differ); a broken or silent peer
 // kPeerLost / kTimeout.
 Status AuthenticateToPeer(int fd, const std::string& peer, double timeout_s);
-// Runs the accepting side; a failure means: drop the connection (the caller logs it).
-Status AuthenticatePeer(int fd, double timeout_s);
+
+// The accepting side as a state machine over a non-blocking socket, so one thread (the
+// Acceptor's) drives any number of handshakes at once and a silent, slow or hostile peer holds
+// nothing but its socket and this object (~200 bytes). Nothing the peer sends is buffered
+// beyond the fixed-size fields of the handshake.
+// Without a job secret (BYTEPS_ALLOW_UNAUTHENTICATED=1) there is no handshake: the connection
+// is handed over once the peer has sent its first byte (a byteps peer always speaks first), so
+// a connection that never speaks still costs the process no connection threads.
+class AcceptingHandshake {
+ public:
+  enum class Step { kContinue, kDone, kFailed };
+  AcceptingHandshake();
+  // Reads and writes what the socket allows now. kFailed: *why says why (drop the connection).
+  Step Advance(int fd, std::string* why);
+  // poll() events this handshake waits for (POLLIN or POLLOUT).
+  short events() const;
+
+ private:
+  enum class Phase { kAwaitFirstByte, kReadHello, kWriteReply, kReadMac, kWriteVerdict };
+  Step Fail(std::string* why, std::string text);
+  std::string secret_;
+  Phase phase_;
+  uint8_t in_[37];     // hello (magic, version, nonce_c) or, later, the peer's MAC
+  uint8_t out_[69];    // reply (magic, version, nonce_s, MAC) or the verdict byte
+  uint8_t nonce_c_[32], nonce_s_[32];
+  size_t have_ = 0;    // bytes of in_ read / of out_ written in this phase
+  size_t out_len_ = 0;
+  bool accepted_ = false;
+};
 // "a.b.c.d:port" of the socket's peer (for log lines about rejected connections).
 std::string PeerAddress(int fd);
 

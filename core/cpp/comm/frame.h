@@ -15,7 +15,9 @@ namespace byteps {
 
 constexpr uint32_t kFrameMagic = 0x31535042;  // "BPS1" little-endian
 constexpr uint64_t kMaxDataPayload = 1ull << 33;     // 8 GiB: one partition is far smaller
-constexpr uint64_t kMaxControlPayload = 64ull << 20;  // 64 MiB
+// The largest control payload (a DECLARE holds a name of at most 1 MiB): also the most a
+// connection's scratch buffer ever holds, whatever a peer's header says.
+constexpr uint64_t kMaxControlPayload = 4ull << 20;  // 4 MiB
 
 enum class MsgType : uint16_t {
   // control plane: node <-> scheduler

@@ -175,6 +175,21 @@ void Connection::SendLoop() {
   FailQueued(Status::PeerLost("connection to " + peer_name_ + " closed"));
 }
 
+namespace {
+char g_discard_tag;
+}  // namespace
+void* const Connection::kDiscard = &g_discard_tag;
+
+Status Connection::Discard(size_t n) {
+  if (bounce_.size() < kBounceBytes) bounce_.resize(kBounceBytes);
+  for (size_t done = 0; done < n;) {
+    const size_t len = std::min(kBounceBytes, n - done);
+    BPS_RETURN_IF_ERROR(ReadFull(fd_, bounce_.data(), len));
+    done += len;
+  }
+  return Status::OK();
+}
+
 Status Connection::ReceiveThroughSink(char* dest, size_t n) {
   if (bounce_.size() < kBounceBytes) bounce_.resize(kBounceBytes);
   for (size_t done = 0; done < n;) {
@@ -206,7 +221,21 @@ void Connection::RecvLoop() {
       break;
     }
     if (h.payload_len > 0) {
+      if (dest == kDiscard) {
+        st = Discard(h.payload_len);
+        if (!st.ok()) break;
+        handler_->OnFrame(this, h, nullptr);
+        continue;
+      }
       if (!dest) {
+        if (h.payload_len > kMaxControlPayload) {
+          st = Status::InvalidArgument(std::string(MsgTypeName(TypeOf(h))) + " payload of " +
+                                       std::to_string(h.payload_len) +
+                                       " bytes that nothing expects (at most " +
+                                       std::to_string(kMaxControlPayload) + " are buffered)");
+          LogDrop(peer_name_, st.message());
+          break;
+        }
         if (scratch_.size() < h.payload_len) scratch_.resize(h.payload_len);
         dest = scratch_.data();
       }

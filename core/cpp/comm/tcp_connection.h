@@ -33,7 +33,10 @@ class ConnectionHandler {
  public:
   virtual ~ConnectionHandler() = default;
   // A valid header arrived. Set *dest to a buffer of at least h.payload_len bytes to receive the
-  // payload in place, or leave it null to receive into the connection's scratch buffer.
+  // payload in place, to Connection::kDiscard to read past it without storing it (bounded
+  // chunks, nothing allocated by the peer's length), or leave it null to receive it into the
+  // connection's scratch buffer, which holds at most kMaxControlPayload bytes (a longer payload
+  // then drops the connection).
   // A non-OK status drops the connection (protocol violation by the peer).
   virtual Status OnHeader(Connection* c, const FrameHeader& h, void** dest) = 0;
   // The payload (if any) has been received at `payload`.
@@ -75,6 +78,8 @@ class Connection {
     sink_arg_ = arg;
   }
   static constexpr size_t kBounceBytes = 128 << 10;  // half of a 256 KiB L2
+  // OnHeader's *dest for a payload to skip (e.g. a refused push whose sender gets an error).
+  static void* const kDiscard;
   static constexpr size_t kStreamMinPayload = 256 << 10;
 
   bool closed() const { return closed_.load(); }
@@ -87,6 +92,7 @@ class Connection {
   void SendLoop();
   void RecvLoop();
   Status ReceiveThroughSink(char* dest, size_t n);
+  Status Discard(size_t n);
   void FailQueued(const Status& st);
 
   int fd_;

@@ -150,7 +150,10 @@ Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   std::lock_guard<std::mutex> lk(pull_mu_);
   auto it = pending_pulls_.find(h.key);
   PartTask* t = it == pending_pulls_.end() ? nullptr : it->second;
-  if (!t) return Status::OK();  // the operation failed meanwhile: receive into scratch
+  if (!t) {  // the operation failed meanwhile: read past the payload
+    *dest = Connection::kDiscard;
+    return Status::OK();
+  }
   if (h.round != t->ctx->round || h.payload_len != t->part.length)
     return Status::InvalidArgument("pull response for key " + std::to_string(h.key) + " round " +
                                    std::to_string(h.round) + " with " +

@@ -43,6 +43,7 @@ std::string Encode(const AddressBook& m) {
   WireWriter w;
   w.I32(m.my_rank).U32(static_cast<uint32_t>(m.servers.size()));
   for (auto& s : m.servers) w.U32(s.rank).Str(s.host).U32(s.port).U8(s.colocated).F64(s.share);
+  w.U64(m.partition_bound);
   return w.Take();
 }
 
@@ -59,6 +60,7 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
     s.colocated = r.U8() != 0;
     s.share = r.F64();
   }
+  m->partition_bound = r.U64();
   if (!r.done()) return Status::InvalidArgument("malformed ADDRESS_BOOK message");
   return Status::OK();
 }

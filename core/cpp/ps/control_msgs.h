@@ -34,6 +34,9 @@ struct ServerEntry {
 struct AddressBook {
   int32_t my_rank = -1;  // worker id or server rank of the receiver
   std::vector<ServerEntry> servers;
+  // Largest partition any worker pushes (bytes; the workers' common BYTEPS_PARTITION_BYTES
+  // bound): a server refuses a larger push before allocating anything for it.
+  uint64_t partition_bound = 0;
 };
 
 struct DeclareMsg {

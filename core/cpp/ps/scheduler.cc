@@ -191,6 +191,7 @@ void Scheduler::SendAddressBooksLocked() {
   std::vector<double> shares = ServerShares(opts_.num_worker, colocated);
   planner_ = std::make_unique<KeyPlanner>(shares);
   AddressBook book;
+  book.partition_bound = first_bound_;
   for (size_t i = 0; i < servers.size(); ++i) {
     book.servers.push_back(ServerEntry{static_cast<uint32_t>(i), servers[i]->reg.host,
                                        servers[i]->reg.port, static_cast<bool>(colocated[i]),

@@ -20,6 +20,7 @@ SummationServer::SummationServer(ServerOptions opts) : opts_(std::move(opts)) {
 
 SummationServer::~SummationServer() {
   stopping_ = true;
+  book_cv_.notify_all();
   if (acceptor_) acceptor_->Stop();
   if (listen_fd_ >= 0) close(listen_fd_);
   for (auto& c : conns_) c->Join();
@@ -62,6 +63,11 @@ Status SummationServer::Run() {
   AddressBook book;
   BPS_RETURN_IF_ERROR(control_->Register(reg, opts_.timeout_s, &book));
   rank_ = book.my_rank;
+  {
+    std::lock_guard<std::mutex> lk(book_mu_);
+    partition_bound_ = book.partition_bound;
+  }
+  book_cv_.notify_all();
   SetLogIdentity("server " + std::to_string(rank_));
   acceptor_->set_owner("server " + std::to_string(rank_));
   BPS_LOG(INFO) << "serving on " << host << ":" << port << " with " << opts_.engine_threads
@@ -114,15 +120,21 @@ SummationServer::KeyState* SummationServer::CreateKey(uint64_t key, DType dtype,
   ks->dtype = dtype;
   ks->len = len;
   size_t alloc = (std::max<size_t>(len, 1) + 4095) / 4096 * 4096;
+  bool failed = false;
   auto buffer = [&]() {
     char* p = static_cast<char*>(aligned_alloc(4096, alloc));
-    ks->owned.push_back(p);
+    if (p) ks->owned.push_back(p);
+    else failed = true;
     return p;
   };
   ks->sum[0] = buffer();
   ks->sum[1] = buffer();
   ks->staging = std::vector<std::atomic<char*>>(opts_.num_worker);
   for (auto& s : ks->staging) s.store(buffer());
+  if (failed) {
+    for (char* p : ks->owned) free(p);
+    return nullptr;
+  }
   for (auto& w : ks->waiting) w.reserve(opts_.num_worker);
   for (auto& p : ks->pushed) p.assign(opts_.num_worker, 0);
   ks->replies.resize(static_cast<size_t>(opts_.num_worker) * 2);
@@ -146,20 +158,44 @@ void SummationServer::SendError(Connection* c, const std::string& msg) {
 
 Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   MsgType t = TypeOf(h);
-  if (t == MsgType::kHello || t == MsgType::kGoodbye) return Status::OK();
+  if (t == MsgType::kHello) {
+    // Workers connect once they have the address book; this server gets it at the same time,
+    // but its copy may still be on the way.
+    std::unique_lock<std::mutex> lk(book_mu_);
+    if (!book_cv_.wait_for(lk, std::chrono::duration<double>(opts_.timeout_s),
+                           [&] { return partition_bound_.load() != 0 || stopping_.load(); }))
+      return Status::Timeout("HELLO before this server had the job's address book");
+    return Status::OK();
+  }
+  if (t == MsgType::kGoodbye) return Status::OK();
   if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
   if (t == MsgType::kPull || t == MsgType::kStallQuery) return Status::OK();
   if (t != MsgType::kPush)
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(t) + " at a server");
+  // Every size a peer sends is bounded before anything is allocated for it: a push is one
+  // partition, so it is never larger than the job's partition bound.
+  const uint64_t bound = partition_bound_.load();
+  if (h.payload_len > bound)
+    return Status::InvalidArgument("push of key " + std::to_string(h.key) + " with " +
+                                   std::to_string(h.payload_len) +
+                                   " bytes, larger than the job's partitions (" +
+                                   std::to_string(bound) + " bytes)");
   KeyState* ks = FindKey(h.key);
   DType dt = static_cast<DType>(h.dtype);
   if (!ks) {
     if (h.payload_len % DTypeSize(dt) != 0) {
       SendError(c, "push of key " + std::to_string(h.key) + " has " +
                        std::to_string(h.payload_len) + " bytes, not a multiple of " + DTypeName(dt));
+      *dest = Connection::kDiscard;
       return Status::OK();
     }
     ks = CreateKey(h.key, dt, h.payload_len);
+    if (!ks) {
+      SendError(c, "server " + std::to_string(rank_) + ": out of memory for key " +
+                       std::to_string(h.key) + " (" + std::to_string(h.payload_len) + " bytes)");
+      *dest = Connection::kDiscard;
+      return Status::OK();
+    }
   }
   if (ks->len != h.payload_len || ks->dtype != dt) {
     SendError(c, "server " + std::to_string(rank_) + ": push of key " + std::to_string(h.key) +
@@ -167,7 +203,8 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
                      std::to_string(h.payload_len) + " bytes of " + DTypeName(dt) +
                      ", but the key holds " + std::to_string(ks->len) + " bytes of " +
                      DTypeName(ks->dtype));
-    return Status::OK();  // payload goes to scratch and is dropped in OnFrame
+    *dest = Connection::kDiscard;  // read past; dropped in OnFrame
+    return Status::OK();
   }
   *dest = ks->staging[c->tag].load(std::memory_order_acquire);
   return Status::OK();

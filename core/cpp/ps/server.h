@@ -10,6 +10,7 @@
 // buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation).
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -97,6 +98,11 @@ class SummationServer : public ConnectionHandler {
   int rank_ = -1;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
+  // The job's partition bound (from the address book): no push may be larger. A worker's HELLO
+  // waits for it, so no push is read before it is known.
+  std::mutex book_mu_;
+  std::condition_variable book_cv_;
+  std::atomic<uint64_t> partition_bound_{0};
   std::unique_ptr<Acceptor> acceptor_;
   std::unique_ptr<ControlClient> control_;
   std::mutex conns_mu_;

@@ -59,9 +59,10 @@ def test_module_api(config):
 
 def test_bad_input():
     """Non-NDArray, sparse, unsupported dtype, empty name, server-side compressor options, bad
-    broadcast arguments: each a clear TypeError/ValueError; before init NotInitializedError."""
+    broadcast arguments, names, priorities: each a clear TypeError/ValueError that is also a
+    byteps.errors.BytePSError; before init NotInitializedError."""
     rc, out, _ = _run(["--workers", "1"], "badinput", timeout=120)
-    jobs.assert_ok(rc, out, 1, min_cases=13)
+    jobs.assert_ok(rc, out, 1, min_cases=18)
 
 
 def _free_port() -> int:

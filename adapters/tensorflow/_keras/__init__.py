@@ -354,6 +354,21 @@ def broadcast_global_variables(model_or_variables, root_rank: int = 0) -> None:
     return None
 
 
+def _to_tensor(value, fn: str):
+    """``value`` as a tensor (``tf.constant`` for NumPy arrays, numbers and nested lists).
+
+    Raises:
+        InvalidTypeError (a TypeError): TensorFlow cannot convert ``value``.
+    """
+    if tf.is_tensor(value):
+        return value
+    try:
+        return tf.constant(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidTypeError(f"{fn}: cannot make a tensor of a {type(value).__name__} "
+                               f"({e})") from e
+
+
 def push_pull(value, name: Optional[str] = None, average: bool = True) -> np.ndarray:
     """Average (or sum) a value (tensor, NumPy array, Python number or nested list of numbers)
     across workers and return it as a NumPy array (as upstream's ``_keras.push_pull``, which
@@ -364,9 +379,10 @@ def push_pull(value, name: Optional[str] = None, average: bool = True) -> np.nda
             calls are synchronous).
 
     Raises:
-        InvalidTypeError (a TypeError): unsupported dtype (bool, string...).
+        InvalidTypeError (a TypeError): unsupported dtype (bool, string...), or a value
+            TensorFlow cannot make a tensor of.
     """
-    tensor = value if tf.is_tensor(value) else tf.constant(value)
+    tensor = _to_tensor(value, "push_pull")
     out = functions.push_pull(tensor, average=bool(average), name=name or "KerasPushPull")
     return out.numpy()
 
@@ -376,10 +392,11 @@ def broadcast(value, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     accepted values; default name ``"KerasBroadcast"``).
 
     Raises:
-        InvalidTypeError (a TypeError): unsupported dtype.
+        InvalidTypeError (a TypeError): unsupported dtype, or a value TensorFlow cannot make a
+            tensor of.
         InvalidArgumentError (a ValueError): bad ``root_rank``.
     """
-    tensor = value if tf.is_tensor(value) else tf.constant(value)
+    tensor = _to_tensor(value, "broadcast")
     out = functions.broadcast(tensor, root_rank, name=name or "KerasBroadcast")
     return out.numpy()
 

@@ -168,11 +168,14 @@ def mode_upstream() -> None:
 
 # ------------------------------------------------------------------------------ bad input --
 def expect(case: str, exc_type, fn, words=()) -> None:
+    """``fn()`` raises ``exc_type`` (which must also be a byteps.errors.BytePSError)."""
     try:
         fn()
     except exc_type as exc:
         missing = [w for w in words if w not in str(exc)]
-        if missing:
+        if not isinstance(exc, errors.BytePSError):
+            fail(f"{case}: {type(exc).__name__} is not a byteps.errors.BytePSError: {exc}")
+        elif missing:
             fail(f"{case}: message lacks {missing}: {exc}")
         else:
             ok(case)
@@ -197,6 +200,11 @@ def mode_badinput() -> None:
     expect("bool_dtype", TypeError, lambda: bps.byteps_push_pull(
         mx.nd.array([1, 0], dtype="bool"), name="bool"), ["bool", "float32", "int64"])
     expect("empty_name", ValueError, lambda: bps.byteps_push_pull(mx.nd.ones((2,)), name=""))
+    expect("int_name", TypeError, lambda: bps.byteps_push_pull(mx.nd.ones((2,)), name=3))
+    expect("str_priority", TypeError, lambda: bps.byteps_push_pull(
+        mx.nd.ones((2,)), name="prio", priority="high"), ["priority"])
+    expect("declare_int", TypeError, lambda: bps.byteps_declare_tensor(3))
+    expect("declare_empty", ValueError, lambda: bps.byteps_declare_tensor(""))
     expect("compressor_kwargs", ValueError, lambda: bps.byteps_declare_tensor(
         "g", byteps_compressor_type="onebit"), ["compression"])
     expect("broadcast_single_ndarray", ValueError,
@@ -209,6 +217,8 @@ def mode_badinput() -> None:
         [p], "sgd", {"learning_rate": 0.1}, compression_params={"compressor": "onebit"}),
         ["onebit"])
     expect("optimizer_not_optimizer", TypeError, lambda: bps.DistributedOptimizer("sgd"))
+    expect("trainer_compression_type", TypeError, lambda: bps.DistributedTrainer(
+        [p], "sgd", {"learning_rate": 0.1}, compression_params=5))
     # odd shapes work: 0-d and one element (MXNet's legacy shape semantics have no
     # zero-size arrays)
     for shape in ((), (1,), (1, 1, 1)):

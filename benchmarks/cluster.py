@@ -295,7 +295,8 @@ class PushPullStats(NamedTuple):
     Attributes:
         seconds (float): median over the timed iterations of the slowest worker's time, s.
         cpu_busy (float | None): fraction (0..1) of all CPU time of this machine that was busy
-            (not idle/iowait) during the timed iterations; None if it could not be sampled.
+            (not idle/iowait) during the timed iterations; None if it could not be sampled
+            (no readable ``/proc/stat``).
     """
 
     seconds: float
@@ -329,7 +330,10 @@ def run_pushpull(
 
     def sampler() -> None:
         while not stop.is_set():
-            busy, total = _cpu_times()
+            try:
+                busy, total = _cpu_times()
+            except (OSError, ValueError, IndexError):  # no readable /proc/stat: cpu_busy None
+                return
             samples.append((time.monotonic(), busy, total))
             stop.wait(0.05)
 

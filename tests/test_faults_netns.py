@@ -1,4 +1,4 @@
-"""Fault matrix on the emulated cluster (issue 5): a host's link is cut mid-training.
+"""Fault matrix on the emulated cluster: a host's link is cut mid-training.
 
 Two worker hosts and one CPU-server host (network namespaces, see ``benchmarks.netns``); the
 workers push_pull in a loop (``tests/workers/bps_worker.py loop``); once both run, ``eth0`` of

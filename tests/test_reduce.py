@@ -1,4 +1,4 @@
-"""Tests of the SIMD summation kernels (byteps._core.reduce, DESIGN.md §4 "reduce").
+"""Tests of the SIMD summation kernels (byteps._core.reduce, docs/architecture.md §7).
 
 Every dtype is checked against NumPy, bit for bit, on every ISA this CPU offers (forced with
 ``force_isa`` and restored afterwards): sum_into, sum3 (with and without aliasing), divide,

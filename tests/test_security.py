@@ -1,4 +1,4 @@
-"""Authenticated connections (issue 5): every TCP connection of a job starts with the job-secret
+"""Authenticated connections: every TCP connection of a job starts with the job-secret
 handshake of ``core/cpp/comm/auth.h`` (mutual HMAC-SHA256 over fresh nonces).
 
 The handshake is spoken here from Python (``hmac``/``hashlib``) against the scheduler and the

@@ -1,4 +1,4 @@
-"""Unit tests of the core's pieces (DESIGN.md §2-§5), through ``byteps._core.testing`` and the
+"""Unit tests of the core's pieces (docs/architecture.md §3-§8), through ``byteps._core.testing`` and the
 worker API of a single-machine job.
 
 * partitioner: page-aligned bounds, exact non-overlapping cover, partition keys, local-reduce
@@ -397,7 +397,7 @@ class TestScheduledQueue:
 
 
 # =============================================================================================
-# key plan (OSDI'20 §4.1; DESIGN.md §3)
+# key plan (OSDI'20 §4.1; docs/architecture.md §4)
 # =============================================================================================
 
 
@@ -514,7 +514,7 @@ class TestKeyPlan:
 
 
 # =============================================================================================
-# frame codec (DESIGN.md §5: decoders never trust a peer's sizes)
+# frame codec (docs/architecture.md §6: decoders never trust a peer's sizes)
 # =============================================================================================
 
 CONTROL_TYPES = list(range(1, 10))
@@ -751,7 +751,7 @@ class TestFrame:
 
 
 # =============================================================================================
-# knobs (DESIGN.md §1) and docs/env.md
+# knobs (docs/architecture.md §10) and docs/env.md
 # =============================================================================================
 
 KNOBS = list(_core.knobs())
@@ -851,7 +851,7 @@ class TestKnobs:
                      "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NODE_HOST", "DMLC_INTERFACE",
                      "BYTEPS_LOCAL_RANK", "BYTEPS_LOCAL_SIZE", "BYTEPS_PARTITION_BYTES",
                      "BYTEPS_SCHEDULING_CREDIT"]:
-            assert name in KNOB_BY_NAME  # the upstream contract (DESIGN.md §1)
+            assert name in KNOB_BY_NAME  # the upstream contract (docs/architecture.md §10)
 
     def test_defaults_valid(self):
         """Every non-empty default passes its own validation (knob_values({}) validates them)."""

@@ -1,4 +1,4 @@
-// Status: the error value carried on every core path that can fail (DESIGN.md §5).
+// Status: the error value carried on every core path that can fail (docs/architecture.md §8).
 // At the Python boundary a non-OK Status becomes a typed exception (byteps.errors).
 #pragma once
 #include <string>

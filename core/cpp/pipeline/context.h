@@ -17,7 +17,8 @@
 
 namespace byteps {
 
-// Pipeline stages (DESIGN.md §2). The order of a task's stages is data: see StageList.
+// Pipeline stages (docs/architecture.md §3; adding one: §11). The order of a task's stages is
+// data: see StageList.
 enum class Stage : uint8_t {
   kCopyIn = 0,       // copy my input into my slot of the shared-memory buffer
   kLocalReduce = 1,  // sum my shard of every local slot into the aggregate buffer

@@ -1,4 +1,4 @@
-// Key -> server placement (BytePS, OSDI'20 §4.1; DESIGN.md §3).
+// Key -> server placement (BytePS, OSDI'20 §4.1; docs/architecture.md §4).
 //
 // With n worker machines and k CPU-only servers, a CPU-only server should carry the share
 // 2(n-1)/(n^2+kn-2k) of the bytes and a server colocated on a worker machine (n-k)/(n^2+kn-2k).

@@ -1,6 +1,6 @@
-// The scheduler (DESIGN.md §1): rendezvous (registration, ranks, address book), the key->server
-// plan (§3), cross-worker consistency of every declared tensor, heartbeats, and spreading the
-// first failure to every node. One per job; started as `DMLC_ROLE=scheduler python -m
+// The scheduler (docs/architecture.md §1): rendezvous (registration, ranks, address book), the
+// key->server plan (§4), cross-worker consistency of every declared tensor, heartbeats, and
+// spreading the first failure to every node. One per job; started as `DMLC_ROLE=scheduler python -m
 // byteps.server`.
 #pragma once
 #include <chrono>

@@ -1,6 +1,6 @@
-// The summation service (BytePS, OSDI'20 §3.2; DESIGN.md §2.5): receives the partitions pushed
-// by every worker machine, sums them with the SIMD kernels on engine threads (each key bound to
-// one thread), and answers pulls once a round is complete.
+// The summation service (BytePS, OSDI'20 §3.2; docs/architecture.md §7): receives the partitions
+// pushed by every worker machine, sums them with the SIMD kernels on engine threads (each key bound
+// to one thread), and answers pulls once a round is complete.
 //
 // Rounds are versioned: key state is double-buffered by round parity, so a fast worker's push of
 // round r+1 never touches the sum of round r that a slow worker has not pulled. A worker can only

@@ -1,4 +1,4 @@
-// Large copies that bypass the cache (reduce/, DESIGN.md §4 "reduce").
+// Large copies that bypass the cache (reduce/, docs/architecture.md §7).
 //
 // A plain memcpy of a block smaller than glibc's non-temporal threshold (the pipeline copies
 // partitions of 256 KiB to 4 MiB) reads every destination line before overwriting it (the

@@ -1,4 +1,4 @@
-// Scalar float16 <-> float32 and bfloat16 <-> float32 conversions (reduce/, DESIGN.md §4).
+// Scalar float16 <-> float32 and bfloat16 <-> float32 conversions (docs/architecture.md §7).
 //
 // Bit-exact IEEE behaviour: float32 -> float16/bfloat16 rounds to nearest, ties to even;
 // overflow gives infinity; float16 subnormals are produced and read exactly; a NaN stays a

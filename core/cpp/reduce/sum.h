@@ -1,4 +1,4 @@
-// SIMD summation for the summation service and the local reduce (DESIGN.md §4 "reduce").
+// SIMD summation for the summation service and the local reduce (docs/architecture.md §7).
 // Kernels are compiled per ISA (scalar, AVX2+F16C, AVX-512) in separate translation units and
 // chosen once at run time from the CPU's features; nothing ships built with -march=native.
 //

@@ -1,8 +1,8 @@
-// AVX-512 (F, BW, VL) summation kernels (reduce/, DESIGN.md §4). Only this file is compiled
-// with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; sum_dispatch.cc calls it only on
-// CPUs (and OSes) with those features. The generic loops of sum_kernels.h auto-vectorise;
-// float16 uses _mm512_cvtph_ps / _mm512_cvtps_ph (16 elements per conversion) with a scalar
-// half.h tail.
+// AVX-512 (F, BW, VL) summation kernels (reduce/, docs/architecture.md §7). Only this file is
+// compiled with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; sum_dispatch.cc calls it only
+// on CPUs (and OSes) with those features. The generic loops of sum_kernels.h auto-vectorise;
+// float16 uses _mm512_cvtph_ps / _mm512_cvtps_ph (16 elements per conversion) with a scalar half.h
+// tail.
 #include <immintrin.h>
 
 // GCC's generic tuning keeps auto-vectorised loops at 256 bits even with -mavx512f; this

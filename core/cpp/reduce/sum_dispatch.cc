@@ -1,4 +1,4 @@
-// Runtime CPU dispatch of the summation kernels (reduce/, DESIGN.md §4).
+// Runtime CPU dispatch of the summation kernels (reduce/, docs/architecture.md §7).
 //
 // The per-ISA kernel tables (sum_scalar.cc, sum_avx2.cc, sum_avx512.cc) are probed once, on
 // first use (thread-safe static initialisation), with __builtin_cpu_supports, which also

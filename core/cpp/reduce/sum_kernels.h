@@ -1,5 +1,5 @@
-// Generic summation / division kernels (reduce/, DESIGN.md §4), included by each ISA file
-// (sum_scalar.cc, sum_avx2.cc, sum_avx512.cc) and compiled there with that file's -m flags.
+// Generic summation / division kernels (reduce/, docs/architecture.md §7), included by each ISA
+// file (sum_scalar.cc, sum_avx2.cc, sum_avx512.cc) and compiled there with that file's -m flags.
 //
 // The loops are written for GCC's auto-vectoriser: __restrict pointers, one simple counted
 // loop, branch-free element operations (bfloat16 rounding is integer arithmetic + select).

@@ -1,4 +1,4 @@
-// Priority + credit queue (ByteScheduler, SOSP'19 §3; DESIGN.md §2.3).
+// Priority + credit queue (ByteScheduler, SOSP'19 §3; docs/architecture.md §5).
 //
 // Items leave in order of higher priority first, then smaller key (earlier partition). With a
 // credit limit C (bytes), an item leaves only while the bytes taken and not yet returned stay

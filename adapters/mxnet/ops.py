@@ -22,8 +22,8 @@ of 'gradient_3')``.
 Differences from upstream (fixes): names are used as given (upstream prefixed ``"byteps."``);
 ``name=None`` gets a process-unique name (upstream: one shared counter that broke with
 different sizes); the declaration happens in the calling thread without a blocking first push;
-averaging is done by the core (floor division for integer dtypes); CPU NDArrays (the CUDA path
-is not part of this build); ``MXNET_ENGINE_TYPE=NaiveEngine`` is not supported (it requires
+averaging is done by the core (floor division for integer dtypes); CPU NDArrays (GPU NDArrays
+are not yet supported: this build has no CUDA path); ``MXNET_ENGINE_TYPE=NaiveEngine`` is not supported (it requires
 every operation to finish inside its push).
 """
 
@@ -200,7 +200,8 @@ def check_tensor(tensor: Any, fn: str) -> str:
     if tensor.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared"):
         raise InvalidTypeError(
             f"{fn}: the NDArray is on {tensor.context}; this build of byteps.mxnet "
-            "supports CPU NDArrays only (GPU arrays come with the CUDA path)")
+            "reduces CPU NDArrays only (GPU arrays are not yet supported): pass "
+            "tensor.as_in_context(mx.cpu())")
     return _dtype_name(tensor, fn)
 
 

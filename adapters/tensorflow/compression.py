@@ -7,7 +7,8 @@ A compressor is a pair of static functions::
     tensor_again = Compressor.decompress(compressed, ctx)
 
 They are TensorFlow ops (``tf.cast``), so they work eagerly, inside ``tf.function`` and under a
-gradient tape. The core's own compressors (onebit, top-k, ...) are a separate mechanism.
+gradient tape. They are the only compression there is: the core has no compressors of its own
+(upstream's server-side onebit, top-k, ... are not part of this build).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ A compressor is a pair of static functions::
     tensor_again = Compressor.decompress(compressed, ctx)
 
 ``compress`` returns the tensor to reduce and a context that ``decompress`` needs to restore
-the original dtype. They run framework-side; the core's own compressors (onebit, top-k, ...)
-are a separate mechanism.
+the original dtype. They run framework-side, and they are the only compression there is: the
+core has no compressors of its own (upstream's server-side onebit, top-k, ... are not part of
+this build).
 """
 
 from __future__ import annotations

@@ -151,8 +151,8 @@ def _check_tensor(tensor: Any, fn: str) -> str:
         raise InvalidTypeError(f"{fn}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type != "cpu":
         raise InvalidTypeError(
-            f"{fn}: tensor is on device {tensor.device}; this build of byteps.torch supports "
-            "CPU tensors only (GPU tensors come with the CUDA path)"
+            f"{fn}: tensor is on device {tensor.device}; this build of byteps.torch reduces "
+            "CPU tensors only (GPU tensors are not yet supported): pass tensor.cpu()"
         )
     if tensor.layout != torch.strided:
         raise InvalidTypeError(

@@ -1,7 +1,8 @@
 // The knob registry: every BYTEPS_* / DMLC_* environment variable the project reads is declared
 // exactly once here (name, type, default, range, one-line doc, legacy aliases). Values are read
 // once, validated against their declaration, and logged at INFO. docs/env.md is rendered from
-// this table (python -m byteps.knobs --markdown). No raw getenv elsewhere (DESIGN.md §1).
+// this table (python -m byteps.knobs --markdown). No raw getenv elsewhere
+// (docs/architecture.md §10).
 //
 // Next to it (upstream_knobs.cc) is the table of upstream BytePS's variables and what each does
 // here. Every BYTEPS_*/DMLC_* variable a process finds that is not a knob is named in a warning

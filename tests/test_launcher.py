@@ -253,6 +253,20 @@ def test_prefixing_stdout_stderr_and_cr():
     assert proc.stdout == "[worker 0] ['--workers', '5']\n"
 
 
+def test_long_line_passes_through_at_once():
+    """A child printing one 4 MiB line (a dumped list, say) is copied in well under a second of
+    the launcher's time; cutting pieces with a regular expression took minutes, and the child,
+    blocked writing to its full pipe, stalled with it."""
+    code = "import sys; sys.stdout.write('x' * (4 << 20) + '\\n' + 'y' * 70000); sys.stdout.flush()"
+    t0 = time.monotonic()
+    proc = subprocess.run(_cmd(None, ["--workers", "1", "--", PY, "-c", code]),
+                          capture_output=True, timeout=60, check=False)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"[worker 0] " + b"x" * (4 << 20) + b"\n[worker 0] " + b"y" * 70000 + b"\n"
+    assert took < 15, took
+
+
 def test_failure_exit_code_and_peers_terminated():
     code = ("import os, sys, time; r = int(os.environ['BYTEPS_LOCAL_RANK']); "
             "print(f'pid={os.getpid()}', flush=True); time.sleep(0.3)\n"

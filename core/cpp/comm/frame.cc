@@ -5,7 +5,7 @@
 namespace byteps {
 
 bool IsControlType(MsgType t) {
-  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 9;
+  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 10;
 }
 
 const char* MsgTypeName(MsgType t) {
@@ -19,6 +19,7 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kFinalizeDone: return "FINALIZE_DONE";
     case MsgType::kShutdown: return "SHUTDOWN";
     case MsgType::kNodeFailed: return "NODE_FAILED";
+    case MsgType::kWorkerLeft: return "WORKER_LEFT";
     case MsgType::kHello: return "HELLO";
     case MsgType::kPush: return "PUSH";
     case MsgType::kPull: return "PULL";

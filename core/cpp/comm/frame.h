@@ -30,6 +30,9 @@ enum class MsgType : uint16_t {
   kFinalizeDone = 7,
   kShutdown = 8,
   kNodeFailed = 9,
+  // scheduler -> workers: worker machine `sender` has finalized (called shutdown()) while
+  // others go on; what it never submitted can never complete.
+  kWorkerLeft = 10,
   // data plane: worker <-> server
   kHello = 20,
   kPush = 21,

@@ -91,6 +91,8 @@ struct TensorContext {
   std::chrono::steady_clock::time_point started;
   bool stall_queried = false;  // stall inspector state of the current operation (under mu)
   bool stall_warned = false;
+  // When the stall queries asked after a worker left were sent (steady clock; 0 = not yet).
+  std::chrono::steady_clock::time_point left_queried_at{};
   Status sticky;  // once an operation on this tensor failed for good, later ones fail too
 
   char* slot(int i) const { return shm->data() + static_cast<size_t>(i) * region; }

@@ -94,6 +94,9 @@ class WorkerCore : public ConnectionHandler {
   void Proceed(PartTask* t);
   void PartitionDone(PartTask* t);
   void FinishOp(TensorContext* ctx, const Status& st, bool sticky);
+  // The local root fails an operation for good on every process of this machine (OP_ERROR to
+  // the other local ranks, then FinishOp, sticky).
+  void FailOpOnMachine(TensorContext* ctx, const Status& st);
   // `report`: tell the scheduler (and so every node) the cause; false when it came from there.
   void Fatal(const Status& st, bool report = true);
   // --- watchdog: timeouts, stall inspector, local liveness (worker_watchdog.cc) ---
@@ -105,6 +108,12 @@ class WorkerCore : public ConnectionHandler {
   void AddMachineRanks(const std::vector<int>& machines, std::set<int>* ranks) const;
   // "not yet submitted by rank 1" / "... by ranks 1, 3"; "" for no ranks.
   static std::string NotSubmittedBy(const std::set<int>& ranks);
+  // Operations that wait for a worker machine that has finalized can never complete: the
+  // watchdog asks the servers who is missing and fails those ops at once, naming it.
+  void CheckLeftWorkers(std::chrono::steady_clock::time_point now);
+  // The ranks of left machines that the servers report missing for `c` ("" if none, or no
+  // report yet).
+  std::string LeftWorkersMissing(TensorContext* c);
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
   void RunStageItem(Stage s, const QueueItem& item);
@@ -154,6 +163,11 @@ class WorkerCore : public ConnectionHandler {
   std::mutex pull_mu_;
   std::condition_variable pull_cv_;
   std::unordered_map<uint64_t, PartTask*> pending_pulls_;
+  // Worker machines that have finalized while this one goes on (WORKER_LEFT), and when the
+  // last one did.
+  std::mutex left_mu_;
+  std::set<int> left_machines_;
+  std::chrono::steady_clock::time_point left_at_{};
 };
 
 }  // namespace byteps

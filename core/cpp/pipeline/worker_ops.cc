@@ -214,6 +214,16 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
   handles_.MarkDone(h, st);
 }
 
+void WorkerCore::FailOpOnMachine(TensorContext* ctx, const Status& st) {
+  LocalSignal s;
+  s.type = static_cast<uint8_t>(LocalSignalType::kOpError);
+  s.code = static_cast<uint8_t>(st.code());
+  s.key = ctx->declared_key;
+  strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
+  for (int r = 1; r < cfg_.local_size; ++r) channel_.Send(r, s);
+  FinishOp(ctx, st, true);
+}
+
 void WorkerCore::Fatal(const Status& st, bool report) {
   {
     std::lock_guard<std::mutex> lk(fatal_mu_);

@@ -24,6 +24,13 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
 }
 
 void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t len) {
+  if (TypeOf(h) == MsgType::kWorkerLeft) {
+    if (h.sender >= static_cast<uint32_t>(cfg_.num_worker)) return;
+    std::lock_guard<std::mutex> lk(left_mu_);
+    left_machines_.insert(static_cast<int>(h.sender));
+    left_at_ = std::chrono::steady_clock::now();
+    return;
+  }
   if (TypeOf(h) != MsgType::kDeclareReply) return;
   TensorContext* ctx = nullptr;
   {
@@ -64,16 +71,7 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
       if (st.ok() && (s < 0 || s >= static_cast<int64_t>(servers_.size())))
         st = Status::Internal("plan names server " + std::to_string(s) + " which does not exist");
   }
-  if (!st.ok()) {
-    LocalSignal s;
-    s.type = static_cast<uint8_t>(LocalSignalType::kOpError);
-    s.code = static_cast<uint8_t>(st.code());
-    s.key = ctx->declared_key;
-    strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
-    for (int r = 1; r < cfg_.local_size; ++r) channel_.Send(r, s);
-    FinishOp(ctx, st, true);
-    return;
-  }
+  if (!st.ok()) return FailOpOnMachine(ctx, st);
   bool dispatch;
   {
     std::lock_guard<std::mutex> lk(ctx->mu);

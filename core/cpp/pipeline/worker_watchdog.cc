@@ -80,6 +80,71 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
   return text;
 }
 
+std::string WorkerCore::LeftWorkersMissing(TensorContext* c) {
+  std::set<int> left;
+  {
+    std::lock_guard<std::mutex> lk(left_mu_);
+    left = left_machines_;
+  }
+  std::vector<int> machines;
+  std::lock_guard<std::mutex> lk(pull_mu_);
+  for (auto& t : c->parts) {
+    if (t->stages.pos >= t->stages.size || t->stages.current() != Stage::kPull) continue;
+    if (!t->stall_reported) continue;
+    for (int m : t->stall_missing)
+      if (left.count(m) && std::find(machines.begin(), machines.end(), m) == machines.end())
+        machines.push_back(m);
+  }
+  std::set<int> ranks;
+  AddMachineRanks(machines, &ranks);
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+void WorkerCore::CheckLeftWorkers(std::chrono::steady_clock::time_point now) {
+  std::chrono::steady_clock::time_point left_at;
+  {
+    std::lock_guard<std::mutex> lk(left_mu_);
+    if (left_machines_.empty()) return;
+    left_at = left_at_;
+  }
+  // A left worker flushed its pushes before it finalized; a second's grace lets the last of
+  // them reach the servers before they are asked who is missing.
+  if (now - left_at < std::chrono::seconds(1)) return;
+  std::vector<TensorContext*> ask, doomed;
+  std::vector<std::string> who;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    for (auto& c : contexts_) {
+      std::lock_guard<std::mutex> clk(c->mu);
+      if (!c->in_flight || c->waiting_for_declare) continue;
+      if (c->left_queried_at <= left_at) {
+        c->left_queried_at = now;
+        ask.push_back(c.get());
+      } else if (now - c->left_queried_at >= std::chrono::milliseconds(500)) {
+        doomed.push_back(c.get());
+      }
+    }
+  }
+  for (auto* c : ask) {
+    {
+      std::lock_guard<std::mutex> lk(pull_mu_);
+      for (auto& t : c->parts) t->stall_reported = false;
+    }
+    SendStallQueries(c);
+  }
+  for (auto* c : doomed) {
+    std::string ranks = LeftWorkersMissing(c);
+    if (ranks.empty()) continue;
+    FailOpOnMachine(c, Status::PeerLost("rank " + std::to_string(cfg_.rank) + ": push_pull of '" +
+                                 c->name + "' can never finish: rank" +
+                                 (ranks.find(',') == std::string::npos ? " " : "s ") + ranks +
+                                 " shut down (called shutdown() or exited) without submitting "
+                                 "it; every rank must make the same push_pull calls"));
+  }
+}
+
 void WorkerCore::WatchdogLoop() {
   int tick = 0;
   while (!threads_stop_) {
@@ -116,6 +181,7 @@ void WorkerCore::WatchdogLoop() {
       }
     }
     for (auto* c : query) SendStallQueries(c);
+    if (cfg_.distributed && cfg_.is_root()) CheckLeftWorkers(now);
     for (auto* c : stalled) {
       std::string who = StallCulprits(c);
       BPS_LOG(WARNING) << "rank " << cfg_.rank << ": push_pull of '" << c->name

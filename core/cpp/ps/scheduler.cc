@@ -98,6 +98,15 @@ void Scheduler::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     case MsgType::kFinalize:
       if (node->reg.role == NodeRole::kWorker && !node->finalized) {
         node->finalized = true;
+        if (finalized_workers_ + 1 < opts_.num_worker) {
+          // The others go on: what this worker never submitted can never complete, and they
+          // should say so now rather than after BYTEPS_TIMEOUT.
+          for (auto& n : nodes_)
+            if (n->conn && n->reg.role == NodeRole::kWorker && !n->finalized)
+              n->conn->SendControl(MsgType::kWorkerLeft, "", 0,
+                                   static_cast<uint32_t>(node->rank));
+          FailDeclaresOfLeftWorkersLocked();
+        }
         if (++finalized_workers_ == opts_.num_worker) {
           for (auto& n : nodes_) {
             if (!n->conn) continue;
@@ -256,6 +265,23 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
     return;
   }
   if (pd.count == opts_.num_worker) AnswerDeclare(m.declared_key, &pd);
+  else if (finalized_workers_ > 0) FailDeclaresOfLeftWorkersLocked();
+}
+
+void Scheduler::FailDeclaresOfLeftWorkersLocked() {
+  for (auto& [key, pd] : pending_) {
+    if (pd.answered) continue;
+    std::string left;
+    for (auto& n : nodes_)
+      if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank])
+        left += (left.empty() ? "" : ", ") + std::to_string(n->rank);
+    if (left.empty()) continue;
+    if (pd.error.empty())
+      pd.error = "'" + pd.first.name + "' can never be declared by every worker: worker " +
+                 left + " has shut down (called shutdown() or exited) without declaring it; "
+                 "every rank must make the same push_pull calls";
+    AnswerDeclare(key, &pd);
+  }
 }
 
 void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {

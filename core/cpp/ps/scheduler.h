@@ -66,6 +66,9 @@ class Scheduler : public ConnectionHandler {
   void HandleRegister(Connection* c, const char* p, size_t n);
   void HandleDeclare(Node* node, const char* p, size_t n);
   void AnswerDeclare(uint32_t key, Pending* pd);
+  // Declarations still waiting for a worker that has finalized can never complete: answered
+  // with an error naming it.
+  void FailDeclaresOfLeftWorkersLocked();
   void SendAddressBooksLocked();
   void FailLocked(const std::string& why);
   void CheckTimersLocked();

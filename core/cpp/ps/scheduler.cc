@@ -273,8 +273,13 @@ void Scheduler::FailDeclaresOfLeftWorkersLocked() {
     if (pd.answered) continue;
     std::string left;
     for (auto& n : nodes_)
-      if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank])
-        left += (left.empty() ? "" : ", ") + std::to_string(n->rank);
+      if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank]) {
+        const int L = static_cast<int>(std::max<uint32_t>(first_local_size_, 1));
+        left += (left.empty() ? "" : ", ") + std::to_string(n->rank) +
+                (L == 1 ? " (rank " + std::to_string(n->rank) + ")"
+                        : " (ranks " + std::to_string(n->rank * L) + "-" +
+                              std::to_string(n->rank * L + L - 1) + ")");
+      }
     if (left.empty()) continue;
     if (pd.error.empty())
       pd.error = "'" + pd.first.name + "' can never be declared by every worker: worker " +

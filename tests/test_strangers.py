@@ -1,0 +1,375 @@
+"""Strangers cannot stall a job: processes that are not part of it connect to the listening
+ports of a running job's scheduler and server and misbehave in every way a port scanner, a
+confused client or an attacker would. The job must neither slow down nor change a result, and
+what the strangers cost the scheduler and server (threads, descriptors, memory, the accept path)
+stays bounded.
+
+Also here: a hostile peer that knows the job secret cannot make a server allocate what its
+headers claim, and a rank that stops making calls early makes the others fail at once instead
+of waiting for BYTEPS_TIMEOUT (that desynchronisation, not the strangers, was what stalled the
+scenario's jobs when it was first reported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from jobs import LiveJob, assert_ok, clean_job_env, rss_and_fds, run_job, worker_lines
+from test_security import handshake, handshake_on, listening_ports
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
+
+HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, 0
+FRAME_MAGIC = 0x31535042
+REGISTER, ADDRESS_BOOK, HEARTBEAT, FINALIZE, FINALIZE_DONE = 1, 2, 5, 6, 7
+HELLO, PUSH, PULL, PULL_RESPONSE, DATA_ERROR = 20, 21, 22, 23, 24
+FLOAT32 = 0
+MAX_PENDING = 256  # comm/acceptor.h kMaxPending
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
+def _targets(job: LiveJob):
+    """(secret, {role: (address, port)}, {role: pid}) of the job's scheduler and server."""
+    sched, server = job.find("scheduler"), job.find("server")
+    env = job.snapshot()[sched]
+    addrs = {"scheduler": (env["DMLC_PS_ROOT_URI"], int(env["DMLC_PS_ROOT_PORT"])),
+             "server": ("127.0.0.1", listening_ports(server)[0])}
+    return env["BYTEPS_SECRET"].encode(), addrs, {"scheduler": sched, "server": server}
+
+
+def _one_stranger(addr, payload: bytes) -> None:
+    try:
+        with socket.create_connection(addr, timeout=5) as s:
+            try:
+                s.sendall(payload)
+            except OSError:
+                pass  # the peer dropped us on the first wrong byte: as it should
+            time.sleep(0.2)
+    except OSError:
+        pass
+
+
+def _scenario_round(addrs, payloads, silent: list) -> None:
+    """The reported scenario once against every address: one connection per payload (1 MiB of
+    random bytes, 64 zero bytes, b"BYTEPS" + 58 random bytes, 8 x 0xff + 4 KiB random), each
+    closed 0.2 s later, then one connection that never speaks (kept open in ``silent``)."""
+    threads = [threading.Thread(target=_one_stranger, args=(a, p)) for a in addrs for p in payloads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a in addrs:
+        silent.append(socket.create_connection(a, timeout=5))
+
+
+def _iteration_times(out: str, ranks: int):
+    times = []
+    for r in range(ranks):
+        lines = [ln for ln in worker_lines(out, r) if ln.startswith("TIMES ")]
+        assert lines, f"worker {r} printed no TIMES line"
+        times.extend(json.loads(lines[-1][6:]))
+    return times
+
+
+def test_stranger_scenario_20_rounds_costs_the_job_nothing(tmp_path: Path):
+    """The reported scenario, 20 rounds in a row against the scheduler and the server of a job
+    whose 2 workers push_pull a 300 000-element float32 tensor in a loop (every result checked
+    exactly by the workers). Rounds alternate with quiet phases of the same length; iterations
+    that start during a round are not slower (median) than those in the quiet phases by more
+    than 10 %."""
+    stop = tmp_path / "stop"
+    job = LiveJob(["--workers", "2", "--servers", "1"], "steady", str(stop))
+    silent: list = []
+    windows = []
+    try:
+        job.wait_for(r"^\[worker \d\] READY", count=2, timeout=120)
+        _, addrs, pids = _targets(job)
+        threads0 = {role: _threads(pid) for role, pid in pids.items()}
+        payloads = [os.urandom(1 << 20), b"\0" * 64, b"BYTEPS" + os.urandom(58),
+                    b"\xff" * 8 + os.urandom(4096)]
+        for _ in range(20):
+            t0 = time.time()
+            _scenario_round(list(addrs.values()), payloads, silent)
+            t1 = time.time()
+            windows.append((t0, t1))
+            time.sleep(t1 - t0)  # a quiet phase as long as the round
+        threads1 = {role: _threads(pid) for role, pid in pids.items()}
+        stop.touch()
+        rc = job.wait(120)
+    finally:
+        for s in silent:
+            s.close()
+        job.kill()
+    assert_ok(rc, job.output, 2)
+    assert "not a byteps authentication handshake" in job.output
+    assert threads1 == threads0, (threads0, threads1)  # strangers get no thread of their own
+    times = _iteration_times(job.output, 2)
+    during, quiet = [], []
+    for start, took in times:
+        if windows[0][0] <= start <= windows[-1][1] + (windows[-1][1] - windows[-1][0]):
+            (during if any(a <= start <= b for a, b in windows) else quiet).append(took)
+    assert len(during) >= 20 and len(quiet) >= 20, (len(during), len(quiet))
+    ratio = statistics.median(during) / statistics.median(quiet)
+    print(f"median push_pull during the strangers' rounds {statistics.median(during) * 1e3:.2f} ms "
+          f"({len(during)}), between them {statistics.median(quiet) * 1e3:.2f} ms ({len(quiet)}): "
+          f"ratio {ratio:.3f}")
+    assert ratio <= 1.10, ratio
+
+
+def _trickle(addr, seconds: float, result: dict) -> None:
+    """Sends a valid-looking hello one byte per second; records when the peer dropped it."""
+    t0 = time.monotonic()
+    hello = b"BPSA\x01" + os.urandom(32)
+    try:
+        with socket.create_connection(addr, timeout=seconds + 5) as s:
+            for b in hello:
+                s.sendall(bytes([b]))
+                time.sleep(1.0)
+                if time.monotonic() - t0 > seconds:
+                    break
+            s.settimeout(seconds)
+            result["eof"] = s.recv(100) == b""
+    except OSError:
+        result["eof"] = True
+    result["after"] = time.monotonic() - t0
+
+
+def test_floods_cost_no_threads_slots_or_accept_path(tmp_path: Path):
+    """Against a running job: 600 half-open connections per port (more than the acceptor's
+    256 pending handshakes), a peer that trickles one byte per second, a peer that sends the
+    handshake's first message and stops, and a flood of 3 000 connect-and-close. Meanwhile a
+    job member's handshake still gets through at once on both ports, the scheduler and server
+    start no thread for the strangers, their descriptors and memory stay bounded, the trickling
+    peer is dropped at the handshake deadline, and the job ends with every result right."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    stop = tmp_path / "stop"
+    job = LiveJob(["--workers", "2", "--servers", "1"], "steady", str(stop))
+    held: list = []
+    try:
+        job.wait_for(r"^\[worker \d\] READY", count=2, timeout=120)
+        secret, addrs, pids = _targets(job)
+        before = {role: (_threads(pid), *rss_and_fds(pid)) for role, pid in pids.items()}
+        trickles = {role: {} for role in addrs}
+        trickle_threads = [threading.Thread(target=_trickle, args=(a, 12.0, trickles[role]))
+                           for role, a in addrs.items()]
+        for t in trickle_threads:
+            t.start()
+        for addr in addrs.values():
+            partial = socket.create_connection(addr, timeout=5)
+            partial.sendall(b"BPSA\x01" + os.urandom(32))
+            assert len(partial.recv(100)) > 0  # the reply; then it never sends its MAC
+            held.append(partial)
+            for _ in range(600):
+                held.append(socket.create_connection(addr, timeout=5))
+        for i in range(3000):
+            addr = list(addrs.values())[i % 2]
+            try:
+                socket.create_connection(addr, timeout=5,
+                                         source_address=(f"127.0.2.{1 + i % 200}", 0)).close()
+            except OSError:
+                pass
+        # A job member's handshake gets through while all of that is pending.
+        for role, addr in addrs.items():
+            t0 = time.monotonic()
+            verdict, server_ok, *_ = handshake(addr, secret)
+            took = time.monotonic() - t0
+            assert verdict == 1 and server_ok, role
+            assert took < 2.0, (role, took)
+        during = {role: (_threads(pid), *rss_and_fds(pid)) for role, pid in pids.items()}
+        for t in trickle_threads:
+            t.join(30)
+        stop.touch()
+        rc = job.wait(120)
+    finally:
+        for s in held:
+            s.close()
+        job.kill()
+    assert_ok(rc, job.output, 2)
+    for role in addrs:
+        (th0, rss0, fd0), (th1, rss1, fd1) = before[role], during[role]
+        print(f"{role}: threads {th0} -> {th1}, RSS {rss0} -> {rss1} KiB, descriptors {fd0} -> "
+              f"{fd1}; trickling peer dropped after {trickles[role].get('after', 0):.1f} s")
+        assert th1 <= th0 + 2, (role, th0, th1)  # +2: one job-member connection's threads
+        assert fd1 <= fd0 + MAX_PENDING + 8, (role, fd0, fd1)
+        assert rss1 - rss0 < 16 << 10, (role, rss0, rss1)
+        assert trickles[role].get("eof"), (role, trickles[role])
+        assert trickles[role]["after"] < 9.0, (role, trickles[role])  # 5 s deadline, 1 s steps
+
+
+# ------------------------------------------------------- a hostile peer with the job secret --
+
+
+def _frame(typ, payload=b"", *, dtype=0, sender=0, rnd=0, key=0, length=None, aux=0, flags=0):
+    n = len(payload) if length is None else length
+    return HEADER.pack(FRAME_MAGIC, typ, dtype, flags, sender, rnd, key, n, aux, 0) + payload
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+def _read_frame(s: socket.socket):
+    h = HEADER.unpack(_recv_exact(s, HEADER.size))
+    return h, _recv_exact(s, h[7]) if h[7] else b""
+
+
+def _closed_by_peer(s: socket.socket, timeout: float = 10.0) -> bool:
+    s.settimeout(timeout)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def _authenticated(addr, secret):
+    s = socket.create_connection(addr, timeout=10)
+    verdict, ok, *_ = handshake_on(s, secret)
+    assert verdict == 1 and ok
+    return s
+
+
+def _register_as_worker(addr, secret, bound: int):
+    """Registers as worker 0 of a 1-worker job; returns (control socket, server port, the
+    partition bound of the address book)."""
+    s = _authenticated(addr, secret)
+    host = b"127.0.0.1"
+    reg = (struct.pack("<Bi", 0, 0) + struct.pack("<I", len(host)) + host +
+           struct.pack("<IIIIQI", 0, 1, 1, 1, bound, os.getpid()))
+    s.sendall(_frame(REGISTER, reg))
+    while True:
+        h, p = _read_frame(s)
+        if h[1] == ADDRESS_BOOK:
+            break
+    off = 8  # my_rank, number of servers (1)
+    (hlen,) = struct.unpack_from("<I", p, off + 4)
+    off += 4 + 4 + hlen
+    (port,) = struct.unpack_from("<I", p, off)
+    (book_bound,) = struct.unpack_from("<Q", p, len(p) - 8)
+    return s, port, book_bound
+
+
+def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
+    """A peer that knows the secret registers as the only worker and then lies about sizes:
+    a push claiming 1 TiB, and one a page larger than the job's partitions, are dropped
+    connections (the server allocates nothing for them and keeps serving); a push of the wrong
+    size for an existing key is read past and answered with DATA_ERROR; a control frame larger
+    than any control message is a dropped connection at the scheduler. The real exchange
+    still works afterwards and the job ends cleanly."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    secret = os.urandom(16).hex()
+    env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
+                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+                         "BYTEPS_SECRET": secret, "BYTEPS_TIMEOUT": "60"})
+    procs = {role: subprocess.Popen([sys.executable, "-m", "byteps.server"],
+                                    env=dict(env, DMLC_ROLE=role), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for role in ("scheduler", "server")}
+    bound = 262144
+    try:
+        sched_addr = ("127.0.0.1", port)
+        for _ in range(100):
+            try:
+                socket.create_connection(sched_addr, timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        ctl, server_port, book_bound = _register_as_worker(sched_addr, secret.encode(), bound)
+        assert book_bound == bound
+        srv = ("127.0.0.1", server_port)
+        rss0, _ = rss_and_fds(procs["server"].pid)
+
+        def worker_conn():
+            c = _authenticated(srv, secret.encode())
+            c.sendall(_frame(HELLO, sender=0))
+            return c
+
+        for claimed in (1 << 40, bound + 4096):
+            c = worker_conn()
+            c.sendall(_frame(PUSH, key=7, length=claimed) + b"\0" * 4096)
+            assert _closed_by_peer(c), claimed
+            c.close()
+        rss1, _ = rss_and_fds(procs["server"].pid)
+        assert rss1 - rss0 < 32 << 10, (rss0, rss1)
+        # A real push of key 1 (4 KiB), then one of the wrong size for it: DATA_ERROR, and the
+        # connection goes on (the payload was read past, not buffered).
+        c = worker_conn()
+        data = struct.pack("<1024f", *([1.5] * 1024))
+        c.sendall(_frame(PUSH, data, key=1, rnd=0, flags=1))
+        h, p = _read_frame(c)
+        assert h[1] == PULL_RESPONSE and p == data
+        c.sendall(_frame(PUSH, b"\0" * 8192, key=1, rnd=1))
+        h, p = _read_frame(c)
+        assert h[1] == DATA_ERROR and b"holds 4096 bytes" in p, p
+        c.sendall(_frame(PUSH, data, key=1, rnd=1, flags=1))
+        h, p = _read_frame(c)
+        assert h[1] == PULL_RESPONSE and h[5] == 1 and p == data
+        # Control plane: a frame larger than any control message drops that connection only.
+        extra = _authenticated(sched_addr, secret.encode())
+        extra.sendall(_frame(HEARTBEAT, length=64 << 20) + b"\0" * 4096)
+        assert _closed_by_peer(extra)
+        extra.close()
+        c.close()
+        ctl.sendall(_frame(FINALIZE))
+        h, _ = _read_frame(ctl)
+        assert h[1] == FINALIZE_DONE
+        ctl.close()
+        outs = {role: p.communicate(timeout=60)[0] for role, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert procs["scheduler"].returncode == 0, outs["scheduler"]
+    assert procs["server"].returncode == 0, outs["server"]
+    assert re.search(r"larger than the job's partitions \(262144 bytes\)", outs["server"])
+    assert "exceeds the limit" in outs["scheduler"]
+
+
+# ------------------------------------------------- a rank that stops early fails the others --
+
+
+@pytest.mark.parametrize("what", ["loop", "declare"])
+def test_rank_that_shut_down_fails_the_others_at_once(what):
+    """Ranks that make different numbers of calls (the reported scenario's own loops ended on
+    each rank's clock): once a rank has shut down, a push_pull it never submitted can never
+    finish. The rank left waiting gets PeerLostError ('loop': an operation in flight) or
+    MismatchError ('declare': a tensor only it declared) naming the rank that left, within a
+    few seconds instead of after BYTEPS_TIMEOUT (120 s here)."""
+    rc, out, secs = run_job(["--workers", "2", "--servers", "1"], "uneven", 30, what,
+                            env=["BYTEPS_TIMEOUT=120"], timeout=100)
+    raised = [ln for ln in worker_lines(out, 1) if ln.startswith("RAISED ")]
+    assert raised, out[-4000:]
+    _, cls, took, message = raised[0].split(" ", 3)
+    assert cls == ("PeerLostError" if what == "loop" else "MismatchError"), raised[0]
+    assert float(took) < 10.0, raised[0]
+    assert "rank 0" in message and "shut down" in message, message
+    assert_ok(rc, out, 2)

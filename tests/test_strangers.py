@@ -28,6 +28,8 @@ import pytest
 from jobs import LiveJob, assert_ok, clean_job_env, rss_and_fds, run_job, worker_lines
 from test_security import handshake, handshake_on, listening_ports
 
+LOOP_WORKER = str(Path(__file__).resolve().parent / "workers" / "loop_worker.py")
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
 
 HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, 0
@@ -93,7 +95,7 @@ def test_stranger_scenario_20_rounds_costs_the_job_nothing(tmp_path: Path):
     that start during a round are not slower (median) than those in the quiet phases by more
     than 10 %."""
     stop = tmp_path / "stop"
-    job = LiveJob(["--workers", "2", "--servers", "1"], "steady", str(stop))
+    job = LiveJob(["--workers", "2", "--servers", "1"], "steady", str(stop), script=LOOP_WORKER)
     silent: list = []
     windows = []
     try:
@@ -161,7 +163,7 @@ def test_floods_cost_no_threads_slots_or_accept_path(tmp_path: Path):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     stop = tmp_path / "stop"
-    job = LiveJob(["--workers", "2", "--servers", "1"], "steady", str(stop))
+    job = LiveJob(["--workers", "2", "--servers", "1"], "steady", str(stop), script=LOOP_WORKER)
     held: list = []
     try:
         job.wait_for(r"^\[worker \d\] READY", count=2, timeout=120)
@@ -365,7 +367,7 @@ def test_rank_that_shut_down_fails_the_others_at_once(what):
     MismatchError ('declare': a tensor only it declared) naming the rank that left, within a
     few seconds instead of after BYTEPS_TIMEOUT (120 s here)."""
     rc, out, secs = run_job(["--workers", "2", "--servers", "1"], "uneven", 30, what,
-                            env=["BYTEPS_TIMEOUT=120"], timeout=100)
+                            env=["BYTEPS_TIMEOUT=120"], timeout=100, script=LOOP_WORKER)
     raised = [ln for ln in worker_lines(out, 1) if ln.startswith("RAISED ")]
     assert raised, out[-4000:]
     _, cls, took, message = raised[0].split(" ", 3)

@@ -12,9 +12,9 @@
 
 Process placement of :func:`run_byteps_job`: the scheduler runs on the first worker host
 (``w0``; its traffic is a few small control messages), one server on every CPU-server host,
-plus -- as DESIGN.md section 3 prescribes, and what ``t_opt`` assumes -- one server colocated
-on every worker host while k < n (k = 0: only those; the scheduler recognises colocation by
-address), and one worker process (``BYTEPS_LOCAL_SIZE=1``) per worker host.
+plus -- the placement of docs/architecture.md §4, which ``t_opt`` assumes -- one server
+colocated on every worker host while k < n (k = 0: only those; the scheduler recognises
+colocation by address), and one worker process (``BYTEPS_LOCAL_SIZE=1``) per worker host.
 """
 
 from __future__ import annotations
@@ -124,12 +124,12 @@ def run_byteps_job(
     """Run a byteps job on ``cluster`` in upstream mode and wait for its workers.
 
     Placement: scheduler on ``w0`` (``DMLC_PS_ROOT_URI`` = w0's address, a random port); one
-    server (``python -m byteps.server``) per CPU-server host and, as in DESIGN.md section 3, one
-    colocated on every worker host while k < n (its optimal share ``(n-k)/(n^2+kn-2k)`` is then
-    positive; at k >= n it is 0, so none are started); one worker process running
-    ``worker_argv`` per worker host. ``DMLC_NUM_SERVER`` counts all servers. k = 0: only the
-    colocated servers. Every process gets its host's
-    address as ``DMLC_NODE_HOST``, a fresh ``BYTEPS_JOB_ID`` and ``BYTEPS_SECRET``,
+    server (``python -m byteps.server``) per CPU-server host and, as in docs/architecture.md
+    §4, one colocated on every worker host while k < n (its optimal share
+    ``(n-k)/(n^2+kn-2k)`` is then positive; at k >= n it is 0, so none are started); one worker
+    process running ``worker_argv`` per worker host. ``DMLC_NUM_SERVER`` counts all servers.
+    k = 0: only the colocated servers. Every process gets its host's address as
+    ``DMLC_NODE_HOST``, a fresh ``BYTEPS_JOB_ID`` and ``BYTEPS_SECRET``,
     ``BYTEPS_LOCAL_SIZE=1``, ``BYTEPS_LOCAL_RANK=0`` and ``PYTHONUNBUFFERED=1``; ``env`` is
     added on top of ``os.environ`` (and may override ``BYTEPS_*`` knobs, not the cluster vars).
 

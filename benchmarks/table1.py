@@ -322,7 +322,7 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         f"{network_sentence([r.get('network') for r in rows])}; one byteps worker process per "
         "worker host; the scheduler on w0. k = 0: one server colocated on every worker host; "
         "0 < k < n: a server on every CPU-server host and one colocated on every worker host "
-        "(DESIGN.md §3, what `t_opt` assumes); k ≥ n: CPU-server hosts only. "
+        "(docs/architecture.md §4, what `t_opt` assumes); k ≥ n: CPU-server hosts only. "
         "`t_opt = 2n(n−1)M / ((n²+kn−2k)·B)` and gloo's ring time `2(n−1)M / (nB)` are "
         "computed with the **measured** TCP goodput of one link (w0 → s0, or w0 → w1 when "
         "k = 0) as B. gloo: `torch.distributed` all_reduce, one process per worker host, "

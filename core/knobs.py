@@ -4,7 +4,7 @@ Every ``BYTEPS_*`` / ``DMLC_*`` environment variable is declared once in
 ``core/cpp/common/knobs.cc``; ``byteps._core.knobs()`` returns that table. Upstream BytePS's
 variables and what each does here are declared in ``core/cpp/common/upstream_knobs.cc``;
 ``byteps._core.upstream_knobs()`` returns that one. This module turns both into the Markdown
-reference page (DESIGN.md §1)::
+reference page (docs/architecture.md §10)::
 
     python -m byteps.knobs --markdown          # print the page
     python -m byteps.knobs --write docs/env.md # (re)generate the page

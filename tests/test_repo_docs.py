@@ -73,17 +73,12 @@ _OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|upstream-byteps\.md")
 _TRACKER = re.compile(r"(?i)\bissues?\s*#?\d+\b|\b(this|that|foundation|previous|next) issue\b"
                       r"|\bPR\s*#\d+|\bgh-\d+\b")
 
-#: Files whose owners are still replacing such references (benchmark reports and notes, the knob
-#: documentation); remove an entry once its file is clean.
-_PENDING = {"benchmarks/table1.py", "benchmarks/cluster.py", "docs/performance.md",
-            "docs/performance-notes.md", "core/knobs.py"}
-
 
 def test_no_outside_or_tracker_references():
     hits = []
     for p in _tracked_text_files():
         rel = str(p.relative_to(ROOT))
-        if rel in _PENDING or rel == "tests/test_repo_docs.py":
+        if rel == "tests/test_repo_docs.py":
             continue
         try:
             text = p.read_text()
@@ -170,7 +165,8 @@ def test_cited_sections_exist():
     cite = re.compile(r"docs/architecture\.md\s+§(\d+)((?:[,;]?\s*(?:[a-z ]+:\s*)?§\d+)*)")
     bad = []
     for p in list(ROOT.glob("core/**/*")) + list(ROOT.glob("adapters/**/*")) + \
-            list(ROOT.glob("tests/*.py")) + _markdown_files():
+            list(ROOT.glob("benchmarks/*.py")) + list(ROOT.glob("tests/*.py")) + \
+            _markdown_files():
         if not p.is_file() or p.suffix not in {".py", ".h", ".cc", ".md"}:
             continue
         for m in cite.finditer(p.read_text()):

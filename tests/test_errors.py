@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import ast
 import builtins
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from error_checks import check_raises, single_process_job
 
 import byteps
 import byteps.basics as basics
@@ -156,26 +156,14 @@ def test_bindings_throw_no_bare_python_exceptions():
 # =============================================================================================
 
 
-def _check(fn, flavour):
-    """``fn()`` raises a BytePSError that is also a ``flavour``."""
-    with pytest.raises(BytePSError) as info:
-        fn()
-    assert isinstance(info.value, flavour), (type(info.value).__mro__, str(info.value))
-    return info.value
+_check = check_raises
 
 
 @pytest.fixture(scope="module")
 def job():
     """A 1-worker job in this process with a clean BYTEPS_*/DMLC_* environment."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith(("BYTEPS_", "DMLC_"))}
-    for k in saved:
-        del os.environ[k]
-    basics.shutdown()
-    try:
+    with single_process_job(basics.shutdown):
         yield
-    finally:
-        basics.shutdown()
-        os.environ.update(saved)
 
 
 def test_before_init(job):

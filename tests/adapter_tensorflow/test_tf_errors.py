@@ -12,16 +12,12 @@ tf = pytest.importorskip("tensorflow")
 
 pytestmark = pytest.mark.tensorflow
 
+from error_checks import check_raises  # noqa: E402
+
 import byteps.tensorflow as bps  # noqa: E402
-from byteps.errors import BytePSError, NotInitializedError  # noqa: E402
+from byteps.errors import NotInitializedError  # noqa: E402
 
-
-def _check(fn, flavour):
-    """``fn()`` raises a BytePSError that is also a ``flavour``."""
-    with pytest.raises(BytePSError) as info:
-        fn()
-    assert isinstance(info.value, flavour), (type(info.value).__mro__, str(info.value))
-    return info.value
+_check = check_raises
 
 
 @pytest.fixture(scope="module")

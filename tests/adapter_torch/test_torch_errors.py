@@ -5,7 +5,6 @@ The optimizer's usage errors need gradient hooks (size > 1): they run over the f
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -14,30 +13,19 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch
 
+from error_checks import check_raises, single_process_job  # noqa: E402
+
 import byteps.torch as bps  # noqa: E402
-from byteps.errors import BytePSError, NotInitializedError, UsageError  # noqa: E402
+from byteps.errors import NotInitializedError, UsageError  # noqa: E402
 
-
-def _check(fn, flavour):
-    """``fn()`` raises a BytePSError that is also a ``flavour``."""
-    with pytest.raises(BytePSError) as info:
-        fn()
-    assert isinstance(info.value, flavour), (type(info.value).__mro__, str(info.value))
-    return info.value
+_check = check_raises
 
 
 @pytest.fixture(scope="module")
 def job():
     """A 1-worker job in this process with a clean BYTEPS_*/DMLC_* environment."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith(("BYTEPS_", "DMLC_"))}
-    for k in saved:
-        del os.environ[k]
-    bps.shutdown()
-    try:
+    with single_process_job(bps.shutdown):
         yield
-    finally:
-        bps.shutdown()
-        os.environ.update(saved)
 
 
 def test_before_init(job):

@@ -172,3 +172,5 @@ def test_services_without_a_forced_worker_fail_with_a_timeout():
     assert worker.returncode == 0 and "OK lone worker" in worker.stdout, worker.stdout[-4000:]
     assert codes == [1, 1], out[-4000:]
     assert "never registered" in out and "BYTEPS_FORCE_DISTRIBUTED=1" in out, out[-4000:]
+    # the scheduler names who is missing, and only that (the server did register)
+    assert "workers [0] never registered" in out and "servers never registered" not in out, out

@@ -331,10 +331,15 @@ void Scheduler::CheckTimersLocked() {
       if (n->reg.role == NodeRole::kWorker) seen[n->reg.worker_id] = true;
       else servers++;
     }
+    // Name only who is missing: "workers [1]", "1 of 2 servers", or both.
+    std::string missing;
+    if (std::find(seen.begin(), seen.end(), false) != seen.end())
+      missing = "workers " + MissingWorkersLocked(seen);
+    if (servers < opts_.num_server)
+      missing += (missing.empty() ? "" : " and ") + std::to_string(opts_.num_server - servers) +
+                 " of " + std::to_string(opts_.num_server) + " servers";
     return FailLocked("rendezvous timed out after " + std::to_string(int(opts_.timeout_s)) +
-                      " s: workers " + MissingWorkersLocked(seen) + " and " +
-                      std::to_string(opts_.num_server - servers) + " of " +
-                      std::to_string(opts_.num_server) + " servers never registered");
+                      " s: " + missing + " never registered");
   }
   for (auto& n : nodes_) {
     if (n->finalized || !book_sent_) continue;

@@ -14,6 +14,7 @@ children never interleave mid-line. Bytes are decoded as UTF-8 with ``errors="re
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import os
 import queue
@@ -30,6 +31,10 @@ _CAUSE_WINDOW = 0.2
 
 #: Read size of one ``os.read``-like call on a child pipe.
 _CHUNK = 65536
+
+#: An unterminated line longer than this (bytes) is written out in parts, so the launcher's
+#: memory stays bounded whatever a child prints; the parts join into one prefixed line.
+_MAX_PENDING_LINE = 1 << 20
 
 
 def split_pieces(data: bytes) -> tuple[list[bytes], bytes]:
@@ -83,6 +88,18 @@ class PrefixWriter:
         self.stream = stream
         self.lock = lock
         self._after_cr = False  # the last piece written ended in a bare "\r"
+        # Inside a long line written in parts (write_partial): no prefix until it ends, and a
+        # UTF-8 sequence cut between two parts is decoded whole.
+        self._mid_line = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def write_partial(self, data: bytes) -> None:
+        """Write the start (or a further part) of a line that has no terminator yet: behind the
+        prefix if it starts the line, bare otherwise."""
+        text = self._decoder.decode(data, final=False)
+        self._emit(("" if self._mid_line else self.prefix) + text)
+        self._mid_line = True
+        self._after_cr = False
 
     def write_piece(self, piece: bytes) -> None:
         """Write one piece (see :func:`split_pieces`) behind the prefix, and flush.
@@ -91,6 +108,12 @@ class PrefixWriter:
         second half of a ``\\r\\n`` split across two reads; it is written without a prefix.
         An empty ``b"\\r"`` piece (tqdm starts every redraw with one) is written bare too.
         """
+        if self._mid_line:  # the end of a line written in parts
+            self._mid_line = False
+            text = self._decoder.decode(piece, final=True)
+            self._after_cr = text.endswith("\r")
+            self._emit(text)
+            return
         text = piece.decode("utf-8", errors="replace")
         if (self._after_cr and text == "\n") or text == "\r":
             out = text
@@ -139,6 +162,9 @@ def pump(pipe: IO[bytes], writer: PrefixWriter) -> None:
             pieces, rest = split_pieces(rest + data)
             for piece in pieces:
                 writer.write_piece(piece)
+            if len(rest) > _MAX_PENDING_LINE:
+                writer.write_partial(rest)
+                rest = b""
         if rest:
             writer.write_piece(rest + b"\n")
     finally:

@@ -267,6 +267,20 @@ def test_long_line_passes_through_at_once():
     assert took < 15, took
 
 
+def test_unterminated_long_line_is_written_in_bounded_parts():
+    """A 3 MiB line of two-byte UTF-8 characters at odd offsets (so any cut at a pipe-read
+    boundary splits a character), written without a terminator for a while, comes out as one
+    prefixed line with no character mangled: the launcher holds at most about 1 MiB of it."""
+    code = ("import sys, time; w = sys.stdout.buffer; "
+            "w.write(b'a' + ('\\u00e9' * (3 << 19)).encode()); w.flush(); "
+            "time.sleep(0.5); w.write(b'end\\nnext\\n'); w.flush()")
+    proc = subprocess.run(_cmd(None, ["--workers", "1", "--", PY, "-c", code]),
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    want = ("[worker 0] a" + "\u00e9" * (3 << 19) + "end\n[worker 0] next\n").encode()
+    assert proc.stdout == want
+
+
 def test_failure_exit_code_and_peers_terminated():
     code = ("import os, sys, time; r = int(os.environ['BYTEPS_LOCAL_RANK']); "
             "print(f'pid={os.getpid()}', flush=True); time.sleep(0.3)\n"

@@ -377,6 +377,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
                    help="after the first failure, seconds the other processes get to exit "
                    f"before SIGTERM (default {DEFAULT_GRACE:g})")
+    p.add_argument("--doctor", action="store_true",
+                   help="print what byteps sees on this host (vans, RDMA devices, summation "
+                   "kernels, frameworks, the address a node would advertise, environment "
+                   "problems) for the environment the job would get, and exit (1 if a problem "
+                   "was found); see python -m byteps.doctor")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                    help="the worker command (everything after the options; '--' allowed)")
     return p
@@ -413,6 +418,15 @@ def main(
     parent = dict(os.environ if env is None else env)
     if not 0 <= args.grace < float("inf"):
         return _usage_error(f"--grace must be a finite number >= 0, got {args.grace:g}")
+    if args.doctor:
+        from byteps import doctor  # the report needs the core; a plain launch does not load it
+
+        try:
+            report = doctor.gather({**parent, **parse_env_pairs(args.env)})
+        except LaunchError as err:
+            return _usage_error(str(err))
+        print(doctor.render(report))
+        return 1 if report["problems"] else 0
     try:
         # Unknown and upstream-only variables: warned here and in every process; a refused
         # one (BYTEPS_ENABLE_ASYNC=1) stops the job before any process starts.

@@ -121,6 +121,43 @@ std::string InterfaceAddress(const std::string& ifname) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> InterfaceAddresses() {
+  std::vector<std::pair<std::string, std::string>> out;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
+                  sizeof(buf)))
+      out.emplace_back(i->ifa_name, buf);
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+std::string RouteAddressTo(const std::string& host, int port, std::string* why) {
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_port = htons(static_cast<uint16_t>(port > 0 ? port : 9));
+  if (inet_pton(AF_INET, host.c_str(), &peer.sin_addr) != 1) {
+    *why = "'" + host + "' is not an IPv4 address";
+    return "";
+  }
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *why = std::string("socket: ") + strerror(errno);
+    return "";
+  }
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof(peer)) != 0)
+    *why = "no route to " + host + ": " + strerror(errno);
+  else
+    out = LocalAddressOf(fd);
+  close(fd);
+  return out;
+}
+
 void TuneDataSocket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

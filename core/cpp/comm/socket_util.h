@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -15,6 +17,13 @@ Status Listen(const std::string& host, int port, int* fd_out, int* port_out);
 std::string LocalAddressOf(int fd);
 // IPv4 address of a network interface, or "" if it has none.
 std::string InterfaceAddress(const std::string& ifname);
+// Every (interface, IPv4 address) of this host, in the kernel's order.
+std::vector<std::pair<std::string, std::string>> InterfaceAddresses();
+// The local IPv4 address the kernel's routing picks for reaching host:port (a connected UDP
+// socket: nothing is sent), or "" with *why set when host is not an IPv4 address or has no
+// route. The same choice a node makes when it advertises the address on its route to the
+// scheduler.
+std::string RouteAddressTo(const std::string& host, int port, std::string* why);
 // TCP_NODELAY, large buffers, keepalive.
 void TuneDataSocket(int fd);
 // TCP_NOTSENT_LOWAT of sockets tuned from now on (BYTEPS_TCP_NOTSENT_LOWAT); 0 = kernel default.

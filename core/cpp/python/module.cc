@@ -36,4 +36,5 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindCore(m);
   byteps::python::BindServer(m);
   byteps::python::BindTesting(m);
+  byteps::python::BindDoctor(m);
 }

@@ -1,0 +1,78 @@
+"""``python -m byteps.doctor`` / ``bpslaunch --doctor``: the report says what this build and
+host really have, and turns the misconfigurations a user hits into a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from jobs import clean_job_env
+
+from byteps import _core, doctor
+
+
+def test_report_matches_the_build_and_host():
+    report = doctor.gather(clean_job_env())
+    assert report["vans"] == ["tcp"]
+    assert report["summation"]["active_isa"] == _core.reduce.active_isa()
+    assert report["summation"]["active_isa"] in report["summation"]["available_isas"]
+    assert report["frameworks"]["numpy"] == np.__version__
+    assert ["lo", "127.0.0.1"] in report["network"]["interfaces"]
+    assert report["problems"] == []
+    text = doctor.render(report)
+    assert "vans in this build: tcp" in text and "no problem found" in text
+
+
+def test_advertised_address_follows_the_core_s_choice():
+    adv = doctor.advertised_address
+    assert adv({"DMLC_NODE_HOST": "10.9.8.7", "DMLC_INTERFACE": "lo"})["address"] == "10.9.8.7"
+    assert adv({"DMLC_INTERFACE": "lo", "DMLC_PS_ROOT_URI": "10.0.0.1"})["address"] == "127.0.0.1"
+    bad = adv({"DMLC_INTERFACE": "no-such-if0"})
+    assert bad["address"] is None and "no IPv4 address" in bad["problem"]
+    routed = adv({"DMLC_PS_ROOT_URI": "localhost", "DMLC_PS_ROOT_PORT": "9000"})
+    assert routed["address"] == "127.0.0.1" and routed["problem"] is None
+    unknown = adv({"DMLC_PS_ROOT_URI": "no-such-host.invalid"})
+    assert unknown["address"] is None and "cannot resolve" in unknown["problem"]
+    sched = adv({"DMLC_ROLE": "scheduler", "DMLC_PS_ROOT_URI": "127.0.0.1"})
+    assert sched["address"] == "127.0.0.1"
+    single = adv({})
+    assert single["address"] is None and single["problem"] is None
+
+
+def test_rdma_devices_read_from_sysfs(tmp_path: Path):
+    port = tmp_path / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "link_layer").write_text("Ethernet\n")
+    (port / "rate").write_text("100 Gb/sec (4X EDR)\n")
+    assert doctor.rdma_devices(str(tmp_path)) == [
+        {"device": "mlx5_0", "port": "1", "state": "4: ACTIVE", "link_layer": "Ethernet",
+         "rate": "100 Gb/sec (4X EDR)"}]
+    assert doctor.rdma_devices(str(tmp_path / "absent")) == []
+
+
+def _run(args, **env):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60,
+                          env=clean_job_env(env), check=False)
+
+
+def test_cli_json_and_exit_status():
+    ok = _run(["-m", "byteps.doctor", "--json"])
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["problems"] == []
+    bad = _run(["-m", "byteps.doctor"], DMLC_INTERFACE="no-such-if0", BYTEPS_ENABLE_ASYNC="1",
+               BYTEPS_PARTITION_BYTE="4096")
+    assert bad.returncode == 1
+    assert "PROBLEM: DMLC_INTERFACE=no-such-if0 has no IPv4 address" in bad.stdout
+    assert "BYTEPS_ENABLE_ASYNC=1" in bad.stdout and "REFUSED" in bad.stdout
+    assert "did you mean BYTEPS_PARTITION_BYTES?" in bad.stdout
+
+
+def test_bpslaunch_doctor_uses_the_job_environment():
+    out = _run(["-m", "byteps.launcher", "--doctor", "--env", "DMLC_NODE_HOST=10.1.2.3"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "this node would advertise: 10.1.2.3 (DMLC_NODE_HOST)" in out.stdout
+    assert "summation kernels: " + _core.reduce.active_isa() in out.stdout

@@ -3,8 +3,8 @@
 * README.md and docs/*.md link only to files inside the repository (and to headings that exist);
 * nothing cites a document outside the repository or an issue tracker;
 * docs/architecture.md agrees with the code on what a reader would look up there: the pipeline
-  stages, the message types, the partition, credit and engine-thread defaults, and every
-  "docs/architecture.md §N" that a code comment cites exists.
+  stages and the plan of each machine layout, the message types, the partition, credit and
+  engine-thread defaults, and every "docs/architecture.md §N" that a code comment cites exists.
 """
 
 from __future__ import annotations
@@ -117,12 +117,38 @@ def _enum_names(header: Path, enum: str, name_file: Path, kind: str):
     return [names[m] for m in members]
 
 
+def _stage_rows():
+    """(name, [slot per layout]) of every row of the stage table, in order."""
+    text = (CPP / "pipeline" / "stage_table.cc").read_text()
+    text = text[text.index("StageTable::rows[kStageCount] = {"):]
+    rows = re.findall(r'\{Stage::k\w+, "(\w+)",[^{}]*\{([^{}]*)\}\},', text)
+    return [(name, [s.strip() for s in slots.split(",")]) for name, slots in rows]
+
+
 def test_stage_list_matches_the_code():
-    stages = _enum_names(CPP / "pipeline" / "context.h", "Stage", CPP / "pipeline" /
-                         "worker_ops.cc", "Stage")
-    assert stages[:2] == ["COPY_IN", "LOCAL_REDUCE"]  # the parser found the enum
+    rows = _stage_rows()
+    stages = [name for name, _ in rows]
+    assert stages[:2] == ["COPY_IN", "LOCAL_REDUCE"]  # the parser found the table
     table = re.findall(r"^\s*\| `(\w+)` \|", _section(3), re.M)
-    assert table == stages, f"§3 stage table {table} != Stage enum {stages}"
+    assert table == stages, f"§3 stage table {table} != the stage table's rows {stages}"
+
+
+def test_stage_layouts_match_the_code():
+    """§3's layout table is the stage table read by column: the stages of each layout's plan and
+    the gates in front of them."""
+    rows = _stage_rows()
+    doc = re.findall(r"^\s*\| ([^`|][^|]*?) \| `([A-Z_]+(?: → [A-Z_]+)*)` \| ([^|]*?) \|$",
+                     _section(3), re.M)
+    assert len(doc) == len(rows[0][1]) == 5, (doc, rows)
+    for column, (layout, doc_stages, doc_gates) in enumerate(doc):
+        plan = [name for name, slots in rows if slots[column] != "kNo"]
+        gates = []
+        for name, slots in rows:
+            gate = re.fullmatch(r"After\(k(\w+)\)", slots[column])
+            if gate:
+                gates.append(f"`{gate.group(1).upper()}` before `{name}`")
+        assert doc_stages == " → ".join(plan), (layout, plan)
+        assert doc_gates == (", ".join(gates) or "–"), (layout, gates)
 
 
 def test_message_types_match_the_code():

@@ -13,24 +13,15 @@
 #include "comm/local_channel.h"
 #include "comm/tcp_connection.h"
 #include "common/dtype.h"
+#include "pipeline/stage_table.h"
 #include "scheduling/partitioner.h"
 
 namespace byteps {
 
-// Pipeline stages (docs/architecture.md §3; adding one: §11). The order of a task's stages is
-// data: see StageList.
-enum class Stage : uint8_t {
-  kCopyIn = 0,       // copy my input into my slot of the shared-memory buffer
-  kLocalReduce = 1,  // sum my shard of every local slot into the aggregate buffer
-  kPush = 2,         // send the partition to its server
-  kPull = 3,         // wait for the server's sum, received straight into place
-  kCopyOut = 4,      // copy to the output, divide when averaging, finish
-  kCount = 5,
-};
-const char* StageName(Stage s);
-
+// The stages a task walks, in order: the worker's stage plan (WorkerCore::BuildStagePlan, from
+// the stage table) copied into each task every round.
 struct StageList {
-  Stage stages[8];
+  Stage stages[kStageCount];
   uint8_t size = 0;
   uint8_t pos = 0;
   Stage current() const { return stages[pos]; }

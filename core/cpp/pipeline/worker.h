@@ -81,7 +81,7 @@ class WorkerCore : public ConnectionHandler {
   void OnClosed(Connection* c, const Status& why) override;
 
  private:
-  friend struct StageRunner;
+  friend struct StageTable;  // its rows name the Run* members
   // --- set-up (worker_init.cc) ---
   Status LocalRendezvous();
   Status ConnectToJob();
@@ -117,6 +117,7 @@ class WorkerCore : public ConnectionHandler {
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
   void RunStageItem(Stage s, const QueueItem& item);
+  // The stages' run functions (StageTable::rows[].run; PUSH's is in worker_remote.cc).
   void RunCopyIn(PartTask* t);
   void RunLocalReduce(PartTask* t);
   void RunPush(PartTask* t);
@@ -145,11 +146,13 @@ class WorkerCore : public ConnectionHandler {
   std::vector<std::unique_ptr<TensorContext>> contexts_;  // index = declared key
   std::map<uint32_t, Status> early_errors_;               // OP_ERROR before the tensor existed
 
-  // stage plan: the list every task walks, and the gate in front of each stage
+  // stage plan (from this process's layout column of the stage table): the list every task
+  // walks, how a task enters each stage, and the gate in front of it
   StageList plan_;
-  Gate* gate_before_[static_cast<int>(Stage::kCount)] = {};
+  Entry entry_[kStageCount] = {};
+  Gate* gate_before_[kStageCount] = {};
   std::unique_ptr<Gate> written_gate_, reduced_gate_, pulled_gate_;
-  std::unique_ptr<ScheduledQueue> queues_[static_cast<int>(Stage::kCount)];
+  std::unique_ptr<ScheduledQueue> queues_[kStageCount];
   std::vector<std::thread> threads_;
 
   // local machine

@@ -84,7 +84,6 @@ WorkerCore::~WorkerCore() { Stop(); }
 
 void WorkerCore::BuildStagePlan() {
   int L = cfg_.local_size;
-  auto add = [&](Stage s) { plan_.stages[plan_.size++] = s; };
   auto release = [this](PartTask* t) { queues_[static_cast<int>(t->stages.current())]->Push(
                                            QueueItem{t->ctx->priority, t->key, t->part.length, t}); };
   auto mismatch = [this](PartTask* t, uint64_t, int from) {
@@ -109,23 +108,17 @@ void WorkerCore::BuildStagePlan() {
     written_gate_ = std::make_unique<Gate>("WRITTEN", L - 1, release, mismatch);
     reduced_gate_ = std::make_unique<Gate>("REDUCED", L - 1, release, mismatch);
     pulled_gate_ = std::make_unique<Gate>("PULLED", 1, release, mismatch);
-    add(Stage::kCopyIn);
-    add(Stage::kLocalReduce);
-    gate_before_[static_cast<int>(Stage::kLocalReduce)] = written_gate_.get();
   }
-  if (cfg_.distributed && cfg_.is_root()) {
-    add(Stage::kPush);
-    add(Stage::kPull);
-    if (L > 1) gate_before_[static_cast<int>(Stage::kPush)] = reduced_gate_.get();
-  }
-  add(Stage::kCopyOut);
-  if (L > 1) {
-    gate_before_[static_cast<int>(Stage::kCopyOut)] =
-        cfg_.distributed ? (cfg_.is_root() ? nullptr : pulled_gate_.get()) : reduced_gate_.get();
-  }
-  for (int s = 0; s < static_cast<int>(Stage::kCount); ++s) {
-    size_t credit = static_cast<Stage>(s) == Stage::kPush ? cfg_.credit_bytes : 0;
-    queues_[s] = std::make_unique<ScheduledQueue>(StageName(static_cast<Stage>(s)), credit);
+  Gate* const gates[kGateCount] = {nullptr, written_gate_.get(), reduced_gate_.get(),
+                                   pulled_gate_.get()};  // by GateKind
+  const int layout = static_cast<int>(LayoutOf(L, cfg_.distributed, cfg_.is_root()));
+  for (const StageRow& row : StageTable::rows) {
+    const StageSlot& slot = row.where[layout];
+    const int s = static_cast<int>(row.id);
+    if (slot.entry != Entry::kAbsent) plan_.stages[plan_.size++] = row.id;
+    entry_[s] = slot.entry;
+    gate_before_[s] = gates[static_cast<int>(slot.gate)];
+    queues_[s] = std::make_unique<ScheduledQueue>(row.name, row.credit ? cfg_.credit_bytes : 0);
   }
 }
 
@@ -236,10 +229,10 @@ Status WorkerCore::ConnectToJob() {
 }
 
 void WorkerCore::StartThreads() {
-  bool used[static_cast<int>(Stage::kCount)] = {};
-  for (int i = 0; i < plan_.size; ++i) used[static_cast<int>(plan_.stages[i])] = true;
-  for (int s = 0; s < static_cast<int>(Stage::kCount); ++s) {
-    if (!used[s] || static_cast<Stage>(s) == Stage::kPull) continue;
+  // One thread per stage that this layout queues partitions for (an awaited or inline stage
+  // has none).
+  for (int s = 0; s < kStageCount; ++s) {
+    if (entry_[s] != Entry::kQueued) continue;
     threads_.emplace_back([this, s] { StageLoop(static_cast<Stage>(s)); });
   }
   if (cfg_.local_size > 1) threads_.emplace_back([this] { ListenLoop(); });

@@ -10,17 +10,6 @@
 
 namespace byteps {
 
-const char* StageName(Stage s) {
-  switch (s) {
-    case Stage::kCopyIn: return "COPY_IN";
-    case Stage::kLocalReduce: return "LOCAL_REDUCE";
-    case Stage::kPush: return "PUSH";
-    case Stage::kPull: return "PULL";
-    case Stage::kCopyOut: return "COPY_OUT";
-    default: return "?";
-  }
-}
-
 namespace {
 uint64_t Fnv1a(uint64_t h, const void* p, size_t n) {
   const unsigned char* b = static_cast<const unsigned char*>(p);
@@ -165,17 +154,18 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
 }
 
 void WorkerCore::Dispatch(PartTask* t) {
-  Stage s = t->stages.current();
-  if (s == Stage::kPull) return;  // the push carried the pull request (kPushFlagPull)
-  // One process per machine in a distributed job: COPY_OUT at most divides the pulled partition
-  // in place, so the thread that received it does that instead of handing it on.
-  if (s == Stage::kCopyOut && cfg_.local_size == 1 && cfg_.distributed) return RunCopyOut(t);
-  Gate* g = gate_before_[static_cast<int>(s)];
+  const int s = static_cast<int>(t->stages.current());
+  switch (entry_[s]) {
+    case Entry::kAwaited: return;  // the previous stage's work completes it (stage_table.h)
+    case Entry::kInline: return (this->*StageTable::rows[s].run)(t);
+    default: break;
+  }
+  Gate* g = gate_before_[s];
   if (g) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
   }
-  queues_[static_cast<int>(s)]->Push(QueueItem{t->ctx->priority, t->key, t->part.length, t});
+  queues_[s]->Push(QueueItem{t->ctx->priority, t->key, t->part.length, t});
 }
 
 void WorkerCore::Proceed(PartTask* t) {

@@ -19,19 +19,15 @@ void WorkerCore::StageLoop(Stage s) {
 }
 
 void WorkerCore::RunStageItem(Stage s, const QueueItem& item) {
+  const StageRow& row = StageTable::Row(s);
   ScheduledQueue* q = queues_[static_cast<int>(s)].get();
   auto* t = static_cast<PartTask*>(item.ptr);
   bool live = t->ctx->in_flight;
-  // PUSH credit comes back when the push is written (OnPushSent); other stages hold none.
-  if (s != Stage::kPush || !live) q->ReturnCredit(item.bytes);
+  // A credit stage (PUSH) returns its credit when the push is written (OnPushSent); the other
+  // stages hold none.
+  if (!row.credit || !live) q->ReturnCredit(item.bytes);
   if (!live) return;  // the operation already failed: drop the partition
-  switch (s) {
-    case Stage::kCopyIn: RunCopyIn(t); break;
-    case Stage::kLocalReduce: RunLocalReduce(t); break;
-    case Stage::kPush: RunPush(t); break;
-    case Stage::kCopyOut: RunCopyOut(t); break;
-    default: break;
-  }
+  (this->*row.run)(t);
 }
 
 void WorkerCore::RunCopyIn(PartTask* t) {

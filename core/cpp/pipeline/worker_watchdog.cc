@@ -19,7 +19,8 @@ namespace byteps {
 
 void WorkerCore::SendStallQueries(TensorContext* c) {
   for (auto& t : c->parts) {
-    if (t->stages.pos >= t->stages.size || t->stages.current() != Stage::kPull) continue;
+    if (t->stages.pos >= t->stages.size) continue;
+    if (StageTable::Row(t->stages.current()).waits != Waits::kServer) continue;
     if (t->server < 0 || t->server >= static_cast<int>(servers_.size())) continue;
     servers_[t->server]->SendControl(MsgType::kStallQuery, std::string(), t->key,
                                      static_cast<uint32_t>(cfg_.worker_id), c->round);
@@ -32,9 +33,11 @@ std::string WorkerCore::StallWhere(TensorContext* c) {
   for (auto& t : c->parts) {
     if (t->stages.pos >= t->stages.size) continue;
     Stage s = t->stages.current();
-    std::string name = StageName(s);
+    const StageRow& row = StageTable::Row(s);
+    std::string name = row.name;
     if (gate_before_[static_cast<int>(s)]) name += " (waiting for the other local processes)";
-    else if (s == Stage::kPull) name += " (waiting for server " + std::to_string(t->server) + ")";
+    else if (row.waits == Waits::kServer)
+      name += " (waiting for server " + std::to_string(t->server) + ")";
     if (stages.find(name) == std::string::npos) stages += (stages.empty() ? "" : ", ") + name;
   }
   return std::to_string(c->remaining.load()) + " of " + std::to_string(c->parts.size()) +
@@ -68,7 +71,7 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
       for (int lr = 0; lr < L; ++lr)
         if (lr != cfg_.local_rank && std::find(got.begin(), got.end(), lr) == got.end())
           ranks.insert(cfg_.worker_id * L + lr);
-    } else if (s == Stage::kPull) {
+    } else if (StageTable::Row(s).waits == Waits::kServer) {
       std::lock_guard<std::mutex> lk(pull_mu_);
       if (t->stall_reported) AddMachineRanks(t->stall_missing, &ranks);
     }
@@ -89,7 +92,8 @@ std::string WorkerCore::LeftWorkersMissing(TensorContext* c) {
   std::vector<int> machines;
   std::lock_guard<std::mutex> lk(pull_mu_);
   for (auto& t : c->parts) {
-    if (t->stages.pos >= t->stages.size || t->stages.current() != Stage::kPull) continue;
+    if (t->stages.pos >= t->stages.size) continue;
+    if (StageTable::Row(t->stages.current()).waits != Waits::kServer) continue;
     if (!t->stall_reported) continue;
     for (int m : t->stall_missing)
       if (left.count(m) && std::find(machines.begin(), machines.end(), m) == machines.end())

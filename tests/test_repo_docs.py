@@ -152,7 +152,7 @@ def test_stage_layouts_match_the_code():
 
 
 def test_message_types_match_the_code():
-    types = _enum_names(CPP / "comm" / "frame.h", "MsgType", CPP / "comm" / "frame.cc",
+    types = _enum_names(CPP / "ps" / "protocol.h", "MsgType", CPP / "ps" / "protocol.cc",
                         "MsgType")
     assert "PUSH" in types and "REGISTER" in types
     text = _section(6)

@@ -526,7 +526,7 @@ MAX_DATA = 1 << 33
 
 
 def header_is_valid(magic, type_, dtype, payload_len):
-    """Reference model of ValidateHeader (comm/frame.cc)."""
+    """Reference model of ValidateFrame (comm/frame.cc) and ValidatePsHeader (ps/protocol.cc)."""
     if magic != MAGIC or type_ not in KNOWN_TYPES or dtype >= 8:
         return False
     limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27)) else MAX_DATA

@@ -1,55 +1,13 @@
 #include "frame.h"
 
-#include "common/dtype.h"
-
 namespace byteps {
 
-bool IsControlType(MsgType t) {
-  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 10;
-}
-
-const char* MsgTypeName(MsgType t) {
-  switch (t) {
-    case MsgType::kRegister: return "REGISTER";
-    case MsgType::kAddressBook: return "ADDRESS_BOOK";
-    case MsgType::kDeclare: return "DECLARE";
-    case MsgType::kDeclareReply: return "DECLARE_REPLY";
-    case MsgType::kHeartbeat: return "HEARTBEAT";
-    case MsgType::kFinalize: return "FINALIZE";
-    case MsgType::kFinalizeDone: return "FINALIZE_DONE";
-    case MsgType::kShutdown: return "SHUTDOWN";
-    case MsgType::kNodeFailed: return "NODE_FAILED";
-    case MsgType::kWorkerLeft: return "WORKER_LEFT";
-    case MsgType::kHello: return "HELLO";
-    case MsgType::kPush: return "PUSH";
-    case MsgType::kPull: return "PULL";
-    case MsgType::kPullResponse: return "PULL_RESPONSE";
-    case MsgType::kDataError: return "DATA_ERROR";
-    case MsgType::kGoodbye: return "GOODBYE";
-    case MsgType::kStallQuery: return "STALL_QUERY";
-    case MsgType::kStallReport: return "STALL_REPORT";
-  }
-  return "UNKNOWN";
-}
-
-Status ValidateHeader(const FrameHeader& h) {
+Status ValidateFrame(const FrameHeader& h) {
   if (h.magic != kFrameMagic)
     return Status::InvalidArgument("bad frame magic 0x" + std::to_string(h.magic));
-  MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 27);
-  if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
-  if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
-  uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
-                           t == MsgType::kStallReport
-                       ? kMaxControlPayload
-                       : kMaxDataPayload;
-  if (h.payload_len > limit)
-    return Status::InvalidArgument(std::string(MsgTypeName(t)) + " payload of " +
-                                   std::to_string(h.payload_len) + " bytes exceeds the limit " +
-                                   std::to_string(limit));
-  if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery) &&
-      h.payload_len != 0)
-    return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
+  if (h.payload_len > kMaxFramePayload)
+    return Status::InvalidArgument("frame payload of " + std::to_string(h.payload_len) +
+                                   " bytes exceeds the limit " + std::to_string(kMaxFramePayload));
   return Status::OK();
 }
 

@@ -1,8 +1,10 @@
-// Wire format of the TCP van: every message is one length-prefixed frame,
+// Wire format of the vans (comm/van.h): every message is one length-prefixed frame,
 //   [FrameHeader, 48 bytes][payload, payload_len bytes]
 // sent with one scatter-gather write straight from the tensor's buffer and received straight
-// into the destination buffer chosen from the header. Control-plane payloads are encoded with
-// WireWriter / WireReader, whose reads are bound-checked: nothing from a peer is trusted.
+// into the destination buffer chosen from the header. Payloads of control messages are encoded
+// with WireWriter / WireReader, whose reads are bound-checked: nothing from a peer is trusted.
+// This header is generic: what the type, flags and aux fields mean is the protocol of the PS
+// layer (ps/protocol.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -14,64 +16,33 @@
 namespace byteps {
 
 constexpr uint32_t kFrameMagic = 0x31535042;  // "BPS1" little-endian
-constexpr uint64_t kMaxDataPayload = 1ull << 33;     // 8 GiB: one partition is far smaller
-// The largest control payload (a DECLARE holds a name of at most 1 MiB): also the most a
-// connection's scratch buffer ever holds, whatever a peer's header says.
-constexpr uint64_t kMaxControlPayload = 4ull << 20;  // 4 MiB
-
-enum class MsgType : uint16_t {
-  // control plane: node <-> scheduler
-  kRegister = 1,
-  kAddressBook = 2,
-  kDeclare = 3,
-  kDeclareReply = 4,
-  kHeartbeat = 5,
-  kFinalize = 6,
-  kFinalizeDone = 7,
-  kShutdown = 8,
-  kNodeFailed = 9,
-  // scheduler -> workers: worker machine `sender` has finalized (called shutdown()) while
-  // others go on; what it never submitted can never complete.
-  kWorkerLeft = 10,
-  // data plane: worker <-> server
-  kHello = 20,
-  kPush = 21,
-  kPull = 22,
-  kPullResponse = 23,
-  kDataError = 24,
-  kGoodbye = 25,
-  // stall inspector: which workers have not pushed (key, round) yet
-  kStallQuery = 26,   // worker -> server: aux = round, no payload
-  kStallReport = 27,  // server -> worker: aux = round, payload = uint32 worker ids missing
-};
-
-// FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
-// push, so no separate pull request queues behind later pushes on the same connection).
-constexpr uint8_t kPushFlagPull = 1;
-
-bool IsControlType(MsgType t);
-const char* MsgTypeName(MsgType t);
+// The largest payload any frame may announce (8 GiB: far more than one partition); the protocol
+// above sets tighter limits per message type (ps/protocol.h).
+constexpr uint64_t kMaxFramePayload = 1ull << 33;
+// The most a connection buffers on its own for a frame whose handler names no destination
+// (ConnectionHandler::OnHeader), whatever a peer's header says.
+constexpr uint64_t kMaxBufferedPayload = 4ull << 20;  // 4 MiB
 
 #pragma pack(push, 1)
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
-  uint16_t type = 0;
+  uint16_t type = 0;    // message type of the protocol above (ps/protocol.h: MsgType)
   uint8_t dtype = 0;
   uint8_t flags = 0;
   uint32_t sender = 0;  // worker id / node id of the sender
   uint32_t round = 0;   // version of the key (sync round)
   uint64_t key = 0;
   uint64_t payload_len = 0;
-  uint64_t aux = 0;     // message-specific (e.g. total tensor bytes)
+  uint64_t aux = 0;     // message-specific (e.g. a reply code)
   uint64_t reserved = 0;
 };
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 48, "FrameHeader must be 48 bytes");
 
-inline MsgType TypeOf(const FrameHeader& h) { return static_cast<MsgType>(h.type); }
-
-// Checks magic, type, dtype and length bounds of a header received from a peer.
-Status ValidateHeader(const FrameHeader& h);
+// What the van checks of every header received from a peer before anything else: the magic and
+// the absolute bound on the payload length. The fields that carry meaning (type, dtype, the
+// limits per type) are the protocol's to check (ConnectionHandler::ValidateHeader).
+Status ValidateFrame(const FrameHeader& h);
 
 // Append-only encoder for control payloads (little-endian, length-prefixed strings).
 class WireWriter {

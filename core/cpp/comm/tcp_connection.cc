@@ -22,20 +22,22 @@ void LogDrop(const std::string& peer, const std::string& why) {
 }
 }  // namespace
 
-Connection::Connection(int fd, std::string peer_name, ConnectionHandler* handler)
-    : fd_(fd), peer_name_(std::move(peer_name)), handler_(handler) {}
+TcpConnection::TcpConnection(int fd, std::string peer_name, ConnectionHandler* handler)
+    : Connection(std::move(peer_name)), fd_(fd), handler_(handler) {}
 
-Connection::~Connection() {
+TcpConnection::~TcpConnection() {
   Join();
   if (fd_ >= 0) close(fd_);
 }
 
-void Connection::Start() {
+std::string TcpConnection::LocalAddress() const { return LocalAddressOf(fd_); }
+
+void TcpConnection::Start() {
   send_thread_ = std::thread([this] { SendLoop(); });
   recv_thread_ = std::thread([this] { RecvLoop(); });
 }
 
-void Connection::Send(SendItem* item) {
+void TcpConnection::Send(SendItem* item) {
   item->next = nullptr;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -51,29 +53,14 @@ void Connection::Send(SendItem* item) {
   if (item->heap) delete item;
 }
 
-void Connection::SendControl(MsgType type, std::string payload, uint64_t key, uint32_t sender,
-                             uint64_t aux) {
-  auto* item = new SendItem;
-  item->heap = true;
-  item->owned = std::move(payload);
-  item->hdr.type = static_cast<uint16_t>(type);
-  item->hdr.key = key;
-  item->hdr.sender = sender;
-  item->hdr.aux = aux;
-  item->hdr.payload_len = item->owned.size();
-  item->payload = item->owned.data();
-  item->len = item->owned.size();
-  Send(item);
-}
-
-bool Connection::Flush(double timeout_s) {
+bool TcpConnection::Flush(double timeout_s) {
   std::unique_lock<std::mutex> lk(mu_);
   return drained_cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
                               [&] { return closed_ || (!head_ && !sending_); }) &&
          !closed_;
 }
 
-void Connection::Close() {
+void TcpConnection::Close() {
   closing_ = true;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -84,13 +71,13 @@ void Connection::Close() {
   drained_cv_.notify_all();
 }
 
-void Connection::Join() {
+void TcpConnection::Join() {
   Close();
   if (send_thread_.joinable()) send_thread_.join();
   if (recv_thread_.joinable()) recv_thread_.join();
 }
 
-void Connection::FailQueued(const Status& st) {
+void TcpConnection::FailQueued(const Status& st) {
   SendItem* list;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -106,7 +93,7 @@ void Connection::FailQueued(const Status& st) {
   drained_cv_.notify_all();
 }
 
-void Connection::SendLoop() {
+void TcpConnection::SendLoop() {
   while (true) {
     SendItem* item;
     {
@@ -175,12 +162,7 @@ void Connection::SendLoop() {
   FailQueued(Status::PeerLost("connection to " + peer_name_ + " closed"));
 }
 
-namespace {
-char g_discard_tag;
-}  // namespace
-void* const Connection::kDiscard = &g_discard_tag;
-
-Status Connection::Discard(size_t n) {
+Status TcpConnection::Discard(size_t n) {
   if (bounce_.size() < kBounceBytes) bounce_.resize(kBounceBytes);
   for (size_t done = 0; done < n;) {
     const size_t len = std::min(kBounceBytes, n - done);
@@ -190,7 +172,7 @@ Status Connection::Discard(size_t n) {
   return Status::OK();
 }
 
-Status Connection::ReceiveThroughSink(char* dest, size_t n) {
+Status TcpConnection::ReceiveThroughSink(char* dest, size_t n) {
   if (bounce_.size() < kBounceBytes) bounce_.resize(kBounceBytes);
   for (size_t done = 0; done < n;) {
     const size_t len = std::min(kBounceBytes, n - done);
@@ -202,13 +184,14 @@ Status Connection::ReceiveThroughSink(char* dest, size_t n) {
   return Status::OK();
 }
 
-void Connection::RecvLoop() {
+void TcpConnection::RecvLoop() {
   Status st;
   while (true) {
     FrameHeader h;
     st = ReadFull(fd_, &h, sizeof(h));
     if (!st.ok()) break;
-    st = ValidateHeader(h);
+    st = ValidateFrame(h);
+    if (st.ok()) st = handler_->ValidateHeader(h);
     if (!st.ok()) {
       LogDrop(peer_name_, st.message());
       break;
@@ -228,11 +211,11 @@ void Connection::RecvLoop() {
         continue;
       }
       if (!dest) {
-        if (h.payload_len > kMaxControlPayload) {
-          st = Status::InvalidArgument(std::string(MsgTypeName(TypeOf(h))) + " payload of " +
-                                       std::to_string(h.payload_len) +
-                                       " bytes that nothing expects (at most " +
-                                       std::to_string(kMaxControlPayload) + " are buffered)");
+        if (h.payload_len > kMaxBufferedPayload) {
+          st = Status::InvalidArgument("a payload of " + std::to_string(h.payload_len) +
+                                       " bytes (message type " + std::to_string(h.type) +
+                                       ") that nothing expects (at most " +
+                                       std::to_string(kMaxBufferedPayload) + " are buffered)");
           LogDrop(peer_name_, st.message());
           break;
         }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/local_channel.h"
-#include "comm/tcp_connection.h"
+#include "comm/connection.h"
 #include "common/dtype.h"
 #include "pipeline/stage_table.h"
 #include "scheduling/partitioner.h"

@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "comm/local_channel.h"
-#include "comm/tcp_connection.h"
+#include "comm/van.h"
 #include "common/knobs.h"
 #include "pipeline/context.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
 #include "ps/control_client.h"
+#include "ps/protocol.h"
 #include "scheduling/scheduled_queue.h"
 
 namespace byteps {
@@ -58,7 +59,7 @@ struct WorkerConfig {
 // Reads and validates every knob for a worker process (raises nothing; returns the error).
 Status LoadWorkerConfig(const Knobs& knobs, WorkerConfig* cfg);
 
-class WorkerCore : public ConnectionHandler {
+class WorkerCore : public PsConnectionHandler {
  public:
   explicit WorkerCore(WorkerConfig cfg);
   ~WorkerCore() override;
@@ -160,6 +161,7 @@ class WorkerCore : public ConnectionHandler {
   std::unique_ptr<std::atomic<bool>[]> local_bye_;
 
   // distributed (local root)
+  std::unique_ptr<Van> van_;  // outlives control_ and servers_
   std::unique_ptr<ControlClient> control_;
   std::vector<std::unique_ptr<Connection>> servers_;
   std::vector<std::string> server_names_;

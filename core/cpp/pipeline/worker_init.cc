@@ -194,10 +194,11 @@ Status WorkerCore::LocalRendezvous() {
 }
 
 Status WorkerCore::ConnectToJob() {
+  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
   control_ = std::make_unique<ControlClient>(
       [this](const FrameHeader& h, const char* p, size_t n) { OnControlMessage(h, p, n); },
       [this](const Status& st) { Fatal(st, false); });
-  BPS_RETURN_IF_ERROR(control_->Connect(cfg_.root_uri, cfg_.root_port, cfg_.timeout_s));
+  BPS_RETURN_IF_ERROR(control_->Connect(van_.get(), cfg_.root_uri, cfg_.root_port, cfg_.timeout_s));
   std::string host = cfg_.node_host;
   if (host.empty() && !cfg_.interface.empty()) host = InterfaceAddress(cfg_.interface);
   if (host.empty()) host = control_->LocalAddress();
@@ -213,11 +214,10 @@ Status WorkerCore::ConnectToJob() {
   AddressBook book;
   BPS_RETURN_IF_ERROR(control_->Register(reg, cfg_.timeout_s, &book));
   for (auto& s : book.servers) {
-    int fd = -1;
     std::string name = "server " + std::to_string(s.rank) + " at " + s.host + ":" + std::to_string(s.port);
-    Status st = ConnectWithRetry(s.host, static_cast<int>(s.port), cfg_.timeout_s, &fd);
+    std::unique_ptr<Connection> conn;
+    Status st = van_->Connect(s.host, static_cast<int>(s.port), cfg_.timeout_s, this, name, &conn);
     if (!st.ok()) return Status(st.code(), "cannot reach " + name + ": " + st.message());
-    auto conn = std::make_unique<Connection>(fd, name, this);
     conn->tag = static_cast<int>(s.rank);
     conn->Start();
     conn->SendControl(MsgType::kHello, "", 0, static_cast<uint32_t>(cfg_.worker_id));

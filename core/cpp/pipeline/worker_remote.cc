@@ -41,7 +41,8 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
     BPS_LOG(WARNING) << "DECLARE_REPLY for unknown key " << h.key;
     return;
   }
-  if (h.aux == 3) {  // stall warning from the scheduler: the workers that have not declared it
+  const auto reply = static_cast<DeclareReply>(h.aux);
+  if (reply == DeclareReply::kStallWarning) {  // the workers that have not declared it yet
     std::vector<int> machines;
     std::set<int> ranks;
     if (DecodeWorkerIds(p, len, cfg_.num_worker, &machines).ok()) AddMachineRanks(machines, &ranks);
@@ -58,9 +59,9 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
   }
   Status st;
   std::vector<int64_t> servers;
-  if (h.aux != 0) {
+  if (reply != DeclareReply::kOk) {
     std::string text = "rank " + std::to_string(cfg_.rank) + ": " + DecodeText(p, len);
-    st = h.aux == 2 ? Status::Timeout(text) : Status::Mismatch(text);  // aux: 1 mismatch, 2 timeout
+    st = reply == DeclareReply::kTimeout ? Status::Timeout(text) : Status::Mismatch(text);
   } else {
     st = DecodeDeclareOk(p, len, &servers);
     if (st.ok() && servers.size() != ctx->parts.size())
@@ -184,7 +185,8 @@ void WorkerCore::PullSink(void* arg, char* dst, char* chunk, size_t len) {
 void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   if (TypeOf(h) == MsgType::kDataError) {
     std::string text(static_cast<const char*>(payload), h.payload_len);
-    if (h.aux == 1) Fatal(Status::PeerLost(text), false);  // the job failed elsewhere
+    if (static_cast<DataError>(h.aux) == DataError::kJobFailed)
+      Fatal(Status::PeerLost(text), false);  // the server left: the job failed elsewhere
     else Fatal(Status::Internal(c->peer_name() + " rejected data: " + text));
     return;
   }

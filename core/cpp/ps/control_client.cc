@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "comm/socket_util.h"
 #include "common/logging.h"
 
 namespace byteps {
@@ -12,17 +11,15 @@ ControlClient::ControlClient(MessageFn on_message, FailureFn on_failure)
 
 ControlClient::~ControlClient() { Close(); }
 
-Status ControlClient::Connect(const std::string& host, int port, double timeout_s) {
-  int fd = -1;
+Status ControlClient::Connect(Van* van, const std::string& host, int port, double timeout_s) {
   sched_name_ = "scheduler at " + host + ":" + std::to_string(port);
-  Status st = ConnectWithRetry(host, port, timeout_s, &fd);
+  Status st = van->Connect(host, port, timeout_s, this, sched_name_, &conn_);
   if (!st.ok()) return Status(st.code(), "cannot reach the " + sched_name_ + ": " + st.message());
-  conn_ = std::make_unique<Connection>(fd, sched_name_, this);
   conn_->Start();
   return Status::OK();
 }
 
-std::string ControlClient::LocalAddress() const { return conn_ ? LocalAddressOf(conn_->fd()) : ""; }
+std::string ControlClient::LocalAddress() const { return conn_ ? conn_->LocalAddress() : ""; }
 
 Status ControlClient::Register(const RegisterMsg& reg, double timeout_s, AddressBook* book) {
   conn_->SendControl(MsgType::kRegister, Encode(reg));

@@ -9,12 +9,13 @@
 #include <string>
 #include <thread>
 
-#include "comm/tcp_connection.h"
+#include "comm/van.h"
 #include "ps/control_msgs.h"
+#include "ps/protocol.h"
 
 namespace byteps {
 
-class ControlClient : public ConnectionHandler {
+class ControlClient : public PsConnectionHandler {
  public:
   // Frames other than ADDRESS_BOOK / FINALIZE_DONE go here (receiver thread).
   using MessageFn = std::function<void(const FrameHeader& h, const char* payload, size_t len)>;
@@ -24,7 +25,8 @@ class ControlClient : public ConnectionHandler {
   ControlClient(MessageFn on_message, FailureFn on_failure);
   ~ControlClient() override;
 
-  Status Connect(const std::string& host, int port, double timeout_s);
+  // Connects through `van` (which must outlive this client) and starts the connection.
+  Status Connect(Van* van, const std::string& host, int port, double timeout_s);
   // Address of this host on the route to the scheduler.
   std::string LocalAddress() const;
   // Sends REGISTER and waits for the ADDRESS_BOOK (or a failure / timeout).

@@ -1,4 +1,4 @@
-// Payloads of the control-plane messages between nodes and the scheduler (comm/frame.h types).
+// Payloads of the control-plane messages between nodes and the scheduler (ps/protocol.h types).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <set>
 
-#include "comm/socket_util.h"
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "scheduling/partitioner.h"
@@ -24,20 +23,24 @@ std::string Scheduler::Node::Describe() const {
 Scheduler::Scheduler(SchedulerOptions opts) : opts_(std::move(opts)) {}
 
 Scheduler::~Scheduler() {
-  if (acceptor_) acceptor_->Stop();
-  if (listen_fd_ >= 0) close(listen_fd_);
+  if (van_) van_->StopListening();
   for (auto& c : conns_) c->Join();
 }
 
 Status Scheduler::Run() {
   int port = 0;
-  BPS_RETURN_IF_ERROR(Listen(opts_.host, opts_.port, &listen_fd_, &port));
+  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
+  Van::ListenOptions listen;
+  listen.owner = "scheduler";
+  listen.handshake_timeout_s = std::min(opts_.timeout_s, 5.0);
+  listen.handler = this;
+  listen.peer_name = "unregistered peer";
+  start_ = Clock::now();
+  BPS_RETURN_IF_ERROR(van_->Listen(
+      opts_.host, opts_.port, listen,
+      [this](std::unique_ptr<Connection> conn) { OnAccepted(std::move(conn)); }, &port));
   BPS_LOG(INFO) << "scheduler listening on " << opts_.host << ":" << port << ", expecting "
                 << opts_.num_worker << " workers and " << opts_.num_server << " servers";
-  start_ = Clock::now();
-  acceptor_ = std::make_unique<Acceptor>(listen_fd_, "scheduler", [this](int fd) { OnAccepted(fd); },
-                                         std::min(opts_.timeout_s, 5.0));
-  acceptor_->Start();
   std::unique_lock<std::mutex> lk(mu_);
   while (!done_) {
     cv_.wait_for(lk, std::chrono::milliseconds(200));
@@ -48,18 +51,17 @@ Status Scheduler::Run() {
   for (auto& c : conns_) conns.push_back(c.get());
   lk.unlock();
   for (auto* c : conns) c->Flush(2.0);
-  acceptor_->Stop();
+  van_->StopListening();
   if (!ok) return Status::PeerLost(failure_);
   BPS_LOG(INFO) << "scheduler: all workers finished";
   return Status::OK();
 }
 
-void Scheduler::OnAccepted(int fd) {
-  auto conn = std::make_unique<Connection>(fd, "unregistered peer", this);
+void Scheduler::OnAccepted(std::unique_ptr<Connection> conn) {
   Connection* raw = conn.get();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (done_) return;  // conn (and with it fd) goes away here
+    if (done_) return;  // conn (and with it its socket) goes away here
     conns_.push_back(std::move(conn));
   }
   raw->Start();
@@ -259,9 +261,9 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                "on every worker)";
   }
   if (pd.answered) {
-    // Late arrival after a timeout: it gets the same error (aux = 1 marks an error).
+    // Late arrival after a timeout: it gets the same error.
     node->conn->SendControl(MsgType::kDeclareReply, EncodeText(pd.error), m.declared_key, 0,
-                            pd.timed_out ? 2 : 1);
+                            ToAux(pd.timed_out ? DeclareReply::kTimeout : DeclareReply::kMismatch));
     return;
   }
   if (pd.count == opts_.num_worker) AnswerDeclare(m.declared_key, &pd);
@@ -315,7 +317,9 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
   for (auto& n : nodes_) {
     if (n->reg.role != NodeRole::kWorker || !pd->seen[n->rank] || !n->conn) continue;
     n->conn->SendControl(MsgType::kDeclareReply, payload, key, 0,
-                         error ? (pd->timed_out ? 2 : 1) : 0);
+                         ToAux(!error           ? DeclareReply::kOk
+                               : pd->timed_out ? DeclareReply::kTimeout
+                                               : DeclareReply::kMismatch));
   }
   if (!error) pending_.erase(key);
 }
@@ -363,7 +367,8 @@ void Scheduler::CheckTimersLocked() {
       for (auto& n : nodes_)
         if (n->conn && n->reg.role == NodeRole::kWorker && n->reg.worker_id >= 0 &&
             static_cast<size_t>(n->reg.worker_id) < pd.seen.size() && pd.seen[n->reg.worker_id])
-          n->conn->SendControl(MsgType::kDeclareReply, missing, key, 0, 3);
+          n->conn->SendControl(MsgType::kDeclareReply, missing, key, 0,
+                               ToAux(DeclareReply::kStallWarning));
     }
     if (pd.answered || secs(pd.started) <= opts_.timeout_s) continue;
     pd.timed_out = true;

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "comm/acceptor.h"
-#include "comm/tcp_connection.h"
+#include "comm/van.h"
 #include "ps/control_msgs.h"
 #include "ps/key_plan.h"
+#include "ps/protocol.h"
 
 namespace byteps {
 
@@ -29,7 +29,7 @@ struct SchedulerOptions {
   double stall_warning_s = 60;  // a declaration waiting this long is reported (0: never)
 };
 
-class Scheduler : public ConnectionHandler {
+class Scheduler : public PsConnectionHandler {
  public:
   explicit Scheduler(SchedulerOptions opts);
   ~Scheduler() override;
@@ -62,7 +62,7 @@ class Scheduler : public ConnectionHandler {
     bool warned = false;  // stall warning sent
   };
 
-  void OnAccepted(int fd);
+  void OnAccepted(std::unique_ptr<Connection> conn);
   void HandleRegister(Connection* c, const char* p, size_t n);
   void HandleDeclare(Node* node, const char* p, size_t n);
   void AnswerDeclare(uint32_t key, Pending* pd);
@@ -76,8 +76,7 @@ class Scheduler : public ConnectionHandler {
   std::string MissingWorkersLocked(const std::vector<bool>& seen) const;
 
   SchedulerOptions opts_;
-  int listen_fd_ = -1;
-  std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<Van> van_;  // outlives conns_
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Connection>> conns_;

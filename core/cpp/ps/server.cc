@@ -21,8 +21,7 @@ SummationServer::SummationServer(ServerOptions opts) : opts_(std::move(opts)) {
 SummationServer::~SummationServer() {
   stopping_ = true;
   book_cv_.notify_all();
-  if (acceptor_) acceptor_->Stop();
-  if (listen_fd_ >= 0) close(listen_fd_);
+  if (van_) van_->StopListening();
   for (auto& c : conns_) c->Join();
   for (auto& e : engines_) {
     e->queue.Close();
@@ -34,8 +33,10 @@ SummationServer::~SummationServer() {
 }
 
 Status SummationServer::Run() {
+  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
   control_ = std::make_unique<ControlClient>(nullptr, nullptr);
-  BPS_RETURN_IF_ERROR(control_->Connect(opts_.scheduler_host, opts_.scheduler_port, opts_.timeout_s));
+  BPS_RETURN_IF_ERROR(
+      control_->Connect(van_.get(), opts_.scheduler_host, opts_.scheduler_port, opts_.timeout_s));
   std::string host = opts_.node_host;
   if (host.empty() && !opts_.interface.empty()) {
     host = InterfaceAddress(opts_.interface);
@@ -44,10 +45,14 @@ Status SummationServer::Run() {
   }
   if (host.empty()) host = control_->LocalAddress();
   int port = 0;
-  BPS_RETURN_IF_ERROR(Listen(host, opts_.port, &listen_fd_, &port));
-  acceptor_ = std::make_unique<Acceptor>(listen_fd_, "server", [this](int fd) { OnAccepted(fd); },
-                                         std::min(opts_.timeout_s, 5.0));
-  acceptor_->Start();
+  Van::ListenOptions listen;
+  listen.owner = "server";
+  listen.handshake_timeout_s = std::min(opts_.timeout_s, 5.0);
+  listen.handler = this;
+  listen.peer_name = "unidentified worker";
+  BPS_RETURN_IF_ERROR(van_->Listen(
+      host, opts_.port, listen,
+      [this](std::unique_ptr<Connection> conn) { OnAccepted(std::move(conn)); }, &port));
   for (int i = 0; i < opts_.engine_threads; ++i) {
     engines_.push_back(std::make_unique<Engine>());
     Engine* e = engines_.back().get();
@@ -69,7 +74,7 @@ Status SummationServer::Run() {
   }
   book_cv_.notify_all();
   SetLogIdentity("server " + std::to_string(rank_));
-  acceptor_->set_owner("server " + std::to_string(rank_));
+  van_->SetListenerOwner("server " + std::to_string(rank_));
   BPS_LOG(INFO) << "serving on " << host << ":" << port << " with " << opts_.engine_threads
                 << " engine threads, summation ISA " << reduce::ActiveIsa();
   control_->StartHeartbeats(opts_.heartbeat_interval_s, opts_.heartbeat_timeout_s);
@@ -79,15 +84,16 @@ Status SummationServer::Run() {
     // Tell the workers why this server is leaving, so they name the real cause.
     std::lock_guard<std::mutex> lk(conns_mu_);
     for (Connection* c : workers_)
-      if (c) c->SendControl(MsgType::kDataError, st.message(), 0, static_cast<uint32_t>(rank_), 1);
+      if (c)
+        c->SendControl(MsgType::kDataError, st.message(), 0, static_cast<uint32_t>(rank_),
+                       ToAux(DataError::kJobFailed));
     for (Connection* c : workers_)
       if (c) c->Flush(1.0);
   }
   return st;
 }
 
-void SummationServer::OnAccepted(int fd) {
-  auto conn = std::make_unique<Connection>(fd, "unidentified worker", this);
+void SummationServer::OnAccepted(std::unique_ptr<Connection> conn) {
   Connection* raw = conn.get();
   std::vector<std::unique_ptr<Connection>> dead;
   {
@@ -153,7 +159,7 @@ void SummationServer::SendError(Connection* c, const std::string& msg) {
   static LogLimiter limit;
   std::string more;
   if (limit.Allow(&more)) BPS_LOG(WARNING) << msg << more;
-  c->SendControl(MsgType::kDataError, msg);
+  c->SendControl(MsgType::kDataError, msg, 0, 0, ToAux(DataError::kRejected));
 }
 
 Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** dest) {

@@ -19,11 +19,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "comm/acceptor.h"
-#include "comm/tcp_connection.h"
+#include "comm/van.h"
 #include "common/dtype.h"
 #include "common/ring_queue.h"
 #include "ps/control_client.h"
+#include "ps/protocol.h"
 
 namespace byteps {
 
@@ -42,7 +42,7 @@ struct ServerOptions {
   double heartbeat_timeout_s = 15;
 };
 
-class SummationServer : public ConnectionHandler {
+class SummationServer : public PsConnectionHandler {
  public:
   explicit SummationServer(ServerOptions opts);
   ~SummationServer() override;
@@ -83,7 +83,7 @@ class SummationServer : public ConnectionHandler {
     uint64_t load_bytes = 0;
   };
 
-  void OnAccepted(int fd);
+  void OnAccepted(std::unique_ptr<Connection> conn);
   void EngineLoop(Engine* e);
   void HandlePush(const Event& ev);
   void HandlePull(const Event& ev);
@@ -96,14 +96,13 @@ class SummationServer : public ConnectionHandler {
 
   ServerOptions opts_;
   int rank_ = -1;
-  int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   // The job's partition bound (from the address book): no push may be larger. A worker's HELLO
   // waits for it, so no push is read before it is known.
   std::mutex book_mu_;
   std::condition_variable book_cv_;
   std::atomic<uint64_t> partition_bound_{0};
-  std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<Van> van_;  // outlives control_ and conns_
   std::unique_ptr<ControlClient> control_;
   std::mutex conns_mu_;
   std::vector<std::unique_ptr<Connection>> conns_;

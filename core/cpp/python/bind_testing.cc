@@ -1,5 +1,5 @@
 // byteps._core.testing: direct access to core pieces for unit tests (partitioner, scheduled
-// queue, key plan, frame codec). Not a public API.
+// queue, key plan, frame codec, van). Not a public API.
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include "comm/frame.h"
 #include "ps/control_msgs.h"
 #include "ps/key_plan.h"
+#include "ps/protocol.h"
 #include "scheduling/partitioner.h"
 #include "scheduling/scheduled_queue.h"
 
@@ -19,6 +20,7 @@ namespace python {
 
 void BindTesting(py::module_& root) {
   py::module_ m = root.def_submodule("testing", "Unit-test hooks into the C++ core.");
+  BindVanTesting(m);
   m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));
   m.def("partition", [](size_t nbytes, size_t bound, size_t elem_size) {
     std::vector<Partition> parts;
@@ -96,7 +98,8 @@ void BindTesting(py::module_& root) {
     if (s.size() != sizeof(FrameHeader)) ThrowInvalidArgument("a header is 48 bytes");
     FrameHeader h;
     memcpy(&h, s.data(), sizeof(h));
-    Check(ValidateHeader(h));
+    Check(ValidateFrame(h));     // what the van checks
+    Check(ValidatePsHeader(h));  // what the PS layer checks before any handler looks
     py::dict d;
     d["type"] = h.type;
     d["type_name"] = MsgTypeName(TypeOf(h));

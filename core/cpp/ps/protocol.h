@@ -1,0 +1,84 @@
+// The protocol of the PS layer (docs/architecture.md §6): every message type, flag and reply
+// code, and the checks of a received header that go with them. The van (comm/) carries frames
+// and knows none of this; a connection asks its handler to check each header
+// (ConnectionHandler::ValidateHeader), and every handler of this layer derives from
+// PsConnectionHandler, which does it with ValidatePsHeader.
+#pragma once
+#include <cstdint>
+
+#include "comm/connection.h"
+#include "comm/frame.h"
+
+namespace byteps {
+
+enum class MsgType : uint16_t {
+  // control plane: node <-> scheduler
+  kRegister = 1,
+  kAddressBook = 2,
+  kDeclare = 3,
+  kDeclareReply = 4,  // aux: DeclareReply
+  kHeartbeat = 5,
+  kFinalize = 6,
+  kFinalizeDone = 7,
+  kShutdown = 8,
+  kNodeFailed = 9,
+  // scheduler -> workers: worker machine `sender` has finalized (called shutdown()) while
+  // others go on; what it never submitted can never complete.
+  kWorkerLeft = 10,
+  // data plane: worker <-> server
+  kHello = 20,
+  kPush = 21,  // flags: kPushFlagPull
+  kPull = 22,
+  kPullResponse = 23,
+  kDataError = 24,  // aux: DataError
+  kGoodbye = 25,
+  // stall inspector: which workers have not pushed (key, round) yet
+  kStallQuery = 26,   // worker -> server: aux = round, no payload
+  kStallReport = 27,  // server -> worker: aux = round, payload = uint32 worker ids missing
+};
+
+// FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
+// push, so no separate pull request queues behind later pushes on the same connection).
+constexpr uint8_t kPushFlagPull = 1;
+
+// FrameHeader::aux of a DECLARE_REPLY.
+enum class DeclareReply : uint64_t {
+  kOk = 0,            // payload: the server of every partition (EncodeDeclareOk)
+  kMismatch = 1,      // payload: text; the workers declared the tensor differently
+  kTimeout = 2,       // payload: text; not every worker declared it within BYTEPS_TIMEOUT
+  kStallWarning = 3,  // payload: the worker machines that have not declared it yet (no answer)
+};
+
+// FrameHeader::aux of a DATA_ERROR (payload: text).
+enum class DataError : uint64_t {
+  kRejected = 0,   // the server refused this worker's data
+  kJobFailed = 1,  // the job failed elsewhere; the server is leaving
+};
+
+constexpr uint64_t ToAux(DeclareReply r) { return static_cast<uint64_t>(r); }
+constexpr uint64_t ToAux(DataError e) { return static_cast<uint64_t>(e); }
+
+// The largest control payload (a DECLARE holds a name of at most 1 MiB). Control payloads are
+// received into the connection's own buffer, which holds kMaxBufferedPayload bytes.
+constexpr uint64_t kMaxControlPayload = 4ull << 20;  // 4 MiB
+static_assert(kMaxControlPayload <= kMaxBufferedPayload, "a control payload must fit the buffer");
+// The largest data payload (a PUSH or PULL_RESPONSE: one partition, far smaller). A server
+// bounds pushes further by the job's partition bound.
+constexpr uint64_t kMaxDataPayload = 1ull << 33;  // 8 GiB
+static_assert(kMaxDataPayload <= kMaxFramePayload, "a data payload must fit a frame");
+
+inline MsgType TypeOf(const FrameHeader& h) { return static_cast<MsgType>(h.type); }
+bool IsControlType(MsgType t);
+const char* MsgTypeName(MsgType t);
+
+// Checks type, dtype and the length limits of its type of a header received from a peer (the
+// van has checked magic and the absolute length bound: ValidateFrame).
+Status ValidatePsHeader(const FrameHeader& h);
+
+// Base of every connection handler of the PS layer: no header reaches OnHeader unchecked.
+class PsConnectionHandler : public ConnectionHandler {
+ public:
+  Status ValidateHeader(const FrameHeader& h) final { return ValidatePsHeader(h); }
+};
+
+}  // namespace byteps

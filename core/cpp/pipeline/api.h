@@ -1,8 +1,8 @@
-// Process-wide entry points of the core, used by the Python bindings.
+// Process-wide entry points of the worker core, used by the Python bindings and the engine
+// bridge. Servers and the scheduler start through ps/node_main.h.
 #pragma once
 #include <memory>
 
-#include "common/knobs.h"
 #include "pipeline/worker.h"
 
 namespace byteps {
@@ -13,10 +13,5 @@ Status CoreInit();
 void CoreShutdown();
 // The running core, or null. Callers keep the shared_ptr for the duration of a call.
 std::shared_ptr<WorkerCore> CoreInstance();
-// Applies BYTEPS_LOG_LEVEL / BYTEPS_LOG_HIDE_TIME / BYTEPS_TCP_NOTSENT_LOWAT, then logs what
-// k.notices() says about unknown and upstream-only variables (once per process).
-void ApplyProcessKnobs(const Knobs& k);
-// Runs a server or the scheduler (by DMLC_ROLE) until the job ends. Blocking.
-Status RunNodeFromEnvironment();
 
 }  // namespace byteps

@@ -4,7 +4,6 @@
 #include "bindings.h"
 #include "common/knobs.h"
 #include "common/logging.h"
-#include "pipeline/api.h"
 
 namespace py = pybind11;
 

@@ -1,6 +1,6 @@
 // byteps._core: entry point of server and scheduler processes (python -m byteps.server).
 #include "bindings.h"
-#include "pipeline/api.h"
+#include "ps/node_main.h"
 
 namespace py = pybind11;
 

@@ -1,0 +1,61 @@
+#include "ps/node_main.h"
+
+#include <string>
+
+#include "common/knobs.h"
+#include "common/logging.h"
+#include "ps/process_setup.h"
+#include "ps/scheduler.h"
+#include "ps/server.h"
+
+namespace byteps {
+
+Status RunNodeFromEnvironment() {
+  Knobs k;
+  BPS_RETURN_IF_ERROR(Knobs::FromEnvironment(&k));
+  ApplyProcessKnobs(k);
+  const std::string role = k.Str("DMLC_ROLE");
+  if (role == "worker")
+    return Status::Config("DMLC_ROLE=worker: `python -m byteps.server` runs a server or the "
+                          "scheduler; set DMLC_ROLE=server or DMLC_ROLE=scheduler");
+  if (k.Str("DMLC_PS_ROOT_URI").empty())
+    return Status::Config("DMLC_PS_ROOT_URI is not set: the " + role +
+                          " needs the scheduler's IP address");
+  if (!k.IsSet("DMLC_PS_ROOT_PORT"))
+    return Status::Config("DMLC_PS_ROOT_PORT is not set: the " + role +
+                          " needs the scheduler's TCP port");
+  if (k.Int("DMLC_NUM_SERVER") < 1)
+    return Status::Config("DMLC_NUM_SERVER=" + k.Str("DMLC_NUM_SERVER") +
+                          ": a distributed job needs at least one server");
+  BPS_RETURN_IF_ERROR(ApplyJobSecret(k, true));
+  if (role == "scheduler") {
+    SetLogIdentity("scheduler");
+    SchedulerOptions o;
+    o.host = k.Str("DMLC_PS_ROOT_URI");
+    o.port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
+    o.num_worker = static_cast<int>(k.Int("DMLC_NUM_WORKER"));
+    o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
+    o.timeout_s = k.Float("BYTEPS_TIMEOUT");
+    o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
+    o.stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
+    Scheduler sched(o);
+    return sched.Run();
+  }
+  SetLogIdentity("server");
+  ServerOptions o;
+  o.scheduler_host = k.Str("DMLC_PS_ROOT_URI");
+  o.scheduler_port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
+  o.node_host = k.Str("DMLC_NODE_HOST");
+  o.interface = k.Str("DMLC_INTERFACE");
+  o.port = static_cast<int>(k.Int("DMLC_PORT"));
+  o.num_worker = static_cast<int>(k.Int("DMLC_NUM_WORKER"));
+  o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
+  o.engine_threads = static_cast<int>(k.Int("BYTEPS_SERVER_ENGINE_THREAD"));
+  o.timeout_s = k.Float("BYTEPS_TIMEOUT");
+  o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
+  o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
+  SummationServer server(o);
+  return server.Run();
+}
+
+}  // namespace byteps

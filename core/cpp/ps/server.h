@@ -1,29 +1,20 @@
-// The summation service (BytePS, OSDI'20 §3.2; docs/architecture.md §7): receives the partitions
-// pushed by every worker machine, sums them with the SIMD kernels on engine threads (each key bound
-// to one thread), and answers pulls once a round is complete.
-//
-// Rounds are versioned: key state is double-buffered by round parity, so a fast worker's push of
-// round r+1 never touches the sum of round r that a slow worker has not pulled. A worker can only
-// push round r+2 after every worker has received round r (it needs the r+1 sum, which needs
-// everyone's r+1 push, which each sends only after receiving r), which is why two buffers
-// suffice. The first push of a round costs no copy: its staging buffer becomes the round's sum
-// buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation).
+// The summation service's connection side (BytePS, OSDI'20 §3.2; docs/architecture.md §7):
+// accepts and owns the worker connections (HELLO, GOODBYE, one connection per worker machine),
+// hands every push, pull and stall query to the round logic (ps/summation_engine.h: versioned
+// rounds by parity, pointer rotation, engine threads with each key bound to one) and sends what
+// that asks for (sums, stall reports, errors) over the connections, as its ReplySink.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "comm/van.h"
-#include "common/dtype.h"
-#include "common/ring_queue.h"
 #include "ps/control_client.h"
 #include "ps/protocol.h"
+#include "ps/summation_engine.h"
 
 namespace byteps {
 
@@ -42,7 +33,7 @@ struct ServerOptions {
   double heartbeat_timeout_s = 15;
 };
 
-class SummationServer : public PsConnectionHandler {
+class SummationServer : public PsConnectionHandler, public ReplySink {
  public:
   explicit SummationServer(ServerOptions opts);
   ~SummationServer() override;
@@ -54,62 +45,35 @@ class SummationServer : public PsConnectionHandler {
   void OnClosed(Connection* c, const Status& why) override;
 
  private:
-  struct KeyState {
-    uint64_t key = 0;
-    DType dtype = DType::kFloat32;
-    size_t len = 0;
-    int engine = 0;
-    char* sum[2] = {nullptr, nullptr};
-    std::vector<std::atomic<char*>> staging;  // per worker
-    uint32_t round[2] = {0, 0};
-    int count[2] = {0, 0};
-    bool complete[2] = {false, false};
-    std::vector<int> waiting[2];   // workers whose pull arrived before the round completed
-    std::vector<uint8_t> pushed[2];  // [worker]: pushed in the open round (stall reports)
-    std::vector<SendItem> replies;  // [worker * 2 + parity], reused every round
-    std::vector<char*> owned;
-  };
-  struct Event {
-    bool is_push = false;
-    bool is_stall_query = false;  // kStallQuery: report the workers that have not pushed
-    bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
-    KeyState* ks = nullptr;
-    int worker = 0;
-    uint32_t round = 0;
-  };
-  struct Engine {
-    RingQueue<Event> queue;
-    std::thread thread;
-    uint64_t load_bytes = 0;
-  };
+  // ReplySink: over the worker connections.
+  std::unique_ptr<KeyAttachment> Attach(const RoundKey& k) override;
+  void SendSum(int worker, RoundKey& k, int parity) override;
+  void SendStallReport(int worker, uint64_t key, uint32_t round,
+                       const std::vector<int>& missing) override;
+  void SendError(int worker, const std::string& message) override;
 
+  // A key's reply frames, [worker * 2 + parity], reused every round.
+  struct Replies : KeyAttachment {
+    std::vector<SendItem> items;
+  };
   void OnAccepted(std::unique_ptr<Connection> conn);
-  void EngineLoop(Engine* e);
-  void HandlePush(const Event& ev);
-  void HandlePull(const Event& ev);
-  void HandleStallQuery(const Event& ev);
-  void SendStallReport(int worker, uint64_t key, uint32_t round, const std::vector<int>& missing);
-  void Reply(KeyState* ks, int worker, int parity);
-  KeyState* CreateKey(uint64_t key, DType dtype, size_t len);
-  KeyState* FindKey(uint64_t key);
-  void SendError(Connection* c, const std::string& msg);
+  Connection* Worker(int worker);
 
   ServerOptions opts_;
   int rank_ = -1;
   std::atomic<bool> stopping_{false};
-  // The job's partition bound (from the address book): no push may be larger. A worker's HELLO
-  // waits for it, so no push is read before it is known.
+  // A worker's HELLO waits for the job's partition bound (from the address book, given to
+  // rounds_), so no push is read before it is known.
   std::mutex book_mu_;
   std::condition_variable book_cv_;
-  std::atomic<uint64_t> partition_bound_{0};
   std::unique_ptr<Van> van_;  // outlives control_ and conns_
   std::unique_ptr<ControlClient> control_;
   std::mutex conns_mu_;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> workers_;
-  std::shared_mutex keys_mu_;
-  std::unordered_map<uint64_t, std::unique_ptr<KeyState>> keys_;
-  std::vector<std::unique_ptr<Engine>> engines_;
+  // The round logic; its keys hold the reply frames, so the connections are joined (their
+  // queues emptied) before it stops and frees them.
+  SummationEngine rounds_;
 };
 
 }  // namespace byteps

@@ -1,5 +1,6 @@
 // byteps._core.testing: direct access to core pieces for unit tests (partitioner, scheduled
-// queue, key plan, frame codec, van). Not a public API.
+// queue, key plan, frame codec; the server's round logic in bind_testing_rounds.cc). Not a
+// public API.
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@ namespace python {
 void BindTesting(py::module_& root) {
   py::module_ m = root.def_submodule("testing", "Unit-test hooks into the C++ core.");
   BindVanTesting(m);
+  BindTestingRounds(m);
   m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));
   m.def("partition", [](size_t nbytes, size_t bound, size_t elem_size) {
     std::vector<Partition> parts;

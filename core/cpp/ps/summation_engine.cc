@@ -1,0 +1,257 @@
+#include "summation_engine.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/logging.h"
+#include "reduce/sum.h"
+
+namespace byteps {
+
+SummationEngine::SummationEngine(int num_worker, int engines, bool threaded, ReplySink* sink)
+    : num_worker_(std::max(num_worker, 1)), threaded_(threaded), sink_(sink) {
+  for (int i = 0; i < std::max(engines, 1); ++i) engines_.push_back(std::make_unique<Engine>());
+}
+
+SummationEngine::~SummationEngine() {
+  Stop();
+  for (auto& [k, ks] : keys_)
+    for (char* p : ks->owned) free(p);
+}
+
+void SummationEngine::Start() {
+  if (!threaded_ || started_) return;
+  started_ = true;
+  for (auto& e : engines_) {
+    Engine* raw = e.get();
+    e->thread = std::thread([this, raw] { EngineLoop(raw); });
+  }
+}
+
+void SummationEngine::Stop() {
+  for (auto& e : engines_) {
+    e->queue.Close();
+    if (e->thread.joinable()) e->thread.join();
+  }
+}
+
+void SummationEngine::Configure(int rank, uint64_t partition_bound) {
+  rank_ = rank;
+  partition_bound_ = partition_bound;
+}
+
+std::string SummationEngine::Name() const { return "server " + std::to_string(rank_.load()); }
+
+RoundKey* SummationEngine::FindKey(uint64_t key) {
+  std::shared_lock<std::shared_mutex> lk(keys_mu_);
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : it->second.get();
+}
+
+const RoundKey* SummationEngine::Find(uint64_t key) { return FindKey(key); }
+
+size_t SummationEngine::num_keys() {
+  std::shared_lock<std::shared_mutex> lk(keys_mu_);
+  return keys_.size();
+}
+
+Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out) {
+  std::unique_lock<std::shared_mutex> lk(keys_mu_);
+  auto it = keys_.find(key);
+  if (it != keys_.end()) {
+    *out = it->second.get();
+    return Status::OK();
+  }
+  auto ks = std::make_unique<RoundKey>();
+  ks->key = key;
+  ks->dtype = dtype;
+  ks->len = len;
+  size_t alloc = (std::max<size_t>(len, 1) + 4095) / 4096 * 4096;
+  bool failed = false;
+  auto buffer = [&]() {
+    char* p = static_cast<char*>(aligned_alloc(4096, alloc));
+    if (p) ks->owned.push_back(p);
+    else failed = true;
+    return p;
+  };
+  ks->sum[0] = buffer();
+  ks->sum[1] = buffer();
+  ks->staging = std::vector<std::atomic<char*>>(num_worker_);
+  for (auto& s : ks->staging) s.store(buffer());
+  if (failed) {
+    for (char* p : ks->owned) free(p);
+    return Status::Internal(Name() + ": out of memory for key " + std::to_string(key) + " (" +
+                            std::to_string(len) + " bytes)");
+  }
+  for (auto& w : ks->waiting) w.reserve(num_worker_);
+  for (auto& p : ks->pushed) p.assign(num_worker_, 0);
+  if (sink_) ks->attachment = sink_->Attach(*ks);
+  // Bind the key to the least-loaded engine (by bytes), for good.
+  size_t best = 0;
+  for (size_t i = 1; i < engines_.size(); ++i)
+    if (engines_[i]->load_bytes < engines_[best]->load_bytes) best = i;
+  engines_[best]->load_bytes += len;
+  ks->engine = static_cast<int>(best);
+  *out = ks.get();
+  keys_.emplace(key, std::move(ks));
+  return Status::OK();
+}
+
+Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker,
+                                   char** dest) {
+  *dest = nullptr;
+  // Every size a peer sends is bounded before anything is allocated for it: a push is one
+  // partition, so it is never larger than the job's partition bound.
+  const uint64_t bound = partition_bound_.load();
+  if (len > bound)
+    return Status::InvalidArgument("push of key " + std::to_string(key) + " with " +
+                                   std::to_string(len) +
+                                   " bytes, larger than the job's partitions (" +
+                                   std::to_string(bound) + " bytes)");
+  if (worker < 0 || worker >= num_worker_ || DTypeSize(dtype) == 0)
+    return Status::InvalidArgument("push of key " + std::to_string(key) + " from worker " +
+                                   std::to_string(worker) + " of " + std::to_string(num_worker_) +
+                                   " with dtype " + std::to_string(static_cast<int>(dtype)));
+  RoundKey* ks = FindKey(key);
+  if (!ks) {
+    if (len % DTypeSize(dtype) != 0) {
+      sink_->SendError(worker, "push of key " + std::to_string(key) + " has " +
+                                   std::to_string(len) + " bytes, not a multiple of " +
+                                   DTypeName(dtype));
+      return Status::OK();
+    }
+    Status st = CreateKey(key, dtype, len, &ks);
+    if (!st.ok()) {
+      sink_->SendError(worker, st.message());
+      return Status::OK();
+    }
+  }
+  if (ks->len != len || ks->dtype != dtype) {
+    sink_->SendError(worker, Name() + ": push of key " + std::to_string(key) + " from worker " +
+                                 std::to_string(worker) + " has " + std::to_string(len) +
+                                 " bytes of " + DTypeName(dtype) + ", but the key holds " +
+                                 std::to_string(ks->len) + " bytes of " + DTypeName(ks->dtype));
+    return Status::OK();
+  }
+  *dest = ks->staging[worker].load(std::memory_order_acquire);
+  return Status::OK();
+}
+
+void SummationEngine::Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round,
+                           bool pull_too) {
+  RoundKey* ks = FindKey(key);
+  if (!ks || ks->len != len || ks->dtype != dtype || worker < 0 || worker >= num_worker_)
+    return;  // refused in PushBuffer
+  Dispatch(Event{EventType::kPush, pull_too, ks, worker, round});
+}
+
+void SummationEngine::Pull(uint64_t key, int worker, uint32_t round) {
+  if (worker < 0 || worker >= num_worker_) return;
+  RoundKey* ks = FindKey(key);
+  if (!ks) {
+    sink_->SendError(worker, "pull of unknown key " + std::to_string(key));
+    return;
+  }
+  Dispatch(Event{EventType::kPull, false, ks, worker, round});
+}
+
+void SummationEngine::StallQuery(uint64_t key, int worker, uint32_t round) {
+  if (worker < 0 || worker >= num_worker_) return;
+  RoundKey* ks = FindKey(key);
+  if (!ks) {  // nobody has pushed this key yet
+    std::vector<int> all(num_worker_);
+    for (int w = 0; w < num_worker_; ++w) all[w] = w;
+    sink_->SendStallReport(worker, key, round, all);
+    return;
+  }
+  Dispatch(Event{EventType::kStallQuery, false, ks, worker, round});
+}
+
+void SummationEngine::Dispatch(const Event& ev) {
+  if (threaded_) engines_[ev.ks->engine]->queue.Push(ev);
+  else Handle(ev);
+}
+
+void SummationEngine::Handle(const Event& ev) {
+  switch (ev.type) {
+    case EventType::kPush: HandlePush(ev); break;
+    case EventType::kPull: HandlePull(ev); break;
+    case EventType::kStallQuery: HandleStallQuery(ev); break;
+  }
+}
+
+void SummationEngine::EngineLoop(Engine* e) {
+  Event ev;
+  while (true) {
+    if (!e->queue.Pop(&ev, std::chrono::milliseconds(500))) {
+      if (e->queue.closed()) return;
+      continue;
+    }
+    Handle(ev);
+  }
+}
+
+void SummationEngine::HandlePush(const Event& ev) {
+  RoundKey* ks = ev.ks;
+  int p = ev.round & 1;
+  size_t count = ks->len / DTypeSize(ks->dtype);
+  if (ks->count[p] == 0) {
+    // No round of this parity is open: this push opens round ev.round, unless that round or a
+    // later one has already completed (a duplicate or a late push, which would reopen a round
+    // whose sum slow workers may still be pulling).
+    if (ks->opened[p] && static_cast<int32_t>(ev.round - ks->round[p]) <= 0) {
+      BPS_LOG(ERROR) << "key " << ks->key << ": push of round " << ev.round << " from worker "
+                     << ev.worker << " after round " << ks->round[p] << " completed; ignored";
+      return;
+    }
+    // First push of the round: its staging buffer becomes the sum (no copy).
+    char* incoming = ks->staging[ev.worker].load(std::memory_order_acquire);
+    ks->staging[ev.worker].store(ks->sum[p], std::memory_order_release);
+    ks->sum[p] = incoming;
+    ks->round[p] = ev.round;
+    ks->opened[p] = true;
+    ks->complete[p] = false;
+    std::fill(ks->pushed[p].begin(), ks->pushed[p].end(), 0);
+  } else {
+    if (ks->round[p] != ev.round) {
+      BPS_LOG(ERROR) << "key " << ks->key << ": push of round " << ev.round << " from worker "
+                     << ev.worker << " while round " << ks->round[p] << " is open";
+      return;
+    }
+    if (ks->pushed[p][ev.worker]) {  // would count one worker twice and complete the round early
+      BPS_LOG(ERROR) << "key " << ks->key << ": second push of round " << ev.round
+                     << " from worker " << ev.worker << "; ignored";
+      return;
+    }
+    reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
+                    ks->dtype);
+  }
+  ks->pushed[p][ev.worker] = 1;
+  if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
+  if (++ks->count[p] < num_worker_) return;
+  ks->count[p] = 0;
+  ks->complete[p] = true;
+  std::vector<int>& waiting = ks->waiting[p];
+  for (int w : waiting) sink_->SendSum(w, *ks, p);
+  waiting.clear();
+}
+
+void SummationEngine::HandlePull(const Event& ev) {
+  RoundKey* ks = ev.ks;
+  int p = ev.round & 1;
+  if (ks->complete[p] && ks->round[p] == ev.round) sink_->SendSum(ev.worker, *ks, p);
+  else ks->waiting[p].push_back(ev.worker);
+}
+
+void SummationEngine::HandleStallQuery(const Event& ev) {
+  RoundKey* ks = ev.ks;
+  int p = ev.round & 1;
+  std::vector<int> missing;
+  bool open = ks->round[p] == ev.round && !ks->complete[p] && ks->count[p] > 0;
+  bool done = ks->round[p] == ev.round && ks->complete[p];
+  for (int w = 0; w < num_worker_; ++w)
+    if (!done && !(open && ks->pushed[p][w])) missing.push_back(w);
+  sink_->SendStallReport(ev.worker, ks->key, ev.round, missing);
+}
+
+}  // namespace byteps

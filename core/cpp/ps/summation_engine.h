@@ -1,0 +1,149 @@
+// The summation service's round logic (BytePS, OSDI'20 §3.2; docs/architecture.md §7), free of
+// any transport: per key, the sums of the pushes of every worker machine, round by round, and
+// who gets which sum when. SummationServer (ps/server.h) feeds it the frames of its connections
+// and sends what it asks for; tests drive it in process (byteps._core.testing.SummationRounds).
+//
+// Rounds are versioned: key state is double-buffered by round parity, so a fast worker's push of
+// round r+1 never touches the sum of round r that a slow worker has not pulled. A worker can only
+// push round r+2 after every worker has received round r (it needs the r+1 sum, which needs
+// everyone's r+1 push, which each sends only after receiving r), which is why two buffers
+// suffice. The first push of a round costs no copy: its staging buffer becomes the round's sum
+// buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation). Nothing
+// is allocated per push: buffers are made once per key, events travel through ring queues.
+//
+// Each key is bound, when it is made, to the least-loaded engine (by bytes) for good, so its
+// rounds are serialised without locks. Engines either run their own threads or, for tests, handle
+// every event on the calling thread at once (deterministic; the caller serialises its calls).
+#pragma once
+#include <atomic>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/ring_queue.h"
+#include "common/status.h"
+
+namespace byteps {
+
+// What a sink keeps per key (e.g. the server's reusable reply frames); made with the key.
+class KeyAttachment {
+ public:
+  virtual ~KeyAttachment() = default;
+};
+
+// One key's rounds. Written only by the engine bound to it (and the staging pointers by the
+// receiver that fills them, see SummationEngine::PushBuffer); a sink reads it while answering.
+struct RoundKey {
+  uint64_t key = 0;
+  DType dtype = DType::kFloat32;
+  size_t len = 0;  // bytes of one push and of the sum
+  int engine = 0;
+  char* sum[2] = {nullptr, nullptr};        // [parity]
+  std::vector<std::atomic<char*>> staging;  // [worker]: where its next push is received
+  uint32_t round[2] = {0, 0};               // [parity]: the round that buffer holds
+  bool opened[2] = {false, false};          // [parity]: a round of that parity has begun
+  int count[2] = {0, 0};                    // pushes so far in the open round
+  bool complete[2] = {false, false};
+  std::vector<int> waiting[2];     // workers whose pull arrived before the round completed
+  std::vector<uint8_t> pushed[2];  // [worker]: pushed in the open round (duplicates, stalls)
+  std::vector<char*> owned;
+  std::unique_ptr<KeyAttachment> attachment;  // the sink's, from ReplySink::Attach
+};
+
+// Where the engine's answers go. Called on engine threads (SendSum, SendStallReport of a known
+// key) or on the caller's thread (the rest, and everything in inline mode).
+class ReplySink {
+ public:
+  virtual ~ReplySink() = default;
+  // Per-key state for the sink, made once with the key (under the key table's lock).
+  virtual std::unique_ptr<KeyAttachment> Attach(const RoundKey&) { return nullptr; }
+  // Send worker `worker` the sum in k.sum[parity] (k.len bytes of k.dtype) of round
+  // k.round[parity]. The buffer is left untouched until every worker has received that round.
+  virtual void SendSum(int worker, RoundKey& k, int parity) = 0;
+  // The workers whose push of (key, round) has not arrived, for worker `worker`.
+  virtual void SendStallReport(int worker, uint64_t key, uint32_t round,
+                               const std::vector<int>& missing) = 0;
+  // A refused request of worker `worker` (the worker turns it into an error).
+  virtual void SendError(int worker, const std::string& message) = 0;
+};
+
+class SummationEngine {
+ public:
+  // num_worker: worker machines that push every round (>= 1). engines: key-serialising engines
+  // (>= 1). threaded: each engine runs a thread (Start/Stop); otherwise every event is handled
+  // at once on the calling thread. The sink must outlive the engine.
+  SummationEngine(int num_worker, int engines, bool threaded, ReplySink* sink);
+  ~SummationEngine();  // stops the threads and frees every key's buffers
+  void Start();
+  void Stop();  // closes the queues and joins the threads (idempotent)
+
+  // The job's partition bound (from the address book) and this server's rank (for messages);
+  // set once before the first push. partition_bound() is 0 until then.
+  void Configure(int rank, uint64_t partition_bound);
+  uint64_t partition_bound() const { return partition_bound_.load(); }
+
+  // Where worker `worker`'s push of `len` bytes of `dtype` for `key` is to be received, making
+  // the key (its buffers and its engine) at its first push. An error status for a push larger
+  // than the partition bound (checked before anything is allocated): the caller drops the
+  // sender. OK with *dest = nullptr when the push is refused (length not a multiple of the
+  // element size, no memory for the key, a size or dtype other than the key's): the worker got
+  // an error through the sink and the payload must be read past. Never aborts.
+  Status PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker, char** dest);
+  // The push whose payload has been received at PushBuffer's destination; pull_too also asks
+  // for the round's sum. Ignored when PushBuffer refused it (unknown key, other size or dtype).
+  void Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round, bool pull_too);
+  // Worker `worker` wants the sum of `round`: answered now if that round is complete, else when
+  // it completes. A pull of an unknown key is an error to the worker.
+  void Pull(uint64_t key, int worker, uint32_t round);
+  // Worker `worker` asks who has not pushed `round` of `key`: answered with a stall report
+  // (everyone for a key nobody pushed yet; no one for a complete round).
+  void StallQuery(uint64_t key, int worker, uint32_t round);
+
+  int num_worker() const { return num_worker_; }
+  int num_engines() const { return static_cast<int>(engines_.size()); }
+  uint64_t engine_load(int engine) const { return engines_[engine]->load_bytes; }
+  // The key's state, or nullptr before its first push. Only for a quiescent engine (tests).
+  const RoundKey* Find(uint64_t key);
+  size_t num_keys();
+
+ private:
+  enum class EventType : uint8_t { kPush, kPull, kStallQuery };
+  struct Event {
+    EventType type = EventType::kPush;
+    bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
+    RoundKey* ks = nullptr;
+    int worker = 0;
+    uint32_t round = 0;
+  };
+  struct Engine {
+    RingQueue<Event> queue;
+    std::thread thread;
+    uint64_t load_bytes = 0;
+  };
+
+  RoundKey* FindKey(uint64_t key);
+  Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out);
+  void Dispatch(const Event& ev);
+  void Handle(const Event& ev);
+  void EngineLoop(Engine* e);
+  void HandlePush(const Event& ev);
+  void HandlePull(const Event& ev);
+  void HandleStallQuery(const Event& ev);
+  std::string Name() const;
+
+  const int num_worker_;
+  const bool threaded_;
+  ReplySink* const sink_;
+  std::atomic<int> rank_{-1};
+  std::atomic<uint64_t> partition_bound_{0};
+  bool started_ = false;
+  std::shared_mutex keys_mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<RoundKey>> keys_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+}  // namespace byteps

@@ -3,7 +3,9 @@ misbehaves, on the host it runs on, for the environment it runs in.
 
 It reports, without starting anything or sending a packet:
 
-* the byteps version and the transports (vans) compiled into this build;
+* the byteps version and the transports (vans) compiled into this build; with the UCX van, the
+  UCX version, the ``UCX_TLS`` / ``UCX_NET_DEVICES`` values it uses (UCX reads them from this
+  process's environment itself) and the transport/device pairs it finds;
 * RDMA devices the kernel exposes (``/sys/class/infiniband``: device, port, state, link layer,
   rate), which an RDMA-capable van needs;
 * the summation kernels: the instruction set in use on this CPU and the others it supports;
@@ -123,7 +125,8 @@ def environment_notices(env: Mapping[str, str]) -> Dict:
 
 
 def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
-    """The whole report as a dict: byteps, vans, rdma_devices, summation, frameworks, network,
+    """The whole report as a dict: byteps, vans, ucx (None without the UCX van, else {version,
+    tls, net_devices, resources, error}), rdma_devices, summation, frameworks, network,
     environment, problems (list of text; empty when nothing is wrong)."""
     env = dict(os.environ) if env is None else dict(env)
     advertised = advertised_address(env)
@@ -133,6 +136,7 @@ def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
         "byteps": {"version": __version__, "core": _core.__file__,
                    "python": sys.version.split()[0]},
         "vans": list(_core.doctor.vans()),
+        "ucx": _core.doctor.ucx_info(),
         "rdma_devices": rdma_devices(),
         "summation": {"active_isa": _core.reduce.active_isa(),
                       "available_isas": list(_core.reduce.available_isas())},
@@ -151,6 +155,11 @@ def render(report: Dict) -> str:
              "vans in this build: " + ", ".join(report["vans"])]
     if "ucx" not in report["vans"]:
         lines.append("  no UCX van in this build (RDMA and shared-memory transports need it)")
+    ucx = report.get("ucx")
+    if ucx:
+        lines.append(f"  UCX {ucx['version']}: UCX_TLS={ucx['tls']}, "
+                     f"UCX_NET_DEVICES={ucx['net_devices']}")
+        lines.append("  UCX transports: " + (ucx["error"] or ", ".join(ucx["resources"])))
     devs = report["rdma_devices"]
     lines.append("RDMA devices: " + ("none found in /sys/class/infiniband" if not devs else ""))
     for d in devs:

@@ -16,7 +16,13 @@ from byteps import _core, doctor
 
 def test_report_matches_the_build_and_host():
     report = doctor.gather(clean_job_env())
-    assert report["vans"] == ["tcp"]
+    assert report["vans"] == (["tcp", "ucx"] if _core.testing.ucx_available else ["tcp"])
+    if _core.testing.ucx_available:
+        ucx = report["ucx"]
+        assert ucx["version"] and ucx["error"] is None
+        assert any(r.startswith("tcp/") for r in ucx["resources"]), ucx
+    else:
+        assert report["ucx"] is None
     assert report["summation"]["active_isa"] == _core.reduce.active_isa()
     assert report["summation"]["active_isa"] in report["summation"]["available_isas"]
     assert report["frameworks"]["numpy"] == np.__version__

@@ -3,6 +3,9 @@
 
 #include "bindings.h"
 #include "comm/socket_util.h"
+#ifdef BYTEPS_WITH_UCX
+#include "comm/ucx/ucx_context.h"
+#endif
 
 namespace py = pybind11;
 
@@ -11,8 +14,40 @@ namespace python {
 
 void BindDoctor(py::module_& m) {
   py::module_ d = m.def_submodule("doctor", "Facts about this build and host for byteps.doctor.");
-  d.def("vans", []() { return std::vector<std::string>{"tcp"}; },
-        "Transports (vans) compiled into this build, by the name that selects them.");
+  d.def(
+      "vans",
+      []() {
+#ifdef BYTEPS_WITH_UCX
+        return std::vector<std::string>{"tcp", "ucx"};
+#else
+        return std::vector<std::string>{"tcp"};
+#endif
+      },
+      "Transports (vans) compiled into this build, by the name that selects them.");
+  d.def(
+      "ucx_info",
+      []() -> py::object {
+#ifdef BYTEPS_WITH_UCX
+        UcxInfo info;
+        {
+          py::gil_scoped_release nogil;
+          info = QueryUcxInfo();
+        }
+        py::dict out;
+        out["version"] = info.version;
+        out["tls"] = info.tls;
+        out["net_devices"] = info.net_devices;
+        out["resources"] = info.resources;
+        out["error"] = info.error.empty() ? py::object(py::none()) : py::object(py::str(info.error));
+        return out;
+#else
+        return py::none();
+#endif
+      },
+      "None without the UCX van, else {version: UCX's version string, tls / net_devices: the "
+      "UCX_TLS / UCX_NET_DEVICES values UCX uses, resources: ['tcp/eth0', 'posix/memory', ...] "
+      "the transport/device pairs a UCX context gets after those filters, error: why UCX could "
+      "not start, or None}. Creates and destroys one UCX context; opens no connection.");
   d.def("interface_addresses", &InterfaceAddresses,
         "Every (interface, IPv4 address) of this host: list of (str, str).");
   d.def("interface_address", &InterfaceAddress, py::arg("name"),

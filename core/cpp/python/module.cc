@@ -36,5 +36,6 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindCore(m);
   byteps::python::BindServer(m);
   byteps::python::BindTesting(m);
+  byteps::python::BindUcxTesting(m);
   byteps::python::BindDoctor(m);
 }

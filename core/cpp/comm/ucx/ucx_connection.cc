@@ -1,0 +1,23 @@
+#include "comm/ucx/ucx_connection.h"
+
+#include "common/logging.h"
+
+namespace byteps {
+
+UcxConnection::UcxConnection(std::shared_ptr<UcxLink> link)
+    : Connection(link->peer_name()), link_(std::move(link)) {
+  link_->SetConnection(this);
+}
+
+UcxConnection::~UcxConnection() {
+  link_->Close();
+  link_->ForgetConnection();
+}
+
+void UcxConnection::Join() {
+  if (!link_->Join(kJoinTimeoutS))
+    BPS_LOG(WARNING) << "UCX link to " << peer_name() << " was not closed within "
+                     << kJoinTimeoutS << " s";
+}
+
+}  // namespace byteps

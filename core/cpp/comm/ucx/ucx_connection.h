@@ -1,0 +1,40 @@
+// The UCX transport's Connection (comm/connection.h): a handle on a UcxLink (ucx_link.h), which
+// the context keeps alive until its endpoint is closed. Destroying the handle closes the link;
+// once the destructor returns no handler call refers to it.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "comm/connection.h"
+#include "comm/ucx/ucx_link.h"
+
+namespace byteps {
+
+class UcxConnection final : public Connection {
+ public:
+  // How long Join waits for the endpoint to close and receives into handler buffers to end.
+  static constexpr double kJoinTimeoutS = 5.0;
+
+  explicit UcxConnection(std::shared_ptr<UcxLink> link);
+  ~UcxConnection() override;
+
+  void Start() override { link_->Start(); }
+  void Send(SendItem* item) override { link_->Send(item); }
+  bool Flush(double timeout_s) override { return link_->Flush(timeout_s); }
+  void Close() override { link_->Close(); }
+  void Join() override;
+  bool closed() const override { return link_->closed(); }
+  // An endpoint made from a worker address has no IP route of its own: "" (a UCX van's peers
+  // reach this process by its worker address, UcxContext::address()).
+  std::string LocalAddress() const override { return ""; }
+  // From OnHeader: an eager payload goes through `sink` from UCX's buffer, a rendezvous one is
+  // fetched into a bounce buffer of the link first (Connection::kBounceBytes chunks either way).
+  void StreamPayload(PayloadSink sink, void* arg) override { link_->StreamPayload(sink, arg); }
+
+  UcxLink* link() const { return link_.get(); }
+
+ private:
+  std::shared_ptr<UcxLink> link_;
+};
+
+}  // namespace byteps

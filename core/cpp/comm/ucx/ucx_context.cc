@@ -1,0 +1,494 @@
+#include "comm/ucx/ucx_context.h"
+
+#include <openssl/rand.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <random>
+
+#include "comm/ucx/ucx_connection.h"
+#include "comm/ucx/ucx_link.h"
+#include "comm/ucx/ucx_util.h"
+
+namespace byteps {
+namespace {
+constexpr int kSpinRounds = 256;         // empty progress rounds before the thread sleeps
+constexpr int kLinkedWakeupMs = 1000;    // with links open: UCX's keepalive runs in progress
+constexpr size_t kMaxAddress = 32 << 10;  // a worker address from a peer
+constexpr size_t kMaxLinks = 4096;        // links a context accepts
+constexpr double kShutdownWaitS = 2.0;    // for endpoints to close at Shutdown
+}  // namespace
+
+Status UcxContext::Create(const std::string& name, std::unique_ptr<UcxContext>* out) {
+  std::unique_ptr<UcxContext> c(new UcxContext(name));
+  Status st = c->Init();
+  if (!st.ok()) return st;
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status UcxContext::Init() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK)
+    return Status::Config(std::string("UCX could not read its UCX_* configuration: ") +
+                          ucs_status_string(s));
+  std::string tls, devices;
+  ReadUcxConfig(config, &tls, &devices);
+  config_summary_ = "UCX_TLS=" + tls + ", UCX_NET_DEVICES=" + devices;
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = name_.c_str();
+  s = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (s != UCS_OK) {
+    context_ = nullptr;
+    return Status::Config("UCX " + std::string(ucp_get_version_string()) +
+                          " could not start with " + config_summary_ + ": " +
+                          ucs_status_string(s) +
+                          " (UCX's own message above names the transport or device it lacks)");
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_NAME;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.name = name_.c_str();
+  s = ucp_worker_create(context_, &wp, &worker_);
+  if (s != UCS_OK) {
+    worker_ = nullptr;
+    return Status::Config("UCX could not create a worker with " + config_summary_ + ": " +
+                          ucs_status_string(s));
+  }
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  s = ucp_worker_query(worker_, &attr);
+  if (s != UCS_OK)
+    return Status::Internal(std::string("UCX worker query failed: ") + ucs_status_string(s));
+  address_.assign(reinterpret_cast<const char*>(attr.address), attr.address_length);
+  ucp_worker_release_address(worker_, attr.address);
+  if (attr.max_am_header < sizeof(UcxAmHeader))
+    return Status::Config("UCX active messages carry at most " +
+                          std::to_string(attr.max_am_header) + " header bytes with " +
+                          config_summary_ + "; byteps needs " +
+                          std::to_string(sizeof(UcxAmHeader)));
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  hp.id = kUcxAmId;
+  hp.cb = &UcxContext::AmRecv;
+  hp.arg = this;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  s = ucp_worker_set_am_recv_handler(worker_, &hp);
+  if (s != UCS_OK)
+    return Status::Internal(std::string("UCX active message handler: ") + ucs_status_string(s));
+  s = ucp_worker_get_efd(worker_, &worker_fd_);
+  if (s != UCS_OK)
+    return Status::Config("UCX offers no event file descriptor with " + config_summary_ + ": " +
+                          ucs_status_string(s));
+  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (event_fd_ < 0 || epoll_fd_ < 0)
+    return Status::Internal(std::string("eventfd/epoll: ") + strerror(errno));
+  for (int fd : {worker_fd_, event_fd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+      return Status::Internal(std::string("epoll_ctl: ") + strerror(errno));
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::OK();
+}
+
+UcxContext::~UcxContext() { Shutdown(); }
+
+void UcxContext::Wake() {
+  if (!sleeping_.load()) return;
+  uint64_t one = 1;
+  ssize_t r = write(event_fd_, &one, sizeof(one));
+  (void)r;  // EAGAIN: the counter is already non-zero, the thread wakes anyway
+}
+
+bool UcxContext::Post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_) return false;
+    tasks_.push_back(std::move(fn));
+  }
+  pending_.fetch_add(1);
+  Wake();
+  return true;
+}
+
+void UcxContext::EnqueueSends(std::shared_ptr<UcxLink> link) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ready_.push_back(std::move(link));
+  }
+  pending_.fetch_add(1);
+  Wake();
+}
+
+Status UcxContext::RunSync(const std::function<Status()>& fn, double timeout_s) {
+  if (OnProgressThread()) return fn();
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  if (!Post([done, fn] { done->set_value(fn()); }))
+    return Status::Shutdown("the UCX context " + name_ + " has shut down");
+  if (result.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready)
+    return Status::Timeout("the UCX progress thread of " + name_ + " did not answer in " +
+                           std::to_string(timeout_s) + " s");
+  return result.get();
+}
+
+size_t UcxContext::DrainTasks() {
+  std::deque<std::function<void()>> tasks;
+  std::vector<std::shared_ptr<UcxLink>> ready;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    tasks.swap(tasks_);
+    ready.swap(ready_);
+  }
+  const size_t n = tasks.size() + ready.size();
+  for (auto& link : ready) link->SubmitQueued();
+  for (auto& task : tasks) task();
+  if (n) pending_.fetch_sub(n);
+  return n;
+}
+
+void UcxContext::Loop() {
+  thread_id_.store(std::this_thread::get_id());
+  int idle = 0;
+  bool arm_failed_logged = false;
+  while (true) {
+    size_t work = DrainTasks();
+    work += ucp_worker_progress(worker_);
+    if (stop_.load()) break;
+    if (work || ++idle < kSpinRounds) {
+      if (work) idle = 0;
+      continue;
+    }
+    idle = 0;
+    ucs_status_t s = ucp_worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
+    int timeout_ms = links_.empty() ? -1 : kLinkedWakeupMs;
+    if (s != UCS_OK) {
+      if (!arm_failed_logged)
+        BPS_LOG(WARNING) << "UCX worker " << name_ << " cannot sleep on its event fd ("
+                         << ucs_status_string(s) << "): polling every millisecond";
+      arm_failed_logged = true;
+      timeout_ms = 1;
+    }
+    sleeping_.store(true);
+    if (pending_.load() == 0 && !stop_.load()) {
+      epoll_event evs[2];
+      int n = epoll_wait(epoll_fd_, evs, 2, timeout_ms);
+      for (int i = 0; i < n; ++i) {
+        if (evs[i].data.fd == event_fd_) {
+          uint64_t v;
+          ssize_t r = read(event_fd_, &v, sizeof(v));
+          (void)r;
+        }
+      }
+    }
+    sleeping_.store(false);
+  }
+}
+
+void UcxContext::SetAcceptHandler(ConnectionHandler* handler, AcceptFn on_connection) {
+  std::lock_guard<std::mutex> lk(mu_);
+  accept_handler_ = handler;
+  accept_fn_ = std::move(on_connection);
+}
+
+uint64_t UcxContext::NewLinkId() {
+  uint64_t id = 0;
+  while (id == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id)) != 1) {
+      static thread_local std::mt19937_64 gen(std::random_device{}());
+      id = gen();
+    }
+  }
+  return id;
+}
+
+void UcxContext::LogPeerError(const std::string& what) {
+  std::string more;
+  if (peer_log_.Allow(&more))
+    BPS_LOG(WARNING) << "UCX " << name_ << ": dropping a message: " << what << more;
+}
+
+Status UcxContext::Connect(const std::string& peer_address, const std::string& peer_name,
+                           ConnectionHandler* handler, double timeout_s,
+                           std::unique_ptr<Connection>* out) {
+  if (peer_address.empty() || peer_address.size() > kMaxAddress)
+    return Status::InvalidArgument("a UCX worker address of " +
+                                   std::to_string(peer_address.size()) + " bytes (1 to " +
+                                   std::to_string(kMaxAddress) + " expected)");
+  if (!handler) return Status::InvalidArgument("UCX Connect needs a handler");
+  if (OnProgressThread())
+    return Status::InvalidArgument("UCX Connect from the progress thread would deadlock");
+  std::shared_ptr<UcxLink> link(new UcxLink(this, NewLinkId(), peer_name, handler));
+  // By value: after a RunSync timeout the task may still run.
+  Status st = RunSync([this, link, peer_address]() -> Status {
+    if (links_.size() >= kMaxLinks)
+      return Status::Internal("UCX context " + name_ + " has " + std::to_string(kMaxLinks) +
+                              " links open already");
+    BPS_RETURN_IF_ERROR(link->CreateEndpoint(peer_address));
+    links_[link->id_] = link;
+    live_links_ = links_.size();
+    WireWriter w;
+    w.Str(address_).Str(name_);
+    auto* item = new SendItem;
+    item->heap = true;
+    item->owned = w.Take();
+    item->payload = item->owned.data();
+    item->len = item->owned.size();
+    link->SubmitOne(UcxKind::kConnect, item);
+    return Status::OK();
+  });
+  if (!st.ok()) return st;
+  Status why;
+  if (!link->WaitOpen(timeout_s, &why)) {
+    link->Close();
+    return why;
+  }
+  *out = std::make_unique<UcxConnection>(std::move(link));
+  return Status::OK();
+}
+
+void UcxContext::OnConnectRequest(std::string peer_address, uint64_t peer_link,
+                                  std::string peer_name) {
+  if (links_.size() >= kMaxLinks) {
+    LogPeerError("CONNECT from " + peer_name + " beyond " + std::to_string(kMaxLinks) +
+                 " links");
+    return;
+  }
+  std::shared_ptr<UcxLink> link(new UcxLink(this, NewLinkId(), peer_name, nullptr));
+  link->remote_id_ = peer_link;
+  Status st = link->CreateEndpoint(peer_address);
+  if (!st.ok()) {
+    LogPeerError("CONNECT from " + peer_name + ": " + st.message());
+    return;
+  }
+  links_[link->id_] = link;
+  live_links_ = links_.size();
+  ConnectionHandler* handler;
+  AcceptFn accept;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    handler = accept_handler_;
+    accept = accept_fn_;
+  }
+  link->state_ = UcxLink::kOpen;
+  if (!handler || !accept) {
+    {
+      std::lock_guard<std::mutex> lk(link->mu_);
+      link->local_close_ = true;  // refused: nobody to notify here; the peer's Connect fails
+    }
+    link->Fail(Status::PeerLost("refused"), /*tell_peer=*/true, /*force=*/false);
+    return;
+  }
+  link->handler_ = handler;
+  link->SubmitOne(UcxKind::kAccept, nullptr);
+  // Frames the owner sends before this returns leave after the ACCEPT; frames from the peer
+  // wait for Start().
+  accept(std::make_unique<UcxConnection>(link));
+}
+
+ucs_status_t UcxContext::AmRecv(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  const bool persistent = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA;
+  return static_cast<UcxContext*>(arg)->OnAm(header, header_length, data, length, rndv,
+                                             persistent);
+}
+
+ucs_status_t UcxContext::OnAm(const void* header, size_t header_length, void* data,
+                              size_t length, bool rndv, bool persistent) {
+  // A rendezvous message that is refused completes the sender's send with this status.
+  const ucs_status_t refuse = rndv ? UCS_ERR_CANCELED : UCS_OK;
+  if (header_length != sizeof(UcxAmHeader)) {
+    LogPeerError("active message header of " + std::to_string(header_length) + " bytes");
+    return refuse;
+  }
+  UcxAmHeader h;
+  memcpy(&h, header, sizeof(h));
+  if (h.magic != kUcxMagic || h.version != kUcxVersion) {
+    LogPeerError("bad magic or version " + std::to_string(h.version));
+    return refuse;
+  }
+  const auto kind = static_cast<UcxKind>(h.kind);
+  if (kind == UcxKind::kConnect) {
+    if (rndv || length > kMaxAddress + 1024 || h.src_link == 0) {
+      LogPeerError("CONNECT of " + std::to_string(length) + " bytes");
+      return refuse;
+    }
+    WireReader r(data, length);
+    std::string addr = r.Str(kMaxAddress);
+    std::string name = r.Str(256);
+    if (!r.done() || addr.empty()) {
+      LogPeerError("malformed CONNECT");
+      return UCS_OK;
+    }
+    // Endpoint creation waits until this callback has returned.
+    Post([this, addr = std::move(addr), id = h.src_link, name = std::move(name)]() mutable {
+      OnConnectRequest(std::move(addr), id, std::move(name));
+    });
+    return UCS_OK;
+  }
+  auto it = links_.find(h.dst_link);
+  if (it == links_.end()) {
+    LogPeerError("message for an unknown link");
+    return refuse;
+  }
+  UcxLink* link = it->second.get();
+  const int state = link->state_.load();
+  if (kind == UcxKind::kAccept) {
+    if (state == UcxLink::kConnecting && h.src_link != 0) link->OnAccepted(h.src_link);
+    return UCS_OK;
+  }
+  if (state == UcxLink::kClosed) return refuse;  // frames still in flight when it closed
+  if (state != UcxLink::kConnecting && link->remote_id_ != h.src_link) {
+    LogPeerError("message for link " + link->peer_name_ + " from another sender");
+    return refuse;
+  }
+  if (kind == UcxKind::kClose) {
+    link->Fail(Status::PeerLost(state == UcxLink::kConnecting
+                                    ? "UCX peer " + link->peer_name_ + " refused the link"
+                                    : "UCX peer " + link->peer_name_ + " closed the link"),
+               /*tell_peer=*/false, /*force=*/false);
+    return UCS_OK;
+  }
+  if (kind != UcxKind::kFrame || state != UcxLink::kOpen) {
+    LogPeerError("message kind " + std::to_string(h.kind) + " on link " + link->peer_name_);
+    return refuse;
+  }
+  return link->OnAm(h.frame, data, length, rndv, persistent);
+}
+
+ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
+  if (regions_.empty() || !p) return nullptr;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = regions_.upper_bound(a);
+  if (it == regions_.begin()) return nullptr;
+  --it;
+  const UcxMemory* m = it->second;
+  const auto base = reinterpret_cast<uintptr_t>(m->addr);
+  return a - base <= m->len && len <= m->len - (a - base) ? m->memh : nullptr;
+}
+
+Status UcxContext::RegisterMemory(void* addr, size_t len, UcxMemory** out) {
+  if (!addr || len == 0) return Status::InvalidArgument("registering an empty memory region");
+  auto result = std::make_shared<UcxMemory*>(nullptr);
+  Status st = RunSync([this, addr, len, result]() -> Status {
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    if (regions_.count(a))
+      return Status::InvalidArgument("a UCX memory region already starts at this address");
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address = addr;
+    p.length = len;
+    ucp_mem_h memh;
+    ucs_status_t s = ucp_mem_map(context_, &p, &memh);
+    if (s != UCS_OK)
+      return Status::Internal("UCX could not register " + std::to_string(len) +
+                              " bytes: " + ucs_status_string(s));
+    auto* m = new UcxMemory{addr, len, memh};
+    regions_[a] = m;
+    *result = m;
+    return Status::OK();
+  });
+  if (st.ok()) *out = *result;
+  return st;
+}
+
+Status UcxContext::DeregisterMemory(UcxMemory* mem) {
+  if (!mem) return Status::InvalidArgument("deregistering a null UCX memory region");
+  return RunSync([this, mem]() -> Status {
+    auto it = regions_.find(reinterpret_cast<uintptr_t>(mem->addr));
+    if (it == regions_.end() || it->second != mem)
+      return Status::InvalidArgument("this UCX memory region is not registered");
+    regions_.erase(it);
+    ucs_status_t s = ucp_mem_unmap(context_, mem->memh);
+    delete mem;
+    return s == UCS_OK ? Status::OK()
+                       : Status::Internal(std::string("ucp_mem_unmap: ") + ucs_status_string(s));
+  });
+}
+
+void UcxContext::Retire(uint64_t link_id) {
+  // Deferred: the link may be running the member function that found it finished.
+  Post([this, link_id] {
+    links_.erase(link_id);
+    live_links_ = links_.size();
+    std::lock_guard<std::mutex> lk(retire_mu_);
+    retire_cv_.notify_all();
+  });
+}
+
+void UcxContext::Shutdown(bool abrupt) {
+  if (shut_down_) return;
+  if (thread_.joinable() && OnProgressThread()) {
+    BPS_LOG(ERROR) << "UCX context " << name_ << " cannot be shut down from its own thread";
+    return;
+  }
+  shut_down_ = true;
+  if (thread_.joinable()) {
+    RunSync([this, abrupt]() -> Status {
+      std::vector<std::shared_ptr<UcxLink>> links;
+      for (auto& kv : links_) links.push_back(kv.second);
+      for (auto& l : links) {
+        {
+          std::lock_guard<std::mutex> lk(l->mu_);
+          l->local_close_ = true;
+        }
+        l->Fail(Status::Shutdown("the UCX context " + name_ + " shut down"), !abrupt, abrupt);
+      }
+      return Status::OK();
+    });
+    {
+      std::unique_lock<std::mutex> lk(retire_mu_);
+      retire_cv_.wait_for(lk, std::chrono::duration<double>(kShutdownWaitS),
+                          [&] { return live_links_.load() == 0; });
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopped_ = true;
+    }
+    stop_ = true;
+    sleeping_ = true;
+    Wake();
+    thread_.join();
+    DrainTasks();  // queued before stopped_: run them here (no thread is left to race)
+  }
+  Cleanup();
+}
+
+void UcxContext::Cleanup() {
+  // Requests and held descriptors go back before the worker (UCX insists), the worker before
+  // the links.
+  for (auto& kv : links_) kv.second->Abandon();
+  if (worker_) ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  for (auto& kv : links_) kv.second->Detach();
+  links_.clear();
+  live_links_ = 0;
+  for (auto& kv : regions_) {
+    ucp_mem_unmap(context_, kv.second->memh);
+    delete kv.second;
+  }
+  regions_.clear();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (event_fd_ >= 0) close(event_fd_);
+  epoll_fd_ = event_fd_ = -1;
+  if (context_) ucp_cleanup(context_);
+  context_ = nullptr;
+}
+
+}  // namespace byteps

@@ -1,0 +1,171 @@
+// The UCX transport's process side: one UCP context and one worker, owned by one progress thread
+// (docs/architecture.md §6 describes the frames it carries).
+//
+// Threading. The worker is created in UCS_THREAD_MODE_SINGLE and only the progress thread ever
+// calls into it: sends, receives, endpoint creation and closing, memory registration. Other
+// threads hand work over through two queues: a link with frames to send is put on a ready list
+// (the frames themselves stay in the link's intrusive SendItem list: nothing is allocated per
+// frame), anything else is a task (std::function). Every UCX callback (active message arrived,
+// send/receive completed, endpoint failed) therefore runs on the progress thread, and so do the
+// handlers' OnHeader / OnFrame / OnClosed. No UCX lock is ever taken.
+//
+// Sleeping. When ucp_worker_progress has found nothing for a few hundred rounds the thread arms
+// the worker (ucp_worker_arm) and sleeps in epoll on the worker's event fd and an eventfd of its
+// own, which a thread that queues work writes only when the progress thread sleeps (a Dekker
+// pair of sequentially consistent atomics decides). An idle process burns no CPU; with links
+// open the thread still wakes once a second so UCX's keepalive runs.
+//
+// Connecting. A peer is reached by its worker address (address(), an opaque blob of a few
+// hundred bytes that the caller carries to the peer, e.g. in the address book). Connect creates
+// an endpoint to it, sends CONNECT carrying this worker's address, and waits for ACCEPT; the
+// peer's context creates an endpoint back and asks its accept handler for the link's handler.
+// Each side names a link by a random 64-bit id; every message carries both ids, and a message
+// whose ids do not name an open link is dropped.
+//
+// UCX configures itself from the UCX_* environment (UCX_TLS, UCX_NET_DEVICES, ...): nothing
+// here overrides it. Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a failed peer is reported
+// through the error callback and never aborts the process; where no transport reaching the peer
+// can report failures (UCX 1.13's shared-memory transports alone), the endpoint falls back to
+// mode NONE and the link says so (UcxLink::peer_failure_detection): a dead peer is then noticed
+// by its CLOSE message or by the job's heartbeats only.
+#pragma once
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/connection.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace byteps {
+
+class UcxLink;
+
+// A registered memory region (RegisterMemory): sends from and rendezvous receives into any part
+// of it pass its handle to UCX, which then skips its own registration cache.
+struct UcxMemory {
+  void* addr = nullptr;
+  size_t len = 0;
+  ucp_mem_h memh = nullptr;
+};
+
+// What UCX reports about itself and this host, for the doctor.
+struct UcxInfo {
+  std::string version;      // ucp_get_version_string()
+  std::string tls;          // the UCX_TLS value UCX uses ("all" by default)
+  std::string net_devices;  // the UCX_NET_DEVICES value UCX uses
+  // Transport/device pairs a context would use after those filters ("tcp/eth0",
+  // "posix/memory"...), from ucp_context_print_info.
+  std::vector<std::string> resources;
+  std::string error;  // why a context could not be created; empty when it could
+};
+UcxInfo QueryUcxInfo();
+
+class UcxContext {
+ public:
+  // Creates the UCP context, its worker and the progress thread. `name` appears in UCX's logs
+  // and in error messages. A UCX that cannot start (e.g. UCX_TLS names no available transport)
+  // is a Status::Config naming UCX and the UCX_TLS / UCX_NET_DEVICES values in force.
+  static Status Create(const std::string& name, std::unique_ptr<UcxContext>* out);
+  ~UcxContext();  // Shutdown()
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+
+  // This worker's address: what a peer passes to Connect.
+  const std::string& address() const { return address_; }
+  const std::string& name() const { return name_; }
+  // "UCX_TLS=..., UCX_NET_DEVICES=..." as UCX read them: for error messages.
+  const std::string& config_summary() const { return config_summary_; }
+
+  // Each link a peer opens becomes a connection (UcxConnection, not yet started: its frames
+  // wait for Start()) with `handler`, handed to `on_connection` on the progress thread. Without
+  // them (the default) links are refused and the peer's Connect fails.
+  using AcceptFn = std::function<void(std::unique_ptr<Connection> conn)>;
+  void SetAcceptHandler(ConnectionHandler* handler, AcceptFn on_connection);
+
+  // Opens a link to the worker at `peer_address` (its address()) and waits at most timeout_s for
+  // the peer's ACCEPT; *out is a UcxConnection, not yet started. Errors: Timeout, PeerLost (the
+  // peer refused, is gone, or no transport in UCX_TLS reaches it). Not from the progress thread.
+  Status Connect(const std::string& peer_address, const std::string& peer_name,
+                 ConnectionHandler* handler, double timeout_s, std::unique_ptr<Connection>* out);
+
+  // ucp_mem_map of [addr, addr+len) (the Van's RegisterMemory hook). Regions must not start at
+  // the same address. The region must stay registered while frames use it.
+  Status RegisterMemory(void* addr, size_t len, UcxMemory** out);
+  Status DeregisterMemory(UcxMemory* mem);
+
+  // Closes every link and stops the thread; then no call reaches UCX. Links are closed with a
+  // CLOSE message to their peer (OnClosed with PeerLost there), or, `abrupt` (tests: a crash),
+  // with the endpoints force-closed and nothing said. Not from the progress thread. Idempotent.
+  void Shutdown(bool abrupt = false);
+
+  // --- for UcxLink (progress-thread plumbing) ---
+  ucp_worker_h worker() const { return worker_; }
+  bool OnProgressThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  // Runs fn on the progress thread (false: the context has stopped; fn was not queued).
+  bool Post(std::function<void()> fn);
+  // Runs fn on the progress thread and waits for its status (at once on that thread).
+  Status RunSync(const std::function<Status()>& fn, double timeout_s = 30);
+  // The link has frames in its send list.
+  void EnqueueSends(std::shared_ptr<UcxLink> link);
+  // The registered region containing [p, p+len), or null (progress thread).
+  ucp_mem_h FindMemh(const void* p, size_t len) const;
+  // The link's endpoint is closed and nothing is pending: forget it (progress thread).
+  void Retire(uint64_t link_id);
+  uint64_t NewLinkId();
+  // Bounded log of what peers send wrong.
+  void LogPeerError(const std::string& what);
+
+ private:
+  explicit UcxContext(std::string name) : name_(std::move(name)) {}
+  Status Init();
+  void Loop();
+  size_t DrainTasks();
+  void Wake();
+  void Cleanup();  // after the thread stopped
+  static ucs_status_t AmRecv(void* arg, const void* header, size_t header_length, void* data,
+                             size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t OnAm(const void* header, size_t header_length, void* data, size_t length,
+                    bool rndv, bool persistent);
+  void OnConnectRequest(std::string peer_address, uint64_t peer_link, std::string peer_name);
+
+  std::string name_;
+  std::string address_;
+  std::string config_summary_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int worker_fd_ = -1, event_fd_ = -1, epoll_fd_ = -1;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+
+  std::mutex mu_;  // tasks_, ready_, stopped_, accept_handler_, accept_fn_
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::shared_ptr<UcxLink>> ready_;
+  bool stopped_ = false;  // no more tasks accepted
+  ConnectionHandler* accept_handler_ = nullptr;
+  AcceptFn accept_fn_;
+  std::atomic<size_t> pending_{0};  // tasks + ready links queued
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stop_{false};
+
+  // Progress thread only.
+  std::unordered_map<uint64_t, std::shared_ptr<UcxLink>> links_;
+  std::map<uintptr_t, UcxMemory*> regions_;
+  std::atomic<size_t> live_links_{0};  // links_.size(), read by Shutdown
+  std::mutex retire_mu_;
+  std::condition_variable retire_cv_;
+  LogLimiter peer_log_;
+  bool shut_down_ = false;
+};
+
+}  // namespace byteps

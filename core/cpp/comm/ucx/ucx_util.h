@@ -1,0 +1,20 @@
+// Small UCX helpers shared by the context and the doctor: what UCX prints, captured as text.
+#pragma once
+#include <ucp/api/ucp.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace byteps {
+
+// Runs print(stream) on an in-memory stream and returns what it wrote ("" if none could be
+// opened).
+std::string CaptureUcxOutput(const std::function<void(FILE*)>& print);
+// The UCX_TLS and UCX_NET_DEVICES values of `config` (as UCX parsed them from the environment).
+void ReadUcxConfig(const ucp_config_t* config, std::string* tls, std::string* net_devices);
+// "tls/device" of every resource line of ucp_context_print_info's text.
+std::vector<std::string> ParseUcxResources(const std::string& context_info);
+
+}  // namespace byteps

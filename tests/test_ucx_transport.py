@@ -1,0 +1,131 @@
+"""The UCX transport (core/cpp/comm/ucx) on its own, before a van uses it: two UCX contexts in
+one process connect by exchanging worker addresses (no socket of ours) and exchange frames of
+0 B to 64 MiB into buffers the receiver chooses; sizes from a peer are bounded as on TCP; a
+closed, shut-down, refused or killed peer is reported as PeerLost; an idle process sleeps.
+
+Each scenario runs in a child (tests/workers/ucx_transport_worker.py) whose environment sets
+UCX_TLS: ``tcp``, and ``shm`` (posix/sysv shared memory with cma, whatever UCX finds here).
+UCX reads its configuration itself when a context is created; nothing overrides it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from jobs import TESTS, clean_job_env
+
+from byteps import _core
+
+pytestmark = pytest.mark.skipif(
+    not _core.testing.ucx_available,
+    reason="this build has no UCX transport (pkg-config found no ucx at build time)")
+
+WORKER = str(TESTS / "workers" / "ucx_transport_worker.py")
+TLS = ["tcp", "shm"]
+
+
+def run(scenario: str, tls: str, timeout: float = 240) -> dict:
+    proc = subprocess.run([sys.executable, WORKER, scenario], env=clean_job_env({"UCX_TLS": tls}),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (
+        f"{scenario} with UCX_TLS={tls}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n"
+        f"{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.mark.parametrize("tls", TLS)
+def test_frames_arrive_byte_exact_in_order(tls):
+    r = run("frames", tls)
+    assert f"UCX_TLS={tls}" in r["config"]
+    for s in r["sizes"]:
+        assert s["sent"] == [(100 + r["sizes"].index(s), "OK")] or s["sent"][0][1] == "OK", s
+        assert s["payload_len"] == s["size"] and s["in_buffer"], s
+        assert s["exact"] and s["tail_untouched"], s
+    assert r["own_exact"] and r["reverse_exact"]
+    assert r["order"] and r["order_exact"] and r["flush"]
+    rx = r["stats_rx"]
+    # 64 MiB and the 2 MiB frames of the order test go by rendezvous, straight into place.
+    assert rx["rndv_received"] >= 1, r
+    assert rx["frames_received"] == len(r["sizes"]) + 1 + 24
+    assert r["stats_tx"]["frames_sent"] == len(r["sizes"]) + 1 + 24
+    for size in (4096, 8 << 20):
+        sink = r[f"sink_{size}"]
+        assert sink["exact"] and sink["in_buffer"], sink
+        full, last = divmod(size, 128 << 10)
+        assert sink["chunks"] == [128 << 10] * full + ([last] if last else []), sink
+    assert r["held_before_start"] and r["after_start"] and r["held_max"] == 3
+    # tcp reports a failed peer; UCX 1.13's shared memory alone cannot (error mode none).
+    assert r["peer_failure_detection"] == (tls == "tcp")
+
+
+@pytest.mark.parametrize("tls", TLS)
+def test_sizes_from_a_peer_are_bounded(tls):
+    r = run("bounds", tls)
+    assert r["scratch_4mib_exact"]
+    assert r["discard_100"] and r["discard_8388608"] and r["usable_after_discard"]
+    assert [code for _k, code in r["sent_before_bound"]] == ["OK"] * 4
+    code, msg = r["scratch_over_bound_receiver"]
+    assert code == "INVALID_ARGUMENT" and "nothing expects" in msg, msg
+    assert r["scratch_over_bound_sender"][0] == "PEER_LOST"
+    assert r["sent_after_bound"][1] == [6, "PEER_LOST"]
+    assert r["nothing_delivered"]
+    for name in ("rejected_by_handler", "unknown_type", "pull_with_payload", "control_over_4mib"):
+        case = r[name]
+        assert case["receiver"][0] == "INVALID_ARGUMENT", (name, case)
+        assert case["sender"][0] == "PEER_LOST", (name, case)
+        assert not case["delivered"], (name, case)
+    assert "rejects key 7" in r["rejected_by_handler"]["receiver"][1]
+    assert "unknown message type 99" in r["unknown_type"]["receiver"][1]
+
+
+@pytest.mark.parametrize("tls", TLS)
+def test_lost_peers_are_reported(tls):
+    r = run("peer_lost", tls)
+    assert r["close_remote"][0] == "PEER_LOST" and "closed the link" in r["close_remote"][1]
+    assert r["close_local_no_callback"] and r["joined"]
+    assert r["send_on_closed"] == [[1, "PEER_LOST"]]
+    assert r["shutdown_remote"][0] == "PEER_LOST" and r["shutdown_detect_s"] < 5
+    if tls == "tcp":
+        assert r["abrupt_detectable"]
+        code, msg = r["abrupt_remote"]
+        assert code == "PEER_LOST" and "UCX endpoint" in msg, msg
+        assert r["abrupt_detect_s"] < 30
+    assert r["refused"][0] == "PeerLostError" and "refused" in r["refused"][1]
+    assert r["connect_gone"][0] in ("PeerLostError", "BytePSTimeoutError", "ConfigError")
+    assert r["connect_gone_s"] < 10
+
+
+def test_a_killed_peer_process_is_reported():
+    r = run("crash", "tcp")
+    assert r["detection"] and r["received"] and r["child_said"] == "SENT"
+    code, msg = r["closed"]
+    assert code == "PEER_LOST" and "UCX" in msg, msg
+    assert r["detect_s"] < 30
+    print(f"\nUCX tcp: SIGKILLed peer reported after {r['detect_s']:.3f} s: {msg}")
+
+
+@pytest.mark.parametrize("tls", TLS)
+def test_idle_links_cost_no_cpu(tls):
+    r = run("idle_cpu", tls)
+    # Two progress threads spinning would use ~4 s of CPU in 2 s.
+    assert r["cpu_s"] < 0.2 * r["wall_s"], r
+
+
+def test_ucx_start_failure_names_ucx_and_the_transports():
+    r = run("init_failure", "nonsense")
+    cls, msg = r["error"]
+    assert cls == "ConfigError" and "UCX" in msg and "UCX_TLS=nonsense" in msg, msg
+    assert r["doctor"]["tls"] == "nonsense" and "UCX_TLS=nonsense" in r["doctor"]["error"]
+
+
+@pytest.mark.parametrize("tls", TLS)
+def test_benchmark_64mib(tls):
+    """A printout, not an assertion on speed."""
+    r = run("bench", tls)
+    gbs = r["size"] / r["median_s"] / 1e9
+    print(f"\nUCX_TLS={tls}: 64 MiB in {r['median_s'] * 1e3:.1f} ms median "
+          f"({gbs:.2f} GB/s, best {r['min_s'] * 1e3:.1f} ms), rendezvous frames {r['rndv']}")

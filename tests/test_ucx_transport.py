@@ -58,6 +58,9 @@ def test_frames_arrive_byte_exact_in_order(tls):
         full, last = divmod(size, 128 << 10)
         assert sink["chunks"] == [128 << 10] * full + ([last] if last else []), sink
     assert r["held_before_start"] and r["after_start"] and r["held_max"] == 3
+    # key 104's buffer was registered by prepare(): again is refused, then unregistered once.
+    assert r["registration"] == ["InvalidArgumentError", "ok", "InvalidArgumentError"]
+    assert r["after_unregister"]
     # tcp reports a failed peer; UCX 1.13's shared memory alone cannot (error mode none).
     assert r["peer_failure_detection"] == (tls == "tcp")
 

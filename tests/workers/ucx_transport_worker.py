@@ -112,6 +112,19 @@ def frames():
     got = [b.recv(30) for _ in early]
     out["after_start"] = [r and r["payload"] for r in got] == early
     out["held_max"] = b.stats(lbc)["held_max"]
+    # Registration by start address: twice is refused, unregistering twice too; a frame into
+    # the buffer after unregistering still arrives (UCX registers it itself then).
+    registration = []
+    for reg in (True, False, False):
+        try:
+            b.register_buffer(104, register=reg)
+            registration.append("ok")
+        except BytePSError as err:
+            registration.append(type(err).__name__)
+    a.send(la, 104, PUSH, payload=b"unregistered")
+    rx = b.recv(30)
+    out["registration"] = registration
+    out["after_unregister"] = rx is not None and b.buffer(104)[:12] == b"unregistered"
     c.shutdown()
     a.shutdown()
     b.shutdown()

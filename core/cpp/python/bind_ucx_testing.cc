@@ -116,10 +116,24 @@ class UcxTestPeer : public PsConnectionHandler {
   void Prepare(uint64_t key, size_t size, bool reg) {
     auto buf = std::make_shared<Buffer>();
     buf->data.assign(size, '\xee');
-    if (reg) Check(Ctx()->RegisterMemory(&buf->data[0], size, &buf->mem));
+    if (reg) Check(Ctx()->RegisterMemory(&buf->data[0], size));
     std::lock_guard<std::mutex> lk(mu_);
     buffers_[key] = buf;
     policy_[key] = Policy::kBuffer;
+  }
+
+  // RegisterMemory / UnregisterMemory of the buffer prepared for `key` (errors raise).
+  void RegisterBuffer(uint64_t key, bool reg) {
+    void* addr;
+    size_t size;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = buffers_.find(key);
+      if (it == buffers_.end()) ThrowInvalidArgument("no buffer prepared for this key");
+      addr = &it->second->data[0];
+      size = it->second->data.size();
+    }
+    Check(reg ? Ctx()->RegisterMemory(addr, size) : Ctx()->UnregisterMemory(addr));
   }
 
   py::bytes BufferBytes(uint64_t key) {
@@ -132,7 +146,7 @@ class UcxTestPeer : public PsConnectionHandler {
   int Stage(const std::string& data, bool reg) {
     auto buf = std::make_shared<Buffer>();
     buf->data = data;
-    if (reg && !data.empty()) Check(Ctx()->RegisterMemory(&buf->data[0], data.size(), &buf->mem));
+    if (reg && !data.empty()) Check(Ctx()->RegisterMemory(&buf->data[0], data.size()));
     std::lock_guard<std::mutex> lk(mu_);
     staged_.push_back(buf);
     return static_cast<int>(staged_.size()) - 1;
@@ -258,8 +272,6 @@ class UcxTestPeer : public PsConnectionHandler {
       ctx_->Shutdown(abrupt);
       std::lock_guard<std::mutex> lk(mu_);
       conns.swap(conns_);
-      for (auto& b : buffers_) b.second->mem = nullptr;  // unmapped by the context
-      for (auto& b : staged_) b->mem = nullptr;
     }
     conns.clear();
     ctx_.reset();
@@ -331,7 +343,6 @@ class UcxTestPeer : public PsConnectionHandler {
  private:
   struct Buffer {
     std::string data;
-    UcxMemory* mem = nullptr;
   };
   struct Rx {
     int link = -1;
@@ -420,6 +431,8 @@ void BindUcxTesting(py::module_& root) {
       .def("prepare", &UcxTestPeer::Prepare, py::arg("key"), py::arg("size"),
            py::arg("register") = false)
       .def("buffer", &UcxTestPeer::BufferBytes, py::arg("key"))
+      .def("register_buffer", &UcxTestPeer::RegisterBuffer, py::arg("key"),
+           py::arg("register") = true)
       .def("stage", &UcxTestPeer::Stage, py::arg("data"), py::arg("register") = false)
       .def("send", &UcxTestPeer::Send, py::arg("link"), py::arg("key"), py::arg("type") = 21,
            py::arg("staged") = -1, py::arg("payload") = std::string())

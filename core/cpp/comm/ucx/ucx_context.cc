@@ -344,7 +344,8 @@ ucs_status_t UcxContext::OnAm(const void* header, size_t header_length, void* da
   }
   auto it = links_.find(h.dst_link);
   if (it == links_.end()) {
-    LogPeerError("message for an unknown link");
+    // A CLOSE crossing ours is normal: the link is already gone here.
+    if (kind != UcxKind::kClose) LogPeerError("message for an unknown link");
     return refuse;
   }
   UcxLink* link = it->second.get();
@@ -378,15 +379,14 @@ ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
   auto it = regions_.upper_bound(a);
   if (it == regions_.begin()) return nullptr;
   --it;
-  const UcxMemory* m = it->second;
-  const auto base = reinterpret_cast<uintptr_t>(m->addr);
-  return a - base <= m->len && len <= m->len - (a - base) ? m->memh : nullptr;
+  const UcxRegion& m = it->second;
+  const auto base = reinterpret_cast<uintptr_t>(m.addr);
+  return a - base <= m.len && len <= m.len - (a - base) ? m.memh : nullptr;
 }
 
-Status UcxContext::RegisterMemory(void* addr, size_t len, UcxMemory** out) {
+Status UcxContext::RegisterMemory(void* addr, size_t len) {
   if (!addr || len == 0) return Status::InvalidArgument("registering an empty memory region");
-  auto result = std::make_shared<UcxMemory*>(nullptr);
-  Status st = RunSync([this, addr, len, result]() -> Status {
+  return RunSync([this, addr, len]() -> Status {
     const auto a = reinterpret_cast<uintptr_t>(addr);
     if (regions_.count(a))
       return Status::InvalidArgument("a UCX memory region already starts at this address");
@@ -399,24 +399,18 @@ Status UcxContext::RegisterMemory(void* addr, size_t len, UcxMemory** out) {
     if (s != UCS_OK)
       return Status::Internal("UCX could not register " + std::to_string(len) +
                               " bytes: " + ucs_status_string(s));
-    auto* m = new UcxMemory{addr, len, memh};
-    regions_[a] = m;
-    *result = m;
+    regions_[a] = UcxRegion{addr, len, memh};
     return Status::OK();
   });
-  if (st.ok()) *out = *result;
-  return st;
 }
 
-Status UcxContext::DeregisterMemory(UcxMemory* mem) {
-  if (!mem) return Status::InvalidArgument("deregistering a null UCX memory region");
-  return RunSync([this, mem]() -> Status {
-    auto it = regions_.find(reinterpret_cast<uintptr_t>(mem->addr));
-    if (it == regions_.end() || it->second != mem)
-      return Status::InvalidArgument("this UCX memory region is not registered");
+Status UcxContext::UnregisterMemory(void* addr) {
+  return RunSync([this, addr]() -> Status {
+    auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
+    if (it == regions_.end())
+      return Status::InvalidArgument("no UCX memory region starts at this address");
+    ucs_status_t s = ucp_mem_unmap(context_, it->second.memh);
     regions_.erase(it);
-    ucs_status_t s = ucp_mem_unmap(context_, mem->memh);
-    delete mem;
     return s == UCS_OK ? Status::OK()
                        : Status::Internal(std::string("ucp_mem_unmap: ") + ucs_status_string(s));
   });
@@ -479,10 +473,7 @@ void UcxContext::Cleanup() {
   for (auto& kv : links_) kv.second->Detach();
   links_.clear();
   live_links_ = 0;
-  for (auto& kv : regions_) {
-    ucp_mem_unmap(context_, kv.second->memh);
-    delete kv.second;
-  }
+  for (auto& kv : regions_) ucp_mem_unmap(context_, kv.second.memh);
   regions_.clear();
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (event_fd_ >= 0) close(event_fd_);

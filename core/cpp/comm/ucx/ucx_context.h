@@ -53,7 +53,7 @@ class UcxLink;
 
 // A registered memory region (RegisterMemory): sends from and rendezvous receives into any part
 // of it pass its handle to UCX, which then skips its own registration cache.
-struct UcxMemory {
+struct UcxRegion {
   void* addr = nullptr;
   size_t len = 0;
   ucp_mem_h memh = nullptr;
@@ -99,10 +99,11 @@ class UcxContext {
   Status Connect(const std::string& peer_address, const std::string& peer_name,
                  ConnectionHandler* handler, double timeout_s, std::unique_ptr<Connection>* out);
 
-  // ucp_mem_map of [addr, addr+len) (the Van's RegisterMemory hook). Regions must not start at
-  // the same address. The region must stay registered while frames use it.
-  Status RegisterMemory(void* addr, size_t len, UcxMemory** out);
-  Status DeregisterMemory(UcxMemory* mem);
+  // ucp_mem_map of [addr, addr+len) and its undoing, by the start address (the Van's
+  // RegisterMemory / UnregisterMemory hooks). Two regions must not start at the same address
+  // (InvalidArgument); a region must stay registered while frames use it.
+  Status RegisterMemory(void* addr, size_t len);
+  Status UnregisterMemory(void* addr);
 
   // Closes every link and stops the thread; then no call reaches UCX. Links are closed with a
   // CLOSE message to their peer (OnClosed with PeerLost there), or, `abrupt` (tests: a crash),
@@ -160,7 +161,7 @@ class UcxContext {
 
   // Progress thread only.
   std::unordered_map<uint64_t, std::shared_ptr<UcxLink>> links_;
-  std::map<uintptr_t, UcxMemory*> regions_;
+  std::map<uintptr_t, UcxRegion> regions_;
   std::atomic<size_t> live_links_{0};  // links_.size(), read by Shutdown
   std::mutex retire_mu_;
   std::condition_variable retire_cv_;

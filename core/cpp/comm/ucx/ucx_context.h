@@ -18,9 +18,11 @@
 // Connecting. A peer is reached by its worker address (address(), an opaque blob of a few
 // hundred bytes that the caller carries to the peer, e.g. in the address book). Connect creates
 // an endpoint to it, sends CONNECT carrying this worker's address, and waits for ACCEPT; the
-// peer's context creates an endpoint back and asks its accept handler for the link's handler.
+// peer's context creates an endpoint back and hands the new connection to its accept function.
 // Each side names a link by a random 64-bit id; every message carries both ids, and a message
-// whose ids do not name an open link is dropped.
+// whose ids do not name an open link is dropped. Nothing here authenticates a peer: whoever
+// knows the worker address can open a link (a van must run the job-secret handshake over it
+// before handing it out).
 //
 // UCX configures itself from the UCX_* environment (UCX_TLS, UCX_NET_DEVICES, ...): nothing
 // here overrides it. Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a failed peer is reported

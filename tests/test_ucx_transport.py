@@ -112,6 +112,13 @@ def test_a_killed_peer_process_is_reported():
 
 
 @pytest.mark.parametrize("tls", TLS)
+def test_a_killed_peer_s_unfetched_rendezvous_fails_the_link(tls):
+    r = run("crash_rendezvous", tls)
+    assert r["child_said"] == "SENT" and r["announced"] and not r["delivered"]
+    assert r["closed"][0] == "PEER_LOST", r
+
+
+@pytest.mark.parametrize("tls", TLS)
 def test_idle_links_cost_no_cpu(tls):
     r = run("idle_cpu", tls)
     # Two progress threads spinning would use ~4 s of CPU in 2 s.

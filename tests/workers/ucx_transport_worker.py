@@ -263,6 +263,47 @@ def crash():
     return out
 
 
+CHILD_RNDV = """
+import sys, time
+from byteps import _core
+p = _core.testing.UcxTestPeer("crash-child")
+link = p.connect(bytes.fromhex(sys.stdin.readline().strip()), timeout=20, name="parent")
+p.send(link, 1, 21, payload=bytes(8 << 20))
+print("SENT", flush=True)
+time.sleep(600)
+"""
+
+
+def crash_rendezvous():
+    """A peer killed after announcing an 8 MiB frame the survivor has not fetched yet (its
+    connection not started): fetching it then fails; the link reports PeerLost, nothing aborts,
+    also where UCX runs the endpoint in error mode NONE (shared memory alone)."""
+    b = T.UcxTestPeer("crash-parent")
+    b.set_autostart(False)
+    child = subprocess.Popen([sys.executable, "-c", CHILD_RNDV], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        child.stdin.write(b.address.hex() + "\n")
+        child.stdin.flush()
+        lb = b.accept(30)
+        out = {"child_said": child.stdout.readline().strip()}
+        deadline = time.monotonic() + 20
+        while b.stats(lb)["held_max"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the announcement has arrived (held: not started)
+        out["announced"] = b.stats(lb)["held_max"] == 1
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        b.start(lb)
+        out["delivered"] = b.recv(5) is not None
+        out["closed"] = b.wait_closed(lb, 30)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+    b.shutdown()
+    return out
+
+
 def idle_cpu():
     """Two connected peers, idle for 2 s: CPU time of the whole process."""
     a, b, la, lb = pair("idle")

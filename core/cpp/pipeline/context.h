@@ -14,6 +14,7 @@
 #include "comm/connection.h"
 #include "common/dtype.h"
 #include "pipeline/stage_table.h"
+#include "ps/ps_client.h"
 #include "scheduling/partitioner.h"
 
 namespace byteps {
@@ -40,14 +41,12 @@ struct PartTask {
   // Reused frames: the push (payload straight from the buffer) and the pull request.
   SendItem push_item;
   SendItem pull_item;
-  bool receiving = false;  // a pull response is being received into this task's buffer
-  // This round's pull response went straight to the output, averaged (WorkerCore::PullSink):
-  // COPY_OUT has nothing left to do.
+  // The pull of this partition's sum, as the PS client tracks it (reused every round): whether
+  // a response is being received into this task's buffer, the servers' stall reports.
+  PendingPull pull;
+  // This round's pull response went straight to the output, averaged on the way in
+  // (WorkerCore::PullDestination): COPY_OUT has nothing left to do.
   bool pulled_final = false;
-  // Stall inspector (under WorkerCore::pull_mu_): the server's answer to a STALL_QUERY for
-  // this partition's current round: worker machines that have not pushed it.
-  bool stall_reported = false;
-  std::vector<int> stall_missing;
 };
 
 struct TensorContext {

@@ -1,6 +1,7 @@
-// The worker core: one per worker process. Owns the tensor table, the stage loops, the local
-// signalling channel and (on the local root of a distributed job) the connections to the
-// scheduler and the servers. Entry points are the functions in api.h.
+// The worker core: one per worker process. Owns the tensor table, the stage loops, gates,
+// handles, the watchdog and the local signalling channel; on the local root of a distributed
+// job it reaches the scheduler and the servers only through its PS client (ps/ps_client.h),
+// whose PullSink it is. Entry points are the functions in api.h.
 #pragma once
 #include <atomic>
 #include <map>
@@ -18,8 +19,7 @@
 #include "pipeline/context.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
-#include "ps/control_client.h"
-#include "ps/protocol.h"
+#include "ps/ps_client.h"
 #include "scheduling/scheduled_queue.h"
 
 namespace byteps {
@@ -59,7 +59,7 @@ struct WorkerConfig {
 // Reads and validates every knob for a worker process (raises nothing; returns the error).
 Status LoadWorkerConfig(const Knobs& knobs, WorkerConfig* cfg);
 
-class WorkerCore : public PsConnectionHandler {
+class WorkerCore : public PullSink {
  public:
   explicit WorkerCore(WorkerConfig cfg);
   ~WorkerCore() override;
@@ -74,12 +74,10 @@ class WorkerCore : public PsConnectionHandler {
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
 
-  // Server connections (worker side of the data plane).
-  Status OnHeader(Connection* c, const FrameHeader& h, void** dest) override;
-  // Connection::PayloadSink of large pull responses into the output (local_size 1).
-  static void PullSink(void* arg, char* dst, char* chunk, size_t len);
-  void OnFrame(Connection* c, const FrameHeader& h, void* payload) override;
-  void OnClosed(Connection* c, const Status& why) override;
+  // PullSink (the PS client's receiving threads): a pull response goes into the aggregate
+  // (local_size > 1) or the output, a large one streamed and averaged on the way in.
+  PullDest PullDestination(PendingPull* p, uint64_t payload_len) override;
+  void OnPulled(PendingPull* p) override;
 
  private:
   friend struct StageTable;  // its rows name the Run* members
@@ -127,9 +125,9 @@ class WorkerCore : public PsConnectionHandler {
   void ListenLoop();
   void OnLocalSignal(const LocalSignal& s);
   void OnGateReleased(PartTask* t);
-  // --- remote (worker_remote.cc) ---
+  // --- remote: the PS client's side of the stages (worker_remote.cc) ---
   void SendDeclare(TensorContext* ctx);
-  void OnControlMessage(const FrameHeader& h, const char* payload, size_t len);
+  void OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a);
   void OnPushSent(PartTask* t, const Status& st);
   static void PushSentThunk(void* arg, const Status& st);
 
@@ -160,19 +158,8 @@ class WorkerCore : public PsConnectionHandler {
   LocalChannel channel_;
   std::unique_ptr<std::atomic<bool>[]> local_bye_;
 
-  // distributed (local root)
-  std::unique_ptr<Van> van_;  // outlives control_ and servers_
-  std::unique_ptr<ControlClient> control_;
-  std::vector<std::unique_ptr<Connection>> servers_;
-  std::vector<std::string> server_names_;
-  std::mutex pull_mu_;
-  std::condition_variable pull_cv_;
-  std::unordered_map<uint64_t, PartTask*> pending_pulls_;
-  // Worker machines that have finalized while this one goes on (WORKER_LEFT), and when the
-  // last one did.
-  std::mutex left_mu_;
-  std::set<int> left_machines_;
-  std::chrono::steady_clock::time_point left_at_{};
+  // distributed (local root): the scheduler and the servers
+  std::unique_ptr<PsClient> ps_;
 };
 
 }  // namespace byteps

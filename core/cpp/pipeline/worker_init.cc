@@ -194,38 +194,27 @@ Status WorkerCore::LocalRendezvous() {
 }
 
 Status WorkerCore::ConnectToJob() {
-  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
-  control_ = std::make_unique<ControlClient>(
-      [this](const FrameHeader& h, const char* p, size_t n) { OnControlMessage(h, p, n); },
-      [this](const Status& st) { Fatal(st, false); });
-  BPS_RETURN_IF_ERROR(control_->Connect(van_.get(), cfg_.root_uri, cfg_.root_port, cfg_.timeout_s));
-  std::string host = cfg_.node_host;
-  if (host.empty() && !cfg_.interface.empty()) host = InterfaceAddress(cfg_.interface);
-  if (host.empty()) host = control_->LocalAddress();
+  PsClientConfig pc;
+  pc.worker_id = cfg_.worker_id;
+  pc.num_worker = cfg_.num_worker;
+  pc.root_uri = cfg_.root_uri;
+  pc.root_port = cfg_.root_port;
+  pc.heartbeat_interval_s = cfg_.heartbeat_interval_s;
+  pc.heartbeat_timeout_s = cfg_.heartbeat_timeout_s;
+  ps_ = std::make_unique<PsClient>(
+      pc, this, [this](const Status& st, bool report) { Fatal(st, report); },
+      [this] { return failed_.load(); }, [this] { return stopping_.load(); });
   RegisterMsg reg;
   reg.role = NodeRole::kWorker;
   reg.worker_id = cfg_.worker_id;
-  reg.host = host;
+  reg.host = cfg_.node_host;  // empty: the address on the route to the scheduler
+  if (reg.host.empty() && !cfg_.interface.empty()) reg.host = InterfaceAddress(cfg_.interface);
   reg.local_size = static_cast<uint32_t>(cfg_.local_size);
   reg.num_worker = static_cast<uint32_t>(cfg_.num_worker);
   reg.num_server = static_cast<uint32_t>(cfg_.num_server);
   reg.partition_bound = cfg_.partition_bound;
   reg.pid = static_cast<uint32_t>(getpid());
-  AddressBook book;
-  BPS_RETURN_IF_ERROR(control_->Register(reg, cfg_.timeout_s, &book));
-  for (auto& s : book.servers) {
-    std::string name = "server " + std::to_string(s.rank) + " at " + s.host + ":" + std::to_string(s.port);
-    std::unique_ptr<Connection> conn;
-    Status st = van_->Connect(s.host, static_cast<int>(s.port), cfg_.timeout_s, this, name, &conn);
-    if (!st.ok()) return Status(st.code(), "cannot reach " + name + ": " + st.message());
-    conn->tag = static_cast<int>(s.rank);
-    conn->Start();
-    conn->SendControl(MsgType::kHello, "", 0, static_cast<uint32_t>(cfg_.worker_id));
-    servers_.push_back(std::move(conn));
-    server_names_.push_back(name);
-  }
-  control_->StartHeartbeats(cfg_.heartbeat_interval_s, cfg_.heartbeat_timeout_s);
-  return Status::OK();
+  return ps_->Connect(reg, cfg_.timeout_s);
 }
 
 void WorkerCore::StartThreads() {
@@ -259,13 +248,10 @@ void WorkerCore::Stop() {
       }
     }
   }
-  if (control_) {
-    for (auto& c : servers_) {
-      c->SendControl(MsgType::kGoodbye, "");
-      c->Flush(2.0);
-    }
+  if (ps_) {
+    ps_->Goodbye();
     if (!failed_) {
-      Status st = control_->Finalize(cfg_.timeout_s);
+      Status st = ps_->Finalize(cfg_.timeout_s);
       if (!st.ok()) BPS_LOG(WARNING) << "shutdown: " << st.message();
     }
   }
@@ -275,8 +261,7 @@ void WorkerCore::Stop() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
-  for (auto& c : servers_) c->Join();
-  if (control_) control_->Close();
+  if (ps_) ps_->Close();
   channel_.Close();
   for (auto& ctx : contexts_) {
     if (!ctx->shm) continue;

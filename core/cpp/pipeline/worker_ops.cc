@@ -6,7 +6,6 @@
 
 #include "common/logging.h"
 #include "pipeline/worker.h"
-#include "ps/control_msgs.h"
 
 namespace byteps {
 
@@ -65,6 +64,8 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
     t->ctx = ctx;
     t->part = p;
     t->key = PartitionKey(ctx->declared_key, p.index);
+    t->pull.key = t->key;
+    t->pull.arg = t.get();
     ctx->parts.push_back(std::move(t));
   }
   if (cfg_.local_size > 1 && a.nbytes > 0) {
@@ -75,8 +76,9 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   }
   if (!cfg_.distributed || !cfg_.is_root()) ctx->declared = true;
   if (cfg_.distributed && cfg_.is_root()) {
-    std::lock_guard<std::mutex> lk(pull_mu_);
-    for (auto& t : ctx->parts) pending_pulls_[t->key] = nullptr;  // no rehash in steady state
+    std::vector<uint64_t> keys;
+    for (auto& t : ctx->parts) keys.push_back(t->key);
+    ps_->ReservePulls(keys);  // no rehash in steady state
   }
   ctx->initialized = true;
   return Status::OK();
@@ -189,16 +191,11 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
   }
   if (!st.ok()) {
     // No late pull response may write into the caller's buffers after we report the failure.
-    std::unique_lock<std::mutex> lk(pull_mu_);
-    for (auto& t : ctx->parts) {
-      auto it = pending_pulls_.find(t->key);
-      if (it != pending_pulls_.end()) it->second = nullptr;
+    if (ps_) {
+      std::vector<PendingPull*> pulls;
+      for (auto& t : ctx->parts) pulls.push_back(&t->pull);
+      ps_->CancelPulls(pulls, cfg_.timeout_s);
     }
-    pull_cv_.wait_for(lk, std::chrono::duration<double>(cfg_.timeout_s), [&] {
-      for (auto& t : ctx->parts)
-        if (t->receiving) return false;
-      return true;
-    });
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }
   handles_.MarkDone(h, st);
@@ -222,7 +219,7 @@ void WorkerCore::Fatal(const Status& st, bool report) {
     failed_ = true;
   }
   BPS_LOG(ERROR) << fatal_.message();
-  if (report && control_) control_->Send(MsgType::kNodeFailed, EncodeText(fatal_.message()));
+  if (report && ps_) ps_->ReportFailure(fatal_.message());
   if (cfg_.local_size > 1) {
     LocalSignal s;
     s.type = static_cast<uint8_t>(LocalSignalType::kFatal);

@@ -1,15 +1,10 @@
-// The local root's side of the distributed job: tensor declaration with the scheduler, push and
-// pull with the servers (push straight from the buffer, pull straight into place).
-#include <unistd.h>
-
-#include <cstring>
+// The local root's side of the distributed job, over its PS client (ps/ps_client.h): the
+// declaration's answer, the PUSH stage, where pull responses go and what follows them.
 #include <set>
 
 #include "common/logging.h"
 #include "pipeline/worker.h"
 #include "reduce/copy.h"
-#include "reduce/sum.h"
-#include "ps/control_msgs.h"
 
 namespace byteps {
 
@@ -20,32 +15,13 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   m.dtype = static_cast<uint8_t>(ctx->dtype);
   m.shape = ctx->shape;
   m.nbytes = ctx->nbytes;
-  control_->Send(MsgType::kDeclare, Encode(m), ctx->declared_key);
+  ps_->Declare(ctx->declared_key, m, [this, ctx](const DeclareAnswer& a) { OnDeclareAnswer(ctx, a); });
 }
 
-void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t len) {
-  if (TypeOf(h) == MsgType::kWorkerLeft) {
-    if (h.sender >= static_cast<uint32_t>(cfg_.num_worker)) return;
-    std::lock_guard<std::mutex> lk(left_mu_);
-    left_machines_.insert(static_cast<int>(h.sender));
-    left_at_ = std::chrono::steady_clock::now();
-    return;
-  }
-  if (TypeOf(h) != MsgType::kDeclareReply) return;
-  TensorContext* ctx = nullptr;
-  {
-    std::lock_guard<std::mutex> lk(ctx_mu_);
-    if (h.key < contexts_.size()) ctx = contexts_[h.key].get();
-  }
-  if (!ctx) {
-    BPS_LOG(WARNING) << "DECLARE_REPLY for unknown key " << h.key;
-    return;
-  }
-  const auto reply = static_cast<DeclareReply>(h.aux);
-  if (reply == DeclareReply::kStallWarning) {  // the workers that have not declared it yet
-    std::vector<int> machines;
+void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
+  if (a.reply == DeclareReply::kStallWarning) {  // the workers that have not declared it yet
     std::set<int> ranks;
-    if (DecodeWorkerIds(p, len, cfg_.num_worker, &machines).ok()) AddMachineRanks(machines, &ranks);
+    AddMachineRanks(a.not_declared, &ranks);
     {
       std::lock_guard<std::mutex> lk(ctx->mu);
       ctx->stall_warned = true;
@@ -58,18 +34,18 @@ void WorkerCore::OnControlMessage(const FrameHeader& h, const char* p, size_t le
     return;
   }
   Status st;
-  std::vector<int64_t> servers;
-  if (reply != DeclareReply::kOk) {
-    std::string text = "rank " + std::to_string(cfg_.rank) + ": " + DecodeText(p, len);
-    st = reply == DeclareReply::kTimeout ? Status::Timeout(text) : Status::Mismatch(text);
+  const std::vector<int64_t>& servers = a.servers;
+  if (a.reply != DeclareReply::kOk) {
+    std::string text = "rank " + std::to_string(cfg_.rank) + ": " + a.text;
+    st = a.reply == DeclareReply::kTimeout ? Status::Timeout(text) : Status::Mismatch(text);
   } else {
-    st = DecodeDeclareOk(p, len, &servers);
+    st = a.decoded;
     if (st.ok() && servers.size() != ctx->parts.size())
       st = Status::Mismatch("rank " + std::to_string(cfg_.rank) + ": tensor '" + ctx->name +
                             "' has " + std::to_string(ctx->parts.size()) +
                             " partitions here but the plan has " + std::to_string(servers.size()));
     for (int64_t s : servers)
-      if (st.ok() && (s < 0 || s >= static_cast<int64_t>(servers_.size())))
+      if (st.ok() && (s < 0 || s >= ps_->num_servers()))
         st = Status::Internal("plan names server " + std::to_string(s) + " which does not exist");
   }
   if (!st.ok()) return FailOpOnMachine(ctx, st);
@@ -92,27 +68,9 @@ void WorkerCore::RunPush(PartTask* t) {
   TensorContext* ctx = t->ctx;
   size_t off = t->part.offset;
   const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
-  {
-    std::lock_guard<std::mutex> lk(pull_mu_);
-    pending_pulls_[t->key] = t;
-    t->stall_reported = false;
-    t->stall_missing.clear();
-  }
-  SendItem& item = t->push_item;
-  item.hdr = FrameHeader();
-  item.hdr.type = static_cast<uint16_t>(MsgType::kPush);
-  item.hdr.flags = kPushFlagPull;
-  item.hdr.dtype = static_cast<uint8_t>(ctx->dtype);
-  item.hdr.key = t->key;
-  item.hdr.round = ctx->round;
-  item.hdr.sender = static_cast<uint32_t>(cfg_.worker_id);
-  item.payload = src;
-  item.len = t->part.length;
-  item.done = &WorkerCore::PushSentThunk;
-  item.arg = t;
-  item.heap = false;
   t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
-  servers_[t->server]->Send(&item);
+  ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
+            &t->push_item, &WorkerCore::PushSentThunk, t);
 }
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
@@ -134,102 +92,31 @@ void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
   while (q->TryPop(&item));
 }
 
-Status WorkerCore::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
-  MsgType type = TypeOf(h);
-  if (type == MsgType::kDataError) return Status::OK();
-  if (type == MsgType::kStallReport) {
-    if (h.payload_len % sizeof(uint32_t) != 0 ||
-        h.payload_len > sizeof(uint32_t) * static_cast<uint64_t>(cfg_.num_worker))
-      return Status::InvalidArgument("malformed STALL_REPORT from " + c->peer_name());
-    return Status::OK();  // into the scratch buffer
-  }
-  if (type != MsgType::kPullResponse)
-    return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(type) + " from " +
-                                   c->peer_name());
-  std::lock_guard<std::mutex> lk(pull_mu_);
-  auto it = pending_pulls_.find(h.key);
-  PartTask* t = it == pending_pulls_.end() ? nullptr : it->second;
-  if (!t) {  // the operation failed meanwhile: read past the payload
-    *dest = Connection::kDiscard;
-    return Status::OK();
-  }
-  if (h.round != t->ctx->round || h.payload_len != t->part.length)
-    return Status::InvalidArgument("pull response for key " + std::to_string(h.key) + " round " +
-                                   std::to_string(h.round) + " with " +
-                                   std::to_string(h.payload_len) + " bytes; expected round " +
-                                   std::to_string(t->ctx->round) + " with " +
-                                   std::to_string(t->part.length));
-  t->receiving = true;
+PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len) {
+  auto* t = static_cast<PartTask*>(p->arg);
+  PullDest d;
   size_t off = t->part.offset;
   if (cfg_.local_size > 1) {
-    *dest = t->ctx->aggregate(cfg_.local_size) + off;  // read back at once by every process
-  } else {
-    // Final: not read again before the framework gets it. A large tensor bypasses the cache
-    // and is averaged on the way in (no second pass over it in COPY_OUT).
-    *dest = t->ctx->output + off;
-    t->pulled_final = reduce::ShouldStream(t->ctx->nbytes) &&
-                      h.payload_len >= Connection::kStreamMinPayload;
-    if (t->pulled_final) c->StreamPayload(&WorkerCore::PullSink, t);
+    d.data = t->ctx->aggregate(cfg_.local_size) + off;  // read back at once by every process
+    return d;
   }
-  return Status::OK();
+  // Final: not read again before the framework gets it. A large tensor bypasses the cache and
+  // is averaged on the way in (no second pass over it in COPY_OUT).
+  d.data = t->ctx->output + off;
+  t->pulled_final = reduce::ShouldStream(t->ctx->nbytes) &&
+                    payload_len >= Connection::kStreamMinPayload;
+  if (t->pulled_final) {
+    d.stream = true;
+    d.divide_by = t->ctx->average && cfg_.size > 1 ? cfg_.size : 0;
+    d.dtype = t->ctx->dtype;
+  }
+  return d;
 }
 
-void WorkerCore::PullSink(void* arg, char* dst, char* chunk, size_t len) {
-  auto* t = static_cast<PartTask*>(arg);
-  const WorkerConfig& cfg = t->owner->cfg_;
-  if (t->ctx->average && cfg.size > 1)
-    reduce::DivideInPlace(chunk, len / DTypeSize(t->ctx->dtype), t->ctx->dtype, cfg.size);
-  reduce::CopyStreaming(dst, chunk, len);
-}
-
-void WorkerCore::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
-  if (TypeOf(h) == MsgType::kDataError) {
-    std::string text(static_cast<const char*>(payload), h.payload_len);
-    if (static_cast<DataError>(h.aux) == DataError::kJobFailed)
-      Fatal(Status::PeerLost(text), false);  // the server left: the job failed elsewhere
-    else Fatal(Status::Internal(c->peer_name() + " rejected data: " + text));
-    return;
-  }
-  if (TypeOf(h) == MsgType::kStallReport) {
-    std::vector<int> missing;
-    if (!DecodeWorkerIds(payload, h.payload_len, cfg_.num_worker, &missing).ok()) return;
-    std::lock_guard<std::mutex> lk(pull_mu_);
-    auto it = pending_pulls_.find(h.key);
-    PartTask* t = it == pending_pulls_.end() ? nullptr : it->second;
-    if (t && t->ctx->round == h.aux) {
-      t->stall_missing = std::move(missing);
-      t->stall_reported = true;
-    }
-    return;
-  }
-  PartTask* t;
-  {
-    std::lock_guard<std::mutex> lk(pull_mu_);
-    auto it = pending_pulls_.find(h.key);
-    t = it == pending_pulls_.end() ? nullptr : it->second;
-    if (!t || !t->receiving) return;
-    t->receiving = false;
-    it->second = nullptr;
-  }
-  pull_cv_.notify_all();
+void WorkerCore::OnPulled(PendingPull* p) {
+  auto* t = static_cast<PartTask*>(p->arg);
   if (cfg_.local_size > 1) SendSignal(LocalSignalType::kPulled, t, -1);
   Proceed(t);
-}
-
-void WorkerCore::OnClosed(Connection* c, const Status& why) {
-  {
-    // A response cut off mid-payload will never complete: nothing writes into it any more.
-    std::lock_guard<std::mutex> lk(pull_mu_);
-    for (auto& [key, t] : pending_pulls_)
-      if (t && t->server == c->tag) t->receiving = false;
-  }
-  pull_cv_.notify_all();
-  if (stopping_) return;
-  // A server also closes its connections when the job failed elsewhere (the scheduler told it
-  // so); wait briefly for that news before blaming the server.
-  for (int i = 0; i < 100 && !failed_ && !stopping_; ++i) usleep(10000);
-  if (stopping_) return;
-  Fatal(Status::PeerLost("lost the connection to " + c->peer_name() + " (" + why.message() + ")"));
 }
 
 void WorkerCore::PushSentThunk(void* arg, const Status& st) {

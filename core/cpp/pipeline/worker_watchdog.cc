@@ -21,9 +21,7 @@ void WorkerCore::SendStallQueries(TensorContext* c) {
   for (auto& t : c->parts) {
     if (t->stages.pos >= t->stages.size) continue;
     if (StageTable::Row(t->stages.current()).waits != Waits::kServer) continue;
-    if (t->server < 0 || t->server >= static_cast<int>(servers_.size())) continue;
-    servers_[t->server]->SendControl(MsgType::kStallQuery, std::string(), t->key,
-                                     static_cast<uint32_t>(cfg_.worker_id), c->round);
+    ps_->StallQuery(t->server, t->key, c->round);
   }
 }
 
@@ -71,9 +69,9 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
       for (int lr = 0; lr < L; ++lr)
         if (lr != cfg_.local_rank && std::find(got.begin(), got.end(), lr) == got.end())
           ranks.insert(cfg_.worker_id * L + lr);
-    } else if (StageTable::Row(s).waits == Waits::kServer) {
-      std::lock_guard<std::mutex> lk(pull_mu_);
-      if (t->stall_reported) AddMachineRanks(t->stall_missing, &ranks);
+    } else if (StageTable::Row(s).waits == Waits::kServer && ps_) {
+      std::vector<int> missing;
+      if (ps_->StallReport(&t->pull, &missing)) AddMachineRanks(missing, &ranks);
     }
   }
   std::string text = NotSubmittedBy(ranks);
@@ -85,17 +83,13 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
 
 std::string WorkerCore::LeftWorkersMissing(TensorContext* c) {
   std::set<int> left;
-  {
-    std::lock_guard<std::mutex> lk(left_mu_);
-    left = left_machines_;
-  }
-  std::vector<int> machines;
-  std::lock_guard<std::mutex> lk(pull_mu_);
+  ps_->LeftWorkers(&left, nullptr);
+  std::vector<int> machines, missing;
   for (auto& t : c->parts) {
     if (t->stages.pos >= t->stages.size) continue;
     if (StageTable::Row(t->stages.current()).waits != Waits::kServer) continue;
-    if (!t->stall_reported) continue;
-    for (int m : t->stall_missing)
+    if (!ps_->StallReport(&t->pull, &missing)) continue;
+    for (int m : missing)
       if (left.count(m) && std::find(machines.begin(), machines.end(), m) == machines.end())
         machines.push_back(m);
   }
@@ -108,11 +102,7 @@ std::string WorkerCore::LeftWorkersMissing(TensorContext* c) {
 
 void WorkerCore::CheckLeftWorkers(std::chrono::steady_clock::time_point now) {
   std::chrono::steady_clock::time_point left_at;
-  {
-    std::lock_guard<std::mutex> lk(left_mu_);
-    if (left_machines_.empty()) return;
-    left_at = left_at_;
-  }
+  if (!ps_->LeftWorkers(nullptr, &left_at)) return;
   // A left worker flushed its pushes before it finalized; a second's grace lets the last of
   // them reach the servers before they are asked who is missing.
   if (now - left_at < std::chrono::seconds(1)) return;
@@ -132,10 +122,7 @@ void WorkerCore::CheckLeftWorkers(std::chrono::steady_clock::time_point now) {
     }
   }
   for (auto* c : ask) {
-    {
-      std::lock_guard<std::mutex> lk(pull_mu_);
-      for (auto& t : c->parts) t->stall_reported = false;
-    }
+    for (auto& t : c->parts) ps_->ClearStallReport(&t->pull);
     SendStallQueries(c);
   }
   for (auto* c : doomed) {

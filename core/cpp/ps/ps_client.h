@@ -1,0 +1,166 @@
+// The worker's side of the PS protocol (docs/architecture.md §6), in the spirit of ps-lite's
+// KVWorker: one per worker machine (its local root). Owns the control client (scheduler) and
+// the connections to the servers, and is their PsConnectionHandler: registration and HELLO,
+// declarations, pushes (each may ask for the round's sum), the pulls in flight and where their
+// responses go, stall queries and their reports, WORKER_LEFT, DATA_ERROR, finalize. The worker
+// pipeline (pipeline/) talks to the job only through this class; it knows no message type.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/van.h"
+#include "common/dtype.h"
+#include "ps/control_client.h"
+#include "ps/control_msgs.h"
+#include "ps/protocol.h"
+
+namespace byteps {
+
+// A pull the client may wait for: one per partition, owned by the worker (inside its partition
+// task) and reused every round, so pushing and pulling allocate nothing. The worker sets `key`
+// and `arg` once; Push sets the rest. Fields below `server` are the client's, read and written
+// under its pull lock.
+struct PendingPull {
+  uint64_t key = 0;
+  void* arg = nullptr;  // the worker's (its partition task)
+  uint32_t round = 0;   // the round whose sum is expected
+  size_t length = 0;    // its byte count
+  int server = -1;
+  bool receiving = false;  // a response is being received into the worker's buffer
+  // Streaming receive (PullDest::stream): divide each chunk by `divide_by` (0: no division).
+  int divide_by = 0;
+  DType dtype = DType::kFloat32;
+  // Stall inspector: the server's answer to a STALL_QUERY for this round (the worker machines
+  // whose push has not arrived).
+  bool stall_reported = false;
+  std::vector<int> stall_missing;
+};
+
+// Where the response of a pull goes, as the worker says (PullSink::PullDestination).
+struct PullDest {
+  char* data = nullptr;  // at least the pull's length bytes
+  // Receive through a cache-resident bounce buffer with non-temporal stores
+  // (Connection::StreamPayload), dividing by divide_by (0: none) on the way in.
+  bool stream = false;
+  int divide_by = 0;
+  DType dtype = DType::kFloat32;
+};
+
+// Implemented by the worker: the destination of each pull response and its completion.
+class PullSink {
+ public:
+  virtual ~PullSink() = default;
+  // A response of `p`'s round and length arrived (`payload_len` bytes); the receiving thread,
+  // with the client's pull lock held: say where it goes.
+  virtual PullDest PullDestination(PendingPull* p, uint64_t payload_len) = 0;
+  // The response is in place (receiving thread, no lock held).
+  virtual void OnPulled(PendingPull* p) = 0;
+};
+
+// What the scheduler answered to a DECLARE.
+struct DeclareAnswer {
+  DeclareReply reply = DeclareReply::kOk;
+  std::vector<int> not_declared;  // kStallWarning: worker machines that have not declared it
+  std::string text;               // kMismatch, kTimeout: the scheduler's message
+  Status decoded;                 // kOk: whether the plan decoded
+  std::vector<int64_t> servers;   // kOk: the server of every partition
+};
+
+struct PsClientConfig {
+  int worker_id = 0, num_worker = 1;
+  std::string root_uri;  // the scheduler
+  int root_port = 0;
+  double heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
+};
+
+class PsClient : public PsConnectionHandler {
+ public:
+  // `fatal(st, report)`: the job failed for this worker; report: tell the scheduler (false when
+  // the news came from there). `failed()`, `stopping()`: the worker's state (a closed server
+  // connection is blamed only when neither holds, after a short wait for news of a failure).
+  using FatalFn = std::function<void(const Status& st, bool report)>;
+  using StateFn = std::function<bool()>;
+  using DeclareReplyFn = std::function<void(const DeclareAnswer& a)>;
+  using SentFn = void (*)(void* arg, const Status& st);
+
+  PsClient(PsClientConfig cfg, PullSink* sink, FatalFn fatal, StateFn failed, StateFn stopping);
+  ~PsClient() override;
+
+  // Connects to the scheduler, registers (`reg.host` empty: this host's address on the route
+  // to the scheduler), connects to every server of the address book and says HELLO, then
+  // starts the heartbeats. Each step is bounded by timeout_s.
+  Status Connect(RegisterMsg reg, double timeout_s);
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+
+  // Sends DECLARE; on_reply gets every answer for the key (stall warnings, then the final one),
+  // on the control connection's receiving thread.
+  void Declare(uint32_t key, const DeclareMsg& msg, DeclareReplyFn on_reply);
+
+  // Makes map entries for these pulls' keys now, so that no push rehashes the table later.
+  void ReservePulls(const std::vector<uint64_t>& keys);
+  // Sends PUSH of (key, round) from `buf` (len bytes, caller's memory, unchanged until sent)
+  // through `item`, which the caller owns and reuses (nothing is allocated). `pull` non-null:
+  // the push also asks for the round's sum, which goes where the sink says; the pull is pending
+  // before the bytes leave. on_sent(arg, status) once written (the sending thread).
+  void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
+            PendingPull* pull, SendItem* item, SentFn on_sent, void* arg);
+  // The worker gave up on these pulls: their responses are read past from now on. Returns once
+  // none is still being received into the worker's memory (or after timeout_s).
+  void CancelPulls(const std::vector<PendingPull*>& pulls, double timeout_s);
+
+  // Asks `server` which worker machines have not pushed (key, round); the answer lands in the
+  // pending pull (StallReport).
+  void StallQuery(int server, uint64_t key, uint32_t round);
+  // The report for p's current round, if one came: the worker machines missing.
+  bool StallReport(const PendingPull* p, std::vector<int>* missing);
+  void ClearStallReport(PendingPull* p);
+  // Worker machines that have finalized while this one goes on (WORKER_LEFT), and when the last
+  // one did; false when none has.
+  bool LeftWorkers(std::set<int>* machines, std::chrono::steady_clock::time_point* last) const;
+
+  // Tells the scheduler (and so every node) that this worker failed.
+  void ReportFailure(const std::string& text);
+  // GOODBYE to every server, each flushed (at most 2 s).
+  void Goodbye();
+  // FINALIZE to the scheduler and the wait for FINALIZE_DONE (timeout_s).
+  Status Finalize(double timeout_s);
+  // Joins the server connections and closes the control connection.
+  void Close();
+
+  // The server connections (receiving threads).
+  Status OnHeader(Connection* c, const FrameHeader& h, void** dest) override;
+  void OnFrame(Connection* c, const FrameHeader& h, void* payload) override;
+  void OnClosed(Connection* c, const Status& why) override;
+
+ private:
+  void OnControlMessage(const FrameHeader& h, const char* payload, size_t len);
+  // Connection::PayloadSink of streamed pull responses: divide, then non-temporal copy.
+  static void StreamSink(void* arg, char* dst, char* chunk, size_t len);
+
+  PsClientConfig cfg_;
+  PullSink* sink_;
+  FatalFn fatal_;
+  StateFn failed_, stopping_;
+  std::unique_ptr<Van> van_;  // outlives control_ and servers_
+  std::unique_ptr<ControlClient> control_;
+  std::vector<std::unique_ptr<Connection>> servers_;
+  std::mutex declare_mu_;
+  std::unordered_map<uint32_t, DeclareReplyFn> declares_;  // by declared key
+  std::mutex pull_mu_;
+  std::condition_variable pull_cv_;
+  std::unordered_map<uint64_t, PendingPull*> pending_pulls_;
+  mutable std::mutex left_mu_;
+  std::set<int> left_machines_;
+  std::chrono::steady_clock::time_point left_at_{};
+};
+
+}  // namespace byteps

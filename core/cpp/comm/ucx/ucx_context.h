@@ -29,7 +29,8 @@
 // through the error callback and never aborts the process; where no transport reaching the peer
 // can report failures (UCX 1.13's shared-memory transports alone), the endpoint falls back to
 // mode NONE and the link says so (UcxLink::peer_failure_detection): a dead peer is then noticed
-// by its CLOSE message or by the job's heartbeats only.
+// by its CLOSE message, by an operation to it that fails (a rendezvous fetch from a killed
+// process: PeerLost, tested), or by the job's heartbeats; an idle link to it stays open.
 #pragma once
 #include <ucp/api/ucp.h>
 

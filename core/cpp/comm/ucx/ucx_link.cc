@@ -84,8 +84,8 @@ Status UcxLink::CreateEndpoint(const std::string& peer_address) {
       peer_mode_ = false;
       BPS_LOG(INFO) << "UCX link to " << peer_name_ << ": no transport in "
                     << ctx_->config_summary()
-                    << " reports a failed peer; a dead peer is noticed by its CLOSE message "
-                       "or the job's heartbeats only";
+                    << " watches the peer for failure; a dead peer is noticed by its CLOSE "
+                       "message, a failed operation, or the job's heartbeats";
     }
   }
   if (s != UCS_OK) {

@@ -89,7 +89,8 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   const std::string& peer_name() const { return peer_name_; }
   uint64_t id() const { return id_; }
   // False when the endpoint runs in error mode NONE (no transport to the peer can report a
-  // failed peer): a dead peer is then seen only by its CLOSE message or the job's heartbeats.
+  // failed peer): a dead peer is then seen by its CLOSE message, an operation to it that fails,
+  // or the job's heartbeats, but not while the link is idle.
   bool peer_failure_detection() const { return peer_mode_; }
   // The endpoint's transports and lanes as UCX prints them (ucp_ep_print_info).
   std::string Describe();

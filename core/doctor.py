@@ -3,9 +3,10 @@ misbehaves, on the host it runs on, for the environment it runs in.
 
 It reports, without starting anything or sending a packet:
 
-* the byteps version and the transports (vans) compiled into this build; with the UCX van, the
-  UCX version, the ``UCX_TLS`` / ``UCX_NET_DEVICES`` values it uses (UCX reads them from this
-  process's environment itself) and the transport/device pairs it finds;
+* the byteps version and the transports (vans) a job of this build can select; when the build
+  links UCX (its transport layer is built, a UCX van is not selectable yet), the UCX version,
+  the ``UCX_TLS`` / ``UCX_NET_DEVICES`` values it uses (UCX reads them from this process's
+  environment itself) and the transport/device pairs it finds;
 * RDMA devices the kernel exposes (``/sys/class/infiniband``: device, port, state, link layer,
   rate), which an RDMA-capable van needs;
 * the summation kernels: the instruction set in use on this CPU and the others it supports;
@@ -125,7 +126,7 @@ def environment_notices(env: Mapping[str, str]) -> Dict:
 
 
 def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
-    """The whole report as a dict: byteps, vans, ucx (None without the UCX van, else {version,
+    """The whole report as a dict: byteps, vans, ucx (None in a build without UCX, else {version,
     tls, net_devices, resources, error}), rdma_devices, summation, frameworks, network,
     environment, problems (list of text; empty when nothing is wrong)."""
     env = dict(os.environ) if env is None else dict(env)
@@ -153,9 +154,10 @@ def render(report: Dict) -> str:
     lines = [f"byteps {report['byteps']['version']} (Python {report['byteps']['python']}; "
              f"core {report['byteps']['core']})",
              "vans in this build: " + ", ".join(report["vans"])]
-    if "ucx" not in report["vans"]:
-        lines.append("  no UCX van in this build (RDMA and shared-memory transports need it)")
     ucx = report.get("ucx")
+    if "ucx" not in report["vans"]:
+        lines.append("  no UCX van yet (RDMA and shared-memory transports need it)" +
+                     ("; this build links UCX's transport layer" if ucx else ""))
     if ucx:
         lines.append(f"  UCX {ucx['version']}: UCX_TLS={ucx['tls']}, "
                      f"UCX_NET_DEVICES={ucx['net_devices']}")

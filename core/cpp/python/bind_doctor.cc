@@ -3,6 +3,7 @@
 
 #include "bindings.h"
 #include "comm/socket_util.h"
+#include "comm/van.h"
 #ifdef BYTEPS_WITH_UCX
 #include "comm/ucx/ucx_context.h"
 #endif
@@ -14,16 +15,19 @@ namespace python {
 
 void BindDoctor(py::module_& m) {
   py::module_ d = m.def_submodule("doctor", "Facts about this build and host for byteps.doctor.");
+  d.def("vans", &Van::Kinds,
+        "Transports (vans) a job of this build can select, by the name that selects them "
+        "(Van::Create's kinds).");
   d.def(
-      "vans",
+      "ucx_linked",
       []() {
 #ifdef BYTEPS_WITH_UCX
-        return std::vector<std::string>{"tcp", "ucx"};
+        return true;
 #else
-        return std::vector<std::string>{"tcp"};
+        return false;
 #endif
       },
-      "Transports (vans) compiled into this build, by the name that selects them.");
+      "Whether this build links UCX (its transport layer; a van over it is not selectable yet).");
   d.def(
       "ucx_info",
       []() -> py::object {
@@ -44,7 +48,7 @@ void BindDoctor(py::module_& m) {
         return py::none();
 #endif
       },
-      "None without the UCX van, else {version: UCX's version string, tls / net_devices: the "
+      "None in a build without UCX, else {version: UCX's version string, tls / net_devices: the "
       "UCX_TLS / UCX_NET_DEVICES values UCX uses, resources: ['tcp/eth0', 'posix/memory', ...] "
       "the transport/device pairs a UCX context gets after those filters, error: why UCX could "
       "not start, or None}. Creates and destroys one UCX context; opens no connection.");

@@ -107,12 +107,14 @@ class WorkerCore : public PullSink {
   void AddMachineRanks(const std::vector<int>& machines, std::set<int>* ranks) const;
   // "not yet submitted by rank 1" / "... by ranks 1, 3"; "" for no ranks.
   static std::string NotSubmittedBy(const std::set<int>& ranks);
+  // "rank 1" / "ranks 1, 3"; "" for no ranks.
+  static std::string RankList(const std::set<int>& ranks);
   // Operations that wait for a worker machine that has finalized can never complete: the
   // watchdog asks the servers who is missing and fails those ops at once, naming it.
   void CheckLeftWorkers(std::chrono::steady_clock::time_point now);
-  // The ranks of left machines that the servers report missing for `c` ("" if none, or no
-  // report yet).
-  std::string LeftWorkersMissing(TensorContext* c);
+  // The ranks of left machines that the servers report missing for `c` (none, or no report
+  // yet: empty).
+  std::set<int> LeftWorkersMissing(TensorContext* c);
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
   void RunStageItem(Stage s, const QueueItem& item);

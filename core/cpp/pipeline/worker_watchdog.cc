@@ -47,11 +47,15 @@ void WorkerCore::AddMachineRanks(const std::vector<int>& machines, std::set<int>
     for (int lr = 0; lr < cfg_.local_size; ++lr) ranks->insert(w * cfg_.local_size + lr);
 }
 
-std::string WorkerCore::NotSubmittedBy(const std::set<int>& ranks) {
+std::string WorkerCore::RankList(const std::set<int>& ranks) {
   std::string text;
   for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
   if (text.empty()) return text;
-  return std::string("not yet submitted by rank") + (ranks.size() > 1 ? "s " : " ") + text;
+  return std::string("rank") + (ranks.size() > 1 ? "s " : " ") + text;
+}
+
+std::string WorkerCore::NotSubmittedBy(const std::set<int>& ranks) {
+  return ranks.empty() ? std::string() : "not yet submitted by " + RankList(ranks);
 }
 
 std::string WorkerCore::StallCulprits(TensorContext* c) {
@@ -81,7 +85,7 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
   return text;
 }
 
-std::string WorkerCore::LeftWorkersMissing(TensorContext* c) {
+std::set<int> WorkerCore::LeftWorkersMissing(TensorContext* c) {
   std::set<int> left;
   ps_->LeftWorkers(&left, nullptr);
   std::vector<int> machines, missing;
@@ -95,9 +99,7 @@ std::string WorkerCore::LeftWorkersMissing(TensorContext* c) {
   }
   std::set<int> ranks;
   AddMachineRanks(machines, &ranks);
-  std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
-  return text;
+  return ranks;
 }
 
 void WorkerCore::CheckLeftWorkers(std::chrono::steady_clock::time_point now) {
@@ -107,7 +109,6 @@ void WorkerCore::CheckLeftWorkers(std::chrono::steady_clock::time_point now) {
   // them reach the servers before they are asked who is missing.
   if (now - left_at < std::chrono::seconds(1)) return;
   std::vector<TensorContext*> ask, doomed;
-  std::vector<std::string> who;
   {
     std::lock_guard<std::mutex> lk(ctx_mu_);
     for (auto& c : contexts_) {
@@ -126,13 +127,13 @@ void WorkerCore::CheckLeftWorkers(std::chrono::steady_clock::time_point now) {
     SendStallQueries(c);
   }
   for (auto* c : doomed) {
-    std::string ranks = LeftWorkersMissing(c);
+    std::set<int> ranks = LeftWorkersMissing(c);
     if (ranks.empty()) continue;
     FailOpOnMachine(c, Status::PeerLost("rank " + std::to_string(cfg_.rank) + ": push_pull of '" +
-                                 c->name + "' can never finish: rank" +
-                                 (ranks.find(',') == std::string::npos ? " " : "s ") + ranks +
-                                 " shut down (called shutdown() or exited) without submitting "
-                                 "it; every rank must make the same push_pull calls"));
+                                        c->name + "' can never finish: " + RankList(ranks) +
+                                        " shut down (called shutdown() or exited) without "
+                                        "submitting it; every rank must make the same push_pull "
+                                        "calls"));
   }
 }
 

@@ -33,7 +33,8 @@ def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:
     return hmac.new(secret, label + a + b, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Up to ``n`` bytes from ``sock``: fewer only if the peer closed the connection."""
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -49,13 +50,13 @@ def handshake_on(s: socket.socket, secret: bytes, nonce_c: bytes | None = None,
     closed, whether the peer's MAC was right, nonce_c, nonce_s, the MAC this side sent)."""
     nonce_c = nonce_c or os.urandom(32)
     s.sendall(MAGIC + nonce_c)
-    reply = _recv_exact(s, 5 + 32 + 32)
+    reply = recv_exact(s, 5 + 32 + 32)
     assert reply[:5] == MAGIC, reply[:5]
     nonce_s, server_mac = reply[5:37], reply[37:69]
     server_ok = hmac.compare_digest(server_mac, _mac(secret, b"byteps-accept", nonce_c, nonce_s))
     sent = client_mac or _mac(secret, b"byteps-connect", nonce_s, nonce_c)
     s.sendall(sent)
-    verdict = _recv_exact(s, 1)
+    verdict = recv_exact(s, 1)
     return (verdict[0] if verdict else None), server_ok, nonce_c, nonce_s, sent
 
 
@@ -178,8 +179,8 @@ def test_wrong_secret_worker_gets_config_error(tmp_path: Path):
 
 # ------------------------------------------------------------------------------- fuzzing --
 
-_HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, reserved
-_FRAME_MAGIC = 0x31535042
+HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, reserved
+FRAME_MAGIC = 0x31535042
 _TYPES = list(range(1, 11)) + list(range(20, 28))
 
 
@@ -190,12 +191,12 @@ def malformed_frame(rng: random.Random) -> bytes:
     kind = rng.randrange(6)
     if kind == 0:
         return rng.randbytes(rng.randrange(1, 200))
-    magic = _FRAME_MAGIC if kind != 1 else rng.getrandbits(32) | 1
+    magic = FRAME_MAGIC if kind != 1 else rng.getrandbits(32) | 1
     typ = rng.choice(_TYPES) if kind != 2 else rng.choice([0, 11, 19, 28, 0xFFFF])
     dtype = rng.randrange(8) if kind != 3 else rng.randrange(8, 256)
     plen = rng.randrange(0, 64) if kind != 4 else rng.choice([1 << 40, (1 << 64) - 1, 1 << 34])
     sender = rng.choice([0, 1, 2, 7, 0xFFFFFFFF])
-    hdr = _HEADER.pack(magic, typ, dtype, rng.getrandbits(8), sender, rng.getrandbits(32),
+    hdr = HEADER.pack(magic, typ, dtype, rng.getrandbits(8), sender, rng.getrandbits(32),
                        rng.getrandbits(64), plen, rng.getrandbits(64), 0)
     return hdr + rng.randbytes(min(plen, 64))
 

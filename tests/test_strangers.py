@@ -26,14 +26,12 @@ from pathlib import Path
 
 import pytest
 from jobs import LiveJob, assert_ok, clean_job_env, rss_and_fds, run_job, worker_lines
-from test_security import handshake, handshake_on, listening_ports
+from test_security import FRAME_MAGIC, HEADER, handshake, handshake_on, listening_ports, recv_exact
 
 LOOP_WORKER = str(Path(__file__).resolve().parent / "workers" / "loop_worker.py")
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
 
-HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, 0
-FRAME_MAGIC = 0x31535042
 REGISTER, ADDRESS_BOOK, HEARTBEAT, FINALIZE, FINALIZE_DONE = 1, 2, 5, 6, 7
 HELLO, PUSH, PULL, PULL_RESPONSE, DATA_ERROR = 20, 21, 22, 23, 24
 FLOAT32 = 0
@@ -224,19 +222,16 @@ def _frame(typ, payload=b"", *, dtype=0, sender=0, rnd=0, key=0, length=None, au
     return HEADER.pack(FRAME_MAGIC, typ, dtype, flags, sender, rnd, key, n, aux, 0) + payload
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
+def _recv_all(s: socket.socket, n: int) -> bytes:
+    data = recv_exact(s, n)
+    if len(data) < n:
+        raise ConnectionError("closed by the peer")
+    return data
 
 
 def _read_frame(s: socket.socket):
-    h = HEADER.unpack(_recv_exact(s, HEADER.size))
-    return h, _recv_exact(s, h[7]) if h[7] else b""
+    h = HEADER.unpack(_recv_all(s, HEADER.size))
+    return h, _recv_all(s, h[7]) if h[7] else b""
 
 
 def _closed_by_peer(s: socket.socket, timeout: float = 10.0) -> bool:

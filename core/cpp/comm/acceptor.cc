@@ -51,16 +51,17 @@ void Acceptor::Stop() {
 void Acceptor::Loop() {
   std::vector<pollfd> fds;
   while (!stopping_) {
-    // Deadlines first: the oldest entries are at the front, but a handshake's deadline is
-    // fixed at accept, so every expired one is found by one pass.
+    // Deadlines first. Every deadline is accept time + the same timeout and pending_ is in
+    // accept order, so the expired handshakes are at the front and the front's deadline is
+    // the next one.
     auto now = Clock::now();
-    for (auto& p : pending_)
-      if (p && now >= p->deadline) Drop(std::move(p), "authentication handshake timed out");
-    pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+    while (!pending_.empty() && now >= pending_.front()->deadline) {
+      Drop(std::move(pending_.front()), "authentication handshake timed out");
+      pending_.pop_front();
+    }
     int wait_ms = 200;
     if (!pending_.empty()) {
       auto next = pending_.front()->deadline;
-      for (auto& p : pending_) next = std::min(next, p->deadline);
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
       wait_ms = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wait_ms, ms)));
     }

@@ -114,14 +114,13 @@ def advertised_address(env: Mapping[str, str]) -> Dict[str, Optional[str]]:
 def environment_notices(env: Mapping[str, str]) -> Dict:
     """{"notices": [text, ...] of every variable the core warns or informs about,
     "refused": message or None}."""
-    refused = None
     try:
-        _core.check_environment(dict(env))
+        notices, refused = _core.check_environment(dict(env)), None
     except ConfigError as err:
+        # The notices about everything else, also when a variable is refused.
+        refusable = {v["name"] for v in _core.upstream_knobs() if v["status"] == "refused"}
+        notices = _core.check_environment({k: v for k, v in env.items() if k not in refusable})
         refused = str(err)
-    # The notices about everything else, also when a variable is refused.
-    refusable = {v["name"] for v in _core.upstream_knobs() if v["status"] == "refused"}
-    notices = _core.check_environment({k: v for k, v in env.items() if k not in refusable})
     return {"notices": [n["text"] for n in notices], "refused": refused}
 
 

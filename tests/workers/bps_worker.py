@@ -525,8 +525,11 @@ MODES = {
 }
 
 
-def main() -> None:
+def main(modes=None) -> None:
+    """Run the mode named by argv[1] from ``modes`` (default: this file's MODES; other worker
+    scripts pass their own and use this file's log / fail / push_pull / RANK)."""
     global RANK
+    modes = MODES if modes is None else modes
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "late":  # the last worker machine starts late: rendezvous and heartbeats must cope
         mode = "declare"
@@ -541,7 +544,7 @@ def main() -> None:
     log(f"START mode={mode} rank={RANK} size={bps.size()} local_rank={bps.local_rank()} "
         f"local_size={bps.local_size()} pid={os.getpid()}")
     try:
-        n = MODES[mode](args)
+        n = modes[mode](args)
     except Exception:
         fail("unexpected exception:\n" + traceback.format_exc())
     bps.shutdown()

@@ -1,5 +1,5 @@
 """Worker script of tests/test_strangers.py: ``python loop_worker.py MODE [ARGS...]`` under
-``python -m byteps.launcher``.
+``python -m byteps.launcher``; log, fail, push_pull and the start-up are bps_worker's.
 
 Modes: ``steady STOP_FILE`` (a long loop with agreed end, timings printed) and ``uneven N
 loop|declare`` (ranks make different numbers of calls). Prints ``FAIL <message>`` and exits 1
@@ -9,36 +9,15 @@ on a failure, ``OK <n> cases`` as its last line on success.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
-import byteps.basics as bps
-from byteps import errors
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: oracle.py
-from oracle import expected_sum
-
-RANK = -1
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def fail(msg: str) -> None:
-    log(f"FAIL rank {RANK}: {msg}")
-    sys.stdout.flush()
-    os._exit(1)
-
-
-def push_pull(name, inp, out, dtype, average):
-    return bps.push_pull_async(name, inp.ctypes.data, out.ctypes.data, inp.nbytes, dtype,
-                               inp.shape, average, None)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bps_worker (which adds tests/)
+import bps_worker as w
+from bps_worker import bps, errors, expected_sum, fail, log, push_pull
 
 
 def mode_steady(args) -> int:
@@ -57,7 +36,7 @@ def mode_steady(args) -> int:
         if flag_out[0] > 0:
             break
         bump = it % 3
-        x.fill(RANK + 1 + bump)
+        x.fill(w.RANK + 1 + bump)
         t0 = time.time()
         bps.wait(push_pull("steady.g", x, out, "float32", False))
         took = time.time() - t0
@@ -81,7 +60,7 @@ def mode_uneven(args) -> int:
     n, what = int(args[0]), args[1]
     x = np.ones(1000, dtype=np.float32)
     out = np.empty_like(x)
-    for i in range(n + (RANK if what == "loop" else 0)):
+    for i in range(n + (w.RANK if what == "loop" else 0)):
         t0 = time.monotonic()
         try:
             bps.wait(push_pull("uneven.g", x, out, "float32", False))
@@ -90,7 +69,7 @@ def mode_uneven(args) -> int:
                 raise
             log(f"RAISED {type(exc).__name__} {time.monotonic() - t0:.1f} {exc}")
             return 1
-    if what == "declare" and RANK == bps.size() - 1:
+    if what == "declare" and w.RANK == bps.size() - 1:
         t0 = time.monotonic()
         try:
             bps.wait(push_pull("uneven.only_here", x, out, "float32", False))
@@ -98,27 +77,12 @@ def mode_uneven(args) -> int:
             log(f"RAISED {type(exc).__name__} {time.monotonic() - t0:.1f} {exc}")
             return 1
         fail("push_pull of a tensor no other rank declared completed")
-    if what == "loop" and RANK == bps.size() - 1:
+    if what == "loop" and w.RANK == bps.size() - 1:
         fail("the last rank's extra push_pulls completed")
     return 1
 
 
 MODES = {"steady": mode_steady, "uneven": mode_uneven}
 
-
-def main() -> None:
-    global RANK
-    mode, args = sys.argv[1], sys.argv[2:]
-    bps.init()
-    RANK = bps.rank()
-    log(f"START mode={mode} rank={RANK} size={bps.size()} pid={os.getpid()}")
-    try:
-        n = MODES[mode](args)
-    except Exception:
-        fail("unexpected exception:\n" + traceback.format_exc())
-    bps.shutdown()
-    log(f"OK {n} cases")
-
-
 if __name__ == "__main__":
-    main()
+    w.main(MODES)

@@ -384,6 +384,13 @@ ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
   return a - base <= m.len && len <= m.len - (a - base) ? m.memh : nullptr;
 }
 
+void UcxContext::UseRegistration(ucp_request_param_t* param, const void* p, size_t len) const {
+  if (ucp_mem_h memh = FindMemh(p, len)) {
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param->memh = memh;
+  }
+}
+
 Status UcxContext::RegisterMemory(void* addr, size_t len) {
   if (!addr || len == 0) return Status::InvalidArgument("registering an empty memory region");
   return RunSync([this, addr, len]() -> Status {

@@ -124,6 +124,9 @@ class UcxContext {
   void EnqueueSends(std::shared_ptr<UcxLink> link);
   // The registered region containing [p, p+len), or null (progress thread).
   ucp_mem_h FindMemh(const void* p, size_t len) const;
+  // Gives a send or receive of [p, p+len) the registration that contains it, if any
+  // (progress thread).
+  void UseRegistration(ucp_request_param_t* param, const void* p, size_t len) const;
   // The link's endpoint is closed and nothing is pending: forget it (progress thread).
   void Retire(uint64_t link_id);
   uint64_t NewLinkId();

@@ -174,10 +174,7 @@ void UcxLink::SubmitOne(UcxKind kind, SendItem* item) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = &UcxLink::SendDoneCb;
   p.user_data = c;
-  if (ucp_mem_h memh = ctx_->FindMemh(payload, len)) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = memh;
-  }
+  ctx_->UseRegistration(&p, payload, len);
   ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kUcxAmId, &c->hdr, sizeof(c->hdr), payload, len, &p);
   if (r == nullptr) {
     CompleteSend(c, UCS_OK);

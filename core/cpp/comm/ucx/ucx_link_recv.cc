@@ -118,10 +118,7 @@ ucs_status_t UcxLink::Process(const FrameHeader& h, void* data, size_t len, bool
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = &UcxLink::RecvDoneCb;
   p.user_data = this;
-  if (ucp_mem_h memh = ctx_->FindMemh(target, len)) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = memh;
-  }
+  ctx_->UseRegistration(&p, target, len);
   // From here UCX owns the descriptor, whatever the outcome.
   ucs_status_ptr_t r = ucp_am_recv_data_nbx(ctx_->worker(), data, target, len, &p);
   if (r == nullptr) {

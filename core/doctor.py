@@ -3,8 +3,9 @@ misbehaves, on the host it runs on, for the environment it runs in.
 
 It reports, without starting anything or sending a packet:
 
-* the byteps version and the transports (vans) a job of this build can select; when the build
-  links UCX (its transport layer is built, a UCX van is not selectable yet), the UCX version,
+* the byteps version, the transports (vans) a job of this build can select and the one this
+  environment selects (``DMLC_ENABLE_RDMA``, ``DMLC_ENABLE_UCX``, ``BYTEPS_ENABLE_IPC``); when
+  the build links UCX (the UCX van), the UCX version,
   the ``UCX_TLS`` / ``UCX_NET_DEVICES`` values it uses (UCX reads them from this process's
   environment itself) and the transport/device pairs it finds;
 * RDMA devices the kernel exposes (``/sys/class/infiniband``: device, port, state, link layer,
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
 from byteps import __version__, _core
-from byteps.errors import ConfigError
+from byteps.errors import BytePSError, ConfigError
 
 #: Distributions whose versions are reported (first installed name of each group wins).
 FRAMEWORKS = (("torch", ("torch",)), ("tensorflow", ("tensorflow-cpu", "tensorflow")),
@@ -124,8 +125,21 @@ def environment_notices(env: Mapping[str, str]) -> Dict:
     return {"notices": [n["text"] for n in notices], "refused": refused}
 
 
+VAN_VARIABLES = ("DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX", "BYTEPS_ENABLE_IPC")
+
+
+def selected_van(env: Mapping[str, str]) -> str:
+    """The van a process with ``env`` selects ('tcp', 'tcp + ipc', 'ucx', 'ucx (rdma required)'),
+    or the configuration error a bad value raises, as text."""
+    try:
+        return _core.doctor.selected_van({k: v for k, v in env.items() if k in VAN_VARIABLES})
+    except BytePSError as err:
+        return f"none: {err}"
+
+
 def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
-    """The whole report as a dict: byteps, vans, ucx (None in a build without UCX, else {version,
+    """The whole report as a dict: byteps, vans, van (the one this environment selects, or the
+    error text for a value no van answers to), ucx (None in a build without UCX, else {version,
     tls, net_devices, resources, error}), rdma_devices, summation, frameworks, network,
     environment, problems (list of text; empty when nothing is wrong)."""
     env = dict(os.environ) if env is None else dict(env)
@@ -136,6 +150,7 @@ def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
         "byteps": {"version": __version__, "core": _core.__file__,
                    "python": sys.version.split()[0]},
         "vans": list(_core.doctor.vans()),
+        "van": selected_van(env),
         "ucx": _core.doctor.ucx_info(),
         "rdma_devices": rdma_devices(),
         "summation": {"active_isa": _core.reduce.active_isa(),
@@ -154,9 +169,11 @@ def render(report: Dict) -> str:
              f"core {report['byteps']['core']})",
              "vans in this build: " + ", ".join(report["vans"])]
     ucx = report.get("ucx")
+    lines.append(f"  selected by this environment: {report['van']}")
     if "ucx" not in report["vans"]:
-        lines.append("  no UCX van yet (RDMA and shared-memory transports need it)" +
-                     ("; this build links UCX's transport layer" if ucx else ""))
+        lines.append("  no UCX van: this byteps was built without UCX (install libucx-dev and "
+                     "pkg-config, then reinstall byteps from source), so RDMA and shared memory "
+                     "are out of reach")
     if ucx:
         lines.append(f"  UCX {ucx['version']}: UCX_TLS={ucx['tls']}, "
                      f"UCX_NET_DEVICES={ucx['net_devices']}")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from jobs import clean_job_env
 
 from byteps import _core, doctor
@@ -16,7 +17,7 @@ from byteps import _core, doctor
 
 def test_report_matches_the_build_and_host():
     report = doctor.gather(clean_job_env())
-    assert report["vans"] == ["tcp"]  # the UCX transport is built, not yet a selectable van
+    assert report["vans"] == (["tcp", "ucx"] if _core.testing.ucx_available else ["tcp"])
     assert _core.doctor.ucx_linked() == _core.testing.ucx_available
     if _core.testing.ucx_available:
         ucx = report["ucx"]
@@ -83,3 +84,17 @@ def test_bpslaunch_doctor_uses_the_job_environment():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "this node would advertise: 10.1.2.3 (DMLC_NODE_HOST)" in out.stdout
     assert "summation kernels: " + _core.reduce.active_isa() in out.stdout
+
+
+@pytest.mark.parametrize("env,van", [
+    ({}, "tcp"), ({"DMLC_ENABLE_RDMA": "ucx"}, "ucx"), ({"DMLC_ENABLE_UCX": "1"}, "ucx"),
+    ({"DMLC_ENABLE_RDMA": "ibverbs"}, "ucx (rdma required)"),
+    ({"DMLC_ENABLE_RDMA": "1"}, "ucx (rdma required)"), ({"BYTEPS_ENABLE_IPC": "1"}, "tcp + ipc"),
+    ({"DMLC_ENABLE_RDMA": "fabric"}, "none: "),
+])
+def test_report_names_the_van_the_environment_selects(env, van):
+    report = doctor.gather(clean_job_env(env))
+    assert report["van"].startswith(van), report["van"]
+    if van == "none: ":
+        assert "DMLC_ENABLE_RDMA" in report["van"] and "ucx" in report["van"]
+    assert f"selected by this environment: {report['van']}" in doctor.render(report)

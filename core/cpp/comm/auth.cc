@@ -14,6 +14,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "comm/socket_util.h"
+
 namespace byteps {
 namespace {
 
@@ -25,29 +27,6 @@ std::mutex g_mu;
 std::string g_secret;
 
 using Clock = std::chrono::steady_clock;
-
-// Reads exactly n bytes before the deadline (the socket stays blocking; poll bounds each wait).
-Status ReadWithin(int fd, void* buf, size_t n, Clock::time_point deadline) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    int left_ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (left_ms <= 0) return Status::Timeout("authentication handshake timed out");
-    pollfd pfd{fd, POLLIN, 0};
-    int r = poll(&pfd, 1, left_ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Status::Timeout("authentication handshake timed out");
-    ssize_t got = recv(fd, p, n, MSG_DONTWAIT);
-    if (got == 0) return Status::PeerLost("connection closed during the authentication handshake");
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return Status::PeerLost(std::string("authentication handshake: ") + strerror(errno));
-    }
-    p += got;
-    n -= static_cast<size_t>(got);
-  }
-  return Status::OK();
-}
 
 Status WriteAll(int fd, const void* buf, size_t n) {
   const char* p = static_cast<const char*>(buf);
@@ -109,7 +88,7 @@ Status AuthenticateToPeer(int fd, const std::string& peer, double timeout_s) {
   if (RAND_bytes(nonce_c, kNonce) != 1) return Status::Internal("RAND_bytes failed");
   BPS_RETURN_IF_ERROR(WriteAll(fd, hello, sizeof(hello)));
   uint8_t reply[5 + kNonce + kMac];
-  Status st = ReadWithin(fd, reply, sizeof(reply), deadline);
+  Status st = ReadFullBefore(fd, reply, sizeof(reply), deadline, "authentication handshake");
   if (!st.ok())
     return Status(st.code(), peer + " did not complete the authentication handshake (" +
                                  st.message() + "); is it a byteps process of this job?");
@@ -128,7 +107,7 @@ Status AuthenticateToPeer(int fd, const std::string& peer, double timeout_s) {
     return Status::Internal("HMAC-SHA256 failed");
   BPS_RETURN_IF_ERROR(WriteAll(fd, mine, sizeof(mine)));
   uint8_t verdict = 0;
-  st = ReadWithin(fd, &verdict, 1, deadline);
+  st = ReadFullBefore(fd, &verdict, 1, deadline, "authentication handshake");
   if (!st.ok() || verdict != 1)
     return Status::Config(peer + " rejected this process's BYTEPS_SECRET (the job secrets differ)");
   return Status::OK();

@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -203,6 +204,30 @@ Status WriteFull(int fd, const void* buf, size_t n) {
     } else if (r < 0 && errno != EINTR) {
       return Status::PeerLost(Errno("send"));
     }
+  }
+  return Status::OK();
+}
+
+Status ReadFullBefore(int fd, void* buf, size_t n, std::chrono::steady_clock::time_point deadline,
+                      const char* what) {
+  using Clock = std::chrono::steady_clock;
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    int left_ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left_ms <= 0) return Status::Timeout(std::string(what) + " timed out");
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, left_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return Status::Timeout(std::string(what) + " timed out");
+    ssize_t got = recv(fd, p, n, MSG_DONTWAIT);
+    if (got == 0) return Status::PeerLost(std::string("connection closed during the ") + what);
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return Status::PeerLost(std::string(what) + ": " + strerror(errno));
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
   }
   return Status::OK();
 }

@@ -1,5 +1,6 @@
 // Thin POSIX socket helpers for the TCP van and the control plane (IPv4).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -31,5 +32,10 @@ void SetTcpNotSentLowat(int64_t bytes);
 // Reads/writes exactly n bytes (restarting on EINTR). Status kPeerLost on EOF/reset.
 Status ReadFull(int fd, void* buf, size_t n);
 Status WriteFull(int fd, const void* buf, size_t n);
+// Reads exactly n bytes from a blocking socket before `deadline` (poll bounds each wait).
+// kTimeout when the deadline passes, kPeerLost on EOF or a socket error; `what` names the
+// exchange in the messages ("authentication handshake").
+Status ReadFullBefore(int fd, void* buf, size_t n, std::chrono::steady_clock::time_point deadline,
+                      const char* what);
 
 }  // namespace byteps

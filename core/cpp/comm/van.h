@@ -3,9 +3,10 @@
 // before anything from the peer reaches a handler, and hands them out as `Connection`s
 // (comm/connection.h): send a message (header + payload from the caller's memory), receive
 // into memory the receiver chooses, close. Errors are Status values; a broken peer is
-// reported, never an abort. "tcp" (comm/tcp_van.h) is the only kind this build has; a kind with
-// remote memory access would need its buffers registered first, hence the optional
-// RegisterMemory / UnregisterMemory hooks (a no-op for TCP).
+// reported, never an abort. Two kinds: "tcp" (comm/tcp_van.h) and, in a build with UCX, "ucx"
+// (comm/ucx/ucx_van.h: RDMA, shared memory or TCP as UCX chooses), whose transports send from
+// and receive into memory registered once, hence the optional RegisterMemory /
+// UnregisterMemory hooks (a no-op for TCP).
 //
 // A van outlives the connections it made: destroy (or Join) them first.
 #pragma once
@@ -19,12 +20,31 @@
 
 namespace byteps {
 
+class Knobs;
+
+// Which van a job's processes use, as every process of the job derives it from the same
+// variables (VanSpec::FromKnobs, upstream's switches): DMLC_ENABLE_RDMA=ucx or
+// DMLC_ENABLE_UCX=1 select the UCX van for every connection; DMLC_ENABLE_RDMA=1 / ibverbs
+// select it and require an RDMA transport; BYTEPS_ENABLE_IPC=1 with the TCP van reaches peers
+// on the same host over UCX's shared memory (the others over TCP).
+struct VanSpec {
+  std::string kind = "tcp";   // "tcp" | "ucx"
+  bool require_rdma = false;  // ucx: fail at start without an RDMA transport
+  bool ipc = false;           // tcp: colocated peers over UCX shared memory
+  // kInvalidArgument for a value no van answers to (e.g. DMLC_ENABLE_RDMA=fabric).
+  static Status FromKnobs(const Knobs& k, VanSpec* out);
+  // "tcp", "tcp + ipc", "ucx", "ucx (rdma required)": for log lines.
+  std::string Describe() const;
+};
+
 class Van {
  public:
-  // Makes a van of the given kind ("tcp"); an unknown kind is kInvalidArgument naming the kinds
-  // this build has.
+  // Makes a van of the given kind ("tcp", "ucx"); an unknown kind, or "ucx" in a build without
+  // UCX, is kInvalidArgument / kConfig naming the kinds this build has (and what to install).
   static Status Create(const std::string& kind, std::unique_ptr<Van>* out);
-  // The kinds this build has, by the name Create takes ({"tcp"}).
+  // The van a VanSpec asks for (errors as above, and the UCX van's own: UcxVan::Create).
+  static Status Create(const VanSpec& spec, std::unique_ptr<Van>* out);
+  // The kinds this build has, by the name Create takes ({"tcp"} or {"tcp", "ucx"}).
   static std::vector<std::string> Kinds();
 
   virtual ~Van() = default;

@@ -99,6 +99,18 @@ std::vector<KnobSpec> BuildTable() {
       Bool("BYTEPS_ALLOW_UNAUTHENTICATED", "0", "all",
            "1: a distributed process without BYTEPS_SECRET runs unauthenticated (warned once); "
            "0: it refuses to start (ConfigError)."),
+      // --- van (comm/van.h: VanSpec) ---
+      Choice("DMLC_ENABLE_RDMA", "0", {"0", "zmq", "tcp", "ucx", "1", "ibverbs"}, "all",
+             "Transport of every connection of the job: 0 (or zmq, tcp): the TCP van; ucx: the "
+             "UCX van (RDMA, shared memory or TCP, as UCX_TLS allows); 1 or ibverbs: the UCX van, "
+             "and a process without an RDMA transport fails at start. Must agree on all nodes."),
+      Bool("DMLC_ENABLE_UCX", "0", "all",
+           "1: the UCX van for every connection (as DMLC_ENABLE_RDMA=ucx). Must agree on all "
+           "nodes."),
+      Bool("BYTEPS_ENABLE_IPC", "0", "all",
+           "1: with the TCP van, a worker reaches a server on its own host (and the scheduler, "
+           "if there) over UCX shared memory instead of loopback TCP. With the UCX van UCX "
+           "already does (unless UCX_TLS excludes shared memory). Must agree on all nodes."),
       // --- server ---
       Int("BYTEPS_SERVER_ENGINE_THREAD", "2", 1, 256, "server",
           "Summation engine threads per server; each key is bound to one thread."),

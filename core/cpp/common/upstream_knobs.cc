@@ -37,9 +37,10 @@ UpstreamVar Unchecked(UpstreamVar v) {
 constexpr bool kOff = true;  // every false spelling asks for what happens here
 const char* kNoGpu = "No GPU path: CPU tensors are summed by the worker processes of a machine "
                      "through shared memory, then by the servers.";
-const char* kTcp = "Every connection is TCP; there is no other transport.";
-const char* kNoUcx = "No UCX: every connection is TCP.";
-const char* kNoRdma = "No RDMA: every connection is TCP.";
+const char* kNoUcx = "The UCX van has no such setting: UCX's own UCX_* variables configure it "
+                     "(UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_THRESH, ...).";
+const char* kNoRdma = "RDMA goes through the UCX van (DMLC_ENABLE_RDMA=1), configured by UCX's "
+                      "own UCX_* variables; there is no ibverbs van of its own.";
 const char* kNoTrace = "No timeline is recorded.";
 const char* kNoBind = "bpslaunch binds no process to CPU cores (put numactl or taskset in "
                       "COMMAND to do so).";
@@ -74,8 +75,10 @@ std::vector<UpstreamVar> BuildUpstream() {
       Ign("DMLC_RANK", "Node ids come from the scheduler; a worker's rank is DMLC_WORKER_ID * "
                        "BYTEPS_LOCAL_SIZE + BYTEPS_LOCAL_RANK (or BYTEPS_GLOBAL_RANK)."),
       Ign("DMLC_GROUP_SIZE", "One node per process (no instance groups).", {"1"}),
-      Ign("DMLC_ENABLE_RDMA", kTcp, {"0", "zmq"}),
-      Ign("DMLC_ENABLE_UCX", kTcp, {}, kOff),
+      Impl("DMLC_ENABLE_RDMA", "0/zmq/tcp: the TCP van; ucx: the UCX van; 1/ibverbs: the UCX "
+                               "van with an RDMA transport required (upstream's ibverbs van is "
+                               "not built: UCX drives the RDMA device). fabric is refused."),
+      Impl("DMLC_ENABLE_UCX", "1: the UCX van (as DMLC_ENABLE_RDMA=ucx)."),
       Ign("DMLC_NUM_CPU_DEV", kNoUcx),
       Ign("DMLC_NUM_GPU_DEV", kNoUcx),
       Ign("DMLC_LOCKLESS_QUEUE", "The core's queues block on a condition variable; there is no "
@@ -155,11 +158,12 @@ std::vector<UpstreamVar> BuildUpstream() {
                                   "(host, port)."),
       Ign("BYTEPS_ZMQ_MAX_SOCKET", "No ZeroMQ: the core uses plain TCP sockets."),
       Ign("BYTEPS_ZMQ_NTHREADS", "No ZeroMQ: the core uses plain TCP sockets."),
-      Ign("BYTEPS_ENABLE_IPC", "The worker processes of one machine share memory among "
-                               "themselves; a colocated server is reached over TCP.",
-          {}, kOff),
-      Ign("BYTEPS_IPC_COPY_NUM_THREADS", "No IPC transport to servers."),
-      Ign("BYTEPS_IPC_ENABLE_ASYNC_COPY", "No IPC transport to servers."),
+      Impl("BYTEPS_ENABLE_IPC", "1: a colocated server is reached over UCX shared memory (the "
+                                "UCX van's shared-memory transports) instead of loopback TCP."),
+      Ign("BYTEPS_IPC_COPY_NUM_THREADS", "UCX's shared-memory transports do the copy; there is "
+                                         "no copy thread pool."),
+      Ign("BYTEPS_IPC_ENABLE_ASYNC_COPY", "UCX's shared-memory transports do the copy; there is "
+                                          "no copy thread pool."),
       Ign("BYTEPS_PRINT_RDMA_LOG", kNoRdma, {}, kOff),
       Ign("BYTEPS_RDMA_START_DEPTH", kNoRdma),
       Ign("BYTEPS_RDMA_RX_DEPTH", kNoRdma),

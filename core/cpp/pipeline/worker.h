@@ -50,6 +50,7 @@ struct WorkerConfig {
   size_t partition_bound = 0;
   size_t credit_bytes = 0;
   double timeout_s = 120, heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
+  VanSpec van;  // of every connection (VanSpec::FromKnobs)
   double stall_warning_s = 60;  // 0: no stall warning
   std::string job, root_uri, node_host, interface;
   int root_port = 0;

@@ -65,6 +65,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
   cfg->heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   cfg->heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
+  BPS_RETURN_IF_ERROR(VanSpec::FromKnobs(k, &cfg->van));
   cfg->job = k.Str("BYTEPS_JOB_ID");
   if (cfg->job.empty()) {
     cfg->job = cfg->distributed ? cfg->root_uri + "-" + std::to_string(cfg->root_port)
@@ -201,6 +202,7 @@ Status WorkerCore::ConnectToJob() {
   pc.root_port = cfg_.root_port;
   pc.heartbeat_interval_s = cfg_.heartbeat_interval_s;
   pc.heartbeat_timeout_s = cfg_.heartbeat_timeout_s;
+  pc.van = cfg_.van;
   ps_ = std::make_unique<PsClient>(
       pc, this, [this](const Status& st, bool report) { Fatal(st, report); },
       [this] { return failed_.load(); }, [this] { return stopping_.load(); });

@@ -38,6 +38,7 @@ Status RunNodeFromEnvironment() {
     o.timeout_s = k.Float("BYTEPS_TIMEOUT");
     o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
     o.stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
+    BPS_RETURN_IF_ERROR(VanSpec::FromKnobs(k, &o.van));
     Scheduler sched(o);
     return sched.Run();
   }
@@ -54,6 +55,7 @@ Status RunNodeFromEnvironment() {
   o.timeout_s = k.Float("BYTEPS_TIMEOUT");
   o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
+  BPS_RETURN_IF_ERROR(VanSpec::FromKnobs(k, &o.van));
   SummationServer server(o);
   return server.Run();
 }

@@ -21,7 +21,7 @@ PsClient::PsClient(PsClientConfig cfg, PullSink* sink, FatalFn fatal, StateFn fa
 PsClient::~PsClient() { Close(); }
 
 Status PsClient::Connect(RegisterMsg reg, double timeout_s) {
-  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
+  BPS_RETURN_IF_ERROR(Van::Create(cfg_.van, &van_));
   control_ = std::make_unique<ControlClient>(
       [this](const FrameHeader& h, const char* p, size_t n) { OnControlMessage(h, p, n); },
       [this](const Status& st) { fatal_(st, false); });

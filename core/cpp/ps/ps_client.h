@@ -80,6 +80,7 @@ struct PsClientConfig {
   std::string root_uri;  // the scheduler
   int root_port = 0;
   double heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
+  VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
 };
 
 class PsClient : public PsConnectionHandler {

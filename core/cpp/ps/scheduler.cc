@@ -29,7 +29,7 @@ Scheduler::~Scheduler() {
 
 Status Scheduler::Run() {
   int port = 0;
-  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
+  BPS_RETURN_IF_ERROR(Van::Create(opts_.van, &van_));
   Van::ListenOptions listen;
   listen.owner = "scheduler";
   listen.handshake_timeout_s = std::min(opts_.timeout_s, 5.0);

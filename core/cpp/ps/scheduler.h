@@ -27,6 +27,7 @@ struct SchedulerOptions {
   double timeout_s = 120;
   double heartbeat_timeout_s = 15;
   double stall_warning_s = 60;  // a declaration waiting this long is reported (0: never)
+  VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
 };
 
 class Scheduler : public PsConnectionHandler {

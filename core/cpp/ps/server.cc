@@ -28,7 +28,7 @@ SummationServer::~SummationServer() {
 }
 
 Status SummationServer::Run() {
-  BPS_RETURN_IF_ERROR(Van::Create("tcp", &van_));
+  BPS_RETURN_IF_ERROR(Van::Create(opts_.van, &van_));
   control_ = std::make_unique<ControlClient>(nullptr, nullptr);
   BPS_RETURN_IF_ERROR(
       control_->Connect(van_.get(), opts_.scheduler_host, opts_.scheduler_port, opts_.timeout_s));

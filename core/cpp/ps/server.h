@@ -31,6 +31,7 @@ struct ServerOptions {
   double timeout_s = 120;
   double heartbeat_interval_s = 1;
   double heartbeat_timeout_s = 15;
+  VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
 };
 
 class SummationServer : public PsConnectionHandler, public ReplySink {

@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "comm/socket_util.h"
 #include "comm/van.h"
+#include "common/knobs.h"
 #ifdef BYTEPS_WITH_UCX
 #include "comm/ucx/ucx_context.h"
 #endif
@@ -27,7 +28,20 @@ void BindDoctor(py::module_& m) {
         return false;
 #endif
       },
-      "Whether this build links UCX (its transport layer; a van over it is not selectable yet).");
+      "Whether this build links UCX (and so has the UCX van).");
+  d.def(
+      "selected_van",
+      [](const std::map<std::string, std::string>& env) {
+        Knobs k;
+        Check(Knobs::FromMap(env, &k));
+        VanSpec spec;
+        Check(VanSpec::FromKnobs(k, &spec));
+        return spec.Describe();
+      },
+      py::arg("env"),
+      "The van a process with environment `env` (dict of str) selects, as VanSpec::Describe "
+      "names it: 'tcp', 'tcp + ipc', 'ucx' or 'ucx (rdma required)'. Raises ConfigError for a "
+      "value no van answers to.");
   d.def(
       "ucx_info",
       []() -> py::object {

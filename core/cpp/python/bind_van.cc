@@ -81,12 +81,14 @@ struct Received {
   std::string peer;
 };
 
-// Listens on 127.0.0.1 (any port), connects, sends one frame (header + payload from the
-// caller's memory) and waits until the accepted side has received it or dropped it.
+// Listens on 127.0.0.1 (any port) with one van, connects with a second of the same kind (as two
+// processes would: a UCX context talks to other contexts), sends one frame (header + payload
+// from the caller's memory) and waits until the accepted side has received it or dropped it.
 Status Loopback(const std::string& kind, uint16_t type, const std::string& payload,
                 uint64_t aux, int refused_type, double timeout_s, Received* out) {
-  std::unique_ptr<Van> van;
+  std::unique_ptr<Van> van, cvan;
   BPS_RETURN_IF_ERROR(Van::Create(kind, &van));
+  BPS_RETURN_IF_ERROR(Van::Create(kind, &cvan));
   LoopbackReceiver receiver(refused_type);
   receiver.buffer_.resize(payload.size());
   SilentHandler sender_handler;
@@ -99,9 +101,9 @@ Status Loopback(const std::string& kind, uint16_t type, const std::string& paylo
       "127.0.0.1", 0, opts,
       [&receiver](std::unique_ptr<Connection> c) { receiver.SetAccepted(std::move(c)); }, &port));
   BPS_RETURN_IF_ERROR(van->RegisterMemory(receiver.buffer_.data(), receiver.buffer_.size()));
-  BPS_RETURN_IF_ERROR(van->RegisterMemory(const_cast<char*>(payload.data()), payload.size()));
+  BPS_RETURN_IF_ERROR(cvan->RegisterMemory(const_cast<char*>(payload.data()), payload.size()));
   std::unique_ptr<Connection> conn;
-  Status st = van->Connect("127.0.0.1", port, timeout_s, &sender_handler, "loopback listener",
+  Status st = cvan->Connect("127.0.0.1", port, timeout_s, &sender_handler, "loopback listener",
                            &conn);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   if (st.ok()) {
@@ -135,6 +137,7 @@ Status Loopback(const std::string& kind, uint16_t type, const std::string& paylo
         out->peer = accepted->peer_name();
       }
     }
+    lk.unlock();  // the receiving side's OnClosed takes it
     conn->Join();  // the connections go before the van that made them
   }
   std::unique_ptr<Connection> accepted;
@@ -143,7 +146,7 @@ Status Loopback(const std::string& kind, uint16_t type, const std::string& paylo
     accepted = std::move(receiver.accepted_);
   }
   if (accepted) accepted->Join();
-  van->UnregisterMemory(const_cast<char*>(payload.data()));
+  cvan->UnregisterMemory(const_cast<char*>(payload.data()));
   van->UnregisterMemory(receiver.buffer_.data());
   van->StopListening();
   return st;

@@ -1,5 +1,6 @@
 #include "comm/ucx/ucx_connection.h"
 
+#include "comm/socket_util.h"
 #include "common/logging.h"
 
 namespace byteps {
@@ -18,6 +19,10 @@ void UcxConnection::Join() {
   if (!link_->Join(kJoinTimeoutS))
     BPS_LOG(WARNING) << "UCX link to " << peer_name() << " was not closed within "
                      << kJoinTimeoutS << " s";
+}
+
+std::string UcxConnection::LocalAddress() const {
+  return link_->lifeline_fd() >= 0 ? LocalAddressOf(link_->lifeline_fd()) : "";
 }
 
 }  // namespace byteps

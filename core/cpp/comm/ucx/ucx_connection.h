@@ -24,9 +24,10 @@ class UcxConnection final : public Connection {
   void Close() override { link_->Close(); }
   void Join() override;
   bool closed() const override { return link_->closed(); }
-  // An endpoint made from a worker address has no IP route of its own: "" (a UCX van's peers
-  // reach this process by its worker address, UcxContext::address()).
-  std::string LocalAddress() const override { return ""; }
+  // This host's address on the link's lifeline socket (the route to the peer the van's
+  // bootstrap took); "" for a link without one (its peers reach this process by its worker
+  // address, UcxContext::address()).
+  std::string LocalAddress() const override;
   // From OnHeader: an eager payload goes through `sink` from UCX's buffer, a rendezvous one is
   // fetched into a bounce buffer of the link first (Connection::kBounceBytes chunks either way).
   void StreamPayload(PayloadSink sink, void* arg) override { link_->StreamPayload(sink, arg); }

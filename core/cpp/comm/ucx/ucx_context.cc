@@ -24,20 +24,28 @@ constexpr size_t kMaxLinks = 4096;        // links a context accepts
 constexpr double kShutdownWaitS = 2.0;    // for endpoints to close at Shutdown
 }  // namespace
 
-Status UcxContext::Create(const std::string& name, std::unique_ptr<UcxContext>* out) {
+Status UcxContext::Create(const std::string& name, std::unique_ptr<UcxContext>* out,
+                          const std::string& default_tls) {
   std::unique_ptr<UcxContext> c(new UcxContext(name));
-  Status st = c->Init();
+  Status st = c->Init(default_tls);
   if (!st.ok()) return st;
   *out = std::move(c);
   return Status::OK();
 }
 
-Status UcxContext::Init() {
+Status UcxContext::Init(const std::string& default_tls) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK)
     return Status::Config(std::string("UCX could not read its UCX_* configuration: ") +
                           ucs_status_string(s));
+  if (!default_tls.empty() && !getenv("UCX_TLS")) {
+    s = ucp_config_modify(config, "TLS", default_tls.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return Status::Config("UCX refused UCX_TLS=" + default_tls + ": " + ucs_status_string(s));
+    }
+  }
   std::string tls, devices;
   ReadUcxConfig(config, &tls, &devices);
   config_summary_ = "UCX_TLS=" + tls + ", UCX_NET_DEVICES=" + devices;
@@ -92,9 +100,10 @@ Status UcxContext::Init() {
                           ucs_status_string(s));
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (event_fd_ < 0 || epoll_fd_ < 0)
+  lifeline_epoll_ = epoll_create1(EPOLL_CLOEXEC);
+  if (event_fd_ < 0 || epoll_fd_ < 0 || lifeline_epoll_ < 0)
     return Status::Internal(std::string("eventfd/epoll: ") + strerror(errno));
-  for (int fd : {worker_fd_, event_fd_}) {
+  for (int fd : {worker_fd_, event_fd_, lifeline_epoll_}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -164,19 +173,23 @@ size_t UcxContext::DrainTasks() {
 void UcxContext::Loop() {
   thread_id_.store(std::this_thread::get_id());
   int idle = 0;
+  uint32_t rounds = 0;
   bool arm_failed_logged = false;
   while (true) {
     size_t work = DrainTasks();
     work += ucp_worker_progress(worker_);
     if (stop_.load()) break;
+    if ((++rounds & 63) == 0) CheckLifelines();
     if (work || ++idle < kSpinRounds) {
       if (work) idle = 0;
       continue;
     }
     idle = 0;
+    const int grace_ms = CheckLifelines();
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
     int timeout_ms = links_.empty() ? -1 : kLinkedWakeupMs;
+    if (grace_ms >= 0) timeout_ms = timeout_ms < 0 ? grace_ms : std::min(timeout_ms, grace_ms);
     if (s != UCS_OK) {
       if (!arm_failed_logged)
         BPS_LOG(WARNING) << "UCX worker " << name_ << " cannot sleep on its event fd ("
@@ -186,8 +199,8 @@ void UcxContext::Loop() {
     }
     sleeping_.store(true);
     if (pending_.load() == 0 && !stop_.load()) {
-      epoll_event evs[2];
-      int n = epoll_wait(epoll_fd_, evs, 2, timeout_ms);
+      epoll_event evs[3];
+      int n = epoll_wait(epoll_fd_, evs, 3, timeout_ms);
       for (int i = 0; i < n; ++i) {
         if (evs[i].data.fd == event_fd_) {
           uint64_t v;
@@ -204,6 +217,11 @@ void UcxContext::SetAcceptHandler(ConnectionHandler* handler, AcceptFn on_connec
   std::lock_guard<std::mutex> lk(mu_);
   accept_handler_ = handler;
   accept_fn_ = std::move(on_connection);
+}
+
+void UcxContext::SetAcceptRouter(AcceptRouter router) {
+  std::lock_guard<std::mutex> lk(mu_);
+  accept_router_ = std::move(router);
 }
 
 uint64_t UcxContext::NewLinkId() {
@@ -225,25 +243,32 @@ void UcxContext::LogPeerError(const std::string& what) {
 
 Status UcxContext::Connect(const std::string& peer_address, const std::string& peer_name,
                            ConnectionHandler* handler, double timeout_s,
-                           std::unique_ptr<Connection>* out) {
+                           std::unique_ptr<Connection>* out, uint64_t token, int lifeline_fd) {
+  auto fail = [lifeline_fd](Status st) {
+    if (lifeline_fd >= 0) close(lifeline_fd);
+    return st;
+  };
   if (peer_address.empty() || peer_address.size() > kMaxAddress)
-    return Status::InvalidArgument("a UCX worker address of " +
-                                   std::to_string(peer_address.size()) + " bytes (1 to " +
-                                   std::to_string(kMaxAddress) + " expected)");
-  if (!handler) return Status::InvalidArgument("UCX Connect needs a handler");
+    return fail(Status::InvalidArgument("a UCX worker address of " +
+                                        std::to_string(peer_address.size()) + " bytes (1 to " +
+                                        std::to_string(kMaxAddress) + " expected)"));
+  if (!handler) return fail(Status::InvalidArgument("UCX Connect needs a handler"));
   if (OnProgressThread())
-    return Status::InvalidArgument("UCX Connect from the progress thread would deadlock");
+    return fail(
+        Status::InvalidArgument("UCX Connect from the progress thread would deadlock"));
   std::shared_ptr<UcxLink> link(new UcxLink(this, NewLinkId(), peer_name, handler));
+  link->lifeline_fd_ = lifeline_fd;  // the link owns it from here on
   // By value: after a RunSync timeout the task may still run.
-  Status st = RunSync([this, link, peer_address]() -> Status {
+  Status st = RunSync([this, link, peer_address, token]() -> Status {
     if (links_.size() >= kMaxLinks)
       return Status::Internal("UCX context " + name_ + " has " + std::to_string(kMaxLinks) +
                               " links open already");
     BPS_RETURN_IF_ERROR(link->CreateEndpoint(peer_address));
     links_[link->id_] = link;
     live_links_ = links_.size();
+    WatchLifeline(link.get());
     WireWriter w;
-    w.Str(address_).Str(name_);
+    w.Str(address_).Str(name_).U64(token);
     auto* item = new SendItem;
     item->heap = true;
     item->owned = w.Take();
@@ -263,14 +288,25 @@ Status UcxContext::Connect(const std::string& peer_address, const std::string& p
 }
 
 void UcxContext::OnConnectRequest(std::string peer_address, uint64_t peer_link,
-                                  std::string peer_name) {
+                                  std::string peer_name, uint64_t token) {
   if (links_.size() >= kMaxLinks) {
     LogPeerError("CONNECT from " + peer_name + " beyond " + std::to_string(kMaxLinks) +
                  " links");
     return;
   }
-  std::shared_ptr<UcxLink> link(new UcxLink(this, NewLinkId(), peer_name, nullptr));
+  AcceptRoute route;
+  AcceptRouter router;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    route.handler = accept_handler_;
+    route.on_connection = accept_fn_;
+    router = accept_router_;
+  }
+  route.peer_name = peer_name;
+  if (router && !router(token, peer_name, &route)) route = AcceptRoute{};
+  std::shared_ptr<UcxLink> link(new UcxLink(this, NewLinkId(), route.peer_name, nullptr));
   link->remote_id_ = peer_link;
+  link->lifeline_fd_ = route.lifeline_fd;
   Status st = link->CreateEndpoint(peer_address);
   if (!st.ok()) {
     LogPeerError("CONNECT from " + peer_name + ": " + st.message());
@@ -278,14 +314,10 @@ void UcxContext::OnConnectRequest(std::string peer_address, uint64_t peer_link,
   }
   links_[link->id_] = link;
   live_links_ = links_.size();
-  ConnectionHandler* handler;
-  AcceptFn accept;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    handler = accept_handler_;
-    accept = accept_fn_;
-  }
+  ConnectionHandler* handler = route.handler;
+  AcceptFn accept = std::move(route.on_connection);
   link->state_ = UcxLink::kOpen;
+  WatchLifeline(link.get());
   if (!handler || !accept) {
     {
       std::lock_guard<std::mutex> lk(link->mu_);
@@ -332,14 +364,14 @@ ucs_status_t UcxContext::OnAm(const void* header, size_t header_length, void* da
     WireReader r(data, length);
     std::string addr = r.Str(kMaxAddress);
     std::string name = r.Str(256);
+    const uint64_t token = r.U64();
     if (!r.done() || addr.empty()) {
       LogPeerError("malformed CONNECT");
       return UCS_OK;
     }
     // Endpoint creation waits until this callback has returned.
-    Post([this, addr = std::move(addr), id = h.src_link, name = std::move(name)]() mutable {
-      OnConnectRequest(std::move(addr), id, std::move(name));
-    });
+    Post([this, addr = std::move(addr), id = h.src_link, name = std::move(name),
+          token]() mutable { OnConnectRequest(std::move(addr), id, std::move(name), token); });
     return UCS_OK;
   }
   auto it = links_.find(h.dst_link);
@@ -426,6 +458,12 @@ Status UcxContext::UnregisterMemory(void* addr) {
 void UcxContext::Retire(uint64_t link_id) {
   // Deferred: the link may be running the member function that found it finished.
   Post([this, link_id] {
+    auto it = links_.find(link_id);
+    if (it != links_.end() && it->second->lifeline_watched_) {
+      epoll_ctl(lifeline_epoll_, EPOLL_CTL_DEL, it->second->lifeline_fd_, nullptr);
+      it->second->lifeline_watched_ = false;
+      --lifelines_;
+    }
     links_.erase(link_id);
     live_links_ = links_.size();
     std::lock_guard<std::mutex> lk(retire_mu_);
@@ -484,7 +522,8 @@ void UcxContext::Cleanup() {
   regions_.clear();
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (event_fd_ >= 0) close(event_fd_);
-  epoll_fd_ = event_fd_ = -1;
+  if (lifeline_epoll_ >= 0) close(lifeline_epoll_);
+  epoll_fd_ = event_fd_ = lifeline_epoll_ = -1;
   if (context_) ucp_cleanup(context_);
   context_ = nullptr;
 }

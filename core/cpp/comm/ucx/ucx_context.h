@@ -35,6 +35,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -79,7 +80,10 @@ class UcxContext {
   // Creates the UCP context, its worker and the progress thread. `name` appears in UCX's logs
   // and in error messages. A UCX that cannot start (e.g. UCX_TLS names no available transport)
   // is a Status::Config naming UCX and the UCX_TLS / UCX_NET_DEVICES values in force.
-  static Status Create(const std::string& name, std::unique_ptr<UcxContext>* out);
+  // `default_tls`, when not empty, is the transport list used where the environment sets no
+  // UCX_TLS (the van's shared-memory-only context for colocated peers: "sm,self").
+  static Status Create(const std::string& name, std::unique_ptr<UcxContext>* out,
+                       const std::string& default_tls = "");
   ~UcxContext();  // Shutdown()
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
@@ -95,12 +99,33 @@ class UcxContext {
   // them (the default) links are refused and the peer's Connect fails.
   using AcceptFn = std::function<void(std::unique_ptr<Connection> conn)>;
   void SetAcceptHandler(ConnectionHandler* handler, AcceptFn on_connection);
+  // Where an accepted link goes: its handler, who receives the connection, its name, and the
+  // lifeline socket it owns from then on (-1: none).
+  struct AcceptRoute {
+    ConnectionHandler* handler = nullptr;
+    AcceptFn on_connection;
+    std::string peer_name;
+    int lifeline_fd = -1;
+  };
+  // With a router (a van's bootstrap), a CONNECT is accepted only when router(token, name,
+  // &route) returns true for the token the peer's Connect carried: links nobody bootstrapped
+  // are refused. Runs on the progress thread. Takes precedence over SetAcceptHandler.
+  using AcceptRouter =
+      std::function<bool(uint64_t token, const std::string& peer_name, AcceptRoute* route)>;
+  void SetAcceptRouter(AcceptRouter router);
 
   // Opens a link to the worker at `peer_address` (its address()) and waits at most timeout_s for
   // the peer's ACCEPT; *out is a UcxConnection, not yet started. Errors: Timeout, PeerLost (the
   // peer refused, is gone, or no transport in UCX_TLS reaches it). Not from the progress thread.
+  // `token` travels in the CONNECT for the peer's AcceptRouter. `lifeline_fd` (optional) is a
+  // connected socket to the peer's process that the link owns from this call on (closed with
+  // it, or at once when Connect fails): when it reports end of file or an error, the peer is
+  // gone and the link fails with PeerLost (after kLifelineGraceS, so that a CLOSE already on its
+  // way arrives first). It detects a killed peer where UCX's transports cannot (shared memory).
   Status Connect(const std::string& peer_address, const std::string& peer_name,
-                 ConnectionHandler* handler, double timeout_s, std::unique_ptr<Connection>* out);
+                 ConnectionHandler* handler, double timeout_s, std::unique_ptr<Connection>* out,
+                 uint64_t token = 0, int lifeline_fd = -1);
+  static constexpr double kLifelineGraceS = 0.5;
 
   // ucp_mem_map of [addr, addr+len) and its undoing, by the start address (the Van's
   // RegisterMemory / UnregisterMemory hooks). Two regions must not start at the same address
@@ -132,11 +157,17 @@ class UcxContext {
   uint64_t NewLinkId();
   // Bounded log of what peers send wrong.
   void LogPeerError(const std::string& what);
+  // Watches the link's lifeline socket (progress thread; ucx_lifeline.cc).
+  void WatchLifeline(UcxLink* link);
 
  private:
   explicit UcxContext(std::string name) : name_(std::move(name)) {}
-  Status Init();
+  Status Init(const std::string& default_tls);
   void Loop();
+  // Reads what the watched lifelines report and fails the links whose peer is gone, once their
+  // grace has passed (progress thread). Returns the milliseconds until the next grace ends
+  // (-1: none pending), for the sleep's timeout.
+  int CheckLifelines();
   size_t DrainTasks();
   void Wake();
   void Cleanup();  // after the thread stopped
@@ -144,7 +175,8 @@ class UcxContext {
                              size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t OnAm(const void* header, size_t header_length, void* data, size_t length,
                     bool rndv, bool persistent);
-  void OnConnectRequest(std::string peer_address, uint64_t peer_link, std::string peer_name);
+  void OnConnectRequest(std::string peer_address, uint64_t peer_link, std::string peer_name,
+                        uint64_t token);
 
   std::string name_;
   std::string address_;
@@ -161,6 +193,7 @@ class UcxContext {
   bool stopped_ = false;  // no more tasks accepted
   ConnectionHandler* accept_handler_ = nullptr;
   AcceptFn accept_fn_;
+  AcceptRouter accept_router_;
   std::atomic<size_t> pending_{0};  // tasks + ready links queued
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
@@ -168,6 +201,9 @@ class UcxContext {
   // Progress thread only.
   std::unordered_map<uint64_t, std::shared_ptr<UcxLink>> links_;
   std::map<uintptr_t, UcxRegion> regions_;
+  int lifeline_epoll_ = -1;  // the watched lifelines, by link id; itself in epoll_fd_
+  size_t lifelines_ = 0;     // watched now
+  std::vector<std::pair<uint64_t, std::chrono::steady_clock::time_point>> lost_;  // fail then
   std::atomic<size_t> live_links_{0};  // links_.size(), read by Shutdown
   std::mutex retire_mu_;
   std::condition_variable retire_cv_;

@@ -1,5 +1,7 @@
 #include "comm/ucx/ucx_link.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -53,6 +55,7 @@ UcxLink::UcxLink(UcxContext* ctx, uint64_t id, std::string peer_name,
     : ctx_(ctx), id_(id), peer_name_(std::move(peer_name)), handler_(handler) {}
 
 UcxLink::~UcxLink() {
+  if (lifeline_fd_ >= 0) close(lifeline_fd_);
   // Frames queued on a link nobody closed (its context shut down first) fail now.
   SendItem* list = head_;
   head_ = tail_ = nullptr;

@@ -92,6 +92,8 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // failed peer): a dead peer is then seen by its CLOSE message, an operation to it that fails,
   // or the job's heartbeats, but not while the link is idle.
   bool peer_failure_detection() const { return peer_mode_; }
+  // The lifeline socket this link owns (-1: none; UcxContext::Connect says what it does).
+  int lifeline_fd() const { return lifeline_fd_; }
   // The endpoint's transports and lanes as UCX prints them (ucp_ep_print_info).
   std::string Describe();
 
@@ -168,7 +170,9 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   bool retired_ = false;
   Status close_status_;
 
+  int lifeline_fd_ = -1;  // set before the link is shared; closed by the destructor
   // Progress thread only.
+  bool lifeline_watched_ = false;
   ucp_ep_h ep_ = nullptr;
   bool peer_mode_ = true;
   bool ep_closing_ = false;

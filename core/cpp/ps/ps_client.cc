@@ -172,6 +172,12 @@ Status PsClient::Finalize(double timeout_s) {
 void PsClient::Close() {
   for (auto& c : servers_) c->Join();
   if (control_) control_->Close();
+  std::thread blame;
+  {
+    std::lock_guard<std::mutex> lk(blame_mu_);
+    blame = std::move(blame_);
+  }
+  if (blame.joinable()) blame.join();
 }
 
 Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
@@ -261,10 +267,15 @@ void PsClient::OnClosed(Connection* c, const Status& why) {
   if (stopping_()) return;
   // A server also closes its connections when the job failed elsewhere (the scheduler told it
   // so); wait briefly for that news before blaming the server.
-  for (int i = 0; i < 100 && !failed_() && !stopping_(); ++i) usleep(10000);
-  if (stopping_()) return;
-  fatal_(Status::PeerLost("lost the connection to " + c->peer_name() + " (" + why.message() + ")"),
-         true);
+  Status blame =
+      Status::PeerLost("lost the connection to " + c->peer_name() + " (" + why.message() + ")");
+  std::lock_guard<std::mutex> lk(blame_mu_);
+  if (blaming_) return;  // the first lost server is the one named
+  blaming_ = true;
+  blame_ = std::thread([this, blame] {
+    for (int i = 0; i < 100 && !failed_() && !stopping_(); ++i) usleep(10000);
+    if (!stopping_()) fatal_(blame, true);
+  });
 }
 
 }  // namespace byteps

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -162,6 +163,12 @@ class PsClient : public PsConnectionHandler {
   mutable std::mutex left_mu_;
   std::set<int> left_machines_;
   std::chrono::steady_clock::time_point left_at_{};
+  // Waits briefly for news of a failure elsewhere before blaming a lost server (OnClosed): on a
+  // thread of its own, since the news may arrive through the same van thread (UCX). One at a
+  // time; joined by Close().
+  std::mutex blame_mu_;
+  std::thread blame_;
+  bool blaming_ = false;
 };
 
 }  // namespace byteps

@@ -20,7 +20,6 @@ SummationServer::SummationServer(ServerOptions opts)
 
 SummationServer::~SummationServer() {
   stopping_ = true;
-  book_cv_.notify_all();
   if (van_) van_->StopListening();
   for (auto& c : conns_) c->Join();
   rounds_.Stop();
@@ -63,7 +62,12 @@ Status SummationServer::Run() {
     std::lock_guard<std::mutex> lk(book_mu_);
     rounds_.Configure(rank_, book.partition_bound);
   }
-  book_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    have_book_ = true;
+    for (Connection* c : unstarted_) c->Start();
+    unstarted_.clear();
+  }
   SetLogIdentity("server " + std::to_string(rank_));
   van_->SetListenerOwner("server " + std::to_string(rank_));
   BPS_LOG(INFO) << "serving on " << host << ":" << port << " with " << opts_.engine_threads
@@ -93,11 +97,19 @@ void SummationServer::OnAccepted(std::unique_ptr<Connection> conn) {
     // reconnecting (and failing) costs nothing that accumulates.
     for (auto& c : conns_) {
       bool serving = c->tag >= 0 && c->tag < opts_.num_worker && workers_[c->tag] == c.get();
-      if (c->closed() && !serving) dead.push_back(std::move(c));
+      if (c->closed() && !serving) {
+        unstarted_.erase(std::remove(unstarted_.begin(), unstarted_.end(), c.get()),
+                         unstarted_.end());
+        dead.push_back(std::move(c));
+      }
     }
     conns_.erase(std::remove(conns_.begin(), conns_.end(), nullptr), conns_.end());
     conns_.push_back(std::move(conn));
-    raw->Start();  // under the lock: a reaper never sees a connection whose threads are half made
+    // Under the lock: a reaper never sees a connection whose threads are half made.
+    if (have_book_)
+      raw->Start();
+    else
+      unstarted_.push_back(raw);
   }
   dead.clear();  // joins their finished threads, outside the lock
 }
@@ -109,15 +121,7 @@ Connection* SummationServer::Worker(int worker) {
 
 Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   MsgType t = TypeOf(h);
-  if (t == MsgType::kHello) {
-    // Workers connect once they have the address book; this server gets it at the same time,
-    // but its copy may still be on the way.
-    std::unique_lock<std::mutex> lk(book_mu_);
-    if (!book_cv_.wait_for(lk, std::chrono::duration<double>(opts_.timeout_s),
-                           [&] { return rounds_.partition_bound() != 0 || stopping_.load(); }))
-      return Status::Timeout("HELLO before this server had the job's address book");
-    return Status::OK();
-  }
+  if (t == MsgType::kHello) return Status::OK();  // started after the book (OnAccepted)
   if (t == MsgType::kGoodbye) return Status::OK();
   if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
   if (t == MsgType::kPull || t == MsgType::kStallQuery) return Status::OK();

@@ -63,15 +63,17 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   ServerOptions opts_;
   int rank_ = -1;
   std::atomic<bool> stopping_{false};
-  // A worker's HELLO waits for the job's partition bound (from the address book, given to
-  // rounds_), so no push is read before it is known.
-  std::mutex book_mu_;
-  std::condition_variable book_cv_;
+  std::mutex book_mu_;  // rounds_.Configure against the handlers' reads
   std::unique_ptr<Van> van_;  // outlives control_ and conns_
   std::unique_ptr<ControlClient> control_;
   std::mutex conns_mu_;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> workers_;
+  // Accepted connections are started (their frames read) only once the address book has given
+  // rounds_ the job's partition bound: no push is read before it is known, and no handler waits
+  // for it (a van may run every connection's handlers on one thread, the UCX van does).
+  bool have_book_ = false;
+  std::vector<Connection*> unstarted_;
   // The round logic; its keys hold the reply frames, so the connections are joined (their
   // queues emptied) before it stops and frees them.
   SummationEngine rounds_;

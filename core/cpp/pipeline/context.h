@@ -67,6 +67,7 @@ struct TensorContext {
   // Local reduce (BYTEPS_LOCAL_SIZE > 1): slots [0, L) then aggregates [L, L+2) of `region`.
   std::unique_ptr<ShmSegment> shm;
   size_t region = 0;
+  bool registered = false;  // the aggregates, with the van (local root of a distributed job)
 
   // The operation in flight (at most one per name).
   std::mutex mu;

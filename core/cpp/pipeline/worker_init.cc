@@ -267,6 +267,7 @@ void WorkerCore::Stop() {
   channel_.Close();
   for (auto& ctx : contexts_) {
     if (!ctx->shm) continue;
+    if (ctx->registered) ps_->UnregisterMemory(ctx->slot(cfg_.local_size));
     if (cfg_.is_root()) ctx->shm->Unlink();
     ctx->shm->Close();
   }

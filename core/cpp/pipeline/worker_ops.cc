@@ -73,6 +73,9 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
     ctx->shm = std::make_unique<ShmSegment>();
     BPS_RETURN_IF_ERROR(ctx->shm->Open(ShmName(cfg_.job, cfg_.worker_id, ctx->declared_key),
                                        ctx->region * static_cast<size_t>(cfg_.local_size + 2)));
+    // The aggregates are what the local root pushes from and pulls into, every round.
+    if (cfg_.distributed && cfg_.is_root())
+      ctx->registered = ps_->RegisterMemory(ctx->slot(cfg_.local_size), 2 * ctx->region).ok();
   }
   if (!cfg_.distributed || !cfg_.is_root()) ctx->declared = true;
   if (cfg_.distributed && cfg_.is_root()) {

@@ -117,6 +117,10 @@ class PsClient : public PsConnectionHandler {
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg);
   // The worker gave up on these pulls: their responses are read past from now on. Returns once
   // none is still being received into the worker's memory (or after timeout_s).
+  // Memory pushes are sent from and pulls received into for the whole job (the local root's
+  // aggregate buffers), registered once with the van (Van::RegisterMemory; a no-op for TCP).
+  Status RegisterMemory(void* addr, size_t len) { return van_->RegisterMemory(addr, len); }
+  void UnregisterMemory(void* addr) { van_->UnregisterMemory(addr); }
   void CancelPulls(const std::vector<PendingPull*>& pulls, double timeout_s);
 
   // Asks `server` which worker machines have not pushed (key, round); the answer lands in the

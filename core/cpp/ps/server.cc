@@ -172,9 +172,17 @@ void SummationServer::OnClosed(Connection* c, const Status& why) {
     BPS_LOG(WARNING) << "connection to worker " << c->tag << " lost: " << why.message();
 }
 
-std::unique_ptr<KeyAttachment> SummationServer::Attach(const RoundKey&) {
+std::unique_ptr<KeyAttachment> SummationServer::Attach(const RoundKey& k) {
   auto r = std::make_unique<Replies>();
   r->items.resize(static_cast<size_t>(opts_.num_worker) * 2);
+  r->van = van_.get();
+  for (char* p : k.owned) {
+    Status st = van_->RegisterMemory(p, std::max<size_t>(k.len, 1));
+    if (st.ok())
+      r->registered.push_back(p);
+    else  // the van then registers per message, as for any memory
+      BPS_LOG(WARNING) << "cannot register the buffers of key " << k.key << ": " << st.message();
+  }
   return r;
 }
 

@@ -54,8 +54,16 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   void SendError(int worker, const std::string& message) override;
 
   // A key's reply frames, [worker * 2 + parity], reused every round.
+  // Per key: the reply frames, and the key's buffers (sums, staging) registered with the van
+  // once for the job (Van::RegisterMemory: a van with remote memory access sends from and
+  // receives into them without registering them per message).
   struct Replies : KeyAttachment {
     std::vector<SendItem> items;
+    Van* van = nullptr;
+    std::vector<char*> registered;
+    ~Replies() override {
+      for (char* p : registered) van->UnregisterMemory(p);
+    }
   };
   void OnAccepted(std::unique_ptr<Connection> conn);
   Connection* Worker(int worker);

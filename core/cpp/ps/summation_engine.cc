@@ -15,8 +15,10 @@ SummationEngine::SummationEngine(int num_worker, int engines, bool threaded, Rep
 
 SummationEngine::~SummationEngine() {
   Stop();
-  for (auto& [k, ks] : keys_)
+  for (auto& [k, ks] : keys_) {
+    ks->attachment.reset();  // it may refer to the buffers (the server's registrations)
     for (char* p : ks->owned) free(p);
+  }
 }
 
 void SummationEngine::Start() {
@@ -56,12 +58,8 @@ size_t SummationEngine::num_keys() {
 }
 
 Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out) {
-  std::unique_lock<std::shared_mutex> lk(keys_mu_);
-  auto it = keys_.find(key);
-  if (it != keys_.end()) {
-    *out = it->second.get();
-    return Status::OK();
-  }
+  // Built outside the key table's lock: the sink's Attach may wait for a van's thread (memory
+  // registration), which may itself be waiting for the lock in another receiver's PushBuffer.
   auto ks = std::make_unique<RoundKey>();
   ks->key = key;
   ks->dtype = dtype;
@@ -86,6 +84,15 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
   for (auto& w : ks->waiting) w.reserve(num_worker_);
   for (auto& p : ks->pushed) p.assign(num_worker_, 0);
   if (sink_) ks->attachment = sink_->Attach(*ks);
+  std::unique_lock<std::shared_mutex> lk(keys_mu_);
+  auto it = keys_.find(key);
+  if (it != keys_.end()) {  // another receiver made it meanwhile: keep theirs
+    lk.unlock();
+    ks->attachment.reset();
+    for (char* p : ks->owned) free(p);
+    *out = it->second.get();
+    return Status::OK();
+  }
   // Bind the key to the least-loaded engine (by bytes), for good.
   size_t best = 0;
   for (size_t i = 1; i < engines_.size(); ++i)

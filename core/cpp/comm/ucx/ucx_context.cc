@@ -417,9 +417,11 @@ ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
 }
 
 void UcxContext::UseRegistration(ucp_request_param_t* param, const void* p, size_t len) const {
+  ++data_ops_;
   if (ucp_mem_h memh = FindMemh(p, len)) {
     param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param->memh = memh;
+    ++registered_ops_;
   }
 }
 
@@ -478,6 +480,9 @@ void UcxContext::Shutdown(bool abrupt) {
     return;
   }
   shut_down_ = true;
+  if (data_ops_)
+    BPS_LOG(INFO) << "UCX " << name_ << ": " << registered_ops_ << " of " << data_ops_
+                  << " payload sends and rendezvous receives used a region registered once";
   if (thread_.joinable()) {
     RunSync([this, abrupt]() -> Status {
       std::vector<std::shared_ptr<UcxLink>> links;

@@ -209,6 +209,7 @@ class UcxContext {
   std::condition_variable retire_cv_;
   LogLimiter peer_log_;
   bool shut_down_ = false;
+  mutable uint64_t data_ops_ = 0, registered_ops_ = 0;  // UseRegistration (progress thread)
 };
 
 }  // namespace byteps

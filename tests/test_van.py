@@ -9,8 +9,11 @@ the types mean is the PS layer's (``ps/protocol.h``), not the van's.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
+from jobs import clean_job_env
 
 from byteps._core import testing as T
 from byteps.errors import InvalidArgumentError
@@ -49,3 +52,16 @@ def test_refused_header_never_reaches_on_header():
 def test_loopback_unknown_kind():
     with pytest.raises(InvalidArgumentError, match="unknown van"):
         T.van_loopback("rdma", 21, b"")
+
+
+@pytest.mark.skipif(not T.ucx_available, reason="this build has no UCX transport")
+def test_ucx_van_start_failure_is_a_config_error():
+    """A UCX van whose context cannot start (UCX_TLS names nothing) is a ConfigError naming
+    UCX_TLS, not a crash of the half-made van (run in a child: a crash must not take pytest)."""
+    code = ("from byteps._core import testing as T\n"
+            "try:\n    T.van_kind('ucx')\nexcept Exception as e:\n"
+            "    print('RESULT', type(e).__name__, e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=clean_job_env({"UCX_TLS": "nonsense"}), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT ConfigError" in proc.stdout and "UCX_TLS=nonsense" in proc.stdout, proc.stdout

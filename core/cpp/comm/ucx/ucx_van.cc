@@ -79,6 +79,7 @@ Status UcxVan::Create(const Options& opts, std::unique_ptr<Van>* out) {
 
 UcxVan::~UcxVan() {
   StopListening();
+  if (!ctx_) return;  // Create failed before the context existed
   ctx_->SetAcceptRouter(nullptr);
   ctx_->Shutdown();
 }

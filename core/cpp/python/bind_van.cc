@@ -1,5 +1,7 @@
 // byteps._core.testing.van_*: the van seam (comm/van.h) on its own, without the PS protocol: a
-// loopback connection over 127.0.0.1 through a van of a given kind.
+// loopback connection over 127.0.0.1 through a van of a given kind (or one van listening and a
+// van of another kind connecting), and in UCX builds testing.UcxVanProbe: a UCX van's listener
+// beside a stranger's UCX context that tries to open links to it without the bootstrap.
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -7,9 +9,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "comm/van.h"
+#ifdef BYTEPS_WITH_UCX
+#include "comm/ucx/ucx_van.h"
+#endif
 
 namespace py = pybind11;
 
@@ -53,6 +59,12 @@ class LoopbackReceiver : public ConnectionHandler {
     accepted_ = std::move(c);
     cv_.notify_all();
   }
+  // The connecting side's connection closed (the listener dropped it).
+  void SenderClosed(const Status& why) {
+    std::lock_guard<std::mutex> lk(mu_);
+    sender_closed_ = why.ok() ? Status::PeerLost("connection closed") : why;
+    cv_.notify_all();
+  }
 
   const int refused_type_;
   std::string buffer_;
@@ -63,15 +75,22 @@ class LoopbackReceiver : public ConnectionHandler {
   bool have_ = false;
   FrameHeader got_;
   Status closed_;
+  Status sender_closed_;
 };
 
-// The connecting side ignores what comes back.
+// The connecting side ignores what comes back and tells `receiver` (if any) when it closes.
 class SilentHandler : public ConnectionHandler {
  public:
+  explicit SilentHandler(LoopbackReceiver* receiver = nullptr) : receiver_(receiver) {}
   Status ValidateHeader(const FrameHeader&) override { return Status::OK(); }
   Status OnHeader(Connection*, const FrameHeader&, void**) override { return Status::OK(); }
   void OnFrame(Connection*, const FrameHeader&, void*) override {}
-  void OnClosed(Connection*, const Status&) override {}
+  void OnClosed(Connection*, const Status& why) override {
+    if (receiver_) receiver_->SenderClosed(why);
+  }
+
+ private:
+  LoopbackReceiver* receiver_;
 };
 
 struct Received {
@@ -81,17 +100,21 @@ struct Received {
   std::string peer;
 };
 
-// Listens on 127.0.0.1 (any port) with one van, connects with a second of the same kind (as two
-// processes would: a UCX context talks to other contexts), sends one frame (header + payload
-// from the caller's memory) and waits until the accepted side has received it or dropped it.
-Status Loopback(const std::string& kind, uint16_t type, const std::string& payload,
-                uint64_t aux, int refused_type, double timeout_s, Received* out) {
+// Listens on 127.0.0.1 (any port) with one van of `kind`, connects with a second van of
+// `connect_kind` (as two processes would: a UCX context talks to other contexts), sends one frame
+// (header + payload from the caller's memory) and waits until the accepted side has received it
+// or dropped it. Between kinds (a job whose nodes select different vans) the listener starts what
+// it accepts at once, as a node does, and a connection it drops is the error returned.
+Status Loopback(const std::string& kind, const std::string& connect_kind, uint16_t type,
+                const std::string& payload, uint64_t aux, int refused_type, double timeout_s,
+                Received* out) {
   std::unique_ptr<Van> van, cvan;
   BPS_RETURN_IF_ERROR(Van::Create(kind, &van));
-  BPS_RETURN_IF_ERROR(Van::Create(kind, &cvan));
+  BPS_RETURN_IF_ERROR(Van::Create(connect_kind, &cvan));
+  const bool cross = kind != connect_kind;
   LoopbackReceiver receiver(refused_type);
   receiver.buffer_.resize(payload.size());
-  SilentHandler sender_handler;
+  SilentHandler sender_handler(&receiver);
   Van::ListenOptions opts;
   opts.owner = "van loopback";
   opts.handler = &receiver;
@@ -99,9 +122,16 @@ Status Loopback(const std::string& kind, uint16_t type, const std::string& paylo
   int port = 0;
   BPS_RETURN_IF_ERROR(van->Listen(
       "127.0.0.1", 0, opts,
-      [&receiver](std::unique_ptr<Connection> c) { receiver.SetAccepted(std::move(c)); }, &port));
-  BPS_RETURN_IF_ERROR(van->RegisterMemory(receiver.buffer_.data(), receiver.buffer_.size()));
-  BPS_RETURN_IF_ERROR(cvan->RegisterMemory(const_cast<char*>(payload.data()), payload.size()));
+      [&receiver, cross](std::unique_ptr<Connection> c) {
+        if (cross) c->Start();
+        receiver.SetAccepted(std::move(c));
+      },
+      &port));
+  // Registered as a node registers its buffers (empty regions are not registrable).
+  if (!payload.empty()) {
+    BPS_RETURN_IF_ERROR(van->RegisterMemory(receiver.buffer_.data(), receiver.buffer_.size()));
+    BPS_RETURN_IF_ERROR(cvan->RegisterMemory(const_cast<char*>(payload.data()), payload.size()));
+  }
   std::unique_ptr<Connection> conn;
   Status st = cvan->Connect("127.0.0.1", port, timeout_s, &sender_handler, "loopback listener",
                            &conn);
@@ -115,12 +145,18 @@ Status Loopback(const std::string& kind, uint16_t type, const std::string& paylo
     item.len = payload.size();
     conn->Send(&item);
     std::unique_lock<std::mutex> lk(receiver.mu_);
-    if (!receiver.cv_.wait_until(lk, deadline, [&] { return receiver.accepted_ != nullptr; })) {
+    if (!receiver.cv_.wait_until(lk, deadline, [&] {
+          return receiver.accepted_ != nullptr || !receiver.sender_closed_.ok();
+        })) {
       st = Status::Timeout("the loopback connection was not accepted");
+    } else if (!receiver.accepted_) {
+      st = Status(receiver.sender_closed_.code(),
+                  "the listener dropped the connection without handing it out: " +
+                      receiver.sender_closed_.message());
     } else {
       Connection* accepted = receiver.accepted_.get();
       lk.unlock();
-      accepted->Start();
+      if (!cross) accepted->Start();
       lk.lock();
       if (!receiver.cv_.wait_until(lk, deadline,
                                    [&] { return receiver.have_ || !receiver.closed_.ok(); }))
@@ -146,11 +182,127 @@ Status Loopback(const std::string& kind, uint16_t type, const std::string& paylo
     accepted = std::move(receiver.accepted_);
   }
   if (accepted) accepted->Join();
-  cvan->UnregisterMemory(const_cast<char*>(payload.data()));
-  van->UnregisterMemory(receiver.buffer_.data());
+  if (!payload.empty()) {
+    cvan->UnregisterMemory(const_cast<char*>(payload.data()));
+    van->UnregisterMemory(receiver.buffer_.data());
+  }
   van->StopListening();
   return st;
 }
+
+#ifdef BYTEPS_WITH_UCX
+// testing.UcxVanProbe: a UCX van listening on 127.0.0.1, and beside it a stranger's UCX context
+// that opens links straight to the listener's worker address with a token of its choosing,
+// skipping the bootstrap (comm/ucx/ucx_van.h). The listener hands out (and starts) the
+// connections its context accepts; the probe counts them and records how each one closed.
+class UcxVanProbe : public ConnectionHandler {
+ public:
+  UcxVanProbe() {
+    std::unique_ptr<Van> van;
+    Check(Van::Create("ucx", &van));
+    van_.reset(static_cast<UcxVan*>(van.release()));
+    Van::ListenOptions opts;
+    opts.owner = "ucx van probe";
+    opts.handler = this;
+    opts.peer_name = "probe peer";
+    Check(van_->Listen(
+        "127.0.0.1", 0, opts,
+        [this](std::unique_ptr<Connection> c) {
+          c->Start();
+          std::lock_guard<std::mutex> lk(mu_);
+          accepted_.push_back(std::move(c));
+          cv_.notify_all();
+        },
+        &port_));
+    Check(UcxContext::Create("stranger", &stranger_));
+  }
+  ~UcxVanProbe() override { Close(); }
+
+  Status ValidateHeader(const FrameHeader&) override { return Status::OK(); }
+  Status OnHeader(Connection*, const FrameHeader&, void** dest) override {
+    *dest = Connection::kDiscard;
+    return Status::OK();
+  }
+  void OnFrame(Connection*, const FrameHeader&, void*) override {}
+  void OnClosed(Connection* c, const Status& why) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_.emplace_back(c, why.ok() ? Status::PeerLost("closed") : why);
+    cv_.notify_all();
+  }
+
+  int port() const { return port_; }
+  py::bytes worker_address() const { return py::bytes(Listener()->context()->address()); }
+  size_t accepted() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return accepted_.size();
+  }
+  // A link from the stranger's context to `address` whose CONNECT carries `token`; raises the
+  // error (PeerLostError when refused). Kept open until close().
+  void RawConnect(const std::string& address, uint64_t token, double timeout_s) {
+    if (!stranger_) ThrowStatus(Status::Shutdown("this probe is closed"));
+    std::unique_ptr<Connection> conn;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = stranger_->Connect(address, "ucx van listener", &silent_, timeout_s, &conn, token);
+    }
+    Check(st);
+    conn->Start();
+    links_.push_back(std::move(conn));
+  }
+  // Waits at most timeout_s for accepted connection `i` to close: (status code name, message),
+  // or None if it is still open.
+  py::object WaitClosed(size_t i, double timeout_s) {
+    Status why;
+    {
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return Find(i, &why); });
+    }
+    if (why.ok()) return py::none();
+    return py::make_tuple(StatusCodeName(why.code()), why.message());
+  }
+  // Closes the stranger's links and the accepted connections, then both contexts. The accepted
+  // connections, joined, are destroyed after their van, as comm/van.h allows.
+  void Close() {
+    py::gil_scoped_release nogil;
+    for (auto& c : links_) c->Join();
+    links_.clear();
+    std::vector<std::unique_ptr<Connection>> accepted;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      accepted.swap(accepted_);
+    }
+    for (auto& c : accepted) c->Join();
+    if (stranger_) stranger_->Shutdown();
+    stranger_.reset();
+    van_.reset();
+    accepted.clear();
+  }
+
+ private:
+  UcxVan* Listener() const {
+    if (!van_) ThrowStatus(Status::Shutdown("this probe is closed"));
+    return van_.get();
+  }
+  bool Find(size_t i, Status* why) {  // mu_ held
+    if (i >= accepted_.size()) return false;
+    for (auto& [c, st] : closed_)
+      if (c == accepted_[i].get()) return (*why = st), true;
+    return false;
+  }
+
+  std::unique_ptr<UcxVan> van_;
+  std::unique_ptr<UcxContext> stranger_;
+  SilentHandler silent_;
+  int port_ = 0;
+  std::vector<std::unique_ptr<Connection>> links_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Connection>> accepted_;
+  std::vector<std::pair<Connection*, Status>> closed_;
+};
+#endif  // BYTEPS_WITH_UCX
 
 }  // namespace
 
@@ -166,13 +318,14 @@ void BindVanTesting(py::module_& m) {
   m.def(
       "van_loopback",
       [](const std::string& kind, uint16_t type, py::bytes payload, uint64_t aux,
-         int refused_type, double timeout_s) {
+         int refused_type, double timeout_s, const std::string& connect_kind) {
         std::string data = payload;
         Received got;
         Status st;
         {
           py::gil_scoped_release nogil;
-          st = Loopback(kind, type, data, aux, refused_type, timeout_s, &got);
+          st = Loopback(kind, connect_kind.empty() ? kind : connect_kind, type, data, aux,
+                        refused_type, timeout_s, &got);
         }
         Check(st);
         py::dict out;
@@ -183,10 +336,33 @@ void BindVanTesting(py::module_& m) {
         return out;
       },
       py::arg("kind"), py::arg("type"), py::arg("payload"), py::arg("aux") = 0,
-      py::arg("refused_type") = -1, py::arg("timeout_s") = 10.0,
+      py::arg("refused_type") = -1, py::arg("timeout_s") = 10.0, py::arg("connect_kind") = "",
       "Sends one frame over a loopback connection of a van of `kind` and returns what the "
       "receiving side got: {'type', 'aux', 'payload', 'peer'}. A type equal to refused_type is "
-      "refused by the receiving handler's ValidateHeader (the error is raised).");
+      "refused by the receiving handler's ValidateHeader (the error is raised). connect_kind "
+      "(default: kind) is the kind of the connecting van: between kinds, the connection the "
+      "listener drops, or the connect that fails, raises its error.");
+#ifdef BYTEPS_WITH_UCX
+  py::class_<UcxVanProbe>(m, "UcxVanProbe",
+                          "A UCX van listening on 127.0.0.1 (any port) and a stranger's UCX "
+                          "context beside it that opens links to the listener's worker address "
+                          "without the van's bootstrap, with a token of its choosing.")
+      .def(py::init<>())
+      .def_property_readonly("port", &UcxVanProbe::port, "The listener's TCP port (int).")
+      .def_property_readonly("worker_address", &UcxVanProbe::worker_address,
+                             "The listener's UCX worker address (bytes, opaque).")
+      .def_property_readonly("accepted", &UcxVanProbe::accepted,
+                             "Connections the listener handed out so far (int).")
+      .def("raw_connect", &UcxVanProbe::RawConnect, py::arg("address"), py::arg("token"),
+           py::arg("timeout_s") = 5.0,
+           "Opens a link from the stranger's context to the UCX worker at `address` (bytes) "
+           "whose CONNECT carries `token` (u64); raises PeerLostError when the listener refuses "
+           "it (BytePSTimeoutError when nothing answers within timeout_s).")
+      .def("wait_closed", &UcxVanProbe::WaitClosed, py::arg("index"), py::arg("timeout_s") = 5.0,
+           "(status code name, e.g. PEER_LOST, message) once accepted connection `index` has "
+           "closed, or None if it is still open after timeout_s seconds.")
+      .def("close", &UcxVanProbe::Close, "Closes every link and both UCX contexts.");
+#endif
 }
 
 }  // namespace python

@@ -466,7 +466,12 @@ void UcxContext::Retire(uint64_t link_id) {
       it->second->lifeline_watched_ = false;
       --lifelines_;
     }
-    links_.erase(link_id);
+    if (it != links_.end()) {
+      // A retired link needs its context no more: its connection, joined, may outlive it
+      // (comm/van.h), and must not reach it from its destructor.
+      it->second->Detach();
+      links_.erase(it);
+    }
     live_links_ = links_.size();
     std::lock_guard<std::mutex> lk(retire_mu_);
     retire_cv_.notify_all();

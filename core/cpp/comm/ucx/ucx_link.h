@@ -145,7 +145,7 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // Before the worker is destroyed (Shutdown): releases every UCX request still in progress
   // (their frames fail with PeerLost) and every held descriptor.
   void Abandon();
-  void Detach();       // the context is gone (after Shutdown)
+  void Detach();       // the context is gone (after Shutdown) or done with it (retired)
   bool WaitOpen(double timeout_s, Status* why);
   static void SendDoneCb(void* request, ucs_status_t status, void* user_data);
   static void RecvDoneCb(void* request, ucs_status_t status, size_t length, void* user_data);

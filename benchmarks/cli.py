@@ -10,10 +10,11 @@ to ``img/`` next to it, and the hand-written notes of ``docs/performance-notes.m
 Benchmarks (``--only``, comma-separated; default: all available):
 
 * ``micro``   loopback microbenchmarks (:mod:`benchmarks.micro`): push_pull vs gloo
-  all_reduce vs raw TCP, one-tensor-at-a-time, first-use cost;
+  all_reduce vs raw TCP, one-tensor-at-a-time, first-use cost, the forced-distributed job on
+  each van (``--vans``; :mod:`benchmarks.vans`);
 * ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`benchmarks.sumbench`);
-* any module listed in :data:`PLUGINS` (``cluster``: :mod:`benchmarks.table1`, ``sched``:
-  :mod:`benchmarks.sched`) that
+* any module listed in :data:`PLUGINS` (``cluster``: :mod:`benchmarks.table1`, its byteps
+  jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
@@ -118,6 +119,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--count", type=int, help="micro: one-tensor-at-a-time tensors")
     p.add_argument("--sum-size-mib", type=float, help="sum: MiB per buffer")
     p.add_argument("--env", action="append", help="micro: KEY=VAL for the byteps jobs")
+    p.add_argument("--vans", help="micro: comma-separated vans of the forced-distributed job "
+                   "(benchmarks/vans.py; default: tcp, plus ucx-shm where byteps has UCX)")
+    p.add_argument("--cluster-vans", help="cluster: comma-separated vans of the byteps jobs "
+                   "(default: tcp, plus ucx-tcp where byteps has UCX)")
     p.add_argument("--json", help="also write the raw results (JSON) here")
     p.add_argument("--from-json", help="render the report from saved results; measure nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -130,10 +135,13 @@ def _plans(args: argparse.Namespace, benches: Dict[str, Bench]) -> Dict[str, dic
         if name == "micro":
             sizes = [micro.parse_size(s) for s in args.sizes] if args.sizes else None
             plans[name] = micro.settings(args.quick, sizes, repeats=args.repeats,
-                                         count=args.count, env=args.env)
+                                         count=args.count, env=args.env,
+                                         vans=args.vans.split(",") if args.vans else None)
         elif name == "sum":
             plans[name] = sumbench.settings(
                 args.quick, size=int(args.sum_size_mib * (1 << 20)) if args.sum_size_mib else None)
+        elif name == "cluster" and args.cluster_vans:
+            plans[name] = b.settings(args.quick, vans=args.cluster_vans.split(","))
         else:
             plans[name] = b.settings(args.quick)
     return plans

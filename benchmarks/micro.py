@@ -5,7 +5,9 @@ Jobs run on this host, each with two worker processes and the same tensors:
 * ``local``  — byteps, one worker machine with two local processes (``bpslaunch --workers 1
   --local-size 2``): the shared-memory path, no sockets;
 * ``dist``   — byteps forced through the network path: two worker machines and one server
-  (``bpslaunch --workers 2 --servers 1``), TCP on loopback;
+  (``bpslaunch --workers 2 --servers 1``), once per van of the plan (:mod:`benchmarks.vans`;
+  default: the TCP van on loopback, and where byteps has UCX the UCX van over shared memory);
+  the TCP van's results are ``dist``, another van's ``dist:<van>`` (``dist:ucx-shm``);
 * ``gloo``   — ``torch.distributed.all_reduce`` (gloo), two processes, ``MASTER_ADDR=127.0.0.1``;
 * ``tcp``    — raw TCP on loopback: one Python sender/receiver pair with large
   ``sendall``/``recv_into`` (and two pairs in parallel, for the aggregate).
@@ -18,6 +20,7 @@ for byteps, the time of ``declare()`` alone. Worker code runs in this module beh
 ``--worker`` flag; rank 0 writes a JSON file that the parent reads.
 
     python -m benchmarks.micro [--quick] [--sizes 4K 64M] [--jobs local,dist,gloo,tcp]
+                               [--vans tcp,ucx-shm]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import child_env
+from . import vans as bv
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -49,6 +53,12 @@ BYTEPS_JOBS = {
     "dist": ("byteps, 2 worker machines + 1 server (TCP loopback)",
              ["--workers", "2", "--servers", "1"]),
 }
+#: What the ``dist`` job says about its van, per van (the TCP van's is in its description).
+DIST_VAN = {"ucx-shm": "the UCX van over shared memory (`UCX_TLS=sm,self`)",
+            "ucx-tcp": "the UCX van over TCP loopback (`UCX_TLS=tcp,self`)",
+            "ucx": "the UCX van, transports of UCX's choice",
+            "ipc": "the TCP van with `BYTEPS_ENABLE_IPC=1` (colocated peers over UCX shared "
+                   "memory)"}
 JOBS = ("local", "dist", "gloo", "tcp")
 WORLD = 2  # worker processes of every job
 
@@ -63,6 +73,11 @@ def parse_size(text: str) -> int:
     if text and text[-1] in UNITS:
         return int(float(text[:-1]) * UNITS[text[-1]])
     return int(text)
+
+
+def job_key(job: str, van: str = "tcp") -> str:
+    """The results key of a job run on a van: 'dist' (TCP van), 'dist:ucx-shm'."""
+    return job if van == "tcp" else f"{job}:{van}"
 
 
 def fmt_size(nbytes: int) -> str:
@@ -89,8 +104,11 @@ def settings(quick: bool, sizes: Optional[Sequence[int]] = None, **override) -> 
         "tcp_chunk": 16 << 20,
         "timeout": 300.0,
         "env": [],  # KEY=VAL for the byteps jobs
+        # vans the dist job runs on (benchmarks.vans); 'local' needs none (shared memory)
+        "vans": bv.default_vans(netns=False),
     }
     plan.update({k: v for k, v in override.items() if v is not None})
+    plan["vans"] = bv.check(plan["vans"])
     return plan
 
 
@@ -258,17 +276,18 @@ def _worker_cmd(plan: dict, backend: str, out: str) -> List[str]:
             "--sizes", *[str(s) for s in plan["sizes"]]]
 
 
-def run_job(plan: dict, job: str) -> dict:
-    """Run one byteps ('local', 'dist') or gloo job once; returns rank 0's results."""
+def run_job(plan: dict, job: str, van: str = "tcp") -> dict:
+    """Run one byteps ('local', 'dist') or gloo job once; returns rank 0's results. A byteps
+    job runs on ``van`` (:mod:`benchmarks.vans`), the plan's ``env`` on top."""
     fd, out = tempfile.mkstemp(suffix=f".{job}.json")
     os.close(fd)
     try:
         if job in BYTEPS_JOBS:
             cmd = [sys.executable, "-m", "byteps.launcher", *BYTEPS_JOBS[job][1]]
-            for e in plan["env"]:
+            for e in [f"{k}={v}" for k, v in bv.job_env(van).items()] + list(plan["env"]):
                 cmd += ["--env", e]
             _run_procs([cmd + _worker_cmd(plan, "byteps", out)], [child_env()],
-                       plan["timeout"], f"byteps {job} job")
+                       plan["timeout"], f"byteps {job_key(job, van)} job")
         elif job == "gloo":
             port = str(free_port())
             envs = [dict(child_env(), RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
@@ -360,9 +379,15 @@ def _better(old: Optional[dict], new: dict) -> dict:
     return out
 
 
+def _runs(plan: dict, jobs: Sequence[str]) -> List[tuple]:
+    """(job, van) of every job run of one repeat: 'dist' once per van of the plan."""
+    return [(j, v) for j in jobs if j != "tcp"
+            for v in (plan["vans"] if j == "dist" else ["tcp"])]
+
+
 def steps(plan: dict, jobs: Sequence[str] = JOBS) -> int:
     """Number of progress steps :func:`run` reports."""
-    return plan["repeats"] * len([j for j in jobs if j != "tcp"]) + (1 if "tcp" in jobs else 0)
+    return plan["repeats"] * len(_runs(plan, jobs)) + (1 if "tcp" in jobs else 0)
 
 
 def run(plan: dict, jobs: Sequence[str] = JOBS,
@@ -372,11 +397,10 @@ def run(plan: dict, jobs: Sequence[str] = JOBS,
     progress = progress or (lambda label: None)
     results: Dict[str, dict] = {}
     for rep in range(plan["repeats"]):
-        for job in jobs:
-            if job == "tcp":
-                continue
-            progress(f"micro {job} ({rep + 1}/{plan['repeats']})")
-            results[job] = _better(results.get(job), run_job(plan, job))
+        for job, van in _runs(plan, jobs):
+            key = job_key(job, van)
+            progress(f"micro {key} ({rep + 1}/{plan['repeats']})")
+            results[key] = _better(results.get(key), run_job(plan, job, van))
     if "tcp" in jobs:
         progress("micro raw TCP")
         reps = max(plan["repeats"], 2)
@@ -386,8 +410,12 @@ def run(plan: dict, jobs: Sequence[str] = JOBS,
         results["tcp"] = {"bytes": plan["tcp_bytes"], "chunk": plan["tcp_chunk"],
                           "single_Bps": one, "dual_Bps": two, "repeats": reps}
     plan_out = {k: v for k, v in plan.items()}
-    return {"plan": plan_out, "world": WORLD, "jobs": results,
+    vans = {v: bv.describe(v, bv.job_env(v)) for v in plan["vans"]}
+    dist = BYTEPS_JOBS["dist"][0].split(" (")[0]
+    return {"plan": plan_out, "world": WORLD, "jobs": results, "vans": vans,
             "descriptions": {**{k: v[0] for k, v in BYTEPS_JOBS.items()},
+                             **{job_key("dist", v): f"{dist}, {DIST_VAN.get(v, vans[v])}"
+                                for v in plan["vans"] if v != "tcp"},
                              "gloo": "torch.distributed gloo all_reduce, 2 processes",
                              "tcp": "raw TCP on loopback (Python sendall/recv_into)"}}
 
@@ -398,6 +426,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--quick", action="store_true", help="the CI subset of sizes, one repeat")
     p.add_argument("--sizes", nargs="+", help="tensor sizes, e.g. 4K 64M (default: all)")
     p.add_argument("--jobs", default=",".join(JOBS), help="comma-separated: " + ",".join(JOBS))
+    p.add_argument("--vans", help="comma-separated vans of the dist job (benchmarks.vans: "
+                   f"{', '.join(bv.VANS)}; default: tcp, plus ucx-shm where byteps has UCX)")
     p.add_argument("--repeats", type=int, help="runs of every job; the best is kept")
     p.add_argument("--count", type=int, help="tensors of the one-tensor-at-a-time test")
     p.add_argument("--env", action="append", help="KEY=VAL for the byteps jobs (repeatable)")
@@ -415,7 +445,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.worker:
         args.sizes = sizes
         return worker_main(args)
-    plan = settings(args.quick, sizes, repeats=args.repeats, count=args.count, env=args.env)
+    plan = settings(args.quick, sizes, repeats=args.repeats, count=args.count, env=args.env,
+                    vans=args.vans.split(",") if args.vans else None)
     results = run(plan, [j for j in args.jobs.split(",") if j],
                   progress=lambda label: print(label, file=sys.stderr, flush=True))
     if args.json:

@@ -110,6 +110,45 @@ def _ref_size(sizes: Sequence[int], want: int = 64 << 20) -> int:
     return want if want in sizes else max(sizes)
 
 
+#: Per van other than TCP (benchmarks.vans): how much faster than the TCP van the forced-
+#: distributed 64 MiB push_pull must be (None: reported, not judged).
+VAN_SPEEDUP_TARGETS = {"ucx-shm": 1.5}
+#: The 4 KiB forced-distributed push_pull of every other van must be at least as fast as TCP's.
+VAN_LATENCY_TARGET = 1.0
+
+
+def dist_vans(res: dict) -> List[str]:
+    """The vans other than TCP whose forced-distributed job has results ('dist:<van>')."""
+    return [v for v in res.get("vans", {}) if v != "tcp" and f"dist:{v}" in res["jobs"]]
+
+
+def van_targets(res: dict) -> List[dict]:
+    """The forced-distributed job on each other van against the TCP van's: the 64 MiB time
+    (:data:`VAN_SPEEDUP_TARGETS`) and the 4 KiB latency (:data:`VAN_LATENCY_TARGET`)."""
+    jobs, out = res["jobs"], []
+    if "dist" not in jobs:
+        return out
+    tcp = _ikeys(jobs["dist"]["latency"])
+    for v in dist_vans(res):
+        lat = _ikeys(jobs[f"dist:{v}"]["latency"])
+        sizes = sorted(set(tcp) & set(lat))
+        if not sizes:
+            continue
+        small, big = sizes[0], _ref_size(sizes)
+        thr = VAN_SPEEDUP_TARGETS.get(v)
+        goal = f"TCP / {v} ≥ {thr:g}" if thr else "TCP / van (info)"
+        out.append(target(f"{fmt_size(big)} forced-distributed push_pull, {v} van vs TCP van"
+                          + (f" (≥ {thr:g}× faster)" if thr else " (info)"), goal,
+                          f"{_ms(lat[big])} ms ({big / lat[big] / 1e9:.2f} GB/s) vs TCP "
+                          f"{_ms(tcp[big])} ms ({big / tcp[big] / 1e9:.2f} GB/s)",
+                          tcp[big] / lat[big], thr))
+        out.append(target(f"{fmt_size(small)} forced-distributed push_pull latency, {v} van ≤ "
+                          "TCP van", f"TCP / {v} ≥ {VAN_LATENCY_TARGET:g}",
+                          f"{_ms(lat[small])} ms vs TCP {_ms(tcp[small])} ms",
+                          tcp[small] / lat[small], VAN_LATENCY_TARGET))
+    return out
+
+
 def micro_targets(res: dict) -> List[dict]:
     jobs = res["jobs"]
     out: List[dict] = []
@@ -159,7 +198,7 @@ def micro_targets(res: dict) -> List[dict]:
             out.append(target(f"one-tensor-at-a-time throughput ≥ gloo, {label}",
                               "byteps / gloo ≥ 1",
                               f"{rate:,.0f} vs gloo {g_rate:,.0f} tensors/s", rate / g_rate, 1.0))
-    return out
+    return out + van_targets(res)
 
 
 def _first_use(seconds: float) -> str:
@@ -180,7 +219,9 @@ def micro_markdown(res: dict, img_dir: Optional[str] = None,
               f"operation, best of {plan['repeats']} run(s) of every job (jobs interleaved). "
               "Algorithm bandwidth = tensor bytes / time.")
     md.append("")
-    for j in names + (["tcp"] if "tcp" in jobs else []):
+    van_jobs = [f"dist:{v}" for v in dist_vans(res)]
+    order = [j for j in ("local", "dist") if j in jobs] + van_jobs
+    for j in order + [j for j in ("gloo", "tcp") if j in jobs]:
         md.append(f"- **{j}**: {res['descriptions'][j]}")
     md.append("")
     if sizes:
@@ -198,6 +239,7 @@ def micro_markdown(res: dict, img_dir: Optional[str] = None,
     if img_dir is not None and _have_matplotlib():
         for fname, alt in plot_micro(res, img_dir):
             md += [f"![{alt}]({img_rel}/{fname})", ""]
+    md += van_section(res)
     if "dist" in jobs and "tcp" in jobs:
         tcp = jobs["tcp"]
         raw = max(tcp["single_Bps"], tcp["dual_Bps"])
@@ -216,7 +258,7 @@ def micro_markdown(res: dict, img_dir: Optional[str] = None,
         rows = [[fmt_size(n), _ms(dl[n]), f"{2 * world * n / dl[n] / 1e9:.2f}",
                  f"{100 * 2 * world * n / dl[n] / raw:.0f} %"] for n in sorted(dl) if n >= 1 << 20]
         md += [_table(["size", "dist ms", "socket GB/s", "of raw TCP"], rows), ""]
-    oat = {j: jobs[j]["one_at_a_time"] for j in names}
+    oat = {j: jobs[j]["one_at_a_time"] for j in order + [j for j in names if j not in order]}
     if oat:
         o0 = next(iter(oat.values()))
         md += ["### One tensor at a time, and first-use (declare) cost", ""]
@@ -240,6 +282,34 @@ def micro_markdown(res: dict, img_dir: Optional[str] = None,
         md += [_table(["job", "sequential tensors/s", "µs per tensor", "steady state µs/op",
                        "first-use cost µs", "all at once tensors/s", "declare() µs"], rows), ""]
     return "\n".join(md), micro_targets(res)
+
+
+def van_section(res: dict) -> List[str]:
+    """The forced-distributed job per van (Markdown lines; none without a second van)."""
+    jobs, vans = res["jobs"], dist_vans(res)
+    if "dist" not in jobs or not vans:
+        return []
+    tcp = _ikeys(jobs["dist"]["latency"])
+    lat = {v: _ikeys(jobs[f"dist:{v}"]["latency"]) for v in vans}
+    md = ["### Forced-distributed push_pull per van", ""]
+    md.append("The **dist** job (2 worker machines + 1 server, every process on this host) on "
+              "each van, in the same run, jobs interleaved: "
+              + "; ".join(f"**{v}** = {d}" for v, d in res.get("vans", {}).items())
+              + ". Median time per push_pull; GB/s = tensor bytes / time; TCP / van > 1: the "
+              "van is faster.")
+    md.append("")
+    header = ["size", "tcp ms", "tcp GB/s"]
+    for v in vans:
+        header += [f"{v} ms", f"{v} GB/s", f"tcp / {v}"]
+    rows = []
+    for n in sorted(tcp):
+        r = [fmt_size(n), _ms(tcp[n]), f"{n / tcp[n] / 1e9:.2f}"]
+        for v in vans:
+            t = lat[v].get(n)
+            r += (["n/a"] * 3 if t is None else
+                  [_ms(t), f"{n / t / 1e9:.2f}", _x(tcp[n] / t)])
+        rows.append(r)
+    return md + [_table(header, rows), ""]
 
 
 def pyplot(img_dir: str):
@@ -267,6 +337,7 @@ def plot_micro(res: dict, img_dir: str) -> List[Tuple[str, str]]:
     plt = pyplot(img_dir)
     jobs = res["jobs"]
     names = [j for j in ("local", "dist", "gloo") if j in jobs]
+    names += [f"dist:{v}" for v in dist_vans(res)]
     style = {"local": "o-", "dist": "s-", "gloo": "^--"}
     out = []
     for kind in ("latency", "bandwidth"):
@@ -275,7 +346,7 @@ def plot_micro(res: dict, img_dir: str) -> List[Tuple[str, str]]:
             lat = _ikeys(jobs[j]["latency"])
             xs = sorted(lat)
             ys = [lat[n] * 1e3 if kind == "latency" else n / lat[n] / 1e9 for n in xs]
-            ax.plot(xs, ys, style[j], label=res["descriptions"][j])
+            ax.plot(xs, ys, style.get(j, "D-."), label=res["descriptions"][j].replace("`", ""))
             ticks = xs
         if kind == "bandwidth" and "tcp" in jobs and "dist" in jobs:
             raw = max(jobs["tcp"]["single_Bps"], jobs["tcp"]["dual_Bps"]) / 1e9

@@ -8,6 +8,9 @@ every model size M, in the same cluster, one after another:
 
 * byteps push_pull with the core's default ``BYTEPS_*`` settings,
 * byteps push_pull with the probe's settings (:data:`benchmarks.cluster.PROBE_ENV`),
+* each of those on every van of the plan (:mod:`benchmarks.vans`; default: the TCP van, and
+  where byteps has UCX the UCX van over TCP, ``UCX_TLS=tcp,self UCX_NET_DEVICES=eth0``) at
+  the plan's ``van_sizes``; results ``default`` (TCP van) and ``default:ucx-tcp``,
 * ``torch.distributed`` gloo ``all_reduce``, one process per worker host
   (``MASTER_ADDR`` = w0's address, ``GLOO_SOCKET_IFNAME=eth0``).
 
@@ -19,7 +22,8 @@ as B, so the ratios are against what the links really carry. The theoretical spe
 byteps over a ring all-reduce is their quotient, ``(n^2+kn-2k) / n^2``.
 
 Hooked into ``python -m benchmarks`` (:mod:`benchmarks.cli`) through ``bench_*``, and runnable
-alone: ``python -m benchmarks.table1 [--quick] [--sizes-mib 16] [--configs 2,0 4,4]``.
+alone: ``python -m benchmarks.table1 [--quick] [--sizes-mib 16] [--configs 2,0 4,4]
+[--vans tcp,ucx-tcp]``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from . import child_env
 from . import cluster as bc
+from . import vans as bv
 from .report import pyplot, run_standalone, save_figure
 
 log = logging.getLogger(__name__)
@@ -57,6 +62,9 @@ DEFAULT_SETTINGS = ("default",)
 _KNOBS = ("BYTEPS_PARTITION_BYTES", "BYTEPS_SCHEDULING_CREDIT")
 PUSHPULL_TARGET = 1.05  # push_pull <= 1.05 x t_opt
 SPEEDUP_TARGET = 0.95  # speed-up over gloo >= 0.95 x theory
+VAN_TARGET = 1.05  # another van's push_pull <= 1.05 x the TCP van's
+SMALL_BYTES = 4 << 20  # small tensors: sizes up to this one are judged against ...
+SMALL_TARGET = 1.15  # ... push_pull <= 1.15 x t_opt and never slower than gloo, on every van
 
 # --------------------------------------------------------------------------------- theory --
 
@@ -157,14 +165,30 @@ def run_gloo(cluster: bc.EmulatedCluster, nbytes: int, iters: int, warmup: int =
 # ------------------------------------------------------------------------------ the bench --
 
 
+def job_key(setting: str, van: str = "tcp") -> str:
+    """A byteps job's key in a row: the settings' name on the TCP van ('default'), else
+    'default:ucx-tcp'."""
+    return setting if van == "tcp" else f"{setting}:{van}"
+
+
 def bench_settings(quick: bool, sizes: Sequence[int] | None = None,
                    configs: Sequence[Sequence[int]] | None = None,
                    iters: Mapping[int, int] | None = None, bandwidth_mbit: float | None = None,
-                   settings: Sequence[str] | None = None, gloo: bool = True) -> dict:
+                   settings: Sequence[str] | None = None, gloo: bool = True,
+                   vans: Sequence[str] | None = None,
+                   van_sizes: Sequence[int] | None = None) -> dict:
     """The plan. Quick: 16 MiB, 2 timed iterations (about 90 s on 2 cores). Full: 4, 64 and
-    256 MiB (5, 3 and 2 timed iterations; about 8 minutes)."""
+    256 MiB (5, 3 and 2 timed iterations; about 8 minutes).
+
+    ``vans`` (default :func:`benchmarks.vans.default_vans`, ``netns=True``; the TCP van is
+    always measured, the table's main columns are its): the byteps jobs run on each; the vans
+    other than TCP only at ``van_sizes`` (default: every size up to
+    64 MiB -- at 256 MiB both vans are as network-bound as at 64 MiB, and the run would take
+    a minute longer)."""
     if sizes is None:
         sizes = [16 << 20] if quick else [4 << 20, 64 << 20, 256 << 20]
+    if van_sizes is None:
+        van_sizes = [s for s in sizes if s <= 64 << 20] or [min(sizes)]
     default_iters = {s: (2 if quick else 5 if s <= 8 << 20 else 3 if s <= 64 << 20 else 2)
                      for s in sizes}
     return {
@@ -177,14 +201,25 @@ def bench_settings(quick: bool, sizes: Sequence[int] | None = None,
         "link_seconds": 1.0 if quick else 2.0,
         "settings": list(settings or DEFAULT_SETTINGS),
         "gloo": bool(gloo),
+        "vans": bv.check(["tcp", *(vans or bv.default_vans(netns=True))], netns=True),
+        "van_sizes": sorted(int(s) for s in van_sizes if s in sizes),
         "unavailable": bc.netns_unavailable(),
     }
 
 
+def _vans_at(plan: dict, nbytes: int) -> list[str]:
+    """The vans the byteps jobs of size ``nbytes`` run on."""
+    return [v for v in plan.get("vans", ["tcp"])
+            if v == "tcp" or nbytes in plan.get("van_sizes", [])]
+
+
 def bench_steps(plan: dict) -> int:
     """Progress steps: one per (n, k) cluster (build + link) and one per job."""
-    jobs = len(plan["settings"]) + (1 if plan["gloo"] else 0)
-    return 1 if plan["unavailable"] else len(plan["configs"]) * (1 + len(plan["sizes"]) * jobs)
+    if plan["unavailable"]:
+        return 1
+    jobs = sum(len(plan["settings"]) * len(_vans_at(plan, m)) + (1 if plan["gloo"] else 0)
+               for m in plan["sizes"])
+    return len(plan["configs"]) * (1 + jobs)
 
 
 def _timeout(n: int, nbytes: int, bandwidth_Bps: float, runs: int) -> float:
@@ -195,7 +230,8 @@ def _timeout(n: int, nbytes: int, bandwidth_Bps: float, runs: int) -> float:
 def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) -> dict:
     """Measure the table; JSON-able results (a failed job becomes ``{"error": ...}``)."""
     res = {"plan": plan, "cores": os.cpu_count(), "rows": [],
-           "env_knobs": {k: os.environ[k] for k in _KNOBS if k in os.environ}}
+           "env_knobs": {k: os.environ[k] for k in _KNOBS if k in os.environ},
+           "vans": {v: bv.describe(v, bv.job_env(v, netns=True)) for v in plan["vans"]}}
     if plan["unavailable"]:
         progress("cluster: skipped")
         res["skipped"] = plan["unavailable"]
@@ -221,14 +257,18 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
                        "t_opt_s": bc.t_opt(n, k, m, good), "t_ring_s": t_ring(n, m, good),
                        "network": c.network_info()}
                 for name in plan["settings"]:
-                    progress(f"cluster n={n} k={k} {m >> 20} MiB: byteps {name}")
-                    try:
-                        st = bc.run_pushpull(c, m, iters=iters, warmup=warm,
-                                             env=SETTINGS[name], timeout=tmo)
-                        row[name] = {"time_s": st.seconds, "cpu_busy": st.cpu_busy}
-                    except RuntimeError as exc:
-                        log.warning("byteps %s n=%d k=%d M=%d failed: %s", name, n, k, m, exc)
-                        row[name] = {"error": str(exc).splitlines()[0]}
+                    for van in _vans_at(plan, m):
+                        key = job_key(name, van)
+                        progress(f"cluster n={n} k={k} {m >> 20} MiB: byteps {key}")
+                        env = {**SETTINGS[name], **bv.job_env(van, netns=True)}
+                        try:
+                            st = bc.run_pushpull(c, m, iters=iters, warmup=warm, env=env,
+                                                 timeout=tmo)
+                            row[key] = {"time_s": st.seconds, "cpu_busy": st.cpu_busy}
+                        except RuntimeError as exc:
+                            log.warning("byteps %s n=%d k=%d M=%d failed: %s", key, n, k, m,
+                                        exc)
+                            row[key] = {"error": str(exc).splitlines()[0]}
                 if plan["gloo"]:
                     progress(f"cluster n={n} k={k} {m >> 20} MiB: gloo")
                     try:
@@ -296,7 +336,9 @@ def table1_targets(res: dict) -> list[dict]:
                               "settings vs t_opt (info)", "t_opt / time, worst (n,k)",
                               f"worst {_f(1 / worst if worst else math.nan, '.2f')} × t_opt",
                               worst if math.isfinite(worst) else 0.0, None))
-    return out
+    from .table1_vans import van_targets
+
+    return out + van_targets(res)
 
 
 def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
@@ -380,6 +422,9 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         md.append(f"- n={r['n']}, k={r['k']}, {fmt_size(r['bytes'])}, {j}: failed: `{e}`")
     if errors:
         md.append("")
+    from .table1_vans import van_section
+
+    md += van_section(res)
     if img_dir is not None and _have_matplotlib() and rows:
         fname = plot_table1(res, img_dir)
         md += [f"![time / t_opt per (n,k)]({img_rel}/{fname})", ""]
@@ -395,7 +440,8 @@ def plot_table1(res: dict, img_dir: str) -> str:
     plt = pyplot(img_dir)
     plan, rows = res["plan"], res["rows"]
     sizes = sorted({r["bytes"] for r in rows})
-    jobs = list(plan["settings"]) + (["gloo"] if plan["gloo"] else [])
+    jobs = [job_key(s, v) for s in plan["settings"] for v in plan.get("vans", ["tcp"])]
+    jobs += ["gloo"] if plan["gloo"] else []
     fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes) + 1, 4.2), dpi=110,
                              sharey=True, squeeze=False)
     width = 0.8 / len(jobs)
@@ -435,6 +481,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--configs", nargs="+", metavar="N,K", help="(n,k) pairs, e.g. 2,0 4,4")
     p.add_argument("--iters", type=int, help="timed iterations for every size")
     p.add_argument("--bandwidth", type=float, help=f"Mbit/s (default {BANDWIDTH_MBIT:g})")
+    p.add_argument("--vans", help="comma-separated vans of the byteps jobs (benchmarks.vans; "
+                   "default: tcp, plus ucx-tcp where byteps has UCX)")
+    p.add_argument("--van-sizes-mib", type=float, nargs="+",
+                   help="sizes at which the vans other than TCP run (default: up to 64 MiB)")
     p.add_argument("--json", help="also write the raw results here")
     p.add_argument("--gloo-worker", nargs=3, type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -443,7 +493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(s * 2**20) for s in args.sizes_mib] if args.sizes_mib else None
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs] if args.configs \
         else None
-    plan = bench_settings(args.quick, sizes, configs, bandwidth_mbit=args.bandwidth)
+    van_sizes = [int(s * 2**20) for s in args.van_sizes_mib] if args.van_sizes_mib else None
+    plan = bench_settings(args.quick, sizes, configs, bandwidth_mbit=args.bandwidth,
+                          vans=args.vans.split(",") if args.vans else None, van_sizes=van_sizes)
     if args.iters:
         plan["iters"] = {s: args.iters for s in plan["iters"]}
     return run_standalone(plan, bench_run, bench_markdown, args.json)

@@ -1,8 +1,9 @@
 """Smoke test of ``python -m benchmarks``: the quick micro + sum benchmarks with tiny sizes.
 
-Runs the real jobs (``bpslaunch`` local and forced-distributed, gloo, raw TCP) and the
-summation kernels, then checks that the report has every section, that the plots were written
-and that every measured number is positive and finite. Marked ``bench``: its own nox session.
+Runs the real jobs (``bpslaunch`` local and forced-distributed, the latter also on the UCX van
+over shared memory where byteps has UCX; gloo; raw TCP) and the summation kernels, then checks
+that the report has every section, that the plots were written and that every measured number
+is positive and finite. Marked ``bench``: its own nox session.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _numbers(obj, path=""):
 
 
 def test_quick_micro_and_sum(tmp_path):
-    from benchmarks import cli
+    from benchmarks import cli, vans
 
     out, img, raw = tmp_path / "performance.md", tmp_path / "img", tmp_path / "results.json"
     rc = cli.main(["--quick", "--only", "micro,sum", "--out", str(out), "--img-dir", str(img),
@@ -69,8 +70,10 @@ def test_quick_micro_and_sum(tmp_path):
 
     data = json.loads(raw.read_text())["results"]
     assert set(data) == {"micro", "sum"}
-    assert set(data["micro"]["jobs"]) == {"local", "dist", "gloo", "tcp"}
-    for job in ("local", "dist", "gloo"):
+    van_jobs = {f"dist:{v}" for v in data["micro"]["plan"]["vans"] if v != "tcp"}
+    assert van_jobs == ({"dist:ucx-shm"} if vans.ucx_built() else set())
+    assert set(data["micro"]["jobs"]) == {"local", "dist", "gloo", "tcp"} | van_jobs
+    for job in ("local", "dist", "gloo", *van_jobs):
         assert sorted(int(k) for k in data["micro"]["jobs"][job]["latency"]) == [
             4096, 65536, 1 << 20]
     nums = list(_numbers(data))
@@ -78,7 +81,7 @@ def test_quick_micro_and_sum(tmp_path):
     for path, value in nums:
         assert math.isfinite(value) and value > 0, (path, value)
     # plausibility: a 4 KiB operation takes between 1 µs and 1 s; GB/s figures below 10 TB/s
-    for job in ("local", "dist", "gloo"):
+    for job in ("local", "dist", "gloo", *van_jobs):
         assert 1e-6 < data["micro"]["jobs"][job]["latency"]["4096"] < 1.0
     for dtype, by_threads in data["sum"]["rows"].items():
         for row in by_threads.values():

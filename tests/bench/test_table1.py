@@ -1,6 +1,6 @@
 """The architecture table (benchmarks.table1): a tiny real run on the emulated cluster gives
 finite positive numbers and a Markdown table with every column. Needs root and iproute2
-(skipped otherwise); about 15 s."""
+(skipped otherwise); about 25 s (the UCX van over TCP too, where byteps has UCX)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def test_cluster_hooks_are_wired():
     assert plan["sizes"] == [16 << 20]
     assert [tuple(c) for c in plan["configs"]] == list(table1.CONFIGS)
     assert plan["settings"] == ["default"]
-    assert plugin.bench_steps(plan) == 5 * (1 + 2)  # cluster, byteps defaults, gloo
+    # cluster, byteps defaults on every van (TCP, and UCX over TCP where byteps has UCX), gloo
+    assert plugin.bench_steps(plan) == 5 * (1 + len(plan["vans"]) + 1)
 
 
 def test_tiny_table(tmp_path):
@@ -51,7 +52,8 @@ def test_tiny_table(tmp_path):
     for r in rows:
         for key in ("goodput_Bps", "t_opt_s", "t_ring_s"):
             assert math.isfinite(r[key]) and r[key] > 0, (key, r)
-        for job in ("default", "tuned", "gloo"):
+        ucx = [table1.job_key(s, v) for s in ("default", "tuned") for v in plan["vans"][1:]]
+        for job in ("default", "tuned", "gloo", *ucx):
             assert "error" not in r[job], (job, r[job])
             assert math.isfinite(r[job]["time_s"]) and r[job]["time_s"] > 0, (job, r)
     assert not [ns for ns in set(bc.list_netns()) - before
@@ -67,7 +69,9 @@ def test_tiny_table(tmp_path):
     assert net["shaper"] and f"links shaped by `{net['shaper']}`" in md
     assert f"TCP congestion control `{net['congestion_control']}` on every host" in md
     table = [ln for ln in md.splitlines() if ln.startswith("| 2 |")]
-    assert len(table) == 2 and all("failed" not in ln for ln in table)
+    # the size table, and where byteps has UCX the table per van (UCX over TCP)
+    assert len(table) == 2 * len(plan["vans"]) and all("failed" not in ln for ln in table)
+    assert ("### The byteps jobs per van" in md) is (len(plan["vans"]) > 1)
     assert (tmp_path / "cluster_table1.png").stat().st_size > 0
     assert {t["met"] for t in targets} <= {True, False, None}
     assert all(math.isfinite(t["ratio"]) and t["ratio"] > 0 for t in targets)

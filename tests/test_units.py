@@ -160,6 +160,31 @@ class TestPartitioner:
         keys = {T.partition_key(k, i) for k in range(20) for i in range(50)}
         assert len(keys) == 20 * 50  # injective over (key, index)
 
+    @pytest.mark.parametrize("num_servers", [1, 2, 3, 4])
+    def test_staggered_push_order_spreads_workers_over_servers(self, num_servers):
+        # Round-robin plan (what equal shares give): at every step of the push sequence the
+        # worker machines send to distinct servers, each starting at its own.
+        servers = [i % num_servers for i in range(4 * num_servers)]
+        seqs = []
+        for worker in range(num_servers):
+            pos = T.staggered_push_order(servers, worker, num_servers)
+            assert sorted(pos) == list(range(len(servers)))  # a permutation
+            seq = sorted(range(len(servers)), key=lambda i: pos[i])
+            assert servers[seq[0]] == worker
+            # Each server's partitions keep their order (round by round).
+            for s in range(num_servers):
+                mine = [i for i in seq if servers[i] == s]
+                assert mine == sorted(mine)
+            seqs.append([servers[i] for i in seq])
+        for step in zip(*seqs):
+            assert len(set(step)) == num_servers, seqs
+
+    @FAST
+    @given(st.lists(st.integers(0, 5), max_size=64), st.integers(0, 9))
+    def test_staggered_push_order_is_a_permutation(self, servers, worker):
+        pos = T.staggered_push_order(servers, worker, 6)
+        assert sorted(pos) == list(range(len(servers)))
+
     @pytest.mark.parametrize("parts", range(1, 9))
     @pytest.mark.parametrize("count", [0, 1, 15, 16, 17, 100, 1000, 4095, 1 << 20, 1000003])
     def test_shard_range_examples(self, count, parts):

@@ -79,6 +79,7 @@ class WorkerCore : public PullSink {
   // (local_size > 1) or the output, a large one streamed and averaged on the way in.
   PullDest PullDestination(PendingPull* p, uint64_t payload_len) override;
   void OnPulled(PendingPull* p) override;
+  void OnPushAcked(PendingPull* p) override;
 
  private:
   friend struct StageTable;  // its rows name the Run* members

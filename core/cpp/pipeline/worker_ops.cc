@@ -65,6 +65,7 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
     t->part = p;
     t->key = PartitionKey(ctx->declared_key, p.index);
     t->pull.key = t->key;
+    t->push_order = t->key;
     t->pull.arg = t.get();
     ctx->parts.push_back(std::move(t));
   }
@@ -170,7 +171,8 @@ void WorkerCore::Dispatch(PartTask* t) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
   }
-  queues_[s]->Push(QueueItem{t->ctx->priority, t->key, t->part.length, t});
+  const uint64_t order = t->stages.current() == Stage::kPush ? t->push_order : t->key;
+  queues_[s]->Push(QueueItem{t->ctx->priority, order, t->part.length, t});
 }
 
 void WorkerCore::Proceed(PartTask* t) {
@@ -195,9 +197,12 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
   if (!st.ok()) {
     // No late pull response may write into the caller's buffers after we report the failure.
     if (ps_) {
-      std::vector<PendingPull*> pulls;
+      std::vector<PendingPull*> pulls, unacked;
       for (auto& t : ctx->parts) pulls.push_back(&t->pull);
-      ps_->CancelPulls(pulls, cfg_.timeout_s);
+      ps_->CancelPulls(pulls, cfg_.timeout_s, &unacked);
+      for (PendingPull* p : unacked)
+        queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(
+            static_cast<PartTask*>(p->arg)->part.length);
     }
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }

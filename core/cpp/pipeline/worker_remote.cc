@@ -52,7 +52,12 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
   bool dispatch;
   {
     std::lock_guard<std::mutex> lk(ctx->mu);
-    for (size_t i = 0; i < servers.size(); ++i) ctx->parts[i]->server = static_cast<int>(servers[i]);
+    const std::vector<uint32_t> order =
+        StaggeredPushOrder(servers, cfg_.worker_id, ps_->num_servers());
+    for (size_t i = 0; i < servers.size(); ++i) {
+      ctx->parts[i]->server = static_cast<int>(servers[i]);
+      ctx->parts[i]->push_order = PartitionKey(ctx->declared_key, order[i]);
+    }
     ctx->declared = true;
     dispatch = ctx->waiting_for_declare && ctx->in_flight;
     ctx->waiting_for_declare = false;
@@ -74,16 +79,22 @@ void WorkerCore::RunPush(PartTask* t) {
 }
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
-  // The credit covers bytes queued for the wire, not the round trip: a pull waits for the
+  if (st.ok()) return;  // its credit comes back with the server's acknowledgement
+  if (ps_->ClaimPushAck(&t->pull))
+    queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(t->part.length);
+  if (!stopping_) Fatal(st);
+}
+
+void WorkerCore::OnPushAcked(PendingPull* p) {
+  // The credit covers a push until the server has it, not the round trip: a pull waits for the
   // other workers' pushes, so holding credit until it returns lets two workers that produced
   // gradients in different orders each wait for a push the other cannot send (deadlock).
-  // Upstream also returns it when the push completes.
+  // Until the server has it, though: returned when the bytes were merely handed to the kernel
+  // (or to UCX), the credit bounded nothing on the wire, and a worker's whole tensor sat in its
+  // host's queues, delaying every pull and acknowledgement behind it. Upstream returns it with
+  // ps-lite's push response, the server's acknowledgement.
+  auto* t = static_cast<PartTask*>(p->arg);
   ScheduledQueue* q = queues_[static_cast<int>(Stage::kPush)].get();
-  if (!st.ok()) {
-    q->ReturnCredit(t->part.length);
-    if (!stopping_) Fatal(st);
-    return;
-  }
   // The returned credit lets the next partitions leave: send them from this thread instead of
   // waking the PUSH stage thread for each (two thread hand-offs per partition become one).
   QueueItem item;

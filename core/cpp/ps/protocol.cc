@@ -30,13 +30,14 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kGoodbye: return "GOODBYE";
     case MsgType::kStallQuery: return "STALL_QUERY";
     case MsgType::kStallReport: return "STALL_REPORT";
+    case MsgType::kPushAck: return "PUSH_ACK";
   }
   return "UNKNOWN";
 }
 
 Status ValidatePsHeader(const FrameHeader& h) {
   MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 27);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 28);
   if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
   if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
   uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
@@ -47,7 +48,8 @@ Status ValidatePsHeader(const FrameHeader& h) {
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " payload of " +
                                    std::to_string(h.payload_len) + " bytes exceeds the limit " +
                                    std::to_string(limit));
-  if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery) &&
+  if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery ||
+       t == MsgType::kPushAck) &&
       h.payload_len != 0)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
   return Status::OK();

@@ -35,6 +35,10 @@ enum class MsgType : uint16_t {
   // stall inspector: which workers have not pushed (key, round) yet
   kStallQuery = 26,   // worker -> server: aux = round, no payload
   kStallReport = 27,  // server -> worker: aux = round, payload = uint32 worker ids missing
+  // server -> worker: the push of (key, aux = round) has been received (no payload). The worker's
+  // scheduling credit is held until then (upstream's ps-lite push callback), so the bytes a
+  // worker has in flight are bounded on the wire, not only in its own queues.
+  kPushAck = 28,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the

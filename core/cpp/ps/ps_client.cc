@@ -96,6 +96,7 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
     pull->length = len;
     pull->server = server;
     pending_pulls_[key] = pull;
+    pull->awaiting_ack = true;
     pull->stall_reported = false;
     pull->stall_missing.clear();
   }
@@ -114,11 +115,21 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   servers_[server]->Send(item);
 }
 
-void PsClient::CancelPulls(const std::vector<PendingPull*>& pulls, double timeout_s) {
+bool PsClient::ClaimPushAck(PendingPull* p) {
+  std::lock_guard<std::mutex> lk(pull_mu_);
+  const bool was = p->awaiting_ack;
+  p->awaiting_ack = false;
+  return was;
+}
+
+void PsClient::CancelPulls(const std::vector<PendingPull*>& pulls, double timeout_s,
+                           std::vector<PendingPull*>* unacked) {
   std::unique_lock<std::mutex> lk(pull_mu_);
   for (PendingPull* p : pulls) {
     auto it = pending_pulls_.find(p->key);
     if (it != pending_pulls_.end()) it->second = nullptr;
+    if (p->awaiting_ack) unacked->push_back(p);
+    p->awaiting_ack = false;
   }
   pull_cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] {
     for (PendingPull* p : pulls)
@@ -182,7 +193,7 @@ void PsClient::Close() {
 
 Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   MsgType type = TypeOf(h);
-  if (type == MsgType::kDataError) return Status::OK();
+  if (type == MsgType::kDataError || type == MsgType::kPushAck) return Status::OK();
   if (type == MsgType::kStallReport) {
     if (h.payload_len % sizeof(uint32_t) != 0 ||
         h.payload_len > sizeof(uint32_t) * static_cast<uint64_t>(cfg_.num_worker))
@@ -229,6 +240,20 @@ void PsClient::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     if (static_cast<DataError>(h.aux) == DataError::kJobFailed)
       fatal_(Status::PeerLost(text), false);  // the server left: the job failed elsewhere
     else fatal_(Status::Internal(c->peer_name() + " rejected data: " + text), true);
+    return;
+  }
+  if (TypeOf(h) == MsgType::kPushAck) {
+    PendingPull* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(pull_mu_);
+      auto it = pending_pulls_.find(h.key);
+      if (it != pending_pulls_.end() && it->second && it->second->round == h.aux &&
+          it->second->server == c->tag && it->second->awaiting_ack) {
+        p = it->second;
+        p->awaiting_ack = false;
+      }
+    }
+    if (p) sink_->OnPushAcked(p);
     return;
   }
   if (TypeOf(h) == MsgType::kStallReport) {

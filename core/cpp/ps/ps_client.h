@@ -37,6 +37,7 @@ struct PendingPull {
   size_t length = 0;    // its byte count
   int server = -1;
   bool receiving = false;  // a response is being received into the worker's buffer
+  bool awaiting_ack = false;  // the push of this round has not been acknowledged (PUSH_ACK)
   // Streaming receive (PullDest::stream): divide each chunk by `divide_by` (0: no division).
   int divide_by = 0;
   DType dtype = DType::kFloat32;
@@ -65,6 +66,9 @@ class PullSink {
   virtual PullDest PullDestination(PendingPull* p, uint64_t payload_len) = 0;
   // The response is in place (receiving thread, no lock held).
   virtual void OnPulled(PendingPull* p) = 0;
+  // The server acknowledged the push of p's round (receiving thread, no lock held); called
+  // once per push, unless PsClient::ClaimPushAck or CancelPulls took it first.
+  virtual void OnPushAcked(PendingPull* p) = 0;
 };
 
 // What the scheduler answered to a DECLARE.
@@ -115,13 +119,18 @@ class PsClient : public PsConnectionHandler {
   // before the bytes leave. on_sent(arg, status) once written (the sending thread).
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg);
-  // The worker gave up on these pulls: their responses are read past from now on. Returns once
-  // none is still being received into the worker's memory (or after timeout_s).
   // Memory pushes are sent from and pulls received into for the whole job (the local root's
   // aggregate buffers), registered once with the van (Van::RegisterMemory; a no-op for TCP).
   Status RegisterMemory(void* addr, size_t len) { return van_->RegisterMemory(addr, len); }
   void UnregisterMemory(void* addr) { van_->UnregisterMemory(addr); }
-  void CancelPulls(const std::vector<PendingPull*>& pulls, double timeout_s);
+  // Takes p's outstanding push acknowledgement (true), so that it is never reported: for a push
+  // that failed. False when it was acknowledged, claimed or cancelled already.
+  bool ClaimPushAck(PendingPull* p);
+  // The worker gave up on these pulls: their responses are read past from now on. Returns once
+  // none is still being received into the worker's memory (or after timeout_s). Also returns (in *unacked) those whose push acknowledgement was still outstanding: it will
+  // not be reported, and their credit is the caller's to give back.
+  void CancelPulls(const std::vector<PendingPull*>& pulls, double timeout_s,
+                   std::vector<PendingPull*>* unacked);
 
   // Asks `server` which worker machines have not pushed (key, round); the answer lands in the
   // pending pull (StallReport).

@@ -159,9 +159,14 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
     c->tag = -2;  // closing on purpose
     return;
   }
-  if (t == MsgType::kPush)
+  if (t == MsgType::kPush) {
+    // Acknowledged on receipt (the worker's credit), before the round may complete: the sum
+    // then follows the acknowledgement on this connection.
+    c->SendControl(MsgType::kPushAck, std::string(), h.key, static_cast<uint32_t>(rank_),
+                   h.round);
     rounds_.Push(h.key, static_cast<DType>(h.dtype), h.payload_len, c->tag, h.round,
                  (h.flags & kPushFlagPull) != 0);
+  }
   else if (t == MsgType::kPull) rounds_.Pull(h.key, c->tag, h.round);
   else if (t == MsgType::kStallQuery)
     rounds_.StallQuery(h.key, c->tag, static_cast<uint32_t>(h.aux));

@@ -32,6 +32,10 @@ void BindTesting(py::module_& root) {
     return out;
   });
   m.def("partition_key", &PartitionKey);
+  m.def("staggered_push_order", &StaggeredPushOrder, py::arg("servers"), py::arg("worker"),
+        py::arg("num_servers"),
+        "Position of each partition in worker machine `worker`'s push sequence, given the "
+        "server of each (StaggeredPushOrder, scheduling/partitioner.h): list of int.");
   m.def("shard_range", [](size_t count, int parts, int i) {
     size_t b, e;
     ShardRange(count, parts, i, &b, &e);

@@ -179,6 +179,19 @@ class TestPartitioner:
         for step in zip(*seqs):
             assert len(set(step)) == num_servers, seqs
 
+    def test_tensor_partition_bound(self):
+        job = 256 << 10
+        # 4 MiB over 4 worker machines: 1/64 of it per partition.
+        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == 64 << 10
+        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == 128 << 10
+        # Large tensors keep the job's bound; small ones stop at 64 KiB.
+        assert T.tensor_partition_bound(64 << 20, job, 4, 1) == job
+        assert T.tensor_partition_bound(4096, job, 8, 1) == 64 << 10
+        # A job bound below the floor wins; rounding keeps local shards page-aligned.
+        assert T.tensor_partition_bound(4 << 20, 16 << 10, 4, 1) == 16 << 10
+        b = T.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3)
+        assert b % (3 * 4096) == 0 and (3 << 20) // (16 * 2) <= b <= 3 * 4096 * 100
+
     @FAST
     @given(st.lists(st.integers(0, 5), max_size=64), st.integers(0, 9))
     def test_staggered_push_order_is_a_permutation(self, servers, worker):

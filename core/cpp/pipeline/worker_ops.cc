@@ -49,7 +49,11 @@ std::vector<std::string> WorkerCore::DeclaredNames() {
 
 Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   std::vector<Partition> parts;
-  BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, cfg_.partition_bound, DTypeSize(a.dtype), &parts));
+  const size_t bound =
+      cfg_.distributed
+          ? TensorPartitionBound(a.nbytes, cfg_.partition_bound, cfg_.num_worker, cfg_.local_size)
+          : cfg_.partition_bound;
+  BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   ctx->dtype = a.dtype;
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;

@@ -300,7 +300,11 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
     BPS_LOG(WARNING) << "scheduler: " << pd->error;
   } else {
     std::vector<Partition> parts;
-    Status st = PartitionTensor(pd->first.nbytes, first_bound_,
+    // The workers' partitioning of the tensor (scheduling/partitioner.h), for its plan.
+    const int local_size = static_cast<int>(std::max<uint32_t>(first_local_size_, 1));
+    const size_t bound =
+        TensorPartitionBound(pd->first.nbytes, first_bound_, opts_.num_worker, local_size);
+    Status st = PartitionTensor(pd->first.nbytes, bound,
                                 DTypeSize(static_cast<DType>(pd->first.dtype)), &parts);
     if (!st.ok()) {
       error = true;

@@ -32,6 +32,10 @@ void BindTesting(py::module_& root) {
     return out;
   });
   m.def("partition_key", &PartitionKey);
+  m.def("tensor_partition_bound", &TensorPartitionBound, py::arg("nbytes"), py::arg("job_bound"),
+        py::arg("num_worker"), py::arg("local_size"),
+        "Partition bound (bytes) of one tensor of nbytes in a distributed job "
+        "(TensorPartitionBound, scheduling/partitioner.h).");
   m.def("staggered_push_order", &StaggeredPushOrder, py::arg("servers"), py::arg("worker"),
         py::arg("num_servers"),
         "Position of each partition in worker machine `worker`'s push sequence, given the "

@@ -32,6 +32,13 @@ Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vecto
   return Status::OK();
 }
 
+size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size) {
+  const size_t want = nbytes / (kPipelineDepth * static_cast<size_t>(std::max(num_worker, 1)));
+  const size_t bound = PartitionBound(
+      static_cast<int64_t>(std::max(want, kMinAdaptiveBytes)), local_size);
+  return std::min(bound, job_bound);
+}
+
 std::vector<uint32_t> StaggeredPushOrder(const std::vector<int64_t>& servers, int worker,
                                          int num_servers) {
   const size_t n = servers.size();

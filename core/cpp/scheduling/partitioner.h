@@ -23,6 +23,17 @@ constexpr uint32_t kMaxPartitions = 1u << 16;
 // local reduce shards stay page-aligned).
 size_t PartitionBound(int64_t partition_bytes, int local_size);
 
+// The partition bound of one tensor of a distributed job: the job's bound, or less for a tensor
+// too small to fill the pipeline with it. The last partition a server sums goes back to all
+// num_worker machines after everything else, and the first comes back only once all of them
+// sent theirs, so push_pull of n bytes takes about t_opt * (1 + num_worker * bound / n): the
+// bound is cut to n / (kPipelineDepth * num_worker), but not below kMinAdaptiveBytes (then the
+// per-partition cost would dominate), rounded up as PartitionBound does. Every worker computes
+// the same bound from the same arguments.
+constexpr size_t kPipelineDepth = 16;
+constexpr size_t kMinAdaptiveBytes = 64 << 10;
+size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size);
+
 // Splits nbytes into ceil(nbytes / bound) partitions (none for nbytes == 0). Fails if the
 // tensor needs more than 2^16 partitions or bound is not a multiple of elem_size.
 Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vector<Partition>* out);

@@ -206,10 +206,11 @@ void UcxLink::Unlink(SendCtx* c) {
   c->request = nullptr;
 }
 
-void UcxLink::CompleteSend(SendCtx* c, ucs_status_t status) {
+void UcxLink::CompleteSend(SendCtx* c, ucs_status_t status, const Status* why) {
   Status st;
   if (status != UCS_OK)
-    st = Status::PeerLost("UCX send to " + peer_name_ + " failed: " + ucs_status_string(status));
+    st = Status::PeerLost("UCX send to " + peer_name_ + " failed: " +
+                          (why ? why->message() : std::string(ucs_status_string(status))));
   else if (c->counted)
     frames_sent_.fetch_add(1);
   // Read before `done`: the owner may reuse the item at once.
@@ -245,26 +246,31 @@ bool UcxLink::Flush(double timeout_s) {
 }
 
 void UcxLink::Abandon() {
-  // ucp_request_free: UCX finishes (or drops) the operation without calling back.
-  while (sending_) {
-    SendCtx* c = sending_;
-    void* r = c->request;
-    Unlink(c);
-    ucp_request_free(r);
-    CompleteSend(c, UCS_ERR_CANCELED);
-  }
+  AbandonSends(nullptr);
   if (rx_request_) {
     ucp_request_free(rx_request_);
     rx_request_ = nullptr;
     --pending_ops_;
     rx_busy_ = false;
   }
+  ReleaseHeld();
+}
+
+void UcxLink::AbandonSends(const Status* why) {
+  // ucp_request_free: UCX finishes (or drops) the operation without calling back.
+  while (sending_) {
+    SendCtx* c = sending_;
+    void* r = c->request;
+    Unlink(c);
+    ucp_request_free(r);
+    CompleteSend(c, UCS_ERR_CANCELED, why);
+  }
   if (close_request_) {
     ucp_request_free(close_request_);
     close_request_ = nullptr;
+    ep_ = nullptr;  // closing; UCX releases it with the worker at the latest
     --pending_ops_;
   }
-  ReleaseHeld();
 }
 
 void UcxLink::OnAccepted(uint64_t remote_id) {
@@ -373,6 +379,18 @@ void UcxLink::CloseEndpoint(bool tell_peer, bool force) {
       ep_ = nullptr;
     } else {
       close_request_ = r;
+    }
+    // A peer known to be gone (force) where UCX cannot report its failure (error mode none:
+    // shared memory) never completes the sends in flight to it, nor then the close's flush: let
+    // go of them now (their frames fail with PeerLost) rather than hold the connection's Join
+    // until its timeout. Receives from it fail by themselves (a fetch from a dead process).
+    if (force && !peer_mode_) {
+      Status why;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        why = close_status_;
+      }
+      AbandonSends(&why);
     }
   }
   MaybeRetire();

@@ -125,7 +125,8 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   Status CreateEndpoint(const std::string& peer_address);
   void SubmitQueued();
   void SubmitOne(UcxKind kind, SendItem* item);
-  void CompleteSend(SendCtx* c, ucs_status_t status);
+  // `why` (optional) names the cause of a failed send instead of UCX's status.
+  void CompleteSend(SendCtx* c, ucs_status_t status, const Status* why = nullptr);
   ucs_status_t OnAm(const FrameHeader& h, void* data, size_t len, bool rndv, bool persistent);
   ucs_status_t Hold(const FrameHeader& h, void* data, size_t len, bool rndv, bool persistent);
   ucs_status_t Process(const FrameHeader& h, void* data, size_t len, bool rndv, bool ucx_owned,
@@ -145,6 +146,9 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // Before the worker is destroyed (Shutdown): releases every UCX request still in progress
   // (their frames fail with PeerLost) and every held descriptor.
   void Abandon();
+  // The sends in flight (failed naming `why`, else UCX's status) and the endpoint's close,
+  // only: for a peer gone that UCX cannot report.
+  void AbandonSends(const Status* why);
   void Detach();       // the context is gone (after Shutdown) or done with it (retired)
   bool WaitOpen(double timeout_s, Status* why);
   static void SendDoneCb(void* request, ucs_status_t status, void* user_data);

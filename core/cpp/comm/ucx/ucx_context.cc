@@ -155,18 +155,23 @@ Status UcxContext::RunSync(const std::function<Status()>& fn, double timeout_s) 
   return result.get();
 }
 
-size_t UcxContext::DrainTasks() {
-  std::deque<std::function<void()>> tasks;
-  std::vector<std::shared_ptr<UcxLink>> ready;
+size_t UcxContext::DrainTasks(bool always) {
+  // Nothing queued (most spin rounds): no lock, no allocation. Work queued meanwhile is seen
+  // next round, or wakes the thread before it sleeps (pending_ is re-read after sleeping_).
+  // `always`: after the thread stopped, take what is in the queues even where its poster has
+  // not counted it yet.
+  if (!always && pending_.load() == 0) return 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    tasks.swap(tasks_);
-    ready.swap(ready_);
+    drain_tasks_.swap(tasks_);
+    drain_ready_.swap(ready_);
   }
-  const size_t n = tasks.size() + ready.size();
-  for (auto& link : ready) link->SubmitQueued();
-  for (auto& task : tasks) task();
-  if (n) pending_.fetch_sub(n);
+  const size_t n = drain_tasks_.size() + drain_ready_.size();
+  for (auto& link : drain_ready_) link->SubmitQueued();
+  for (auto& task : drain_tasks_) task();
+  drain_ready_.clear();  // the containers keep their storage for the next round
+  drain_tasks_.clear();
+  pending_.fetch_sub(n);
   return n;
 }
 
@@ -514,7 +519,8 @@ void UcxContext::Shutdown(bool abrupt) {
     sleeping_ = true;
     Wake();
     thread_.join();
-    DrainTasks();  // queued before stopped_: run them here (no thread is left to race)
+    // Queued before stopped_: run them here (no thread is left to race).
+    DrainTasks(/*always=*/true);
   }
   Cleanup();
 }

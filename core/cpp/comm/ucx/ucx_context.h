@@ -168,7 +168,7 @@ class UcxContext {
   // grace has passed (progress thread). Returns the milliseconds until the next grace ends
   // (-1: none pending), for the sleep's timeout.
   int CheckLifelines();
-  size_t DrainTasks();
+  size_t DrainTasks(bool always = false);
   void Wake();
   void Cleanup();  // after the thread stopped
   static ucs_status_t AmRecv(void* arg, const void* header, size_t header_length, void* data,
@@ -199,6 +199,8 @@ class UcxContext {
   std::atomic<bool> stop_{false};
 
   // Progress thread only.
+  std::deque<std::function<void()>> drain_tasks_;  // DrainTasks' batch (storage reused)
+  std::vector<std::shared_ptr<UcxLink>> drain_ready_;
   std::unordered_map<uint64_t, std::shared_ptr<UcxLink>> links_;
   std::map<uintptr_t, UcxRegion> regions_;
   int lifeline_epoll_ = -1;  // the watched lifelines, by link id; itself in epoll_fd_

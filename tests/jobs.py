@@ -241,6 +241,31 @@ def shm_segments(job_id):
     return sorted(glob.glob(f"/dev/shm/byteps_{glob.escape(job_id)}_*"))
 
 
+def sysv_segments(pids):
+    """System V shared-memory segments (``/proc/sysvipc/shm``) created by one of ``pids``: what
+    UCX's shared-memory transports map. A segment is destroyed once its last user detaches, so
+    one left after a job's processes exited was never marked for removal."""
+    pids = {str(p) for p in pids}
+    try:
+        with open("/proc/sysvipc/shm") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+    except OSError:
+        return []
+    return [f"shmid {r[1]} ({r[3]} B, created by pid {r[4]}, {r[6]} attached)"
+            for r in rows if len(r) > 6 and r[4] in pids]
+
+
+def job_processes(job_id):
+    """PIDs of every live process on this host whose environment names job ``job_id`` (also
+    those no longer below the launcher)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    return [p for p in pids if alive(p) and proc_env(p).get("BYTEPS_JOB_ID") == job_id]
+
+
+#: the launcher's line when it had to remove a job's shared memory itself
+LAUNCHER_SHM_CLEANUP = "bpslaunch: removed"
+
+
 class LiveJob:
     """A launcher running in the background; its output is collected line by line."""
 
@@ -338,12 +363,65 @@ class LiveJob:
         except subprocess.TimeoutExpired:
             pass
 
+    def watch(self, timeout):
+        """Wait for the launcher to exit (at most ``timeout`` s, then fail), snapshotting its
+        children every 0.1 s so that :attr:`seen_pids` has every process of the job. Returns
+        the launcher's exit status."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.snapshot()
+            time.sleep(0.1)
+        return self.wait(max(1.0, deadline - time.monotonic()))
+
+    def assert_nothing_left(self, launcher_cleanup_ok=False):
+        """After the launcher exited: no process of the job alive (among the PIDs seen and
+        anywhere on the host), no ``/dev/shm/byteps_<job>_*`` segment, no System V segment
+        created by one of its processes. Unless ``launcher_cleanup_ok`` (a process was
+        killed), the job removed its shared memory itself (the launcher had nothing to)."""
+        assert self.job_id, f"no process of the job was seen; output:\n{self.output[-6000:]}"
+        left = job_pids_alive(self.seen_pids, self.job_id) + job_processes(self.job_id)
+        assert not left, f"processes of job {self.job_id} still alive: {sorted(set(left))}"
+        assert not shm_segments(self.job_id), f"segments left: {shm_segments(self.job_id)}"
+        mapped = sysv_segments(self.seen_pids)
+        assert not mapped, f"System V shared memory of job {self.job_id} left: {mapped}"
+        if not launcher_cleanup_ok:
+            lines = [ln for ln in self.output.splitlines() if LAUNCHER_SHM_CLEANUP in ln]
+            assert not lines, f"the job left shared memory to the launcher: {lines}"
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.kill()
         return False
+
+
+def kill_and_check(job: LiveJob, victim_pid: int, survivors, grace_exit=60, bound=30.0):
+    """Kill ``victim_pid`` (a process of ``job``, running ``bps_worker.py loop``) with SIGKILL;
+    every survivor rank must print ``CAUGHT-PEERLOST`` (a PeerLostError naming the push_pull)
+    within ``bound`` seconds of the kill; the launcher must exit non-zero within ``grace_exit``
+    s and leave no process of the job behind. Returns ({rank: (time, message)}, exit status,
+    job id)."""
+    job.snapshot()
+    job_id = job.job_id
+    assert job_id, "no BYTEPS_JOB_ID in the children's environment"
+    t_kill = time.time()
+    os.kill(victim_pid, signal.SIGKILL)
+    caught = {}
+    for r in survivors:
+        m = job.wait_for(rf"^\[worker {r}\] CAUGHT-PEERLOST (\d+\.\d+) (.*)$",
+                         timeout=bound + 15)[0]
+        caught[r] = (float(m.group(1)), m.group(2))
+    for r, (t_err, msg) in caught.items():
+        print(f"time to error after kill -9: worker {r}: {t_err - t_kill:.2f} s: {msg}")
+        assert t_err - t_kill < bound, f"worker {r} reported the loss {t_err - t_kill:.1f} s late"
+        assert t_err >= t_kill - 0.5, f"worker {r} reported PeerLostError before the kill: {msg}"
+        assert re.search(r"push_pull of '[^']+'", msg), f"the error names no operation: {msg}"
+    rc = job.wait(grace_exit)
+    assert rc != 0, f"launcher exited 0 after a kill -9; output:\n{job.output[-6000:]}"
+    left = job_pids_alive(job.seen_pids, job_id, timeout=10)
+    assert not left, f"processes of job {job_id} still alive after the launcher exited: {left}"
+    return caught, rc, job_id
 
 
 # ------------------------------------------------------------------------ configurations --
@@ -362,3 +440,105 @@ def rss_and_fds(pid):
     with open(f"/proc/{pid}/status") as f:
         rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# ----------------------------------------------------------------------------------- vans --
+
+#: van -> the ``--env`` entries (``K=V``) that select it for every process of a job: the TCP van
+#: (default), the UCX van over UCX's TCP transport, the UCX van over shared memory
+VANS = {
+    "tcp": [],
+    "ucx-tcp": ["DMLC_ENABLE_RDMA=ucx", "UCX_TLS=tcp,self"],
+    "ucx-shm": ["DMLC_ENABLE_RDMA=ucx", "UCX_TLS=sm,self"],
+}
+UCX_VANS = [v for v in VANS if v.startswith("ucx")]
+
+
+def ucx_missing() -> str | None:
+    """Why the UCX van cannot be tested here (the core is not built, or was built without UCX:
+    ``byteps._core.testing.ucx_available``), or None."""
+    try:
+        from byteps import _core
+    except ImportError as exc:
+        return f"the byteps core is not built ({exc})"
+    if not getattr(_core.testing, "ucx_available", False):
+        return "this build has no UCX van (pkg-config found no ucx when the core was built)"
+    return None
+
+
+def ucx_available() -> bool:
+    """Whether the built core has the UCX van."""
+    return ucx_missing() is None
+
+
+def skip_without_ucx():
+    """A skipif mark: skip, with :func:`ucx_missing`'s reason, where the UCX van is missing."""
+    reason = ucx_missing()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def van_params(vans=tuple(VANS)):
+    """One ``pytest.param(van, id=van)`` per van name; the UCX vans skip
+    where the build has none (:func:`skip_without_ucx`)."""
+    return [pytest.param(v, id=v, marks=() if v == "tcp" else skip_without_ucx()) for v in vans]
+
+
+def env_dict(entries):
+    """``["K=V", ...]`` -> ``{"K": "V", ...}`` (for environments of processes started by hand)."""
+    return dict(kv.split("=", 1) for kv in entries)
+
+
+#: ``python -c`` body: ``bps.init()``; prints JSON {"raised": None | "ConfigError", "message"}
+INIT_PROBE = """
+import json, byteps.basics as bps
+from byteps.errors import ConfigError
+try:
+    bps.init()
+    print(json.dumps({"raised": None}))
+except ConfigError as e:
+    print(json.dumps({"raised": "ConfigError", "message": str(e)}))
+"""
+
+
+def wrong_secret_worker(extra=None):
+    """Start a scheduler (1 worker, 1 server, ``BYTEPS_SECRET`` "a"*64) by hand and a worker
+    whose secret is "b"*64 (:data:`INIT_PROBE`), both with ``extra`` (a dict: e.g. a van's
+    variables). Returns (the probe's JSON result plus its "stderr", seconds the worker took, the
+    scheduler's output, once it logged the dropped connection or after 10 s); the scheduler is
+    killed (our own child, by PID) before returning."""
+    import json
+    import socket
+    import tempfile
+
+    env = clean_job_env({"DMLC_ROLE": "scheduler", "DMLC_NUM_WORKER": "1",
+                         "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                         "BYTEPS_SECRET": "a" * 64, "BYTEPS_TIMEOUT": "20", **(extra or {})})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        env["DMLC_PS_ROOT_PORT"] = str(probe.getsockname()[1])
+    with tempfile.TemporaryFile("w+") as log:
+        sched = subprocess.Popen([PY, "-m", "byteps.server"], env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            worker_env = dict(env, DMLC_ROLE="worker", DMLC_WORKER_ID="0",
+                              BYTEPS_SECRET="b" * 64, BYTEPS_FORCE_DISTRIBUTED="1")
+            t0 = time.monotonic()
+            r = subprocess.run([PY, "-c", INIT_PROBE], env=worker_env, capture_output=True,
+                               text=True, timeout=60)
+            elapsed = time.monotonic() - t0
+            deadline = time.monotonic() + 10  # the scheduler logs the drop on its own thread
+            while time.monotonic() < deadline and sched.poll() is None:
+                log.seek(0)
+                if "dropped the connection" in log.read():
+                    break
+                time.sleep(0.05)
+        finally:
+            sched.kill()
+            sched.wait(30)
+        log.seek(0)
+        out = log.read()
+    lines = r.stdout.strip().splitlines()
+    assert lines, f"the worker printed nothing (exit {r.returncode}):\n{r.stderr[-4000:]}"
+    result = json.loads(lines[-1])
+    result["stderr"] = r.stderr
+    return result, elapsed, out

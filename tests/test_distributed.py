@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from jobs import (
     LiveJob,
     assert_ok,
     job_pids_alive,
+    kill_and_check,
     rss_and_fds,
     run_job,
     shm_segments,
@@ -152,30 +152,6 @@ def test_mismatch_raises_on_every_rank(config):
     assert_ok(rc, out, size, min_cases=4)
 
 
-def _kill_and_check(job: LiveJob, victim_pid: int, survivors, grace_exit=60):
-    """Kill ``victim_pid`` with SIGKILL; every survivor rank must report PeerLostError within
-    30 s; the launcher must exit non-zero and leave no process of the job behind."""
-    job.snapshot()
-    job_id = job.job_id
-    assert job_id, "no BYTEPS_JOB_ID in the children's environment"
-    t_kill = time.time()
-    os.kill(victim_pid, signal.SIGKILL)
-    caught = {}
-    for r in survivors:
-        m = job.wait_for(rf"^\[worker {r}\] CAUGHT-PEERLOST (\d+\.\d+) (.*)$", timeout=45)[0]
-        caught[r] = (float(m.group(1)), m.group(2))
-    for r, (t_err, msg) in caught.items():
-        print(f"time to error after kill -9: worker {r}: {t_err - t_kill:.2f} s: {msg}")
-        assert t_err - t_kill < 30, f"worker {r} reported the loss {t_err - t_kill:.1f} s late"
-        assert t_err >= t_kill - 0.5, f"worker {r} reported PeerLostError before the kill: {msg}"
-        assert re.search(r"push_pull of '[^']+'", msg), f"the error names no operation: {msg}"
-    rc = job.wait(grace_exit)
-    assert rc != 0, f"launcher exited 0 after a kill -9; output:\n{job.output[-6000:]}"
-    left = job_pids_alive(job.seen_pids, job_id, timeout=10)
-    assert not left, f"processes of job {job_id} still alive after the launcher exited: {left}"
-    return caught, rc, job_id
-
-
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("role", ["server", "scheduler"])
 def test_kill_service_fails_every_worker(role):
@@ -183,7 +159,7 @@ def test_kill_service_fails_every_worker(role):
     cfg = CONFIGS["2w1s"]
     with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
         job.wait_for(r"^\[worker \d\] READY", count=2)
-        caught, rc, _ = _kill_and_check(job, job.find(role), survivors=[0, 1])
+        caught, rc, _ = kill_and_check(job, job.find(role), survivors=[0, 1])
         for r, (_, msg) in caught.items():
             assert role in msg.lower(), f"worker {r}'s PeerLostError does not name the " \
                                         f"{role}: {msg}"
@@ -199,7 +175,7 @@ def test_kill_worker_fails_the_other_worker():
         with LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40) as job:
             job.wait_for(r"^\[worker \d\] READY", count=2)
             victim = job.find("worker", 1)
-            caught, rc, _ = _kill_and_check(job, victim, survivors=[0])
+            caught, rc, _ = kill_and_check(job, victim, survivors=[0])
             msg = caught[0][1]
             assert re.search(r"worker\D{0,20}1", msg.lower()), (
                 f"attempt {attempt}: PeerLostError does not name the failed worker 1: {msg}\n"
@@ -265,7 +241,7 @@ def test_no_shm_left_after_worker_killed():
             "no /dev/shm/byteps_<job>_* segment while a local push_pull is half done "
             "(the kill below would not test the cleanup)")
         victim = job.find("worker", 1)
-        caught, rc, job_id = _kill_and_check(job, victim, survivors=[0])
+        caught, rc, job_id = kill_and_check(job, victim, survivors=[0])
         assert re.search(r"rank\D{0,5}1", caught[0][1]), caught[0][1]
         assert not shm_segments(job_id), f"segments left: {shm_segments(job_id)}"
 

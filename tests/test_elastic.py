@@ -5,7 +5,8 @@ Three workers train (``tests/workers/elastic_worker.py``); worker 2 is killed wi
 survivors get ``PeerLostError``, ``suspend()``, and wait; the test (playing the job's
 supervisor) waits for the old scheduler and server to exit, starts new ones for 2 workers at the
 same address, and writes the restart plan; the survivors ``resume(2, 1, new_rank)`` and train 5
-more steps from their checkpoint with exact sums over the 2 workers.
+more steps from their checkpoint with exact sums over the 2 workers. The scenario runs with each
+van of ``jobs.VANS`` (every process of both jobs gets the van's variables).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs import clean_job_env
+from jobs import VANS, clean_job_env, env_dict, van_params
 
 WORKER = str(Path(__file__).resolve().parent / "workers" / "elastic_worker.py")
 
@@ -60,7 +61,8 @@ class Proc:
 
 
 @pytest.mark.timeout(240)
-def test_survivors_resume_from_checkpoint_after_a_worker_dies(tmp_path: Path):
+@pytest.mark.parametrize("van", van_params())
+def test_survivors_resume_from_checkpoint_after_a_worker_dies(tmp_path: Path, van):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -68,7 +70,7 @@ def test_survivors_resume_from_checkpoint_after_a_worker_dies(tmp_path: Path):
     base = clean_job_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
                           "DMLC_NUM_SERVER": "1", "BYTEPS_SECRET": os.urandom(16).hex(),
                           "BYTEPS_TIMEOUT": "60", "BYTEPS_HEARTBEAT_TIMEOUT": "5",
-                          "PYTHONUNBUFFERED": "1"})
+                          "PYTHONUNBUFFERED": "1", **env_dict(VANS[van])})
     service = [sys.executable, "-m", "byteps.server"]
 
     def services(n):
@@ -104,4 +106,4 @@ def test_survivors_resume_from_checkpoint_after_a_worker_dies(tmp_path: Path):
         assert any(ln == f"RESUMED rank={i} size=2" for ln in w.lines), w.lines[-20:]
         step = int(w.wait_line("SUSPENDED", 1).split()[1])
         assert w.lines[-1] == f"OK {step + 5} steps", w.lines[-20:]
-    print(f"elastic: survivors suspended {t_suspended:.2f} s after the kill")
+    print(f"elastic ({van}): survivors suspended {t_suspended:.2f} s after the kill")

@@ -22,7 +22,15 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs import LiveJob, assert_ok, clean_job_env, job_pids_alive, rss_and_fds
+from jobs import (
+    INIT_PROBE,
+    LiveJob,
+    assert_ok,
+    clean_job_env,
+    job_pids_alive,
+    rss_and_fds,
+    wrong_secret_worker,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
 
@@ -124,56 +132,27 @@ def test_strangers_are_dropped_and_the_job_goes_on(tmp_path: Path):
     assert job_pids_alive(job.seen_pids, job.job_id) == []
 
 
-_PROBE = """
-import json, byteps.basics as bps
-from byteps.errors import ConfigError
-try:
-    bps.init()
-    print(json.dumps({"raised": None}))
-except ConfigError as e:
-    print(json.dumps({"raised": "ConfigError", "message": str(e)}))
-"""
 
 
 def test_manual_launch_without_secret_refuses_to_start():
     env = clean_job_env({"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "2", "DMLC_WORKER_ID": "0",
                          "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
                          "DMLC_PS_ROOT_PORT": "1"})
-    r = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run([sys.executable, "-c", INIT_PROBE], env=env, capture_output=True,
+                       text=True, timeout=60)
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["raised"] == "ConfigError", (result, r.stderr)
     assert "BYTEPS_SECRET" in result["message"]
     assert "BYTEPS_ALLOW_UNAUTHENTICATED=1" in result["message"]
 
 
-def test_wrong_secret_worker_gets_config_error(tmp_path: Path):
+def test_wrong_secret_worker_gets_config_error():
     """A worker whose BYTEPS_SECRET differs from the scheduler's fails with ConfigError naming
     the secret, within the time it takes to connect, instead of joining the job."""
-    scheduler_env = clean_job_env({"DMLC_ROLE": "scheduler", "DMLC_NUM_WORKER": "1",
-                                   "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
-                                   "BYTEPS_SECRET": "a" * 64, "BYTEPS_TIMEOUT": "20"})
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    scheduler_env["DMLC_PS_ROOT_PORT"] = str(port)
-    sched = subprocess.Popen([sys.executable, "-m", "byteps.server"], env=scheduler_env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
-    try:
-        worker_env = dict(scheduler_env, DMLC_ROLE="worker", DMLC_WORKER_ID="0",
-                          BYTEPS_SECRET="b" * 64, BYTEPS_FORCE_DISTRIBUTED="1")
-        t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-c", _PROBE], env=worker_env, capture_output=True,
-                           text=True, timeout=60)
-        elapsed = time.monotonic() - t0
-        result = json.loads(r.stdout.strip().splitlines()[-1])
-        assert result["raised"] == "ConfigError", (result, r.stderr)
-        assert "BYTEPS_SECRET" in result["message"], result
-        assert elapsed < 15, elapsed
-    finally:
-        sched.kill()  # our own child, by PID
-        out, _ = sched.communicate(timeout=30)
+    result, elapsed, out = wrong_secret_worker()
+    assert result["raised"] == "ConfigError", result
+    assert "BYTEPS_SECRET" in result["message"], result
+    assert elapsed < 15, elapsed
     assert "dropped the connection from 127.0.0.1" in out, out
 
 

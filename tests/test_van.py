@@ -22,13 +22,13 @@ import struct
 import time
 
 import pytest
-from jobs import NO_UCX, ucx_available
+from jobs import skip_without_ucx
 from test_security import recv_exact
 
 from byteps._core import testing as T
 from byteps.errors import InvalidArgumentError, PeerLostError
 
-needs_ucx = pytest.mark.skipif(not ucx_available(), reason=NO_UCX)
+needs_ucx = skip_without_ucx()
 KINDS = ["tcp", pytest.param("ucx", marks=needs_ucx)]
 
 

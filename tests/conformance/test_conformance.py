@@ -6,7 +6,10 @@ Each test launches one job on this host::
     python -m byteps.launcher --workers W --servers S --env BYTEPS_TIMEOUT=T \\
         <python> tests/conformance/worker.py <framework> <group>
 
-for W workers x S servers in (2 x 1, 3 x 2), and asserts that the job exited 0 and that every
+for W workers x S servers in (2 x 1, 3 x 2) with the default (TCP) van, and one configuration
+(torch, 2 x 1) again with the UCX van over shared memory (``jobs.VANS["ucx-shm"]``: the
+launcher's ``--env`` gives every process ``DMLC_ENABLE_RDMA=ucx UCX_TLS=sm,self``; skipped in a
+build without UCX), and asserts that the job exited 0 and that every
 rank printed ``CASE <name> OK`` for every case of the group (``CASE <name> SKIP`` only for
 cases that need a capability the framework's shim declares missing) and ``ALL OK <n>``.
 A failing case's traceback is in the job output shown by the assertion message.
@@ -52,6 +55,8 @@ FRAMEWORKS = {
     "tensorflow": (pytest.mark.tensorflow, "tensorflow", 45),
     "mxnet": (pytest.mark.mxnet, "mxnet", 20),
 }
+#: (framework, workers, servers, van) also run with a UCX van: one configuration, every group
+UCX_CONFIGS = [("torch", 2, 1, "ucx-shm")]
 #: BYTEPS_TIMEOUT of the other groups (covers the rendezvous while framework imports finish)
 DEFAULT_TIMEOUT = 60
 #: wall-clock limit of one launch
@@ -62,15 +67,21 @@ def _params():
     for fw, (mark, _, _) in FRAMEWORKS.items():
         for workers, servers in CONFIGS:
             for group in cases.GROUPS:
-                yield pytest.param(fw, workers, servers, group, marks=mark,
+                yield pytest.param(fw, workers, servers, group, "tcp", marks=mark,
                                    id=f"{fw}-{workers}w{servers}s-{group}")
+    for fw, workers, servers, van in UCX_CONFIGS:
+        for group in cases.GROUPS:
+            yield pytest.param(fw, workers, servers, group, van,
+                               marks=[FRAMEWORKS[fw][0], jobs.skip_without_ucx()],
+                               id=f"{fw}-{workers}w{servers}s-{group}-{van}")
 
 
-def run_job(framework: str, workers: int, servers: int, group: str, timeout_s: float):
+def run_job(framework: str, workers: int, servers: int, group: str, timeout_s: float,
+            van: str = "tcp"):
     return jobs.launch_job(jobs.launch_config(workers, servers),
                            [jobs.PY, WORKER, framework, group],
-                           env=[f"BYTEPS_TIMEOUT={timeout_s:g}"], timeout=JOB_TIMEOUT,
-                           job_env=jobs.framework_env())
+                           env=[f"BYTEPS_TIMEOUT={timeout_s:g}", *jobs.VANS[van]],
+                           timeout=JOB_TIMEOUT, job_env=jobs.framework_env())
 
 
 def _failure_excerpt(output: str, limit: int = 12000) -> str:
@@ -97,14 +108,14 @@ def test_case_registry():
             assert cap in shim.missing_reasons, f"{fw}: no reason given for missing {cap}"
 
 
-@pytest.mark.parametrize("framework,workers,servers,group", list(_params()))
-def test_conformance(framework, workers, servers, group):
+@pytest.mark.parametrize("framework,workers,servers,group,van", list(_params()))
+def test_conformance(framework, workers, servers, group, van):
     _, module, error_timeout = FRAMEWORKS[framework]
     pytest.importorskip(module)
     pytest.importorskip("byteps._core", reason="the byteps core is not built")
     shim = shims.get_shim(framework)
     timeout_s = error_timeout if group == "errors" else DEFAULT_TIMEOUT
-    rc, out, secs = run_job(framework, workers, servers, group, timeout_s)
+    rc, out, secs = run_job(framework, workers, servers, group, timeout_s, van)
     excerpt = _failure_excerpt(out)
     per_rank = jobs.rank_lines(out, workers)
     expected_ok = [c.name for c in cases.GROUPS[group] if not c.missing(shim)]
@@ -125,5 +136,5 @@ def test_conformance(framework, workers, servers, group):
     if rc != 0:
         problems.insert(0, f"launcher exit status {rc}")
     assert not problems, (
-        f"{framework} {workers}w{servers}s {group} ({secs:.1f} s):\n  "
+        f"{framework} {workers}w{servers}s {group} van {van} ({secs:.1f} s):\n  "
         + "\n  ".join(problems) + "\n--- job output (tail) ---\n" + excerpt)

@@ -263,6 +263,8 @@ Status UcxVan::Connect(const std::string& host, int port, double timeout_s,
     return Status(st.code(), where + " broke off the UCX van's bootstrap: " + st.message());
   }
   if (!ucx) {
+    BPS_LOG(INFO) << "UCX van: connected to " << peer_name << " over TCP (" << host
+                  << " is not an address of this host)";
     *out = std::make_unique<TcpConnection>(fd, peer_name, handler);
     return Status::OK();
   }
@@ -271,6 +273,8 @@ Status UcxVan::Connect(const std::string& host, int port, double timeout_s,
   if (!st.ok())
     return Status(st.code(), "UCX could not open a link to " + peer_name + " at " + where +
                                  " with " + ctx_->config_summary() + ": " + st.message());
+  BPS_LOG(INFO) << "UCX van: connected to " << peer_name << " over UCX ("
+                << ctx_->config_summary() << ")";
   return Status::OK();
 }
 

@@ -1,0 +1,220 @@
+"""The distributed matrix per van (``core/cpp/comm/van.h``): the jobs of test_distributed.py and
+test_security.py that exercise the transport, again with the UCX van over UCX's TCP transport
+(``ucx-tcp``) and over shared memory (``ucx-shm``), as ``jobs.VANS`` selects them for every
+process of a job (``DMLC_ENABLE_RDMA=ucx``, ``UCX_TLS``). The TCP van runs the same scenarios
+in those files already, so only the UCX vans are parametrized here; the elastic restart
+(test_elastic.py) and the conformance suite (one configuration) take the van as a parameter
+themselves, and test_van.py checks the UCX van's bootstrap on its own (tokens, lifeline).
+
+Every dtype with sum and average (2 worker machines, and 2 x 2 processes), partitioned
+tensors, a kill -9 of the server and of a worker (every survivor gets PeerLostError naming the
+lost peer well within the heartbeat timeout: over shared memory the link's TCP lifeline reports
+it; the job then ends within seconds), a worker with the wrong job secret (ConfigError before
+any UCX link exists). After every job nothing of it is left: no process, no
+``/dev/shm/byteps_<job>_*`` segment, no System V segment its processes created (UCX's
+shared-memory transports); a job that ended normally cleaned up its shared memory itself.
+
+Besides: ``BYTEPS_ENABLE_IPC=1`` (the TCP van, colocated peers over UCX shared memory) gives
+correct results and really reaches the colocated server and scheduler over UCX (the UCX van's
+INFO line per connection), and ``DMLC_ENABLE_RDMA=1`` on a host without an RDMA transport fails
+every process at start with a ConfigError naming DMLC_ENABLE_RDMA and UCX.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from jobs import (
+    CONFIGS,
+    INIT_PROBE,
+    PY,
+    UCX_VANS,
+    VANS,
+    LiveJob,
+    assert_ok,
+    clean_job_env,
+    env_dict,
+    kill_and_check,
+    rank_lines,
+    skip_without_ucx,
+    van_params,
+    world_size,
+    wrong_secret_worker,
+)
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="needs Linux /proc and /dev/shm"
+)
+
+UCX = van_params(UCX_VANS)
+needs_ucx = skip_without_ucx()
+#: BYTEPS_HEARTBEAT_TIMEOUT's default: a lost peer must surface well before it
+HEARTBEAT_TIMEOUT_S = 15.0
+
+
+def run_clean(config, van, mode, *mode_args, env=(), timeout=240):
+    """Run ``bps_worker.py MODE ARGS`` as a job with ``van`` (plus ``env``); assert that
+    nothing of it is left afterwards. Returns (launcher exit status, output)."""
+    with LiveJob(CONFIGS[config], mode, *mode_args, env=VANS[van] + list(env)) as job:
+        rc = job.watch(timeout)
+        job.assert_nothing_left()
+        return rc, job.output
+
+
+# ---------------------------------------------------------------------------- correctness --
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("config", ["2w1s", "2w1s_local2"])
+@pytest.mark.parametrize("van", UCX)
+def test_every_dtype_sum_and_average(van, config):
+    """Every dtype and shape, sum and average, in and out of place, a second round per name,
+    64 MiB and odd-length tensors over 8 MiB (rendezvous transfers straight into place)."""
+    rc, out = run_clean(config, van, "correctness")
+    assert_ok(rc, out, world_size(CONFIGS[config]), min_cases=178)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("van", UCX)
+def test_many_partitions_versioned_rounds(van):
+    """BYTEPS_PARTITION_BYTES=65536: ~80 partitions per tensor, 4 rounds of changing values."""
+    rc, out = run_clean("2w1s", van, "partitions", 4, env=["BYTEPS_PARTITION_BYTES=65536"])
+    assert_ok(rc, out, 2, min_cases=9)
+
+
+# --------------------------------------------------------------------------------- faults --
+
+
+#: seconds the job may take to end after a kill -9 (it takes ~1 s; a link left waiting for a dead
+#: peer held each survivor's exit for two 5 s connection Join timeouts)
+EXIT_AFTER_KILL_S = 9
+
+
+def _kill(van, role):
+    """A 2w1s job in ``loop`` mode; kill -9 of ``role`` ("server", or "worker": worker 1).
+    Every survivor reports PeerLostError within the heartbeat timeout and the job ends within
+    :data:`EXIT_AFTER_KILL_S`, leaving nothing behind. Returns {surviving rank: (time,
+    PeerLostError message)}, the output."""
+    survivors = [0, 1] if role == "server" else [0]
+    with LiveJob(CONFIGS["2w1s"], "loop", env=VANS[van] + ["BYTEPS_TIMEOUT=100"],
+                 grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        victim = job.find("server") if role == "server" else job.find("worker", 1)
+        caught, _, _ = kill_and_check(job, victim, survivors, bound=HEARTBEAT_TIMEOUT_S,
+                                      grace_exit=EXIT_AFTER_KILL_S)
+        job.assert_nothing_left(launcher_cleanup_ok=True)
+        return caught, job.output
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("van", UCX)
+def test_kill_server_fails_every_worker(van):
+    """kill -9 of the server: both workers get PeerLostError naming the server, within the
+    heartbeat timeout (BYTEPS_TIMEOUT is 100 s)."""
+    caught, _ = _kill(van, "server")
+    for r, (_, msg) in caught.items():
+        assert "server" in msg.lower(), f"worker {r}'s PeerLostError does not name the server: " \
+                                        f"{msg}"
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("van", UCX)
+def test_kill_worker_fails_the_other_worker(van):
+    """kill -9 of worker 1: worker 0 gets PeerLostError naming worker 1, within the heartbeat
+    timeout."""
+    caught, out = _kill(van, "worker")
+    msg = caught[0][1]
+    assert re.search(r"worker\D{0,20}1", msg.lower()), (
+        f"PeerLostError does not name the failed worker 1: {msg}\n--- output ---\n{out[-6000:]}")
+
+
+# ------------------------------------------------------------------------- authentication --
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("van", UCX)
+def test_wrong_secret_worker_gets_config_error(van):
+    """The UCX van authenticates over TCP before any UCX link exists: a worker with the wrong
+    BYTEPS_SECRET gets ConfigError naming the secret, and the scheduler logs the drop."""
+    result, elapsed, out = wrong_secret_worker(env_dict(VANS[van]))
+    assert result["raised"] == "ConfigError", result
+    assert "BYTEPS_SECRET" in result["message"], result
+    assert elapsed < 15, elapsed
+    assert "dropped the connection from 127.0.0.1" in out, out
+
+
+# ------------------------------------------------------------------------- van selection --
+
+
+@pytest.mark.timeout(300)
+@needs_ucx
+def test_ipc_reaches_colocated_peers_over_ucx():
+    """BYTEPS_ENABLE_IPC=1 with the TCP van, 2 machines x 2 processes on this host: correct
+    sums and averages, and each machine's local root (ranks 0 and 2: the others reach the
+    servers through it) connects to the scheduler and the server over UCX (the UCX van's INFO
+    line per connection), over no TCP connection."""
+    rc, out = run_clean("2w1s_local2", "tcp", "correctness", "--no-big",
+                        env=["BYTEPS_ENABLE_IPC=1", "BYTEPS_LOG_LEVEL=INFO"])
+    assert_ok(rc, out, 4, min_cases=170)
+    lines = rank_lines(out, 4)
+    for rank in (0, 2):
+        links = [ln for ln in lines[rank] if "UCX van: connected to" in ln]
+        for peer in ("scheduler", "server 0"):
+            assert any(f"connected to {peer} " in ln and "over UCX" in ln for ln in links), (
+                f"worker {rank} did not connect to the {peer} over UCX: {links}")
+        assert not [ln for ln in links if "over TCP" in ln], (rank, links)
+
+
+def _rdma_transports():
+    """The RDMA transports UCX finds on this host (``rc_*``, ``dc_*``, ``ud_*``, ``ib*``)."""
+    from byteps import _core
+
+    info = _core.doctor.ucx_info() or {}
+    return [r for r in info.get("resources", [])
+            if r.split("/")[0].startswith(("rc_", "dc_", "ud_", "ib"))]
+
+
+@pytest.mark.timeout(120)
+@needs_ucx
+def test_rdma_required_without_rdma_fails_every_process():
+    """DMLC_ENABLE_RDMA=1 on a host whose UCX has no RDMA transport: the scheduler, the server
+    and a worker, started by hand at once (no launcher stopping the others after the first
+    failure), each fail at start (the worker with ConfigError) naming DMLC_ENABLE_RDMA, UCX
+    and the transports found, within seconds; nothing hangs."""
+    if _rdma_transports():
+        pytest.skip(f"this host has RDMA transports: {_rdma_transports()}")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = clean_job_env({"DMLC_ENABLE_RDMA": "1", "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
+                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+                         "BYTEPS_SECRET": "c" * 64, "BYTEPS_TIMEOUT": "20",
+                         "BYTEPS_FORCE_DISTRIBUTED": "1"})
+    argv = {"scheduler": [PY, "-m", "byteps.server"], "server": [PY, "-m", "byteps.server"],
+            "worker": [PY, "-c", INIT_PROBE]}
+    t0 = time.monotonic()
+    procs = {role: subprocess.Popen(cmd, env=dict(env, DMLC_ROLE=role, DMLC_WORKER_ID="0"),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+             for role, cmd in argv.items()}
+    outputs = {}
+    try:
+        for role, p in procs.items():
+            outputs[role] = p.communicate(timeout=60)[0]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()  # our own child, by PID
+                p.wait(10)
+    elapsed = time.monotonic() - t0
+    for role, p in procs.items():
+        out = outputs[role]
+        assert p.returncode != 0 or '"raised": "ConfigError"' in out, (role, p.returncode, out)
+        assert "DMLC_ENABLE_RDMA" in out and "UCX" in out and "it has:" in out, (role, out)
+    assert '"raised": "ConfigError"' in outputs["worker"], outputs["worker"]
+    assert elapsed < 30, f"{elapsed:.1f} s"

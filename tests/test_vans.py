@@ -53,7 +53,7 @@ pytestmark = pytest.mark.skipif(
 
 UCX = van_params(UCX_VANS)
 needs_ucx = skip_without_ucx()
-#: BYTEPS_HEARTBEAT_TIMEOUT's default: a lost peer must surface well before it
+#: BYTEPS_HEARTBEAT_TIMEOUT's default: a lost peer must surface within it (it takes ~0.5 s)
 HEARTBEAT_TIMEOUT_S = 15.0
 
 

@@ -99,7 +99,9 @@ class Connection {
   static void* const kDiscard;
 
   const std::string& peer_name() const { return peer_name_; }
-  void set_peer_name(const std::string& n) { peer_name_ = n; }
+  // Renames the peer (once it said who it is); a van whose link names the peer in its own
+  // messages renames it there too.
+  virtual void set_peer_name(const std::string& n) { peer_name_ = n; }
   int tag = -1;  // owner-defined (peer rank)
 
  protected:

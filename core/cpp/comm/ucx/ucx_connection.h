@@ -32,6 +32,11 @@ class UcxConnection final : public Connection {
   // fetched into a bounce buffer of the link first (Connection::kBounceBytes chunks either way).
   void StreamPayload(PayloadSink sink, void* arg) override { link_->StreamPayload(sink, arg); }
 
+  void set_peer_name(const std::string& n) override {
+    Connection::set_peer_name(n);
+    link_->SetPeerName(n);
+  }
+
   UcxLink* link() const { return link_.get(); }
 
  private:

@@ -423,6 +423,20 @@ void UcxLink::MaybeRetire() {
   ctx_->Retire(id_);
 }
 
+void UcxLink::SetPeerName(const std::string& name) {
+  UcxContext* ctx;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ctx = ctx_;
+  }
+  if (!ctx || ctx->OnProgressThread()) {
+    peer_name_ = name;
+    return;
+  }
+  auto self = shared_from_this();
+  ctx->Post([self, name] { self->peer_name_ = name; });
+}
+
 void UcxLink::ForgetConnection() {
   UcxContext* ctx;
   {

@@ -87,6 +87,8 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   }
 
   const std::string& peer_name() const { return peer_name_; }
+  // The name the link's messages give the peer (read on the progress thread, so set there).
+  void SetPeerName(const std::string& name);
   uint64_t id() const { return id_; }
   // False when the endpoint runs in error mode NONE (no transport to the peer can report a
   // failed peer): a dead peer is then seen by its CLOSE message, an operation to it that fails,

@@ -46,6 +46,25 @@ std::vector<std::string> ParseUcxResources(const std::string& context_info) {
   return out;
 }
 
+std::string ParseUcxAmTransport(const std::string& ep_info) {
+  std::istringstream lines(ep_info);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("lane[") == std::string::npos) continue;
+    std::istringstream words(line);
+    std::string tl;
+    bool am = false;
+    for (std::string w; words >> w;) {
+      const size_t colon = w.find(':'), slash = w.find('/');
+      if (tl.empty() && colon != std::string::npos && slash != std::string::npos && colon < slash &&
+          w.rfind("lane[", 0) != 0)
+        tl = w.substr(colon + 1, slash - colon - 1);
+      if (w == "am") am = true;
+    }
+    if (am && !tl.empty()) return tl;
+  }
+  return "";
+}
+
 UcxInfo QueryUcxInfo() {
   UcxInfo info;
   info.version = ucp_get_version_string();

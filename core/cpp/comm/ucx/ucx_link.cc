@@ -97,6 +97,9 @@ Status UcxLink::CreateEndpoint(const std::string& peer_address) {
                             ctx_->config_summary() + ": " + ucs_status_string(s) +
                             " (the peer is gone, or no transport in UCX_TLS reaches it)");
   }
+  eager_over_tcp_ = ParseUcxAmTransport(CaptureUcxOutput([&](FILE* f) {
+                      ucp_ep_print_info(ep_, f);
+                    })) == "tcp";
   return Status::OK();
 }
 
@@ -177,6 +180,10 @@ void UcxLink::SubmitOne(UcxKind kind, SendItem* item) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = &UcxLink::SendDoneCb;
   p.user_data = c;
+  if (eager_over_tcp_ && len <= kTcpEagerMax) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
   ctx_->UseRegistration(&p, payload, len);
   ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kUcxAmId, &c->hdr, sizeof(c->hdr), payload, len, &p);
   if (r == nullptr) {

@@ -16,5 +16,9 @@ std::string CaptureUcxOutput(const std::function<void(FILE*)>& print);
 void ReadUcxConfig(const ucp_config_t* config, std::string* tls, std::string* net_devices);
 // "tls/device" of every resource line of ucp_context_print_info's text.
 std::vector<std::string> ParseUcxResources(const std::string& context_info);
+// The transport ("tcp", "sysv", "rc_mlx5"...) of the lane that carries an endpoint's active
+// messages, from ucp_ep_print_info's text ("lane[0]:  1:tcp/eth0.0 md[1] ... am am_bw#0");
+// "" when no such lane is found.
+std::string ParseUcxAmTransport(const std::string& ep_info);
 
 }  // namespace byteps

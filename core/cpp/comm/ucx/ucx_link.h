@@ -8,7 +8,9 @@
 // the 48-byte FrameHeader; the frame's payload is the active message's data, sent straight from
 // the SendItem's memory. UCX chooses the protocol by size: eager data arrives with the header
 // and is copied into the destination the handler chose; rendezvous data (UCP_AM_RECV_ATTR_FLAG_
-// RNDV) is fetched by ucp_am_recv_data_nbx straight into that destination (zero copy).
+// RNDV) is fetched by ucp_am_recv_data_nbx straight into that destination (zero copy). Over
+// TCP, which has no zero-copy rendezvous, frames up to kTcpEagerMax are sent eager
+// (eager_over_tcp).
 //
 // Order. Frames of a link reach the handler in the order they were sent, one at a time, as on
 // TCP: ValidateHeader(1), OnHeader(1), payload 1, OnFrame(1), ValidateHeader(2)... While a

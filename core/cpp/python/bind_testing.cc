@@ -36,10 +36,9 @@ void BindTesting(py::module_& root) {
         py::arg("num_worker"), py::arg("local_size"),
         "Partition bound (bytes) of one tensor of nbytes in a distributed job "
         "(TensorPartitionBound, scheduling/partitioner.h).");
-  m.def("staggered_push_order", &StaggeredPushOrder, py::arg("servers"), py::arg("worker"),
-        py::arg("num_servers"),
-        "Position of each partition in worker machine `worker`'s push sequence, given the "
-        "server of each (StaggeredPushOrder, scheduling/partitioner.h): list of int.");
+  m.def("staggered_push_order", &StaggeredPushOrder, py::arg("partitions"), py::arg("worker"),
+        "Position of each of a tensor's partitions in worker machine `worker`'s push sequence "
+        "(StaggeredPushOrder, scheduling/partitioner.h): list of int.");
   m.def("shard_range", [](size_t count, int parts, int i) {
     size_t b, e;
     ShardRange(count, parts, i, &b, &e);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <string>
-#include <tuple>
 
 namespace byteps {
 
@@ -39,21 +38,12 @@ size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int
   return std::min(bound, job_bound);
 }
 
-std::vector<uint32_t> StaggeredPushOrder(const std::vector<int64_t>& servers, int worker,
-                                         int num_servers) {
-  const size_t n = servers.size();
-  const int64_t s_count = std::max(num_servers, 1);
-  std::vector<int64_t> seen(static_cast<size_t>(s_count), 0);
-  // (round, rotated server, index) of every partition, sorted, gives the push sequence.
-  std::vector<std::tuple<int64_t, int64_t, size_t>> visit(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t s = ((servers[i] % s_count) + s_count) % s_count;
-    const int64_t rotated = ((s - worker) % s_count + s_count) % s_count;
-    visit[i] = {seen[static_cast<size_t>(s)]++, rotated, i};
-  }
-  std::sort(visit.begin(), visit.end());
-  std::vector<uint32_t> position(n);
-  for (size_t p = 0; p < n; ++p) position[std::get<2>(visit[p])] = static_cast<uint32_t>(p);
+std::vector<uint32_t> StaggeredPushOrder(size_t partitions, int worker) {
+  std::vector<uint32_t> position(partitions);
+  if (partitions == 0) return position;
+  const size_t first = static_cast<size_t>(std::max(worker, 0)) % partitions;
+  for (size_t i = 0; i < partitions; ++i)
+    position[i] = static_cast<uint32_t>((i + partitions - first) % partitions);
   return position;
 }
 

@@ -41,15 +41,14 @@ Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vecto
 inline uint64_t PartitionKey(uint32_t declared_key, uint32_t index) {
   return (static_cast<uint64_t>(declared_key) << 16) | index;
 }
-// The order in which worker machine `worker` pushes the partitions of one tensor, given the
-// server of each (servers[i] in [0, num_servers)): result[i] is partition i's position. Visits
-// go round by round (the j-th partition of every server in round j) and, within a round, start
-// at server `worker` mod num_servers and go up. With every worker starting at another server,
-// each server receives from one worker at a time at full rate, instead of all workers sending
-// their first partitions to the same server at once (incast: that server's link is the
-// bottleneck while the others idle, and the sums flow back late).
-std::vector<uint32_t> StaggeredPushOrder(const std::vector<int64_t>& servers, int worker,
-                                         int num_servers);
+// The order in which worker machine `worker` pushes the P partitions of one tensor: the
+// partition sequence rotated to start at partition `worker` mod P (result[i] is partition i's
+// position). The plan interleaves the servers in proportion to their shares (round-robin for
+// equal ones), so each worker starting one partition further sends to another server at every
+// step, instead of all workers sending their first partitions to the same server at once
+// (incast: that server's link is the bottleneck while the others idle, and the sums flow back
+// late), and the proportions stay those of the plan at every point of the sequence.
+std::vector<uint32_t> StaggeredPushOrder(size_t partitions, int worker);
 
 inline uint32_t DeclaredKeyOf(uint64_t key) { return static_cast<uint32_t>(key >> 16); }
 inline uint32_t PartitionIndexOf(uint64_t key) { return static_cast<uint32_t>(key & 0xFFFF); }

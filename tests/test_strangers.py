@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ne
 
 REGISTER, ADDRESS_BOOK, HEARTBEAT, FINALIZE, FINALIZE_DONE = 1, 2, 5, 6, 7
 HELLO, PUSH, PULL, PULL_RESPONSE, DATA_ERROR = 20, 21, 22, 23, 24
+PUSH_ACK = 28
 FLOAT32 = 0
 MAX_PENDING = 256  # comm/acceptor.h kMaxPending
 
@@ -324,13 +325,20 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
         # connection goes on (the payload was read past, not buffered).
         c = worker_conn()
         data = struct.pack("<1024f", *([1.5] * 1024))
+        # Every push is acknowledged on receipt (PUSH_ACK: key, aux = round), before its sum.
         c.sendall(_frame(PUSH, data, key=1, rnd=0, flags=1))
+        h, p = _read_frame(c)
+        assert (h[1], h[6], h[8], p) == (PUSH_ACK, 1, 0, b""), h
         h, p = _read_frame(c)
         assert h[1] == PULL_RESPONSE and p == data
         c.sendall(_frame(PUSH, b"\0" * 8192, key=1, rnd=1))
         h, p = _read_frame(c)
         assert h[1] == DATA_ERROR and b"holds 4096 bytes" in p, p
+        h, p = _read_frame(c)
+        assert h[1] == PUSH_ACK, h
         c.sendall(_frame(PUSH, data, key=1, rnd=1, flags=1))
+        h, p = _read_frame(c)
+        assert (h[1], h[6], h[8]) == (PUSH_ACK, 1, 1), h
         h, p = _read_frame(c)
         assert h[1] == PULL_RESPONSE and h[5] == 1 and p == data
         # Control plane: a frame larger than any control message drops that connection only.

@@ -37,9 +37,6 @@ struct PartTask {
   Partition part;
   uint64_t key = 0;   // declared_key << 16 | index
   int server = -1;    // index of the server that sums this partition
-  // Order in the PUSH queue among equal priorities: `key` until the plan is known, then the
-  // partition's place in StaggeredPushOrder (scheduling/partitioner.h).
-  uint64_t push_order = 0;
   StageList stages;
   // Reused frames: the push (payload straight from the buffer) and the pull request.
   SendItem push_item;

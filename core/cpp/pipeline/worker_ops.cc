@@ -69,7 +69,6 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
     t->part = p;
     t->key = PartitionKey(ctx->declared_key, p.index);
     t->pull.key = t->key;
-    t->push_order = t->key;
     t->pull.arg = t.get();
     ctx->parts.push_back(std::move(t));
   }
@@ -175,7 +174,13 @@ void WorkerCore::Dispatch(PartTask* t) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
   }
-  const uint64_t order = t->stages.current() == Stage::kPush ? t->push_order : t->key;
+  // PUSH: among equal priorities, in this worker machine's rotation of the tensor's partitions.
+  const uint64_t order =
+      t->stages.current() == Stage::kPush
+          ? PartitionKey(t->ctx->declared_key,
+                         StaggeredPushPosition(t->part.index, t->ctx->parts.size(),
+                                               cfg_.worker_id))
+          : t->key;
   queues_[s]->Push(QueueItem{t->ctx->priority, order, t->part.length, t});
 }
 

@@ -52,11 +52,7 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
   bool dispatch;
   {
     std::lock_guard<std::mutex> lk(ctx->mu);
-    const std::vector<uint32_t> order = StaggeredPushOrder(servers.size(), cfg_.worker_id);
-    for (size_t i = 0; i < servers.size(); ++i) {
-      ctx->parts[i]->server = static_cast<int>(servers[i]);
-      ctx->parts[i]->push_order = PartitionKey(ctx->declared_key, order[i]);
-    }
+    for (size_t i = 0; i < servers.size(); ++i) ctx->parts[i]->server = static_cast<int>(servers[i]);
     ctx->declared = true;
     dispatch = ctx->waiting_for_declare && ctx->in_flight;
     ctx->waiting_for_declare = false;

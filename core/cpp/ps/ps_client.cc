@@ -204,8 +204,7 @@ Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(type) + " from " +
                                    c->peer_name());
   std::lock_guard<std::mutex> lk(pull_mu_);
-  auto it = pending_pulls_.find(h.key);
-  PendingPull* p = it == pending_pulls_.end() ? nullptr : it->second;
+  PendingPull* p = PendingLocked(h.key);
   if (!p) {  // the operation failed meanwhile: read past the payload
     *dest = Connection::kDiscard;
     return Status::OK();
@@ -246,12 +245,11 @@ void PsClient::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     PendingPull* p = nullptr;
     {
       std::lock_guard<std::mutex> lk(pull_mu_);
-      auto it = pending_pulls_.find(h.key);
-      if (it != pending_pulls_.end() && it->second && it->second->round == h.aux &&
-          it->second->server == c->tag && it->second->awaiting_ack) {
-        p = it->second;
+      p = PendingLocked(h.key);
+      if (p && p->round == h.aux && p->server == c->tag && p->awaiting_ack)
         p->awaiting_ack = false;
-      }
+      else
+        p = nullptr;
     }
     if (p) sink_->OnPushAcked(p);
     return;
@@ -260,8 +258,7 @@ void PsClient::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     std::vector<int> missing;
     if (!DecodeWorkerIds(payload, h.payload_len, cfg_.num_worker, &missing).ok()) return;
     std::lock_guard<std::mutex> lk(pull_mu_);
-    auto it = pending_pulls_.find(h.key);
-    PendingPull* p = it == pending_pulls_.end() ? nullptr : it->second;
+    PendingPull* p = PendingLocked(h.key);
     if (p && p->round == h.aux) {
       p->stall_missing = std::move(missing);
       p->stall_reported = true;
@@ -271,14 +268,18 @@ void PsClient::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   PendingPull* p;
   {
     std::lock_guard<std::mutex> lk(pull_mu_);
-    auto it = pending_pulls_.find(h.key);
-    p = it == pending_pulls_.end() ? nullptr : it->second;
+    p = PendingLocked(h.key);
     if (!p || !p->receiving) return;
     p->receiving = false;
-    it->second = nullptr;
+    pending_pulls_[h.key] = nullptr;
   }
   pull_cv_.notify_all();
   sink_->OnPulled(p);
+}
+
+PendingPull* PsClient::PendingLocked(uint64_t key) const {
+  auto it = pending_pulls_.find(key);
+  return it == pending_pulls_.end() ? nullptr : it->second;
 }
 
 void PsClient::OnClosed(Connection* c, const Status& why) {

@@ -158,6 +158,8 @@ class PsClient : public PsConnectionHandler {
 
  private:
   void OnControlMessage(const FrameHeader& h, const char* payload, size_t len);
+  // The pull pending for `key` (null: none, or given up), with pull_mu_ held.
+  PendingPull* PendingLocked(uint64_t key) const;
   // Connection::PayloadSink of streamed pull responses: divide, then non-temporal copy.
   static void StreamSink(void* arg, char* dst, char* chunk, size_t len);
 

@@ -36,9 +36,17 @@ void BindTesting(py::module_& root) {
         py::arg("num_worker"), py::arg("local_size"),
         "Partition bound (bytes) of one tensor of nbytes in a distributed job "
         "(TensorPartitionBound, scheduling/partitioner.h).");
-  m.def("staggered_push_order", &StaggeredPushOrder, py::arg("partitions"), py::arg("worker"),
-        "Position of each of a tensor's partitions in worker machine `worker`'s push sequence "
-        "(StaggeredPushOrder, scheduling/partitioner.h): list of int.");
+  m.def(
+      "staggered_push_order",
+      [](uint32_t partitions, int worker) {
+        std::vector<uint32_t> position(partitions);
+        for (uint32_t i = 0; i < partitions; ++i)
+          position[i] = StaggeredPushPosition(i, partitions, worker);
+        return position;
+      },
+      py::arg("partitions"), py::arg("worker"),
+      "Position of each of a tensor's partitions in worker machine `worker`'s push sequence "
+      "(StaggeredPushPosition, scheduling/partitioner.h): list of int.");
   m.def("shard_range", [](size_t count, int parts, int i) {
     size_t b, e;
     ShardRange(count, parts, i, &b, &e);

@@ -38,15 +38,6 @@ size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int
   return std::min(bound, job_bound);
 }
 
-std::vector<uint32_t> StaggeredPushOrder(size_t partitions, int worker) {
-  std::vector<uint32_t> position(partitions);
-  if (partitions == 0) return position;
-  const size_t first = static_cast<size_t>(std::max(worker, 0)) % partitions;
-  for (size_t i = 0; i < partitions; ++i)
-    position[i] = static_cast<uint32_t>((i + partitions - first) % partitions);
-  return position;
-}
-
 void ShardRange(size_t count, int parts, int i, size_t* begin, size_t* end) {
   constexpr size_t kAlign = 16;
   size_t per = (count + parts - 1) / std::max(parts, 1);

@@ -42,13 +42,16 @@ inline uint64_t PartitionKey(uint32_t declared_key, uint32_t index) {
   return (static_cast<uint64_t>(declared_key) << 16) | index;
 }
 // The order in which worker machine `worker` pushes the P partitions of one tensor: the
-// partition sequence rotated to start at partition `worker` mod P (result[i] is partition i's
-// position). The plan interleaves the servers in proportion to their shares (round-robin for
+// partition sequence rotated to start at partition `worker` mod P (the result is the position
+// of partition `index`). The plan interleaves the servers in proportion to their shares (round-robin for
 // equal ones), so each worker starting one partition further sends to another server at every
 // step, instead of all workers sending their first partitions to the same server at once
 // (incast: that server's link is the bottleneck while the others idle, and the sums flow back
 // late), and the proportions stay those of the plan at every point of the sequence.
-std::vector<uint32_t> StaggeredPushOrder(size_t partitions, int worker);
+inline uint32_t StaggeredPushPosition(uint32_t index, size_t partitions, int worker) {
+  const size_t first = static_cast<size_t>(worker < 0 ? 0 : worker) % partitions;
+  return static_cast<uint32_t>((index + partitions - first) % partitions);
+}
 
 inline uint32_t DeclaredKeyOf(uint64_t key) { return static_cast<uint32_t>(key >> 16); }
 inline uint32_t PartitionIndexOf(uint64_t key) { return static_cast<uint32_t>(key & 0xFFFF); }

@@ -116,6 +116,11 @@ Status UcxContext::Init(const std::string& default_tls) {
 
 UcxContext::~UcxContext() { Shutdown(); }
 
+std::vector<std::string> UcxContext::Resources() const {
+  return ParseUcxResources(
+      CaptureUcxOutput([this](FILE* f) { ucp_context_print_info(context_, f); }));
+}
+
 void UcxContext::Wake() {
   if (!sleeping_.load()) return;
   uint64_t one = 1;

@@ -91,6 +91,9 @@ class UcxContext {
   // This worker's address: what a peer passes to Connect.
   const std::string& address() const { return address_; }
   const std::string& name() const { return name_; }
+  // Transport/device pairs this context uses ("tcp/eth0", "posix/memory", "rc_mlx5/mlx5_0:1"),
+  // from ucp_context_print_info.
+  std::vector<std::string> Resources() const;
   // "UCX_TLS=..., UCX_NET_DEVICES=..." as UCX read them: for error messages.
   const std::string& config_summary() const { return config_summary_; }
 

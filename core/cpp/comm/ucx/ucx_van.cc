@@ -54,16 +54,16 @@ Status UcxVan::Create(const Options& opts, std::unique_ptr<Van>* out) {
   const std::string tls = opts.reach == Reach::kColocated ? "sm,self" : "";
   BPS_RETURN_IF_ERROR(UcxContext::Create(opts.name, &van->ctx_, tls));
   if (opts.require_rdma) {
-    UcxInfo info = QueryUcxInfo();
     std::string found;
     bool rdma = false;
-    for (const std::string& r : info.resources) {
+    for (const std::string& r : van->ctx_->Resources()) {
       found += (found.empty() ? "" : ", ") + r;
       rdma = rdma || IsRdmaTransport(r);
     }
     if (!rdma)
       return Status::Config(
-          "DMLC_ENABLE_RDMA asks for RDMA, but UCX " + info.version + " finds no RDMA " +
+          "DMLC_ENABLE_RDMA asks for RDMA, but UCX " + std::string(ucp_get_version_string()) +
+          " finds no RDMA " +
           "transport on this host with " + van->ctx_->config_summary() + " (it has: " +
           (found.empty() ? "nothing" : found) + "). Check the device (ibv_devices; rdma-core "
           "and a UCX built with verbs: ucx_info -d), or set DMLC_ENABLE_RDMA=ucx to run UCX "

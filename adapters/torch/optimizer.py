@@ -8,6 +8,11 @@ asynchronous in-place push_pull (average) of the (compressed) gradient under the
 :meth:`synchronize` starts the parameters whose hook did not fire, waits for all of them and
 writes the averaged gradients into ``p.grad``; :meth:`step` calls it and then the wrapped
 optimizer's own ``step``.
+
+With ``compression_params`` (upstream's MXNet dict, see :mod:`byteps.compression`) every
+gradient is declared with the core's compressor kwargs before its first push_pull, the
+optimizer's learning rate is handed to the core (error feedback) before each step's first
+push_pull, and ``momentum: nesterov`` moves the optimizer's momentum into the core.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from __future__ import annotations
 import collections
 import warnings
 from contextlib import contextmanager
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 
+import byteps.compression as core_compression
+from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 
 from . import ops
@@ -84,6 +91,38 @@ def _name_parameters(named_parameters: Optional[Iterable], param_groups: List[di
     return {p: names[p] for p in all_params}
 
 
+def _optimizer_momentum(param_groups: List[dict]) -> Optional[float]:
+    """The optimizer's momentum (the same in every group), or None if it has none or 0.
+
+    Raises:
+        InvalidArgumentError: the groups have different momenta (one mu for the core).
+    """
+    values = {float(g["momentum"]) for g in param_groups if "momentum" in g}
+    if len(values) > 1:
+        raise InvalidArgumentError(
+            "compression_params momentum 'nesterov': the parameter groups have different "
+            f"momenta {sorted(values)}; the core applies one mu (give 'momentum_mu')")
+    mu = values.pop() if values else 0.0
+    return mu or None
+
+
+def _resolve_compression(compression, compression_params):
+    """``(intra compressor, core kwargs)`` of the optimizer's arguments."""
+    if compression is None:
+        compression = Compression.none
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise InvalidTypeError("compression must provide compress() and decompress() "
+                               "(use byteps.torch.Compression.none or .fp16)")
+    if core_compression.wants_fp16(compression_params):
+        if compression is Compression.none:
+            compression = Compression.fp16
+        elif compression is not Compression.fp16:
+            raise InvalidArgumentError(
+                "compression_params {'fp16': True} selects Compression.fp16, but compression="
+                f"{getattr(compression, '__name__', compression)!r} was given too")
+    return compression
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Methods copied into the dynamic subclass built by :func:`DistributedOptimizer`.
 
@@ -93,18 +132,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _bps_base = torch.optim.Optimizer
     _bps_distributed = True
 
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
+                 compression_params=None):
         self._bps_base.__init__(self, params)
         if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
             raise InvalidArgumentError(
                 f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}"
             )
-        if compression is None:
-            compression = Compression.none
-        if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-            raise InvalidTypeError("compression must provide compress() and decompress() "
-                                   "(use byteps.torch.Compression.none or .fp16)")
-        self._compression = compression
+        self._compression = _resolve_compression(compression, compression_params)
+        optimizer_mu = None
+        if isinstance(compression_params, Mapping) and "momentum" in compression_params \
+                and "momentum_mu" not in compression_params:
+            optimizer_mu = _optimizer_momentum(self.param_groups)
+        # The core's compressor kwargs of every floating gradient ({}: no core compression).
+        self._bps_kwargs = core_compression.compression_kwargs(compression_params, optimizer_mu)
+        self._bps_mu = core_compression.nesterov_mu(self._bps_kwargs)
+        self._bps_lr_sent = False
         self._parameter_names = _name_parameters(named_parameters, self.param_groups)
         self._bps_params = list(self._parameter_names)
         # Earlier parameters (usually nearer the input) are needed first by the next forward
@@ -125,10 +168,64 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._grad_names[p] = ops._name_for("Gradient." + self._parameter_names[p],
                                                 wire_dtype, p.shape)
         # Same keys on every rank whatever order the hooks fire in: declare all up front.
+        wire = {name: (self._compression.compress(torch.zeros(0, dtype=p.dtype))[0].dtype,
+                       p.numel()) for p, name in self._grad_names.items()}
         for name in sorted(self._grad_names.values()):
-            ops.declare(name)
+            dtype = ops._DTYPE_NAMES.get(wire[name][0])
+            if self._bps_kwargs and dtype is not None:
+                core_compression.declare(name, self._bps_kwargs, dtype)
+            else:
+                ops.declare(name)
+        # Nesterov momentum of the gradients the core does not compress (too small, not
+        # floating, or a job that is not distributed): applied here after the reduction
+        # (upstream MXNet's Compression.nag). Their momentum buffers, by parameter.
+        self._bps_nag: Dict[torch.Tensor, Optional[torch.Tensor]] = {}
+        if self._bps_mu is not None:
+            for p, name in self._grad_names.items():
+                dtype, count = wire[name]
+                nbytes = count * torch.empty(0, dtype=dtype).element_size()
+                if not core_compression.core_compresses(ops._DTYPE_NAMES.get(dtype, ""),
+                                                        nbytes):
+                    self._bps_nag[p] = None
+            self._move_momentum_to_core()
         if self._size > 1:
             self._register_hooks()
+
+    def _move_momentum_to_core(self) -> None:
+        """Set every group's momentum to 0 (and nesterov off): the core's Nesterov momentum
+        (and :meth:`_apply_nag` for uncompressed gradients) replaces it, as upstream's MXNet
+        trainer removed ``momentum`` from the optimizer's parameters."""
+        changed = [g["momentum"] for g in self.param_groups if g.get("momentum")]
+        for g in self.param_groups:
+            if "momentum" in g:
+                g["momentum"] = 0.0
+            if g.get("nesterov"):
+                g["nesterov"] = False
+        if changed:
+            warnings.warn(
+                f"compression_params momentum 'nesterov' (mu={self._bps_mu}): the optimizer's "
+                f"momentum {changed[0]} is set to 0; byteps applies Nesterov momentum to the "
+                "gradients instead (in the core before compressing, or after the reduction for "
+                "gradients the core does not compress)", stacklevel=4)
+
+    def _apply_nag(self) -> None:
+        """Nesterov momentum of the uncompressed gradients: ``m = mu*m + g; g += mu*m``."""
+        mu = self._bps_mu
+        with torch.no_grad():
+            for p, m in self._bps_nag.items():
+                if p.grad is None:
+                    continue
+                if m is None:
+                    m = self._bps_nag[p] = torch.zeros_like(p.grad)
+                m.mul_(mu).add_(p.grad)
+                p.grad.add_(m, alpha=mu)
+
+    def _send_learning_rate(self) -> None:
+        """Hand the current learning rate to the core once per step, before its first
+        push_pull (error feedback's correction uses it; upstream wrote it to ``lr.s``)."""
+        if self._bps_kwargs and not self._bps_lr_sent:
+            _basics.set_learning_rate(float(self.param_groups[0]["lr"]))
+            self._bps_lr_sent = True
 
     # ---------------------------------------------------------------- hooks and reduction
     def _register_hooks(self) -> None:
@@ -155,6 +252,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # No gradient on this rank (the parameter was not used): contribute zeros, so the
             # ranks that did compute one are not left waiting.
             p.grad = torch.zeros_like(p, memory_format=torch.preserve_format).detach()
+        self._send_learning_rate()
         compressed, ctx = self._compression.compress(p.grad)
         handle = ops.push_pull_async_inplace(
             compressed, average=True, name=self._grad_names[p],
@@ -192,8 +290,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._bps_params:
             self._delay[p] = self.backward_passes_per_step
         self._synchronized = True
+        self._bps_lr_sent = False
         if first_error is not None:
             raise first_error
+        if self._bps_nag:
+            self._apply_nag()
 
     @contextmanager
     def skip_synchronize(self):
@@ -259,7 +360,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
-                         compression=Compression.none, backward_passes_per_step: int = 1):
+                         compression=Compression.none, backward_passes_per_step: int = 1,
+                         compression_params=None):
     """Wrap a torch optimizer so gradients are averaged over all workers before each step.
 
     Returns an instance of a dynamic subclass of ``optimizer``'s class (so ``isinstance``
@@ -278,6 +380,25 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         backward_passes_per_step: number of ``backward()`` calls whose gradients are
             accumulated locally before they are reduced; gradients are summed over the passes
             (not divided) and averaged over workers.
+        compression_params: gradient compression by the core, upstream's MXNet dict (keys
+            ``compressor``, ``ef``, ``momentum``, ``momentum_mu``, ``scaling``, ``k``,
+            ``seed``, ``partition``, ``normalize``, ``fp16``; see
+            :func:`byteps.compression.compression_kwargs`), e.g. ``{"compressor": "onebit",
+            "ef": "vanilla", "scaling": True}``. Default None: no compression. Every
+            float16/32/64 gradient is declared with it; the core compresses those of at least
+            ``BYTEPS_MIN_COMPRESS_BYTES`` bytes in a distributed job, and a step then applies
+            ``C(sum_i C(g_i / size))`` (each worker compresses its share of the average, the
+            server compresses the sum). Every rank must pass the same dict (else
+            ``MismatchError`` on every rank at the first reduction). ``"fp16": True`` selects
+            ``Compression.fp16`` as well. The learning rate of ``param_groups[0]`` is handed
+            to the core before each step's first reduction (error feedback scales its residual
+            by previous_lr / lr). ``"momentum": "nesterov"`` takes mu from ``momentum_mu`` or
+            else the optimizer's ``momentum`` (one value for all groups), sets the optimizer's
+            momentum to 0 (and ``nesterov`` off; a warning says so), and applies Nesterov
+            momentum ``m = mu*m + g; g += mu*m`` to each gradient instead: in the core before
+            compressing, or here after the reduction for the gradients the core does not
+            compress (upstream MXNet's ``Compression.nag``). Weight decay stays in the
+            optimizer (without momentum).
 
     Every rank must construct it with the same parameters. Gradients are averaged (divided by
     :func:`byteps.torch.size`). With one worker no communication happens.
@@ -285,8 +406,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     Raises:
         InvalidArgumentError (a ValueError): ``named_parameters`` is not a sequence of ``(str,
             tensor)`` tuples, has duplicate names or misses optimizer parameters;
-            ``backward_passes_per_step < 1``; the optimizer is already distributed.
-        InvalidTypeError (a TypeError): ``optimizer`` is not a ``torch.optim.Optimizer``.
+            ``backward_passes_per_step < 1``; the optimizer is already distributed; an
+            invalid ``compression_params`` (unknown key or value, missing ``k`` or mu, see
+            :func:`byteps.compression.compression_kwargs`) or ``"fp16": True`` with another
+            ``compression`` than none/fp16.
+        InvalidTypeError (a TypeError): ``optimizer`` is not a ``torch.optim.Optimizer``; a
+            ``compression_params`` value of the wrong type.
         byteps.errors.NotInitializedError: before ``byteps.torch.init()``.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -299,7 +424,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     namespace["_bps_base"] = optimizer.__class__
     namespace["__qualname__"] = optimizer.__class__.__qualname__
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), namespace)
-    dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
+    dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               compression_params)
     # Keep any state the optimizer already has (e.g. momentum after a few local steps).
     for p, st in optimizer.state.items():
         dist.state[p] = st

@@ -1,7 +1,8 @@
 """Fixtures for the byteps.torch tests (job launches: tests/jobs.py).
 
 * the ``fake_bps`` fixture imports a fresh ``byteps.torch`` over a FAKE ``byteps.basics``
-  (single process, size 1, push_pull = copy) for unit tests of the adapter's own logic that
+  (single process, size 1 unless ``state["size"]`` is changed, push_pull = copy; declarations
+  with compressor kwargs and learning rates handed to the core are recorded) for unit tests of the adapter's own logic that
   need no core; the real modules are restored afterwards.
 """
 
@@ -24,7 +25,8 @@ def _make_fake_basics(size=1):
     m = types.ModuleType("byteps.basics")
     m.SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8",
                           "int32", "int64")
-    m.state = {"init": False, "keys": {}, "inflight": {}, "calls": [], "polls_false": 0}
+    m.state = {"init": False, "keys": {}, "inflight": {}, "calls": [], "polls_false": 0,
+               "size": size, "compression": {}, "lr": []}
     counter = itertools.count()
     handles = itertools.count(1)
 
@@ -41,7 +43,7 @@ def _make_fake_basics(size=1):
 
     def _size():
         _req()
-        return size
+        return m.state["size"]
 
     def _zero():
         _req()
@@ -52,11 +54,14 @@ def _make_fake_basics(size=1):
     m.rank = _zero
     m.local_rank = _zero
 
-    def declare(name):
+    def declare(name, compression=None):
         _req()
+        if compression is not None:
+            m.state["compression"][name] = dict(compression)
         return m.state["keys"].setdefault(name, len(m.state["keys"]))
 
     m.declare = declare
+    m.set_learning_rate = lambda lr: m.state["lr"].append((lr, len(m.state["calls"])))
     m.unique_name = lambda prefix="noname": f"{prefix}.{next(counter)}"
 
     def push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, shape, average,

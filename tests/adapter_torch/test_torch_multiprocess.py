@@ -114,3 +114,16 @@ def test_example_elastic_digits():
     m = re.search(r"final test accuracy: (\d\.\d+) on 2 workers \(parameters identical",
                   job.output)
     assert m and float(m.group(1)) >= 0.95, job.output[-4000:]
+
+
+def test_compression_params_two_level():
+    """DistributedOptimizer(compression_params=...) over 2 workers + 1 server: onebit (with and
+    without scaling), topk, and topk with error feedback and Nesterov momentum taken from the
+    optimizer; the parameters after each SGD step equal the NumPy two-level reference
+    C(sum_i C(g_i / size)), the small bias is summed exactly; different dicts on the ranks give
+    MismatchError on every rank."""
+    pytest.importorskip("compression_reference")
+    job = launch_job(launch_config(2, 1), [PY, WORKERS / "compression_worker.py"], timeout=180,
+                     job_env=framework_env({"BYTEPS_MIN_COMPRESS_BYTES": "4096"}))
+    assert_marker(job, "TORCH_COMPRESS_OK", 2)
+    assert job.output.count("TORCH_COMPRESS_MISMATCH_RAISED") == 2, job.output[-6000:]

@@ -20,6 +20,12 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
 
 
+def _named(model, tag):
+    """Names of this test only (the adapter's name registry is process-wide: a name keeps its
+    first dtype and shape)."""
+    return [(f"compress.{tag}.{n}", p) for n, p in model.named_parameters()]
+
+
 def _loss(model, step):
     g = torch.Generator().manual_seed(step)
     x = torch.randn(8, 4, generator=g)
@@ -29,13 +35,13 @@ def _loss(model, step):
 def test_declares_every_gradient_with_the_kwargs(fake_bps):
     fake_bps.init()
     model = _model().double()
-    model[1].bias.data = model[1].bias.data.to(torch.int64).double()
     fake_bps.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=_named(model, "decl"),
         compression_params={"compressor": "topk", "k": 2, "ef": "vanilla"})
     comp = fake_bps._fake.state["compression"]
     want = {"compressor_type": "topk", "compressor_k": "2", "ef_type": "vanilla"}
-    assert comp == {f"Gradient.{n}": want for n, _ in model.named_parameters()}
+    assert comp == {f"Gradient.compress.decl.{n}": want
+                    for n, _ in model.named_parameters()}
     # declared in sorted name order, before any push_pull
     keys = fake_bps._fake.state["keys"]
     assert list(keys) == sorted(keys) and not fake_bps._fake.state["calls"]
@@ -56,11 +62,11 @@ def test_fp16_selects_the_cast(fake_bps):
     fake_bps.init()
     model = _model()
     opt = fake_bps.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=_named(model, "fp16a"),
         compression_params={"fp16": True, "compressor": "onebit"})
     assert opt._compression is fake_bps.Compression.fp16
     opt = fake_bps.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=_named(model, "fp16b"),
         compression=fake_bps.Compression.fp16, compression_params={"fp16": True})
     assert opt._compression is fake_bps.Compression.fp16
 
@@ -70,7 +76,7 @@ def test_fp16_selects_the_cast(fake_bps):
     with pytest.raises(InvalidArgumentError, match="fp16"):
         fake_bps.DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.1),
-            named_parameters=model.named_parameters(), compression=Custom,
+            named_parameters=_named(model, "fp16c"), compression=Custom,
             compression_params={"fp16": True})
 
 
@@ -79,7 +85,7 @@ def test_learning_rate_reaches_the_core_before_each_steps_first_push_pull(fake_b
     fake_bps._fake.state["size"] = 2  # hooks registered; the fake push_pull copies
     model = _model()
     opt = fake_bps.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.5), named_parameters=model.named_parameters(),
+        torch.optim.SGD(model.parameters(), lr=0.5), named_parameters=_named(model, "lr"),
         compression_params={"compressor": "onebit", "ef": "vanilla"})
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     n = len(list(model.parameters()))
@@ -97,7 +103,7 @@ def test_no_learning_rate_without_compression(fake_bps):
     fake_bps._fake.state["size"] = 2
     model = _model()
     opt = fake_bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
-                                        named_parameters=model.named_parameters())
+                                        named_parameters=_named(model, "nolr"))
     _loss(model, 0).backward()
     opt.step()
     assert fake_bps._fake.state["lr"] == [] and fake_bps._fake.state["calls"]
@@ -122,7 +128,7 @@ def test_nesterov_moves_the_momentum_out_of_the_optimizer(fake_bps):
     base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     with pytest.warns(UserWarning, match="momentum 0.9 is set to 0"):
         opt = fake_bps.DistributedOptimizer(
-            base, named_parameters=model.named_parameters(),
+            base, named_parameters=_named(model, "nag"),
             compression_params={"compressor": "onebit", "momentum": "nesterov"})
     assert all(g["momentum"] == 0 for g in opt.param_groups)
     kws = fake_bps._fake.state["compression"].values()
@@ -139,7 +145,7 @@ def test_nesterov_mu_from_the_dict_wins(fake_bps):
         warnings.simplefilter("error")  # no momentum in the optimizer: no warning
         opt = fake_bps.DistributedOptimizer(
             torch.optim.Adam(model.parameters(), lr=0.1),
-            named_parameters=model.named_parameters(),
+            named_parameters=_named(model, "mu"),
             compression_params={"compressor": "topk", "k": 1, "momentum": "nesterov",
                                 "momentum_mu": 0.5})
     assert opt._bps_mu == 0.5
@@ -163,7 +169,7 @@ def test_invalid_params_raise_at_construction(fake_bps, params, exc, words):
     model = _model()
     base = torch.optim.SGD(model.parameters(), lr=0.1)  # no momentum: mu must be in the dict
     with pytest.raises(exc, match=words):
-        fake_bps.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+        fake_bps.DistributedOptimizer(base, named_parameters=_named(model, "bad"),
                                       compression_params=params)
     assert not fake_bps._fake.state["keys"]
 
@@ -174,7 +180,7 @@ def test_momentum_groups_must_agree(fake_bps):
     base = torch.optim.SGD([{"params": model[0].parameters(), "momentum": 0.9},
                             {"params": model[1].parameters(), "momentum": 0.5}], lr=0.1)
     with pytest.raises(InvalidArgumentError, match="different momenta"):
-        fake_bps.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+        fake_bps.DistributedOptimizer(base, named_parameters=_named(model, "groups"),
                                       compression_params={"compressor": "onebit",
                                                           "momentum": "nesterov"})
     assert [g["momentum"] for g in base.param_groups] == [0.9, 0.5]  # left as it was

@@ -195,12 +195,16 @@ _name_for = name_for
 # --------------------------------------------------------------------------------------------
 def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Optional[str]],
          dtypes: Sequence[str], average: bool, priorities: Sequence[Optional[int]],
-         zero: Sequence[bool]) -> List[np.ndarray]:
+         zero: Sequence[bool], plan=None, lr: Optional[float] = None) -> List[np.ndarray]:
     """Start a push_pull for every array, then wait for all; return the results (new arrays).
 
     ``names[i]`` is None when the name is resolved here from the runtime shape. ``zero[i]``
-    sends zeros instead of the array (the non-root side of a broadcast)."""
-    started = []  # (handle, input, output): keeps every buffer alive until waited
+    sends zeros instead of the array (the non-root side of a broadcast). ``plan``: the
+    optimizer's :class:`~byteps.tensorflow._compress_plan.CompressionPlan` (gets ``lr`` before
+    the first push_pull, declares runtime names, finishes every result)."""
+    if plan is not None:
+        plan.set_learning_rate(lr)
+    started = []  # (handle, input, output, name): keeps every buffer alive until waited
     try:
         for arr, base, name, dtype, prio, z in zip(arrays, bases, names, dtypes, priorities,
                                                     zero):
@@ -208,22 +212,27 @@ def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Opt
             out = np.empty_like(a)
             if name is None:
                 name = _name_for(base, dtype, a.shape)
+                if plan is not None:
+                    plan.declare(name, dtype, a.nbytes)
             h = _b.push_pull_async(name, a.ctypes.data, out.ctypes.data, a.nbytes, dtype,
                                    a.shape, average, priority=prio)
-            started.append((h, a, out))
+            started.append((h, a, out, name))
     except BaseException:
         _drain(started)
         raise
     errors = _drain(started)
     if errors:
         raise errors[0]
-    return [out for _, _, out in started]
+    if plan is not None:
+        for _, _, out, name in started:
+            plan.finish(name, out)
+    return [out for _, _, out, _ in started]
 
 
 def _drain(started) -> list:
     """Wait for every started operation (so no buffer is freed under the core)."""
     errors = []
-    for h, _, _ in started:
+    for h, *_ in started:
         try:
             _b.wait(h)
         except Exception as e:
@@ -234,10 +243,15 @@ def _drain(started) -> list:
 @tf.autograph.experimental.do_not_convert
 def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average: bool,
                     priorities: Optional[Sequence[Optional[int]]] = None,
-                    zero: Optional[Sequence[bool]] = None) -> List[tf.Tensor]:
+                    zero: Optional[Sequence[bool]] = None, plan=None,
+                    lr: Any = None) -> List[tf.Tensor]:
     """push_pull dense, validated tensors under the names derived from ``bases``, in ONE
     operation: called directly when executing eagerly, else as one ``tf.numpy_function``
-    whose outputs get the inputs' static shapes. Not differentiable by itself."""
+    whose outputs get the inputs' static shapes. Not differentiable by itself.
+
+    ``plan``: a :class:`~byteps.tensorflow._compress_plan.CompressionPlan` (names declared
+    with its compressor kwargs); ``lr``: the learning rate (a number, variable or scalar
+    tensor, read when the operation runs) handed to the core before the push_pulls."""
     tensors = list(tensors)
     if not tensors:
         return []
@@ -249,20 +263,30 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
     for t, base, dtype in zip(tensors, bases, dtypes):
         if t.shape.is_fully_defined():
             name = _name_for(base, dtype, t.shape.as_list())
-            declare(name)  # at op-creation time: the same order on every rank
+            # at op-creation time: the same order on every rank
+            if plan is not None:
+                plan.declare(name, dtype, t.shape.num_elements() * t.dtype.size)
+            else:
+                declare(name)
             names.append(name)
         else:
             size()  # NotInitializedError before init(), also for dynamic shapes
             names.append(None)
     bases = list(bases)
 
-    def fn(*arrays):
-        return _run(arrays, bases, names, dtypes, average, priorities, zero)
+    with_lr = plan is not None and lr is not None
 
+    def fn(*arrays):
+        rate = None
+        if with_lr:
+            rate, arrays = float(arrays[-1]), arrays[:-1]
+        return _run(arrays, bases, names, dtypes, average, priorities, zero, plan, rate)
+
+    extra = [tf.cast(tf.convert_to_tensor(lr), tf.float64)] if with_lr else []
     if tf.executing_eagerly():
-        outs = fn(*[t.numpy() for t in tensors])
+        outs = fn(*[t.numpy() for t in tensors + extra])
         return [tf.convert_to_tensor(o) for o in outs]
-    outs = tf.numpy_function(fn, tensors, [t.dtype for t in tensors], stateful=True,
+    outs = tf.numpy_function(fn, tensors + extra, [t.dtype for t in tensors], stateful=True,
                              name="BytePSPushPull")
     for o, t in zip(outs, tensors):
         o.set_shape(t.shape)
@@ -313,7 +337,8 @@ def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int) -> tf.Tensor:
 @tf.autograph.experimental.do_not_convert
 def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: bool,
                         compression, fn: str,
-                        variables: Optional[Sequence[Any]] = None) -> List[Any]:
+                        variables: Optional[Sequence[Any]] = None, plan=None,
+                        lr: Any = None) -> List[Any]:
     """push_pull a list of gradients in one operation (used by the tape and the optimizers).
 
     ``tf.IndexedSlices`` are densified; each gradient is compressed, reduced under
@@ -326,7 +351,10 @@ def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: boo
     others), and the reduced tensor is returned for it on every rank (so all ranks apply the
     same update and the weights stay identical). Upstream BytePS and Horovod leave ``None``
     gradients out, which deadlocks when ranks disagree. Without a known variable a ``None``
-    entry stays ``None`` (every rank must then agree on it)."""
+    entry stays ``None`` (every rank must then agree on it).
+
+    ``plan``/``lr``: the optimizer's compression plan and learning rate (``compression_params``,
+    see :func:`_push_pull_many`); None without core compression."""
     grads = list(grads)
     if variables is not None:
         variables = list(variables)
@@ -340,7 +368,7 @@ def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: boo
     comp = [compression.compress(t) for t in dense]
     n = len(grads)
     outs = _push_pull_many([c for c, _ in comp], [names[i] for i in idx], average,
-                           priorities=[n - i for i in idx])
+                           priorities=[n - i for i in idx], plan=plan, lr=lr)
     result = list(grads)
     for i, out, (_, ctx) in zip(idx, outs, comp):
         result[i] = compression.decompress(out, ctx)

@@ -10,6 +10,7 @@ from typing import Any, Optional
 import tensorflow as tf
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
+from . import _compress_plan as cplan
 from . import ops
 from .compression import Compression
 
@@ -22,14 +23,37 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
     ``"Distributed<Opt>_Push_Pull/Gradient.<i>.<variable name>"``; ``apply_gradients``,
     ``get_slot``, ``get_slot_names`` and ``variables`` are delegated."""
 
-    def __init__(self, optimizer, name, use_locking, compression, average):
+    def __init__(self, optimizer, name, use_locking, compression, average,
+                 compression_params=None):
         if name is None:
             name = f"Distributed{type(optimizer).__name__}"
+        compression = cplan.resolve_intra(compression, compression_params)
+        momentum = getattr(optimizer, "_momentum", None)
+        mu = None
+        if cplan.needs_optimizer_mu(compression_params) and isinstance(momentum, (int, float)):
+            mu = float(momentum) or None
+        plan = cplan.make_plan(compression_params, mu)
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._bps_scope = f"{name}_Push_Pull"
         self._bps_compression = compression
         self._bps_average = average
+        self._bps_plan = plan
+        if plan is not None and plan.mu is not None and momentum:
+            # the core's Nesterov momentum replaces the optimizer's (MomentumOptimizer reads
+            # _momentum when it builds its update)
+            cplan.warn_momentum_moved(momentum, plan.mu)
+            optimizer._momentum = 0.0
+            if getattr(optimizer, "_use_nesterov", False):
+                optimizer._use_nesterov = False
+
+    def _bps_learning_rate(self):
+        if self._bps_plan is None:
+            return None
+        lr = getattr(self._optimizer, "_learning_rate", None)
+        if callable(lr):
+            lr = lr()
+        return lr
 
     @tf.autograph.experimental.do_not_convert
     def compute_gradients(self, *args, **kwargs):
@@ -44,7 +68,8 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
                  for i, v in enumerate(variables)]
         reduced = ops.push_pull_gradients(grads, names, self._bps_average,
                                           self._bps_compression, "DistributedOptimizer",
-                                          variables=variables)
+                                          variables=variables, plan=self._bps_plan,
+                                          lr=self._bps_learning_rate())
         return list(zip(reduced, variables))
 
     def apply_gradients(self, *args, **kwargs):
@@ -77,7 +102,8 @@ def _keras_module_of(optimizer) -> Optional[Any]:
 def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: bool = False,
                          device_dense: str = "", device_sparse: str = "",
                          compression=Compression.none, sparse_as_dense: bool = False,
-                         backward_passes_per_step: int = 1, op: str = ops.Average):
+                         backward_passes_per_step: int = 1, op: str = ops.Average,
+                         compression_params=None):
     """An optimizer that averages (or sums) gradients across workers before applying them.
 
     * A Keras 3 optimizer (``keras.optimizers.*`` / ``tf.keras.optimizers.*``) gives
@@ -102,12 +128,23 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
             1 (as upstream).
         op: :data:`Average` (default) or :data:`Sum`; ``Adasum`` raises
             ``InvalidArgumentError`` (a ``ValueError``).
+        compression_params: gradient compression by the core, upstream's MXNet dict (see
+            :func:`byteps.compression.compression_kwargs`; default None: none): every
+            float16/32/64 gradient is declared with it, and in a distributed job the core
+            compresses those of at least ``BYTEPS_MIN_COMPRESS_BYTES`` bytes, so a step
+            applies ``C(sum_i C(g_i / size))``. The optimizer's learning rate reaches the core
+            before each step's push_pulls (error feedback). ``"momentum": "nesterov"`` takes mu
+            from ``momentum_mu`` or the optimizer's momentum and sets the optimizer's momentum
+            to 0 (warning). Keras optimizers: see
+            :func:`byteps.tensorflow._keras.create_distributed_optimizer`. Legacy optimizers:
+            the learning rate is ``_learning_rate`` (a number, tensor or callable), the
+            momentum ``_momentum`` (``MomentumOptimizer``; ``use_nesterov`` turned off).
 
     Raises:
         InvalidTypeError (a TypeError): neither a Keras 3 nor a ``tf.compat.v1.train.Optimizer``
             (e.g. a ``tf_keras`` optimizer).
         InvalidArgumentError (a ValueError): ``op=Adasum`` or unknown; bad
-            ``backward_passes_per_step``.
+            ``backward_passes_per_step``; an invalid ``compression_params``.
     """
     average = ops._resolve_op(op, None, "DistributedOptimizer")
     keras = _keras_module_of(optimizer)
@@ -116,12 +153,13 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
         return _keras.create_distributed_optimizer(
             keras, optimizer, name=name, compression=compression,
             sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
-            op=op)
+            op=op, compression_params=compression_params)
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if backward_passes_per_step != 1:
             raise InvalidArgumentError("DistributedOptimizer: backward_passes_per_step > 1 is not "
                                        "supported for tf.compat.v1.train optimizers (as upstream)")
-        return _LegacyDistributedOptimizer(optimizer, name, use_locking, compression, average)
+        return _LegacyDistributedOptimizer(optimizer, name, use_locking, compression, average,
+                                           compression_params)
     raise InvalidTypeError(
         "DistributedOptimizer: expected a Keras 3 optimizer (keras.optimizers.Optimizer) or a "
         f"tf.compat.v1.train.Optimizer, got {type(optimizer).__module__}."

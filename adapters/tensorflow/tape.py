@@ -10,6 +10,7 @@ import tensorflow as tf
 from byteps.errors import InvalidTypeError
 
 from . import ops
+from ._compress_plan import make_plan, resolve_intra
 from .compression import Compression
 
 __all__ = ["DistributedGradientTape"]
@@ -37,13 +38,14 @@ class _DistributedGradientTapeMixin:
                  for i, s in enumerate(flat_sources)]
         reduced = ops.push_pull_gradients(flat_grads, names, self._bps_average,
                                           self._bps_compression, "DistributedGradientTape",
-                                          variables=flat_sources)
+                                          variables=flat_sources, plan=self._bps_plan)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
 
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
                             device_sparse: str = "", compression=Compression.none,
-                            sparse_as_dense: bool = False, op: str = ops.Average) -> Any:
+                            sparse_as_dense: bool = False, op: str = ops.Average,
+                            compression_params=None) -> Any:
     """Wrap ``gradtape`` so that ``gradient()`` averages (or sums) gradients across workers.
 
     Typical use (eagerly or inside ``tf.function``)::
@@ -75,21 +77,41 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
             reduction (with ``True`` as Horovod does; with ``False`` too, since the core
             reduces dense tensors only), so they come back dense.
         op: :data:`Average` (default) or :data:`Sum`.
+        compression_params: gradient compression by the core, upstream's MXNet dict (keys
+            ``compressor``, ``ef``, ``momentum``, ``momentum_mu``, ``scaling``, ``k``,
+            ``seed``, ``partition``, ``normalize``, ``fp16``; see
+            :func:`byteps.compression.compression_kwargs`). Default None: none. Every
+            float16/32/64 gradient is declared with it when ``gradient()`` first builds its
+            operation; in a distributed job the core compresses those of at least
+            ``BYTEPS_MIN_COMPRESS_BYTES`` bytes, so ``gradient()`` returns ``C(sum_i C(g_i /
+            size))`` with ``op=Average`` (``C(sum_i C(g_i))`` with ``Sum``). Every rank must
+            pass the same dict (else ``MismatchError`` on every rank). ``"fp16": True`` selects
+            ``Compression.fp16`` as well. A tape has no optimizer, so: ``"momentum":
+            "nesterov"`` needs ``"momentum_mu"`` in the dict (use an optimizer without
+            momentum; gradients the core does not compress get the same Nesterov momentum
+            here), and error feedback's learning-rate correction applies only if you call
+            ``byteps.basics.set_learning_rate(lr)`` before ``gradient()`` whenever the rate
+            changes (with a constant rate there is nothing to correct).
 
     Raises:
         InvalidTypeError (a TypeError): ``gradtape`` is not a ``tf.GradientTape``; at
-            ``gradient()``, a gradient of unsupported dtype.
-        InvalidArgumentError (a ValueError): ``op=Adasum`` or an unknown op.
+            ``gradient()``, a gradient of unsupported dtype; a ``compression_params`` value of
+            the wrong type.
+        InvalidArgumentError (a ValueError): ``op=Adasum`` or an unknown op; an invalid
+            ``compression_params`` (see :func:`byteps.compression.compression_kwargs`).
     """
     if not isinstance(gradtape, tf.GradientTape):
         raise InvalidTypeError("DistributedGradientTape: expected a tf.GradientTape, got "
                                f"{type(gradtape).__name__}")
     average = ops._resolve_op(op, None, "DistributedGradientTape")
+    compression = resolve_intra(compression, compression_params)
+    plan = make_plan(compression_params)
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTapeMixin, base), {})
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)
     tape._bps_average = average
     tape._bps_compression = compression
+    tape._bps_plan = plan
     tape._bps_sparse_as_dense = bool(sparse_as_dense)
     return tape

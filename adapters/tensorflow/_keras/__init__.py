@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
+from .. import _compress_plan as cplan
 from .. import functions, ops
 from ..compression import Compression
 
@@ -134,7 +135,8 @@ def _distributed_class(base: type) -> type:
         if self._bps_passes == 1 or not grads:
             grads = ops.push_pull_gradients(grads, names, self._bps_average,
                                             self._bps_compression, "DistributedOptimizer",
-                                            variables=variables)
+                                            variables=variables, plan=self._bps_plan,
+                                            lr=_learning_rate(self))
             return base.apply(self, grads, trainable_variables)
         return _apply_aggregated(self, base, grads, trainable_variables, names)
 
@@ -193,7 +195,8 @@ def _apply_aggregated(opt, base: type, grads: list, trainable_variables, names: 
     def communicate_and_apply():
         sums = [tf.convert_to_tensor(acc) for acc in accs]
         reduced = ops.push_pull_gradients(sums, names, opt._bps_average, opt._bps_compression,
-                                          "DistributedOptimizer")
+                                          "DistributedOptimizer", plan=opt._bps_plan,
+                                          lr=_learning_rate(opt))
         base.apply(opt, reduced, variables)
         for acc in accs:
             acc.assign(tf.zeros_like(acc))
@@ -203,17 +206,24 @@ def _apply_aggregated(opt, base: type, grads: list, trainable_variables, names: 
                    lambda: tf.constant(False))
 
 
+def _learning_rate(opt):
+    """The optimizer's current learning rate (a variable, or a tensor for a schedule) when
+    the core needs it (error feedback), else None."""
+    return opt.learning_rate if opt._bps_plan is not None else None
+
+
 _PENDING: Dict[str, Any] = {}
 
 
 def _default_settings(base: type) -> dict:
     return dict(scope=f"Distributed{base.__name__}_Push_Pull", compression=Compression.none,
-                average=True, sparse_as_dense=False, backward_passes_per_step=1)
+                average=True, sparse_as_dense=False, backward_passes_per_step=1, plan=None)
 
 
 def _setup(opt, settings: dict) -> None:
     opt._bps_scope = settings["scope"]
     opt._bps_compression = settings["compression"]
+    opt._bps_plan = settings.get("plan")
     opt._bps_average = settings["average"]
     opt._bps_sparse_as_dense = settings["sparse_as_dense"]
     opt._bps_passes = int(settings.get("backward_passes_per_step", 1))
@@ -231,7 +241,8 @@ def is_distributed(optimizer: Any) -> bool:
 
 def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
                                  compression=Compression.none, sparse_as_dense: bool = False,
-                                 backward_passes_per_step: int = 1, op: str = ops.Average):
+                                 backward_passes_per_step: int = 1, op: str = ops.Average,
+                                 compression_params=None):
     """Return a distributed copy of the Keras 3 ``optimizer``: same class (a dynamic subclass
     with the same name), same config, same state (slot variables, iterations, learning rate
     are copied if ``optimizer`` was already built), gradients averaged across workers.
@@ -259,6 +270,25 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
             averages, and would communicate every call). A model saved with such an
             optimizer is not restored by :func:`load_model` (it rebuilds ``N = 1``).
         op: ``Average`` (default) or ``Sum``.
+        compression_params: gradient compression by the core, upstream's MXNet dict (keys
+            ``compressor``, ``ef``, ``momentum``, ``momentum_mu``, ``scaling``, ``k``,
+            ``seed``, ``partition``, ``normalize``, ``fp16``; see
+            :func:`byteps.compression.compression_kwargs`), e.g. ``{"compressor": "onebit",
+            "ef": "vanilla"}``. Default None: none. Every float16/32/64 gradient is declared
+            with it; in a distributed job the core compresses those of at least
+            ``BYTEPS_MIN_COMPRESS_BYTES`` bytes and a step applies ``C(sum_i C(g_i / size))``
+            (each worker compresses its share of the average, the server the sum). Every rank
+            must pass the same dict (else ``MismatchError`` on every rank at the first step).
+            ``"fp16": True`` selects ``Compression.fp16`` as well. The optimizer's
+            ``learning_rate`` (its variable, or the schedule's value at ``iterations``) is read
+            when each step's reduction runs and handed to the core first (error feedback's
+            previous_lr / lr correction), inside ``model.fit`` too. ``"momentum":
+            "nesterov"``: mu from ``momentum_mu`` or else the optimizer's ``momentum`` config;
+            the distributed copy is made with ``momentum=0`` (and ``nesterov=False``; a
+            warning says so) and Nesterov momentum is applied to each gradient instead: by the
+            core before compressing, or here after the reduction for gradients the core does
+            not compress (upstream MXNet's ``Compression.nag``). Weight decay stays in the
+            optimizer (without momentum).
 
     Momentum: a float ``momentum`` hyper-parameter (SGD, RMSprop) becomes an object that acts
     as that float but reads a variable in the compiled update, so the callbacks' momentum
@@ -271,7 +301,7 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
             optimizer, ...).
         InvalidArgumentError (a ValueError): already distributed; ``op=Adasum``/unknown op; bad
             ``backward_passes_per_step``, or ``> 1`` with the optimizer's own
-            ``gradient_accumulation_steps`` set.
+            ``gradient_accumulation_steps`` set; an invalid ``compression_params``.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise InvalidTypeError("DistributedOptimizer: expected a Keras 3 optimizer "
@@ -296,10 +326,21 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
             f"DistributedOptimizer: backward_passes_per_step={backward_passes_per_step} "
             "cannot be combined with the optimizer's own gradient_accumulation_steps="
             f"{config['gradient_accumulation_steps']} (use one of them)")
+    compression = cplan.resolve_intra(compression, compression_params)
+    momentum = config.get("momentum")
+    mu = None
+    if cplan.needs_optimizer_mu(compression_params) and isinstance(momentum, (int, float)):
+        mu = float(momentum) or None
+    plan = cplan.make_plan(compression_params, mu)
+    if plan is not None and plan.mu is not None and momentum:
+        cplan.warn_momentum_moved(momentum, plan.mu)
+        config["momentum"] = 0.0
+        if config.get("nesterov"):
+            config["nesterov"] = False
     settings = dict(scope=name or f"Distributed{base.__name__}_Push_Pull",
                     compression=compression, average=average,
                     sparse_as_dense=bool(sparse_as_dense),
-                    backward_passes_per_step=backward_passes_per_step)
+                    backward_passes_per_step=backward_passes_per_step, plan=plan)
     cls = _distributed_class(base)
     _PENDING["settings"] = settings
     try:

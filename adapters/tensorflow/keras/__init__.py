@@ -45,13 +45,15 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
-                         backward_passes_per_step=1, op=Average):
+                         backward_passes_per_step=1, op=Average, compression_params=None):
     """A distributed copy of the Keras 3 ``optimizer`` (same class, config and state) whose
     ``apply``/``apply_gradients`` first averages the gradients across workers; see
     :func:`byteps.tensorflow._keras.create_distributed_optimizer` for the arguments and
-    errors (``device_dense``/``device_sparse`` are accepted for compatibility)."""
+    errors (``device_dense``/``device_sparse`` are accepted for compatibility;
+    ``compression_params``: gradient compression by the core, upstream's MXNet dict)."""
     return _keras.create_distributed_optimizer(keras, optimizer, name, compression,
-                                               sparse_as_dense, backward_passes_per_step, op)
+                                               sparse_as_dense, backward_passes_per_step, op,
+                                               compression_params)
 
 
 def broadcast_global_variables(model_or_variables, root_rank=0):

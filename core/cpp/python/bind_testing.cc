@@ -23,6 +23,7 @@ void BindTesting(py::module_& root) {
   py::module_ m = root.def_submodule("testing", "Unit-test hooks into the C++ core.");
   BindVanTesting(m);
   BindTestingRounds(m);
+  BindCompressTesting(m);
   m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));
   m.def("partition", [](size_t nbytes, size_t bound, size_t elem_size) {
     std::vector<Partition> parts;

@@ -29,6 +29,7 @@ void BindServer(pybind11::module_& m);    // server / scheduler entry points
 void BindTesting(pybind11::module_& m);   // unit-test hooks: partitioner, queues, key plan, codec
 void BindVanTesting(pybind11::module_& testing);  // the van seam on its own (bind_van.cc)
 void BindTestingRounds(pybind11::module_& testing);  // testing.SummationRounds (round logic)
+void BindCompressTesting(pybind11::module_& testing);  // testing.Compressor (compress/)
 void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doctor
 void BindUcxTesting(pybind11::module_& m);  // testing.UcxTestPeer (UCX builds), ucx_available
 

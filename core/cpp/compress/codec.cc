@@ -1,0 +1,72 @@
+// What every base compressor shares (internal.h): the scale applied before encoding, the
+// default error-feedback residual (decode, then subtract), the check of CompressArgs and the
+// seeding of the random streams.
+#include <cmath>
+#include <random>
+
+#include "internal.h"
+
+namespace byteps {
+namespace compress {
+namespace detail {
+
+namespace {
+
+template <typename E>
+void ScaleTyped(const void* src, double scale, size_t count, void* dst) {
+  using C = typename E::Compute;
+  const auto* s = static_cast<const typename E::Storage*>(src);
+  auto* d = static_cast<typename E::Storage*>(dst);
+  const C f = static_cast<C>(scale);
+  for (size_t i = 0; i < count; ++i) d[i] = E::Store(E::Load(s[i]) * f);
+}
+
+template <typename E>
+void SubtractFrom(const void* corrected, size_t count, void* error) {
+  const auto* c = static_cast<const typename E::Storage*>(corrected);
+  auto* e = static_cast<typename E::Storage*>(error);
+  for (size_t i = 0; i < count; ++i) e[i] = E::Store(E::Load(c[i]) - E::Load(e[i]));
+}
+
+}  // namespace
+
+void ScaleInto(DType dtype, const void* src, double scale, size_t count, void* dst) {
+  DispatchFloat(dtype, [&](auto e) { ScaleTyped<decltype(e)>(src, scale, count, dst); });
+}
+
+Status CheckArgs(const CompressArgs& args) {
+  if (!std::isfinite(args.scale)) {
+    return Status::InvalidArgument("compress: scale " + std::to_string(args.scale) +
+                                   " is not finite");
+  }
+  return Status::OK();
+}
+
+Status Codec::Compress(const void* in, const CompressArgs& args, void* out, size_t* out_len) {
+  BPS_RETURN_IF_ERROR(CheckArgs(args));
+  if (args.scale == 1.0) return Encode(in, out, out_len);
+  scaled_.resize(raw_bytes());
+  ScaleInto(dtype(), in, args.scale, count(), scaled_.data());
+  return Encode(scaled_.data(), out, out_len);
+}
+
+void Codec::Residual(const void* corrected, const void* enc, size_t len, void* error) {
+  // The encoding is this instance's own: decoding cannot fail.
+  (void)Decompress(enc, len, error);
+  DispatchFloat(dtype(), [&](auto e) { SubtractFrom<decltype(e)>(corrected, count(), error); });
+}
+
+void SeedRng(XorShift128Plus* rng, bool seeded, uint64_t seed) {
+  if (seeded) {
+    rng->Seed(seed);
+    return;
+  }
+  std::random_device rd;
+  uint64_t a = rd(), b = rd();
+  if (a == 0 && b == 0) a = 1;  // an all-zero state would only ever draw zeros
+  rng->SetState(a, b);
+}
+
+}  // namespace detail
+}  // namespace compress
+}  // namespace byteps

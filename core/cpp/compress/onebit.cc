@@ -1,0 +1,273 @@
+// onebit (signSGD, upstream's OnebitCompressor): each element becomes its sign, decoded as
+// +scale or -scale. Bit = 1 for x < 0 (so -0.0 and NaN encode as +); decoded value -scale for
+// bit 1, +scale for bit 0. scale = mean(|x|) with compressor_onebit_scaling, else 1.
+//
+// mean(|x|): the |x| summed in float64 over 8 lanes (lane j takes the elements i = j mod 8 in
+// order, so the sum vectorises without reordering any lane), the lanes added 0..7 in order,
+// divided by n in float64; float16/float32 tensors keep float32(mean), float64 the float64.
+// (Upstream sums in one float64 chain; the results differ by float64 rounding only, well
+// below the float32 scale's precision.)
+//
+// Wire (n elements): scale (float32, or float64 for float64 tensors), then ceil(n/8) bytes:
+// element i is bit (i mod 8) of byte i/8; the unused high bits of the last byte are 0.
+// Exactly 4 + ceil(n/8) bytes (12 + ceil(n/8) for float64); any other length, or a set
+// padding bit, is an error. Any scale (NaN, infinite, negative) decodes without UB.
+#include <cmath>
+#include <cstring>
+
+#include "internal.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace byteps {
+namespace compress {
+namespace detail {
+namespace {
+
+constexpr int kLanes = 8;
+
+// Packs the signs of n elements into ceil(n/8) bytes; adds |x| into the 8 lanes when sum.
+template <typename E>
+void PackGeneric(const typename E::Storage* x, size_t begin, size_t n, uint8_t* bits, bool sum,
+                 double* lanes) {
+  using C = typename E::Compute;
+  size_t i = begin;
+  for (; i + 8 <= n; i += 8) {
+    unsigned v = 0;
+    for (int j = 0; j < 8; ++j) {
+      const C c = E::Load(x[i + j]);
+      v |= static_cast<unsigned>(c < 0) << j;
+      if (sum) lanes[j] += static_cast<double>(std::fabs(c));
+    }
+    bits[i / 8] = static_cast<uint8_t>(v);
+  }
+  if (i < n) {
+    unsigned v = 0;
+    for (int j = 0; i + j < n; ++j) {
+      const C c = E::Load(x[i + j]);
+      v |= static_cast<unsigned>(c < 0) << j;
+      if (sum) lanes[j] += static_cast<double>(std::fabs(c));
+    }
+    bits[i / 8] = static_cast<uint8_t>(v);
+  }
+}
+
+template <typename E>
+void Pack(const typename E::Storage* x, size_t n, uint8_t* bits, bool sum, double* lanes) {
+  PackGeneric<E>(x, 0, n, bits, sum, lanes);
+}
+
+#if defined(__SSE2__)
+// float32: 16 elements per step (4 compares packed to 16 sign bytes, one movemask).
+template <>
+void Pack<Elem<float>>(const float* x, size_t n, uint8_t* bits, bool sum, double* lanes) {
+  const __m128 zero = _mm_setzero_ps();
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  __m128d acc0 = _mm_setzero_pd(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
+    const __m128 c = _mm_loadu_ps(x + i + 8), d = _mm_loadu_ps(x + i + 12);
+    const __m128i ab = _mm_packs_epi32(_mm_castps_si128(_mm_cmplt_ps(a, zero)),
+                                       _mm_castps_si128(_mm_cmplt_ps(b, zero)));
+    const __m128i cd = _mm_packs_epi32(_mm_castps_si128(_mm_cmplt_ps(c, zero)),
+                                       _mm_castps_si128(_mm_cmplt_ps(d, zero)));
+    StoreRaw<uint16_t>(bits + i / 8,
+                       static_cast<uint16_t>(_mm_movemask_epi8(_mm_packs_epi16(ab, cd))));
+    if (sum) {
+      const __m128 aa = _mm_and_ps(a, abs_mask), ba = _mm_and_ps(b, abs_mask);
+      const __m128 ca = _mm_and_ps(c, abs_mask), da = _mm_and_ps(d, abs_mask);
+      // Lane order: elements i..i+7 into lanes 0..7, then i+8..i+15 into lanes 0..7.
+      acc0 = _mm_add_pd(acc0, _mm_cvtps_pd(aa));
+      acc1 = _mm_add_pd(acc1, _mm_cvtps_pd(_mm_movehl_ps(aa, aa)));
+      acc2 = _mm_add_pd(acc2, _mm_cvtps_pd(ba));
+      acc3 = _mm_add_pd(acc3, _mm_cvtps_pd(_mm_movehl_ps(ba, ba)));
+      acc0 = _mm_add_pd(acc0, _mm_cvtps_pd(ca));
+      acc1 = _mm_add_pd(acc1, _mm_cvtps_pd(_mm_movehl_ps(ca, ca)));
+      acc2 = _mm_add_pd(acc2, _mm_cvtps_pd(da));
+      acc3 = _mm_add_pd(acc3, _mm_cvtps_pd(_mm_movehl_ps(da, da)));
+    }
+  }
+  if (sum) {
+    double l[8];
+    _mm_storeu_pd(l, acc0);
+    _mm_storeu_pd(l + 2, acc1);
+    _mm_storeu_pd(l + 4, acc2);
+    _mm_storeu_pd(l + 6, acc3);
+    for (int j = 0; j < 8; ++j) lanes[j] += l[j];  // lanes start at 0: exact
+  }
+  PackGeneric<Elem<float>>(x, i, n, bits, sum, lanes);
+}
+#endif
+
+// Writes out[i] = bit ? neg : pos for n elements (Add: out[i] = out[i] + that).
+template <typename E, bool kAdd>
+void UnpackGeneric(const uint8_t* bits, size_t begin, size_t n, typename E::Storage pos,
+                   typename E::Storage neg, typename E::Storage* out) {
+  for (size_t i = begin; i < n; ++i) {
+    const bool b = (bits[i / 8] >> (i % 8)) & 1u;
+    const typename E::Storage v = b ? neg : pos;
+    if constexpr (kAdd) {
+      out[i] = E::Store(E::Load(out[i]) + E::Load(v));
+    } else {
+      out[i] = v;
+    }
+  }
+}
+
+template <typename E, bool kAdd>
+void Unpack(const uint8_t* bits, size_t n, typename E::Storage pos, typename E::Storage neg,
+            typename E::Storage* out) {
+  // Whole bytes first, 8 elements each, so the inner loop has constant shifts.
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const unsigned v = bits[i / 8];
+    for (int j = 0; j < 8; ++j) {
+      const typename E::Storage d = ((v >> j) & 1u) ? neg : pos;
+      if constexpr (kAdd) {
+        out[i + j] = E::Store(E::Load(out[i + j]) + E::Load(d));
+      } else {
+        out[i + j] = d;
+      }
+    }
+  }
+  UnpackGeneric<E, kAdd>(bits, i, n, pos, neg, out);
+}
+
+#if defined(__SSE2__)
+template <bool kAdd>
+void UnpackFloatSse2(const uint8_t* bits, size_t n, float pos, float* out) {
+  const __m128i sel_lo = _mm_setr_epi32(1, 2, 4, 8);
+  const __m128i sel_hi = _mm_setr_epi32(16, 32, 64, 128);
+  const __m128i sign = _mm_set1_epi32(static_cast<int>(0x80000000u));
+  const __m128i value = _mm_castps_si128(_mm_set1_ps(pos));
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i v = _mm_set1_epi32(bits[i / 8]);
+    const __m128i mlo = _mm_cmpeq_epi32(_mm_and_si128(v, sel_lo), sel_lo);
+    const __m128i mhi = _mm_cmpeq_epi32(_mm_and_si128(v, sel_hi), sel_hi);
+    __m128 lo = _mm_castsi128_ps(_mm_xor_si128(value, _mm_and_si128(mlo, sign)));
+    __m128 hi = _mm_castsi128_ps(_mm_xor_si128(value, _mm_and_si128(mhi, sign)));
+    if constexpr (kAdd) {
+      lo = _mm_add_ps(_mm_loadu_ps(out + i), lo);
+      hi = _mm_add_ps(_mm_loadu_ps(out + i + 4), hi);
+    }
+    _mm_storeu_ps(out + i, lo);
+    _mm_storeu_ps(out + i + 4, hi);
+  }
+  UnpackGeneric<Elem<float>, kAdd>(bits, i, n, pos, -pos, out);
+}
+
+template <>
+void Unpack<Elem<float>, false>(const uint8_t* bits, size_t n, float pos, float neg,
+                                float* out) {
+  UnpackFloatSse2<false>(bits, n, pos, out);
+}
+template <>
+void Unpack<Elem<float>, true>(const uint8_t* bits, size_t n, float pos, float neg,
+                               float* out) {
+  UnpackFloatSse2<true>(bits, n, pos, out);
+}
+#endif
+
+// The negation of a stored value: its sign bit flipped (NaN included).
+template <typename S>
+S FlipSign(S v) {
+  if constexpr (sizeof(S) == 2) {
+    return static_cast<S>(v ^ 0x8000u);
+  } else {
+    return -v;
+  }
+}
+
+class Onebit final : public Codec {
+ public:
+  Onebit(DType dtype, size_t count, bool scaling) : Codec(dtype, count), scaling_(scaling) {}
+
+  size_t MaxEncodedBytes() const override { return ScaleBytes() + BitBytes(); }
+
+  Status Encode(const void* in, void* out, size_t* out_len) override {
+    auto* o = static_cast<uint8_t*>(out);
+    DispatchFloat(dtype(), [&](auto e) {
+      using E = decltype(e);
+      using C = typename E::Compute;
+      double lanes[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+      Pack<E>(static_cast<const typename E::Storage*>(in), count(), o + ScaleBytes(), scaling_,
+              lanes);
+      double scale = 1.0;
+      if (scaling_) {
+        double total = 0;
+        for (double l : lanes) total += l;
+        scale = total / static_cast<double>(count());
+      }
+      StoreRaw<C>(o, static_cast<C>(scale));
+    });
+    *out_len = MaxEncodedBytes();
+    return Status::OK();
+  }
+
+  Status Decompress(const void* in, size_t len, void* dst) override {
+    return Decode<false>(in, len, dst);
+  }
+  Status DecompressAdd(const void* in, size_t len, void* dst) override {
+    return Decode<true>(in, len, dst);
+  }
+
+  // Fused: error = corrected - (bit ? -scale : +scale), in the tensor's type.
+  void Residual(const void* corrected, const void* enc, size_t len, void* error) override {
+    const auto* e8 = static_cast<const uint8_t*>(enc);
+    DispatchFloat(dtype(), [&](auto e) {
+      using E = decltype(e);
+      using S = typename E::Storage;
+      using C = typename E::Compute;
+      const S pos = E::Store(LoadRaw<C>(e8));
+      const C p = E::Load(pos), m = E::Load(FlipSign(pos));
+      const uint8_t* bits = e8 + ScaleBytes();
+      const auto* c = static_cast<const S*>(corrected);
+      auto* err = static_cast<S*>(error);
+      for (size_t i = 0; i < count(); ++i) {
+        const bool b = (bits[i / 8] >> (i % 8)) & 1u;
+        err[i] = E::Store(E::Load(c[i]) - (b ? m : p));
+      }
+    });
+  }
+
+ private:
+  size_t ScaleBytes() const { return dtype() == DType::kFloat64 ? 8 : 4; }
+  size_t BitBytes() const { return (count() + 7) / 8; }
+
+  template <bool kAdd>
+  Status Decode(const void* in, size_t len, void* dst) {
+    if (len != MaxEncodedBytes()) {
+      return Status::InvalidArgument("onebit encoding of " + std::to_string(len) +
+                                     " bytes; " + std::to_string(count()) + " elements take " +
+                                     std::to_string(MaxEncodedBytes()));
+    }
+    const auto* e8 = static_cast<const uint8_t*>(in);
+    const uint8_t* bits = e8 + ScaleBytes();
+    if (count() % 8 != 0 && (bits[BitBytes() - 1] >> (count() % 8)) != 0) {
+      return Status::InvalidArgument("onebit encoding has padding bits set");
+    }
+    DispatchFloat(dtype(), [&](auto e) {
+      using E = decltype(e);
+      using S = typename E::Storage;
+      const S pos = E::Store(LoadRaw<typename E::Compute>(e8));
+      Unpack<E, kAdd>(bits, count(), pos, FlipSign(pos), static_cast<S*>(dst));
+    });
+    return Status::OK();
+  }
+
+  bool scaling_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> MakeOnebit(DType dtype, size_t count, bool scaling) {
+  return std::make_unique<Onebit>(dtype, count, scaling);
+}
+
+}  // namespace detail
+}  // namespace compress
+}  // namespace byteps

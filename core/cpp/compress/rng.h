@@ -1,0 +1,54 @@
+// The compressors' random-number stream: upstream BytePS's xorshift128+ (Vigna's xorshift+
+// with shifts 23, 17, 26), bit for bit, so that a seeded randomk or dithering instance draws the
+// same numbers as upstream's and as the NumPy reference (tests/compression_reference.py).
+//
+// Seeding: state {seed, seed}. A zero state would stay zero forever, so callers seed with a
+// non-zero value or, without a seed, with two 32-bit draws of std::random_device (upstream).
+#pragma once
+#include <cstdint>
+#include <limits>
+
+namespace byteps {
+namespace compress {
+
+class XorShift128Plus {
+ public:
+  explicit XorShift128Plus(uint64_t a = 1, uint64_t b = 1) : s0_(a), s1_(b) {}
+
+  void Seed(uint64_t seed) {
+    s0_ = seed;
+    s1_ = seed;
+  }
+  void SetState(uint64_t a, uint64_t b) {
+    s0_ = a;
+    s1_ = b;
+  }
+
+  uint64_t Next() {
+    uint64_t t = s0_;
+    const uint64_t s = s1_;
+    s0_ = s;
+    t ^= t << 23;
+    t ^= t >> 17;
+    t ^= s ^ (s >> 26);
+    s1_ = t;
+    return t + s;
+  }
+
+  // Uniform integer in [low, high): Next() % (high - low) + low (upstream; high > low).
+  uint64_t Randint(uint64_t low, uint64_t high) { return Next() % (high - low) + low; }
+
+  // True with probability p: the next draw, as a double, below p * (2^64 - 1) as a double
+  // (upstream's comparison of a uint64 with a double). p <= 0 or NaN never, p >= 1 almost
+  // always (a draw that rounds to 2^64 is not below it).
+  bool Bernoulli(double p) {
+    constexpr double kMax = static_cast<double>(std::numeric_limits<uint64_t>::max());
+    return static_cast<double>(Next()) < p * kMax;
+  }
+
+ private:
+  uint64_t s0_, s1_;
+};
+
+}  // namespace compress
+}  // namespace byteps

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import math
+import numbers
 import operator
 import os
 import threading
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
@@ -32,6 +34,8 @@ SUPPORTED_DTYPES = (
 _lock = threading.Lock()
 _atexit_registered = False
 _noname_counter = itertools.count()
+# name -> the canonical compressor text it was declared with (re-declared by resume()).
+_compression_of: dict = {}
 
 
 def init(lazy: bool = True) -> None:
@@ -118,7 +122,7 @@ def resume(num_workers: int, num_servers: int, global_rank: int, context=None) -
         os.environ["DMLC_WORKER_ID"] = str(global_rank // local)
         _core.init()
         for name in _suspended_names:
-            _core.declare(name)
+            _core.declare(name, _compression_of.get(name, ""))
 
 
 def is_initialized() -> bool:
@@ -190,18 +194,86 @@ def local_rank() -> int:
     return int(_core.local_rank())
 
 
-def declare(name: str) -> int:
+def _compression_text(compression: Mapping, fn: str) -> str:
+    """The canonical text of a compressor's kwargs (``key=value;...`` in key order)."""
+    if not isinstance(compression, Mapping):
+        raise InvalidTypeError(f"{fn}: compression must be a dict of upstream's compressor "
+                               f"kwargs, got {type(compression).__name__}")
+    kwargs = {}
+    for key, value in compression.items():
+        if not isinstance(key, str):
+            raise InvalidTypeError(f"{fn}: compression keys must be str, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (int, float, str)):
+            value = str(value)
+        else:
+            raise InvalidTypeError(f"{fn}: compression[{key!r}] must be a str, int, float or "
+                                   f"bool, got {type(value).__name__}")
+        kwargs[key] = value
+    return str(_core.format_compression(kwargs))
+
+
+def declare(name: str, compression: Optional[Mapping] = None) -> int:
     """Declare a tensor name; returns its key (declaration order, which must agree on every
     worker). Declaring an existing name returns its key again.
 
+    Args:
+        name: the tensor's name, the same on every rank.
+        compression: the gradient compressor of this tensor (docs/compression.md): upstream's
+            C++ compressor kwargs, e.g. ``{"compressor_type": "onebit",
+            "compressor_onebit_scaling": True}`` (keys ``compressor_type`` onebit | topk |
+            randomk | dithering | fp16, ``compressor_k``, ``compressor_onebit_scaling``,
+            ``seed``, ``dithering_partition``, ``dithering_normalize``, ``ef_type`` vanilla,
+            ``momentum_type`` nesterov, ``momentum_mu``; values str, int, float or bool).
+            ``byteps.compression.compression_kwargs`` makes them from the adapters' user-facing
+            dict. Default ``None``: not compressed. It must be given before the name's first
+            push_pull and is part of the tensor's declaration: every worker must declare the
+            same one (else ``MismatchError`` on every rank at the first push_pull). It applies
+            only in a distributed job and to float16/32/64 tensors of at least
+            ``BYTEPS_MIN_COMPRESS_BYTES`` bytes (upstream's rule); with averaging, each worker
+            divides by :func:`size` before compressing, so a sum is ``C(Σᵢ C(xᵢ / size))``.
+
     Raises:
-        byteps.errors.InvalidTypeError: ``name`` is not a str.
-        byteps.errors.InvalidArgumentError: ``name`` is empty, or more than 65535 names.
+        byteps.errors.InvalidTypeError: ``name`` is not a str; ``compression`` is not a dict of
+            str keys and str/int/float/bool values.
+        byteps.errors.InvalidArgumentError: ``name`` is empty, or more than 65535 names; an
+            unknown compressor key or value, a missing parameter (``compressor_k`` of topk,
+            randomk, dithering; ``momentum_mu`` of nesterov); another compressor than the one
+            the name was declared with, or one given after the name's first push_pull.
         byteps.errors.NotInitializedError: before ``init()``.
     """
     _check_name(name, "declare")
+    text = "" if compression is None else _compression_text(compression, "declare")
     _require_init()
-    return int(_core.declare(name))
+    key = int(_core.declare(name, text))
+    if text:
+        _compression_of[name] = text
+    return key
+
+
+def set_learning_rate(lr: float) -> None:
+    """Tell error feedback the current learning rate (upstream: the ``lr.s`` file its MXNet
+    trainer wrote every step).
+
+    Vanilla error feedback scales the error it carries by ``previous lr / current lr`` before
+    adding it to the next gradient (docs/compression.md); the adapters' optimizers call this
+    before each step's push_pulls. Process-wide; the servers get it with each push. Until it is
+    called, no correction is applied.
+
+    Args:
+        lr: the learning rate, a finite float > 0.
+
+    Raises:
+        byteps.errors.InvalidTypeError: ``lr`` is not a real number.
+        byteps.errors.InvalidArgumentError: ``lr`` is not finite and > 0.
+    """
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise InvalidTypeError(f"set_learning_rate: lr must be a float, got {type(lr).__name__}")
+    lr = float(lr)
+    if not math.isfinite(lr) or lr <= 0:
+        raise InvalidArgumentError(f"set_learning_rate: lr must be finite and > 0, got {lr}")
+    _core.set_learning_rate(lr)
 
 
 def unique_name(prefix: str = "noname") -> str:

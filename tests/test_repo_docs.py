@@ -121,13 +121,14 @@ def _stage_rows():
     """(name, [slot per layout]) of every row of the stage table, in order."""
     text = (CPP / "pipeline" / "stage_table.cc").read_text()
     text = text[text.index("StageTable::rows[kStageCount] = {"):]
-    rows = re.findall(r'\{Stage::k\w+, "(\w+)",[^{}]*\{([^{}]*)\}\},', text)
-    return [(name, [s.strip() for s in slots.split(",")]) for name, slots in rows]
+    rows = re.findall(r'\{Stage::k\w+, "(\w+)",([^{}]*)\{([^{}]*)\}\},', text)
+    return [(name, [s.strip() for s in slots.split(",")], "compressed_only=*/true" in middle)
+            for name, middle, slots in rows]
 
 
 def test_stage_list_matches_the_code():
     rows = _stage_rows()
-    stages = [name for name, _ in rows]
+    stages = [name for name, _, _ in rows]
     assert stages[:2] == ["COPY_IN", "LOCAL_REDUCE"]  # the parser found the table
     table = re.findall(r"^\s*\| `(\w+)` \|", _section(3), re.M)
     assert table == stages, f"§3 stage table {table} != the stage table's rows {stages}"
@@ -135,20 +136,33 @@ def test_stage_list_matches_the_code():
 
 def test_stage_layouts_match_the_code():
     """§3's layout table is the stage table read by column: the stages of each layout's plan and
-    the gates in front of them."""
+    the gates in front of them (a gate already passed earlier in a plan is not waited for
+    again), and a row of its own for a compressed tensor where its plan differs."""
     rows = _stage_rows()
     doc = re.findall(r"^\s*\| ([^`|][^|]*?) \| `([A-Z_]+(?: → [A-Z_]+)*)` \| ([^|]*?) \|$",
                      _section(3), re.M)
-    assert len(doc) == len(rows[0][1]) == 5, (doc, rows)
-    for column, (layout, doc_stages, doc_gates) in enumerate(doc):
-        plan = [name for name, slots in rows if slots[column] != "kNo"]
-        gates = []
-        for name, slots in rows:
-            gate = re.fullmatch(r"After\(k(\w+)\)", slots[column])
-            if gate:
-                gates.append(f"`{gate.group(1).upper()}` before `{name}`")
-        assert doc_stages == " → ".join(plan), (layout, plan)
-        assert doc_gates == (", ".join(gates) or "–"), (layout, gates)
+    want = []
+    for column in range(len(rows[0][1])):
+        plans = []
+        for compressed in (False, True):
+            plan, gates, passed = [], [], set()
+            for name, slots, only in rows:
+                if slots[column] == "kNo" or (only and not compressed):
+                    continue
+                plan.append(name)
+                gate = re.fullmatch(r"After\(k(\w+)\)", slots[column])
+                if gate and gate.group(1) not in passed:
+                    passed.add(gate.group(1))
+                    gates.append(f"`{gate.group(1).upper()}` before `{name}`")
+            if compressed and plan == plans[0][0]:
+                continue
+            plans.append((plan, gates))
+            want.append((compressed, " → ".join(plan), ", ".join(gates) or "–"))
+    assert len(rows[0][1]) == 5 and len(doc) == len(want), (doc, want)
+    for (layout, doc_stages, doc_gates), (compressed, plan, gates) in zip(doc, want):
+        assert layout.endswith(", compressed tensor") == compressed, (layout, plan)
+        assert doc_stages == plan, (layout, plan)
+        assert doc_gates == gates, (layout, gates)
 
 
 def test_message_types_match_the_code():

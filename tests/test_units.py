@@ -550,7 +550,7 @@ class TestKeyPlan:
 # =============================================================================================
 
 CONTROL_TYPES = list(range(1, 11))  # ... NODE_FAILED, WORKER_LEFT
-DATA_TYPES = list(range(20, 29))  # ... GOODBYE, STALL_QUERY, STALL_REPORT, PUSH_ACK
+DATA_TYPES = list(range(20, 30))  # ... STALL_QUERY, STALL_REPORT, PUSH_ACK, KEY_CONFIG
 KNOWN_TYPES = CONTROL_TYPES + DATA_TYPES
 MAGIC = 0x31535042
 MAX_CONTROL = 4 << 20
@@ -561,7 +561,7 @@ def header_is_valid(magic, type_, dtype, payload_len):
     """Reference model of ValidateFrame (comm/frame.cc) and ValidatePsHeader (ps/protocol.cc)."""
     if magic != MAGIC or type_ not in KNOWN_TYPES or dtype >= 8:
         return False
-    limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27)) else MAX_DATA
+    limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27, 29)) else MAX_DATA
     if payload_len > limit:
         return False
     return not (type_ in (22, 25, 26, 28) and payload_len != 0)
@@ -604,7 +604,7 @@ class TestFrame:
         with pytest.raises(ValueError, match="magic"):
             T.decode_header(T.encode_header(21, magic=magic))
 
-    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 29, 100, 0xFFFF])
+    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 30, 100, 0xFFFF])
     def test_unknown_type(self, type_):
         with pytest.raises(ValueError, match="type"):
             T.decode_header(T.encode_header(type_))

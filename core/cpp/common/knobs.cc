@@ -70,6 +70,10 @@ std::vector<KnobSpec> BuildTable() {
           "scheduling sweep of docs/performance.md (upstream: 4096000). A single-machine job "
           "(no servers) that leaves it unset uses 4194304: with no network to preempt, "
           "smaller partitions only add hand-offs between the local processes."),
+      Int("BYTEPS_MIN_COMPRESS_BYTES", "65536", 0, 1LL << 40, "worker",
+          "Tensors smaller than this many bytes are not compressed even when declared with a "
+          "compressor (upstream's threshold and default; docs/compression.md). Every worker "
+          "must use the same value: it decides what the tensor's declaration says."),
       Int("BYTEPS_SCHEDULING_CREDIT", "4", 0, 1 << 20, "worker",
           "Partitions in flight to the servers at once (credit, in units of "
           "BYTEPS_PARTITION_BYTES) queued for the wire at once; queues are priority-ordered. 0 = "

@@ -90,8 +90,8 @@ std::vector<UpstreamVar> BuildUpstream() {
       Impl("BYTEPS_GLOBAL_RANK"),
       Impl("BYTEPS_FORCE_DISTRIBUTED"),
       Impl("BYTEPS_PARTITION_BYTES", "Default 262144 (upstream: 4096000)."),
-      Ign("BYTEPS_MIN_COMPRESS_BYTES", "The core has no compressors; the adapters' "
-                                       "Compression.fp16 applies to every tensor it is given."),
+      Impl("BYTEPS_MIN_COMPRESS_BYTES", "Part of each tensor's declaration, so workers that "
+                                        "disagree get a MismatchError."),
       Ign("BYTEPS_PCIE_SWITCH_SIZE", kNoGpu),
       Ign("BYTEPS_NCCL_GROUP_SIZE", kNoGpu),
       Ign("BYTEPS_NCCL_NUM_RINGS", kNoGpu),
@@ -100,7 +100,9 @@ std::vector<UpstreamVar> BuildUpstream() {
       Impl("BYTEPS_SCHEDULING_CREDIT", "Default 4, and the queues are always priority-ordered "
                                        "(upstream: 0 = scheduling off); 0 here means no credit "
                                        "limit."),
-      Ign("BYTEPS_THREADPOOL_SIZE", "No compression thread pool (the core has no compressors)."),
+      Ign("BYTEPS_THREADPOOL_SIZE", "COMPRESS and DECOMPRESS are stages with a thread each, "
+                                    "like every other stage, so nothing needs a pool (upstream "
+                                    "crashed when compression ran without one)."),
       Ign("BYTEPS_OMP_THREAD_PER_GPU", "No OpenMP: a server sums on BYTEPS_SERVER_ENGINE_THREAD "
                                        "engine threads (each key on one of them), and each "
                                        "worker process of a machine sums its own shard."),

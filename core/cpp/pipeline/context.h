@@ -13,6 +13,7 @@
 #include "comm/local_channel.h"
 #include "comm/connection.h"
 #include "common/dtype.h"
+#include "compress/compressor.h"
 #include "pipeline/stage_table.h"
 #include "ps/ps_client.h"
 #include "scheduling/partitioner.h"
@@ -47,6 +48,15 @@ struct PartTask {
   // This round's pull response went straight to the output, averaged on the way in
   // (WorkerCore::PullDestination): COPY_OUT has nothing left to do.
   bool pulled_final = false;
+  // A compressed tensor, on the local root (docs/compression.md): the partition's compressor
+  // (its error-feedback, momentum and random state carry across rounds), the encoding COMPRESS
+  // writes and PUSH sends, and the buffer the encoded sum is pulled into (both of the
+  // compressor's MaxEncodedBytes).
+  std::unique_ptr<compress::Compressor> codec;
+  std::vector<char> encoded;
+  size_t encoded_len = 0;
+  uint64_t push_aux = 0;  // the push's aux: the bits of the learning rate it was encoded with
+  std::vector<char> received;
 };
 
 struct TensorContext {
@@ -56,7 +66,11 @@ struct TensorContext {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   size_t nbytes = 0;
-  uint64_t sig = 0;  // hash of (name, dtype, shape)
+  uint64_t sig = 0;  // hash of (name, dtype, shape, compression)
+  // The compressor the name was declared with (canonical kwargs; "" = none), and whether this
+  // tensor is compressed: set at the first push_pull (WorkerCore::DecideCompression).
+  std::string compression;
+  bool compressed = false;
   std::vector<std::unique_ptr<PartTask>> parts;
 
   // Distributed: placement from the scheduler's plan.

@@ -5,8 +5,10 @@
 // credit, what a partition waiting there waits for (the watchdog's words), and, for each
 // machine layout, whether the stage is part of that layout's plan and how a partition enters
 // it: queued for the stage's thread (behind a gate, on a multi-process machine), run at once by
-// the thread that finished the previous stage, or awaited. WorkerCore::BuildStagePlan turns the
-// column of its layout into the stage plan; Dispatch, the stage loops and the watchdog read the
+// the thread that finished the previous stage, or awaited. Stages marked compressed_only are
+// left out of the plan of a tensor that is not compressed. WorkerCore::BuildStagePlan turns the
+// column of its layout into the two stage plans (a gate already passed earlier in a plan is not
+// waited for again); Dispatch, the stage loops and the watchdog read the
 // rows and know no stage by name.
 #pragma once
 #include <cstdint>
@@ -21,8 +23,10 @@ struct PartTask;
 enum class Stage : uint8_t {
   kCopyIn,       // copy my input into my slot of the shared-memory buffer
   kLocalReduce,  // sum my shard of every local slot into the aggregate buffer
-  kPush,         // send the partition to its server
+  kCompress,     // a compressed tensor: encode the partition (docs/compression.md)
+  kPush,         // send the partition (or its encoding) to its server
   kPull,         // wait for the server's sum, received straight into place
+  kDecompress,   // a compressed tensor: decode the pulled sum into place
   kCopyOut,      // copy to the output, divide when averaging, finish
   kCount,
 };
@@ -80,6 +84,8 @@ struct StageRow {
   // return it as soon as an item is popped.
   bool credit;
   Waits waits;
+  // Only in the plan of a compressed tensor (WorkerCore builds a plan with and one without).
+  bool compressed_only;
   StageSlot where[kLayoutCount];  // indexed by Layout
 };
 

@@ -49,6 +49,7 @@ struct WorkerConfig {
   bool distributed = false;
   size_t partition_bound = 0;
   size_t credit_bytes = 0;
+  size_t min_compress_bytes = 65536;  // BYTEPS_MIN_COMPRESS_BYTES
   double timeout_s = 120, heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (VanSpec::FromKnobs)
   double stall_warning_s = 60;  // 0: no stall warning
@@ -69,7 +70,9 @@ class WorkerCore : public PullSink {
   void Stop();
   const WorkerConfig& config() const { return cfg_; }
 
-  Status Declare(const std::string& name, uint32_t* key);
+  // `compression`: the compressor's canonical kwargs (compress::FormatSpec), "" for none;
+  // fixed by the first declaration or push_pull of the name (InvalidArgument on a change).
+  Status Declare(const std::string& name, const std::string& compression, uint32_t* key);
   // Every tensor name declared so far, in key order (suspend/resume re-declares them).
   std::vector<std::string> DeclaredNames();
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
@@ -125,6 +128,18 @@ class WorkerCore : public PullSink {
   void RunLocalReduce(PartTask* t);
   void RunPush(PartTask* t);
   void RunCopyOut(PartTask* t);
+  // --- compressed tensors (worker_compress.cc; docs/compression.md) ---
+  void RunCompress(PartTask* t);
+  void RunDecompress(PartTask* t);
+  // InitContext: whether the tensor is compressed (distributed, declared with a compressor, at
+  // least BYTEPS_MIN_COMPRESS_BYTES), checking the compressor against its dtype.
+  Status DecideCompression(TensorContext* ctx);
+  // The local root, once the plan names each partition's server: the partitions' compressors
+  // and buffers, and KEY_CONFIG to their servers.
+  Status SetUpCompression(TensorContext* ctx);
+  // Bytes a partition's push puts on the wire (its encoding for a compressed tensor): what it
+  // holds of the PUSH queue's credit.
+  static size_t PushBytes(const PartTask* t);
   void SendSignal(LocalSignalType type, PartTask* t, int to);  // to < 0: every other local rank
   void ListenLoop();
   void OnLocalSignal(const LocalSignal& s);
@@ -151,9 +166,10 @@ class WorkerCore : public PullSink {
 
   // stage plan (from this process's layout column of the stage table): the list every task
   // walks, how a task enters each stage, and the gate in front of it
-  StageList plan_;
+  // [0]: a plain tensor's plan, [1]: a compressed tensor's (with COMPRESS and DECOMPRESS).
+  StageList plans_[2];
   Entry entry_[kStageCount] = {};
-  Gate* gate_before_[kStageCount] = {};
+  Gate* gate_before_[2][kStageCount] = {};
   std::unique_ptr<Gate> written_gate_, reduced_gate_, pulled_gate_;
   std::unique_ptr<ScheduledQueue> queues_[kStageCount];
   std::vector<std::thread> threads_;

@@ -61,6 +61,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
                                       : kSingleMachinePartitionBytes;
   cfg->partition_bound = PartitionBound(partition_bytes, cfg->local_size);
   cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
+  cfg->min_compress_bytes = static_cast<size_t>(k.Int("BYTEPS_MIN_COMPRESS_BYTES"));
   cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
   cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
   cfg->heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
@@ -113,12 +114,22 @@ void WorkerCore::BuildStagePlan() {
   Gate* const gates[kGateCount] = {nullptr, written_gate_.get(), reduced_gate_.get(),
                                    pulled_gate_.get()};  // by GateKind
   const int layout = static_cast<int>(LayoutOf(L, cfg_.distributed, cfg_.is_root()));
+  for (int compressed = 0; compressed < 2; ++compressed) {
+    StageList& plan = plans_[compressed];
+    bool passed[kGateCount] = {};  // a gate already waited for earlier in this plan
+    for (const StageRow& row : StageTable::rows) {
+      const StageSlot& slot = row.where[layout];
+      const int s = static_cast<int>(row.id);
+      if (slot.entry == Entry::kAbsent || (row.compressed_only && !compressed)) continue;
+      plan.stages[plan.size++] = row.id;
+      const int g = static_cast<int>(slot.gate);
+      if (!passed[g]) gate_before_[compressed][s] = gates[g];
+      passed[g] = g != static_cast<int>(GateKind::kNone);
+    }
+  }
   for (const StageRow& row : StageTable::rows) {
-    const StageSlot& slot = row.where[layout];
     const int s = static_cast<int>(row.id);
-    if (slot.entry != Entry::kAbsent) plan_.stages[plan_.size++] = row.id;
-    entry_[s] = slot.entry;
-    gate_before_[s] = gates[static_cast<int>(slot.gate)];
+    entry_[s] = row.where[layout].entry;
     queues_[s] = std::make_unique<ScheduledQueue>(row.name, row.credit ? cfg_.credit_bytes : 0);
   }
 }
@@ -134,7 +145,14 @@ Status WorkerCore::Start() {
   }
   StartThreads();
   std::string stages;
-  for (int i = 0; i < plan_.size; ++i) stages += std::string(i ? " -> " : "") + StageName(plan_.stages[i]);
+  for (int i = 0; i < plans_[0].size; ++i)
+    stages += std::string(i ? " -> " : "") + StageName(plans_[0].stages[i]);
+  if (plans_[1].size != plans_[0].size) {
+    stages += " (compressed tensors: ";
+    for (int i = 0; i < plans_[1].size; ++i)
+      stages += std::string(i ? " -> " : "") + StageName(plans_[1].stages[i]);
+    stages += ")";
+  }
   BPS_LOG(INFO) << "rank " << cfg_.rank << "/" << cfg_.size << " (worker machine "
                 << cfg_.worker_id << "/" << cfg_.num_worker << ", local " << cfg_.local_rank << "/"
                 << cfg_.local_size << "), " << (cfg_.distributed ? "distributed" : "single machine")

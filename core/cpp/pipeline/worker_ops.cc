@@ -31,12 +31,36 @@ TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name) {
   return raw;
 }
 
-Status WorkerCore::Declare(const std::string& name, uint32_t* key) {
+Status WorkerCore::Declare(const std::string& name, const std::string& compression,
+                           uint32_t* key) {
   if (name.empty()) return Status::InvalidArgument("tensor name must not be empty");
-  std::lock_guard<std::mutex> lk(ctx_mu_);
-  if (contexts_.size() >= (1u << 16) - 1 && !by_name_.count(name))
-    return Status::InvalidArgument("too many tensors declared (at most 65535)");
-  *key = FindOrCreateLocked(name)->declared_key;
+  std::string canonical;
+  if (!compression.empty()) {
+    compress::Kwargs kw;
+    Status st = compress::ParseSpec(compression, &kw);
+    if (st.ok()) st = compress::Validate(kw, DType::kFloat32);  // the dtype: at first use
+    if (!st.ok())
+      return Status::InvalidArgument("tensor '" + name + "': compression: " + st.message());
+    canonical = compress::FormatSpec(kw);
+  }
+  TensorContext* ctx;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    if (contexts_.size() >= (1u << 16) - 1 && !by_name_.count(name))
+      return Status::InvalidArgument("too many tensors declared (at most 65535)");
+    ctx = FindOrCreateLocked(name);
+  }
+  *key = ctx->declared_key;
+  if (canonical.empty()) return Status::OK();  // declaring again without one changes nothing
+  std::lock_guard<std::mutex> lk(ctx->mu);
+  if (canonical == ctx->compression) return Status::OK();
+  if (ctx->initialized || !ctx->compression.empty())
+    return Status::InvalidArgument(
+        "tensor '" + name + "' is already " +
+        (ctx->compression.empty() ? std::string("in use without compression")
+                                  : "declared with compression '" + ctx->compression + "'") +
+        "; declare its compressor once, before its first push_pull");
+  ctx->compression = canonical;
   return Status::OK();
 }
 
@@ -57,10 +81,13 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->dtype = a.dtype;
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
+  BPS_RETURN_IF_ERROR(DecideCompression(ctx));
   uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
   uint8_t dt = static_cast<uint8_t>(a.dtype);
   h = Fnv1a(h, &dt, 1);
   h = Fnv1a(h, a.shape.data(), a.shape.size() * sizeof(int64_t));
+  // Local processes that disagree on compressing it would disagree on averaging it.
+  if (ctx->compressed) h = Fnv1a(h, ctx->compression.data(), ctx->compression.size());
   ctx->sig = h | 1;  // never 0 (0 means "no signature")
   for (auto& p : parts) {
     auto t = std::make_unique<PartTask>();
@@ -156,7 +183,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   }
   lk.unlock();
   for (auto& t : ctx->parts) {
-    t->stages = plan_;
+    t->stages = plans_[ctx->compressed];
     Dispatch(t.get());
   }
   return Status::OK();
@@ -169,7 +196,7 @@ void WorkerCore::Dispatch(PartTask* t) {
     case Entry::kInline: return (this->*StageTable::rows[s].run)(t);
     default: break;
   }
-  Gate* g = gate_before_[s];
+  Gate* g = gate_before_[t->ctx->compressed][s];
   if (g) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
@@ -181,7 +208,9 @@ void WorkerCore::Dispatch(PartTask* t) {
                          StaggeredPushPosition(t->part.index, t->ctx->parts.size(),
                                                cfg_.worker_id))
           : t->key;
-  queues_[s]->Push(QueueItem{t->ctx->priority, order, t->part.length, t});
+  queues_[s]->Push(QueueItem{t->ctx->priority, order,
+                             t->stages.current() == Stage::kPush ? PushBytes(t) : t->part.length,
+                             t});
 }
 
 void WorkerCore::Proceed(PartTask* t) {
@@ -211,7 +240,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
       ps_->CancelPulls(pulls, cfg_.timeout_s, &unacked);
       for (PendingPull* p : unacked)
         queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(
-            static_cast<PartTask*>(p->arg)->part.length);
+            PushBytes(static_cast<PartTask*>(p->arg)));
     }
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }

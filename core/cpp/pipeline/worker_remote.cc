@@ -15,6 +15,7 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   m.dtype = static_cast<uint8_t>(ctx->dtype);
   m.shape = ctx->shape;
   m.nbytes = ctx->nbytes;
+  if (ctx->compressed) m.compression = ctx->compression;
   ps_->Declare(ctx->declared_key, m, [this, ctx](const DeclareAnswer& a) { OnDeclareAnswer(ctx, a); });
 }
 
@@ -53,13 +54,15 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
   {
     std::lock_guard<std::mutex> lk(ctx->mu);
     for (size_t i = 0; i < servers.size(); ++i) ctx->parts[i]->server = static_cast<int>(servers[i]);
-    ctx->declared = true;
+    if (ctx->compressed) st = SetUpCompression(ctx);
+    ctx->declared = st.ok();
     dispatch = ctx->waiting_for_declare && ctx->in_flight;
     ctx->waiting_for_declare = false;
   }
+  if (!st.ok()) return FailOpOnMachine(ctx, st);
   if (!dispatch) return;
   for (auto& t : ctx->parts) {
-    t->stages = plan_;
+    t->stages = plans_[ctx->compressed];
     Dispatch(t.get());
   }
 }
@@ -69,6 +72,10 @@ void WorkerCore::RunPush(PartTask* t) {
   size_t off = t->part.offset;
   const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
   t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
+  if (ctx->compressed)  // the encoding COMPRESS made; the sum comes back encoded
+    return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, t->encoded.data(),
+                     t->encoded_len, &t->pull, &t->push_item, &WorkerCore::PushSentThunk, t,
+                     t->push_aux, t->received.size());
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
             &t->push_item, &WorkerCore::PushSentThunk, t);
 }
@@ -76,7 +83,7 @@ void WorkerCore::RunPush(PartTask* t) {
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
   if (st.ok()) return;  // its credit comes back with the server's acknowledgement
   if (ps_->ClaimPushAck(&t->pull))
-    queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(t->part.length);
+    queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(PushBytes(t));
   if (!stopping_) Fatal(st);
 }
 
@@ -93,7 +100,7 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
   // The returned credit lets the next partitions leave: send them from this thread instead of
   // waking the PUSH stage thread for each (two thread hand-offs per partition become one).
   QueueItem item;
-  if (!q->ReturnCreditAndTryPop(t->part.length, &item)) return;
+  if (!q->ReturnCreditAndTryPop(PushBytes(t), &item)) return;
   do RunStageItem(Stage::kPush, item);
   while (q->TryPop(&item));
 }
@@ -102,6 +109,10 @@ PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len) {
   auto* t = static_cast<PartTask*>(p->arg);
   PullDest d;
   size_t off = t->part.offset;
+  if (t->ctx->compressed) {  // the encoded sum: DECOMPRESS decodes it into place
+    d.data = t->received.data();
+    return d;
+  }
   if (cfg_.local_size > 1) {
     d.data = t->ctx->aggregate(cfg_.local_size) + off;  // read back at once by every process
     return d;
@@ -121,7 +132,8 @@ PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len) {
 
 void WorkerCore::OnPulled(PendingPull* p) {
   auto* t = static_cast<PartTask*>(p->arg);
-  if (cfg_.local_size > 1) SendSignal(LocalSignalType::kPulled, t, -1);
+  // A compressed partition is in place only after DECOMPRESS, which signals then.
+  if (cfg_.local_size > 1 && !t->ctx->compressed) SendSignal(LocalSignalType::kPulled, t, -1);
   Proceed(t);
 }
 

@@ -78,7 +78,8 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   size_t off = t->part.offset, len = t->part.length;
   char* out = ctx->output + off;
   size_t es = DTypeSize(ctx->dtype);
-  bool divide = ctx->average && cfg_.size > 1;
+  // A compressed tensor was divided before it was encoded (worker_compress.cc).
+  bool divide = ctx->average && cfg_.size > 1 && !ctx->compressed;
   if (cfg_.local_size > 1) {
     const char* agg = ctx->aggregate(cfg_.local_size) + off;
     if (!cfg_.distributed || !divide) {

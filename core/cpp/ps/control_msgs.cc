@@ -67,8 +67,24 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
 
 std::string Encode(const DeclareMsg& m) {
   WireWriter w;
-  w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes);
+  w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
   return w.Take();
+}
+
+std::string Encode(const KeyConfigMsg& m) {
+  WireWriter w;
+  w.U8(m.dtype).U64(m.count).Str(m.compression);
+  return w.Take();
+}
+
+Status Decode(const void* data, size_t len, KeyConfigMsg* m) {
+  WireReader r(data, len);
+  m->dtype = r.U8();
+  m->count = r.U64();
+  m->compression = r.Str(kMaxCompressionSpec);
+  if (!r.done() || m->compression.empty() || !DTypeValid(m->dtype))
+    return Status::InvalidArgument("malformed KEY_CONFIG message");
+  return Status::OK();
 }
 
 Status Decode(const void* data, size_t len, DeclareMsg* m) {
@@ -78,6 +94,7 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->dtype = r.U8();
   m->shape = r.I64s(64);
   m->nbytes = r.U64();
+  m->compression = r.Str(kMaxCompressionSpec);
   if (!r.done() || !DTypeValid(m->dtype)) return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }

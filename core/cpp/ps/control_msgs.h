@@ -39,20 +39,35 @@ struct AddressBook {
   uint64_t partition_bound = 0;
 };
 
+// The longest compressor text a DECLARE or KEY_CONFIG may carry (bytes).
+constexpr size_t kMaxCompressionSpec = 4096;
+
 struct DeclareMsg {
   uint32_t declared_key = 0;
   std::string name;
   uint8_t dtype = 0;
   std::vector<int64_t> shape;
   uint64_t nbytes = 0;
+  // The compressor's canonical kwargs (compress::FormatSpec) when the tensor is compressed;
+  // empty otherwise. Part of what every worker must declare alike.
+  std::string compression;
+};
+
+// KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.
+struct KeyConfigMsg {
+  uint8_t dtype = 0;
+  uint64_t count = 0;
+  std::string compression;
 };
 
 std::string Encode(const RegisterMsg& m);
 std::string Encode(const AddressBook& m);
 std::string Encode(const DeclareMsg& m);
+std::string Encode(const KeyConfigMsg& m);
 Status Decode(const void* data, size_t len, RegisterMsg* m);
 Status Decode(const void* data, size_t len, AddressBook* m);
 Status Decode(const void* data, size_t len, DeclareMsg* m);
+Status Decode(const void* data, size_t len, KeyConfigMsg* m);
 
 // DECLARE_REPLY: header aux 0 = OK, 1 = mismatch, 2 = timeout. OK: the server rank of each partition. Error: a message.
 std::string EncodeDeclareOk(const std::vector<int64_t>& servers);

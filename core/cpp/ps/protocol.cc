@@ -31,17 +31,18 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kStallQuery: return "STALL_QUERY";
     case MsgType::kStallReport: return "STALL_REPORT";
     case MsgType::kPushAck: return "PUSH_ACK";
+    case MsgType::kKeyConfig: return "KEY_CONFIG";
   }
   return "UNKNOWN";
 }
 
 Status ValidatePsHeader(const FrameHeader& h) {
   MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 28);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 29);
   if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
   if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
   uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
-                           t == MsgType::kStallReport
+                           t == MsgType::kStallReport || t == MsgType::kKeyConfig
                        ? kMaxControlPayload
                        : kMaxDataPayload;
   if (h.payload_len > limit)

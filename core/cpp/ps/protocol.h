@@ -39,6 +39,12 @@ enum class MsgType : uint16_t {
   // scheduling credit is held until then (upstream's ps-lite push callback), so the bytes a
   // worker has in flight are bounded on the wire, not only in its own queues.
   kPushAck = 28,
+  // worker -> server, before the first push of a compressed key on this connection: the key's
+  // compressor (payload: EncodeKeyConfig; the uncompressed element count and the compressor's
+  // canonical kwargs). A compressed key's PUSH carries the worker's learning rate in aux (the
+  // bits of a double, for the server's error feedback) and an encoded payload of at most the
+  // compressor's MaxEncodedBytes; so does its PULL_RESPONSE (no aux).
+  kKeyConfig = 29,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the

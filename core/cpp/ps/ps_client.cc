@@ -88,12 +88,14 @@ void PsClient::ReservePulls(const std::vector<uint64_t>& keys) {
 }
 
 void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf,
-                    size_t len, PendingPull* pull, SendItem* item, SentFn on_sent, void* arg) {
+                    size_t len, PendingPull* pull, SendItem* item, SentFn on_sent, void* arg,
+                    uint64_t aux, size_t pull_up_to) {
   if (pull) {
     std::lock_guard<std::mutex> lk(pull_mu_);
     pull->key = key;
     pull->round = round;
-    pull->length = len;
+    pull->length = pull_up_to ? pull_up_to : len;
+    pull->up_to = pull_up_to != 0;
     pull->server = server;
     pending_pulls_[key] = pull;
     pull->awaiting_ack = true;
@@ -107,12 +109,18 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   item->hdr.key = key;
   item->hdr.round = round;
   item->hdr.sender = static_cast<uint32_t>(cfg_.worker_id);
+  item->hdr.aux = aux;
   item->payload = buf;
   item->len = len;
   item->done = on_sent;
   item->arg = arg;
   item->heap = false;
   servers_[server]->Send(item);
+}
+
+void PsClient::ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m) {
+  servers_[server]->SendControl(MsgType::kKeyConfig, Encode(m), key,
+                                static_cast<uint32_t>(cfg_.worker_id), 0);
 }
 
 bool PsClient::ClaimPushAck(PendingPull* p) {
@@ -209,13 +217,15 @@ Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
     *dest = Connection::kDiscard;
     return Status::OK();
   }
-  if (h.round != p->round || h.payload_len != p->length)
+  if (h.round != p->round ||
+      (p->up_to ? h.payload_len > p->length : h.payload_len != p->length))
     return Status::InvalidArgument("pull response for key " + std::to_string(h.key) + " round " +
                                    std::to_string(h.round) + " with " +
                                    std::to_string(h.payload_len) + " bytes; expected round " +
                                    std::to_string(p->round) + " with " +
                                    std::to_string(p->length));
   p->receiving = true;
+  p->received = h.payload_len;
   PullDest d = sink_->PullDestination(p, h.payload_len);
   *dest = d.data;
   if (d.stream) {

@@ -34,7 +34,9 @@ struct PendingPull {
   uint64_t key = 0;
   void* arg = nullptr;  // the worker's (its partition task)
   uint32_t round = 0;   // the round whose sum is expected
-  size_t length = 0;    // its byte count
+  size_t length = 0;    // its byte count (up_to: at most)
+  bool up_to = false;   // a compressed key's encoded sum: any length up to `length`
+  size_t received = 0;  // the byte count of the response being received
   int server = -1;
   bool receiving = false;  // a response is being received into the worker's buffer
   bool awaiting_ack = false;  // the push of this round has not been acknowledged (PUSH_ACK)
@@ -117,8 +119,15 @@ class PsClient : public PsConnectionHandler {
   // through `item`, which the caller owns and reuses (nothing is allocated). `pull` non-null:
   // the push also asks for the round's sum, which goes where the sink says; the pull is pending
   // before the bytes leave. on_sent(arg, status) once written (the sending thread).
+  // A compressed key's push (docs/compression.md) sets `aux` (the bits of the worker's learning
+  // rate) and `pull_up_to`: its sum comes back as an encoding of at most that many bytes
+  // (PendingPull::received says how many); 0 = exactly `len`.
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
-            PendingPull* pull, SendItem* item, SentFn on_sent, void* arg);
+            PendingPull* pull, SendItem* item, SentFn on_sent, void* arg, uint64_t aux = 0,
+            size_t pull_up_to = 0);
+  // KEY_CONFIG of a compressed key to its server: before the key's first push, on the same
+  // connection (so it arrives first).
+  void ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m);
   // Memory pushes are sent from and pulls received into for the whole job (the local root's
   // aggregate buffers), registered once with the van (Van::RegisterMemory; a no-op for TCP).
   Status RegisterMemory(void* addr, size_t len) { return van_->RegisterMemory(addr, len); }

@@ -12,6 +12,14 @@
 #include "scheduling/partitioner.h"
 
 namespace byteps {
+namespace {
+
+// A declaration's compressor as the mismatch error says it.
+std::string CompressionText(const std::string& spec) {
+  return spec.empty() ? "uncompressed" : "'" + spec + "'";
+}
+
+}  // namespace
 
 std::string Scheduler::Node::Describe() const {
   std::string s = NodeRoleName(reg.role);
@@ -251,14 +259,20 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
   pd.count++;
   const DeclareMsg& f = pd.first;
   if (pd.error.empty() && (m.name != f.name || m.dtype != f.dtype || m.shape != f.shape ||
-                           m.nbytes != f.nbytes)) {
+                           m.nbytes != f.nbytes || m.compression != f.compression)) {
     pd.error = "tensor mismatch across workers for key " + std::to_string(m.declared_key) +
                ": worker " + std::to_string(pd.first_worker) + " has '" + f.name + "' " +
                DTypeName(static_cast<DType>(f.dtype)) + ShapeString(f.shape) + ", worker " +
                std::to_string(node->rank) + " has '" + m.name + "' " +
                DTypeName(static_cast<DType>(m.dtype)) + ShapeString(m.shape) +
-               " (tensors must be declared in the same order with the same dtype and shape "
-               "on every worker)";
+               (m.compression == f.compression
+                    ? std::string()
+                    : " (compression: worker " + std::to_string(pd.first_worker) + " " +
+                          CompressionText(f.compression) + ", worker " +
+                          std::to_string(node->rank) + " " + CompressionText(m.compression) +
+                          ")") +
+               " (tensors must be declared in the same order with the same dtype, shape and "
+               "compression on every worker)";
   }
   if (pd.answered) {
     // Late arrival after a timeout: it gets the same error.

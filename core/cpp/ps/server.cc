@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "comm/socket_util.h"
@@ -124,7 +125,8 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   if (t == MsgType::kHello) return Status::OK();  // started after the book (OnAccepted)
   if (t == MsgType::kGoodbye) return Status::OK();
   if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
-  if (t == MsgType::kPull || t == MsgType::kStallQuery) return Status::OK();
+  if (t == MsgType::kPull || t == MsgType::kStallQuery || t == MsgType::kKeyConfig)
+    return Status::OK();  // no payload, or a small one into the connection's buffer
   if (t != MsgType::kPush)
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(t) + " at a server");
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
@@ -135,7 +137,21 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   return Status::OK();
 }
 
-void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
+namespace {
+
+// A compressed key's PUSH carries the worker's learning rate in aux (the bits of a double):
+// what the server's error feedback corrects with. Anything but a positive finite number is
+// "unknown" (no correction).
+double LearningRateOf(const FrameHeader& h) {
+  double lr = 0;
+  static_assert(sizeof(lr) == sizeof(h.aux), "aux holds a double");
+  memcpy(&lr, &h.aux, sizeof(lr));
+  return std::isfinite(lr) && lr > 0 ? lr : 0;
+}
+
+}  // namespace
+
+void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   MsgType t = TypeOf(h);
   if (t == MsgType::kHello) {
     int w = static_cast<int>(h.sender);
@@ -165,7 +181,12 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void*) {
     c->SendControl(MsgType::kPushAck, std::string(), h.key, static_cast<uint32_t>(rank_),
                    h.round);
     rounds_.Push(h.key, static_cast<DType>(h.dtype), h.payload_len, c->tag, h.round,
-                 (h.flags & kPushFlagPull) != 0);
+                 (h.flags & kPushFlagPull) != 0, LearningRateOf(h));
+  } else if (t == MsgType::kKeyConfig) {
+    KeyConfigMsg m;
+    Status st = Decode(payload, h.payload_len, &m);
+    if (!st.ok()) return SendError(c->tag, st.message() + " from worker " + std::to_string(c->tag));
+    rounds_.ConfigureKey(h.key, m, c->tag);
   }
   else if (t == MsgType::kPull) rounds_.Pull(h.key, c->tag, h.round);
   else if (t == MsgType::kStallQuery)
@@ -218,8 +239,8 @@ void SummationServer::SendSum(int worker, RoundKey& k, int parity) {
   item.hdr.key = k.key;
   item.hdr.round = k.round[parity];
   item.hdr.sender = static_cast<uint32_t>(rank_);
-  item.payload = k.sum[parity];
-  item.len = k.len;
+  item.payload = k.reply(parity);
+  item.len = k.reply_len(parity);
   c->Send(&item);
 }
 

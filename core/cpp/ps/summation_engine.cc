@@ -57,25 +57,38 @@ size_t SummationEngine::num_keys() {
   return keys_.size();
 }
 
-Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out) {
+Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
+                                  std::unique_ptr<compress::Compressor> codec,
+                                  const std::string& compression) {
   // Built outside the key table's lock: the sink's Attach may wait for a van's thread (memory
   // registration), which may itself be waiting for the lock in another receiver's PushBuffer.
   auto ks = std::make_unique<RoundKey>();
   ks->key = key;
   ks->dtype = dtype;
   ks->len = len;
-  size_t alloc = (std::max<size_t>(len, 1) + 4095) / 4096 * 4096;
+  // A compressed key's sums hold the decoded values; its staging and encoded buffers hold
+  // encodings of at most `len` bytes.
+  const size_t sum_len = codec ? codec->raw_bytes() : len;
   bool failed = false;
-  auto buffer = [&]() {
+  auto buffer = [&](size_t bytes) {
+    size_t alloc = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
     char* p = static_cast<char*>(aligned_alloc(4096, alloc));
     if (p) ks->owned.push_back(p);
     else failed = true;
     return p;
   };
-  ks->sum[0] = buffer();
-  ks->sum[1] = buffer();
+  ks->sum[0] = buffer(sum_len);
+  ks->sum[1] = buffer(sum_len);
   ks->staging = std::vector<std::atomic<char*>>(num_worker_);
-  for (auto& s : ks->staging) s.store(buffer());
+  for (auto& s : ks->staging) s.store(buffer(len));
+  if (codec) {
+    ks->encoded[0] = buffer(len);
+    ks->encoded[1] = buffer(len);
+    ks->raw_len = sum_len;
+    ks->compression = compression;
+    ks->codec = std::move(codec);
+    ks->configured.assign(num_worker_, 0);
+  }
   if (failed) {
     for (char* p : ks->owned) free(p);
     return Status::Internal(Name() + ": out of memory for key " + std::to_string(key) + " (" +
@@ -97,7 +110,7 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
   size_t best = 0;
   for (size_t i = 1; i < engines_.size(); ++i)
     if (engines_[i]->load_bytes < engines_[best]->load_bytes) best = i;
-  engines_[best]->load_bytes += len;
+  engines_[best]->load_bytes += std::max(len, ks->raw_len);
   ks->engine = static_cast<int>(best);
   *out = ks.get();
   keys_.emplace(key, std::move(ks));
@@ -107,6 +120,28 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
 Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker,
                                    char** dest) {
   *dest = nullptr;
+  RoundKey* ks = FindKey(key);
+  if (ks && ks->compressed()) {  // made by KEY_CONFIG: bounded by its largest encoding
+    if (worker < 0 || worker >= num_worker_)
+      return Status::InvalidArgument("push of key " + std::to_string(key) + " from worker " +
+                                     std::to_string(worker) + " of " +
+                                     std::to_string(num_worker_));
+    if (len > ks->len)
+      return Status::InvalidArgument("push of compressed key " + std::to_string(key) + " with " +
+                                     std::to_string(len) + " bytes, larger than its largest "
+                                     "encoding (" + std::to_string(ks->len) + " bytes)");
+    if (dtype != ks->dtype || !ks->configured[worker]) {
+      sink_->SendError(worker, Name() + ": push of compressed key " + std::to_string(key) +
+                                   " from worker " + std::to_string(worker) +
+                                   (dtype != ks->dtype ? std::string(" has dtype ") +
+                                                             DTypeName(dtype) + ", the key " +
+                                                             DTypeName(ks->dtype)
+                                                       : " before its KEY_CONFIG"));
+      return Status::OK();
+    }
+    *dest = ks->staging[worker].load(std::memory_order_acquire);
+    return Status::OK();
+  }
   // Every size a peer sends is bounded before anything is allocated for it: a push is one
   // partition, so it is never larger than the job's partition bound.
   const uint64_t bound = partition_bound_.load();
@@ -119,7 +154,6 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
     return Status::InvalidArgument("push of key " + std::to_string(key) + " from worker " +
                                    std::to_string(worker) + " of " + std::to_string(num_worker_) +
                                    " with dtype " + std::to_string(static_cast<int>(dtype)));
-  RoundKey* ks = FindKey(key);
   if (!ks) {
     if (len % DTypeSize(dtype) != 0) {
       sink_->SendError(worker, "push of key " + std::to_string(key) + " has " +
@@ -145,11 +179,12 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
 }
 
 void SummationEngine::Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round,
-                           bool pull_too) {
+                           bool pull_too, double lr) {
   RoundKey* ks = FindKey(key);
-  if (!ks || ks->len != len || ks->dtype != dtype || worker < 0 || worker >= num_worker_)
+  if (!ks || ks->dtype != dtype || worker < 0 || worker >= num_worker_) return;
+  if (ks->compressed() ? (len > ks->len || !ks->configured[worker]) : ks->len != len)
     return;  // refused in PushBuffer
-  Dispatch(Event{EventType::kPush, pull_too, ks, worker, round});
+  Dispatch(Event{EventType::kPush, pull_too, ks, worker, round, len, lr});
 }
 
 void SummationEngine::Pull(uint64_t key, int worker, uint32_t round) {
@@ -211,10 +246,14 @@ void SummationEngine::HandlePush(const Event& ev) {
                      << ev.worker << " after round " << ks->round[p] << " completed; ignored";
       return;
     }
-    // First push of the round: its staging buffer becomes the sum (no copy).
-    char* incoming = ks->staging[ev.worker].load(std::memory_order_acquire);
-    ks->staging[ev.worker].store(ks->sum[p], std::memory_order_release);
-    ks->sum[p] = incoming;
+    if (ks->compressed()) {
+      if (!DecodePush(ks, ev, p, /*first=*/true)) return;
+    } else {
+      // First push of the round: its staging buffer becomes the sum (no copy).
+      char* incoming = ks->staging[ev.worker].load(std::memory_order_acquire);
+      ks->staging[ev.worker].store(ks->sum[p], std::memory_order_release);
+      ks->sum[p] = incoming;
+    }
     ks->round[p] = ev.round;
     ks->opened[p] = true;
     ks->complete[p] = false;
@@ -230,13 +269,18 @@ void SummationEngine::HandlePush(const Event& ev) {
                      << " from worker " << ev.worker << "; ignored";
       return;
     }
-    reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
-                    ks->dtype);
+    if (ks->compressed()) {
+      if (!DecodePush(ks, ev, p, /*first=*/false)) return;
+    } else {
+      reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
+                      ks->dtype);
+    }
   }
   ks->pushed[p][ev.worker] = 1;
   if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
   if (++ks->count[p] < num_worker_) return;
   ks->count[p] = 0;
+  if (ks->compressed()) EncodeSum(ks, p);
   ks->complete[p] = true;
   std::vector<int>& waiting = ks->waiting[p];
   for (int w : waiting) sink_->SendSum(w, *ks, p);

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "compress/compressor.h"
+#include "ps/control_msgs.h"
 #include "common/ring_queue.h"
 #include "common/status.h"
 
@@ -52,6 +54,21 @@ struct RoundKey {
   std::vector<uint8_t> pushed[2];  // [worker]: pushed in the open round (duplicates, stalls)
   std::vector<char*> owned;
   std::unique_ptr<KeyAttachment> attachment;  // the sink's, from ReplySink::Attach
+
+  // A compressed key (KEY_CONFIG; docs/compression.md): every push is an encoding of at most
+  // `len` bytes (the compressor's MaxEncodedBytes), decoded into the round's sum of `raw_len`
+  // bytes; the complete sum is encoded once into encoded[parity], which is what pulls get.
+  std::string compression;                       // canonical kwargs; empty: a plain key
+  std::unique_ptr<compress::Compressor> codec;   // the server's side of the two levels
+  size_t raw_len = 0;
+  std::vector<uint8_t> configured;               // [worker]: its KEY_CONFIG arrived
+  char* encoded[2] = {nullptr, nullptr};         // [parity]
+  size_t encoded_len[2] = {0, 0};
+  double lr = 0;  // the learning rate of the round's pushes (the server's error feedback)
+  bool compressed() const { return codec != nullptr; }
+  // What a pull of the round in buffer `parity` gets.
+  const char* reply(int parity) const { return codec ? encoded[parity] : sum[parity]; }
+  size_t reply_len(int parity) const { return codec ? encoded_len[parity] : len; }
 };
 
 // Where the engine's answers go. Called on engine threads (SendSum, SendStallReport of a known
@@ -61,8 +78,8 @@ class ReplySink {
   virtual ~ReplySink() = default;
   // Per-key state for the sink, made once with the key (under the key table's lock).
   virtual std::unique_ptr<KeyAttachment> Attach(const RoundKey&) { return nullptr; }
-  // Send worker `worker` the sum in k.sum[parity] (k.len bytes of k.dtype) of round
-  // k.round[parity]. The buffer is left untouched until every worker has received that round.
+  // Send worker `worker` the sum of round k.round[parity]: k.reply(parity), k.reply_len(parity)
+  // bytes (the sum itself, k.len bytes of k.dtype; for a compressed key its encoding). The buffer is left untouched until every worker has received that round.
   virtual void SendSum(int worker, RoundKey& k, int parity) = 0;
   // The workers whose push of (key, round) has not arrived, for worker `worker`.
   virtual void SendStallReport(int worker, uint64_t key, uint32_t round,
@@ -94,8 +111,15 @@ class SummationEngine {
   // an error through the sink and the payload must be read past. Never aborts.
   Status PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker, char** dest);
   // The push whose payload has been received at PushBuffer's destination; pull_too also asks
-  // for the round's sum. Ignored when PushBuffer refused it (unknown key, other size or dtype).
-  void Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round, bool pull_too);
+  // for the round's sum; lr: the pushing worker's learning rate (compressed keys). Ignored when
+  // PushBuffer refused it (unknown key, other size or dtype).
+  void Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round, bool pull_too,
+            double lr = 0);
+  // Worker `worker`'s KEY_CONFIG: `key` is compressed with m.compression, m.count elements of
+  // m.dtype (compressed_rounds.cc). The first config makes the key (before any push of it);
+  // every other worker's must be the same. A refused config (bad kwargs, a size above the
+  // partition bound, a mismatch, a key already pushed uncompressed) is an error to the worker.
+  void ConfigureKey(uint64_t key, const KeyConfigMsg& m, int worker);
   // Worker `worker` wants the sum of `round`: answered now if that round is complete, else when
   // it completes. A pull of an unknown key is an error to the worker.
   void Pull(uint64_t key, int worker, uint32_t round);
@@ -118,6 +142,8 @@ class SummationEngine {
     RoundKey* ks = nullptr;
     int worker = 0;
     uint32_t round = 0;
+    uint64_t len = 0;  // a compressed push: its encoding's bytes
+    double lr = 0;     // a compressed push: the worker's learning rate
   };
   struct Engine {
     RingQueue<Event> queue;
@@ -126,7 +152,16 @@ class SummationEngine {
   };
 
   RoundKey* FindKey(uint64_t key);
-  Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out);
+  // Makes a key: plain (config null; `len` bytes per push) or compressed (the codec made from
+  // config, `len` its largest encoding). *out = the existing key when another thread made it.
+  Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
+                   std::unique_ptr<compress::Compressor> codec = nullptr,
+                   const std::string& compression = std::string());
+  // Compressed keys (compressed_rounds.cc): decode worker ev.worker's push into the round's
+  // sum (overwrite when `first`, else add); false (and an error to the worker) on a malformed
+  // encoding. EncodeSum: the complete sum's encoding for the pulls.
+  bool DecodePush(RoundKey* ks, const Event& ev, int parity, bool first);
+  void EncodeSum(RoundKey* ks, int parity);
   void Dispatch(const Event& ev);
   void Handle(const Event& ev);
   void EngineLoop(Engine* e);

@@ -1,10 +1,13 @@
 // byteps._core: the worker API (init, ranks, push_pull, handles).
 #include <pybind11/stl.h>
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "bindings.h"
 #include "common/dtype.h"
+#include "compress/compressor.h"
 #include "pipeline/api.h"
 #include "pipeline/engine_bridge.h"
 
@@ -71,11 +74,19 @@ void BindCore(py::module_& m) {
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
   m.def("declared_names", []() { return Require()->DeclaredNames(); });
-  m.def("declare", [](const std::string& name) {
-    uint32_t key = 0;
-    Check(Require()->Declare(name, &key));
-    return key;
+  m.def(
+      "declare",
+      [](const std::string& name, const std::string& compression) {
+        uint32_t key = 0;
+        Check(Require()->Declare(name, compression, &key));
+        return key;
+      },
+      py::arg("name"), py::arg("compression") = std::string());
+  m.def("format_compression", [](const std::map<std::string, std::string>& kwargs) {
+    return compress::FormatSpec(kwargs);
   });
+  m.def("set_learning_rate", [](double lr) { compress::SetLearningRate(lr); });
+  m.def("learning_rate", []() { return compress::LearningRate(); });
   m.def(
       "push_pull_async",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,

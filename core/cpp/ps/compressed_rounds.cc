@@ -1,0 +1,83 @@
+// The summation service's half of two-level compression (docs/compression.md; upstream
+// BytePS's server: every push is decompressed before it is summed, and the complete sum is
+// compressed once for the pulls): KEY_CONFIG, decoding pushes into the round's sum, encoding
+// the sum. Part of SummationEngine (ps/summation_engine.h); runs on the key's engine thread,
+// except ConfigureKey (the receiving thread).
+#include "common/logging.h"
+#include "ps/summation_engine.h"
+
+namespace byteps {
+
+void SummationEngine::ConfigureKey(uint64_t key, const KeyConfigMsg& m, int worker) {
+  if (worker < 0 || worker >= num_worker_) return;
+  const DType dtype = static_cast<DType>(m.dtype);  // checked by Decode
+  const std::string what = Name() + ": KEY_CONFIG of key " + std::to_string(key) +
+                           " from worker " + std::to_string(worker);
+  compress::Kwargs kw;
+  Status st = compress::ParseSpec(m.compression, &kw);
+  if (st.ok()) st = compress::Validate(kw, dtype);
+  const uint64_t bound = partition_bound_.load();
+  const size_t es = DTypeSize(dtype);
+  if (st.ok() && (m.count == 0 || es == 0 || m.count > bound / es))
+    st = Status::InvalidArgument(std::to_string(m.count) + " elements of " + DTypeName(dtype) +
+                                 " do not fit the job's partitions (" + std::to_string(bound) +
+                                 " bytes)");
+  if (!st.ok()) return sink_->SendError(worker, what + ": " + st.message());
+  RoundKey* ks = FindKey(key);
+  if (!ks) {
+    std::unique_ptr<compress::Compressor> codec;
+    st = compress::Create(kw, compress::Side::kServer, dtype, m.count, &codec);
+    if (st.ok()) {
+      const size_t max_encoded = codec->MaxEncodedBytes();  // before the codec is moved
+      st = CreateKey(key, dtype, max_encoded, &ks, std::move(codec), compress::FormatSpec(kw));
+    }
+    if (!st.ok()) return sink_->SendError(worker, what + ": " + st.message());
+  }
+  // The key exists: made by this config, another worker's, or a plain push.
+  if (!ks->compressed() || ks->compression != compress::FormatSpec(kw) || ks->dtype != dtype ||
+      ks->raw_len != m.count * es) {
+    return sink_->SendError(
+        worker, what + " (" + m.compression + ", " + std::to_string(m.count) + " x " +
+                    DTypeName(dtype) + ") does not match the key's " +
+                    (ks->compressed() ? "(" + ks->compression + ", " +
+                                            std::to_string(ks->raw_len / DTypeSize(ks->dtype)) +
+                                            " x " + DTypeName(ks->dtype) + ")"
+                                      : std::string("uncompressed pushes")));
+  }
+  // Written before the worker's first push of the key is read (same connection, in order).
+  ks->configured[worker] = 1;
+}
+
+bool SummationEngine::DecodePush(RoundKey* ks, const Event& ev, int parity, bool first) {
+  const char* in = ks->staging[ev.worker].load(std::memory_order_acquire);
+  Status st = first ? ks->codec->Decompress(in, ev.len, ks->sum[parity])
+                    : ks->codec->DecompressAdd(in, ev.len, ks->sum[parity]);
+  if (!st.ok()) {
+    sink_->SendError(ev.worker, Name() + ": push of compressed key " + std::to_string(ks->key) +
+                                    " round " + std::to_string(ev.round) + " from worker " +
+                                    std::to_string(ev.worker) + " is not a valid encoding (" +
+                                    ks->compression + "): " + st.message());
+    return false;
+  }
+  ks->lr = ev.lr;
+  return true;
+}
+
+void SummationEngine::EncodeSum(RoundKey* ks, int parity) {
+  compress::CompressArgs args;
+  args.lr = ks->lr;
+  size_t n = 0;
+  Status st = ks->codec->Compress(ks->sum[parity], args, ks->encoded[parity], &n);
+  if (!st.ok() || n > ks->len) {  // our own encoder failed: nothing a worker could fix
+    BPS_LOG(ERROR) << Name() << ": cannot encode the sum of key " << ks->key << " round "
+                   << ks->round[parity] << ": "
+                   << (st.ok() ? "encoding larger than its bound" : st.message());
+    for (int w : ks->waiting[parity])
+      sink_->SendError(w, Name() + ": cannot encode the sum of key " + std::to_string(ks->key));
+    ks->waiting[parity].clear();
+    n = 0;
+  }
+  ks->encoded_len[parity] = n;
+}
+
+}  // namespace byteps

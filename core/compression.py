@@ -326,11 +326,14 @@ class NesterovMomentum:
 
     Args:
         mu: the momentum, in [0, 1).
+        buffers: the dict (key -> momentum array) to keep the state in; default a new one.
+            Adapters whose gradient wrappers live for one step (a TensorFlow tape) pass a
+            process-wide dict keyed by tensor name.
     """
 
-    def __init__(self, mu: float):
+    def __init__(self, mu: float, buffers: Optional[Dict[Any, np.ndarray]] = None):
         self.mu = float(mu)
-        self._m: Dict[Any, np.ndarray] = {}
+        self._m: Dict[Any, np.ndarray] = {} if buffers is None else buffers
 
     def apply(self, key: Any, grad: np.ndarray) -> None:
         """Apply one step to ``grad`` (a writable float array), in place.

@@ -24,6 +24,11 @@ from .compression import Compression
 
 __all__ = ["CompressionPlan", "make_plan", "resolve_intra"]
 
+# Nesterov momentum buffers of uncompressed gradients, by tensor name: process-wide, since a
+# DistributedGradientTape (and so its plan) usually lives for one step only.
+_MOMENTA: Dict[str, np.ndarray] = {}
+_LOCK = threading.Lock()
+
 
 def resolve_intra(compression, params: Optional[Mapping[str, Any]]):
     """The framework-side compressor: ``compression``, or ``Compression.fp16`` when ``params``
@@ -57,8 +62,8 @@ class CompressionPlan:
     def __init__(self, kwargs: Dict[str, str]):
         self.kwargs = dict(kwargs)
         self.mu = core_compression.nesterov_mu(self.kwargs)
-        self._nag = (core_compression.NesterovMomentum(self.mu) if self.mu is not None
-                     else None)
+        self._nag = (core_compression.NesterovMomentum(self.mu, _MOMENTA)
+                     if self.mu is not None else None)
         self._adapter_nag: Dict[str, bool] = {}  # name -> Nesterov applied here
         self._lock = threading.Lock()
 
@@ -80,7 +85,7 @@ class CompressionPlan:
     def finish(self, name: str, out: np.ndarray) -> None:
         """Nesterov momentum of a reduced gradient the core did not compress (in place)."""
         if self._nag is not None and self._adapter_nag.get(name):
-            with self._lock:
+            with _LOCK:
                 self._nag.apply(name, out)
 
 

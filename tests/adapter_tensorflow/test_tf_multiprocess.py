@@ -43,3 +43,17 @@ def test_example(example):
     lines = re.findall(r"\[rank (\d)\] (epoch \d+: .*)", out)
     by_rank = {r: sorted(text for rr, text in lines if rr == r) for r in ("0", "1")}
     assert by_rank["0"] and by_rank["0"] == by_rank["1"], out[-4000:]
+
+
+def test_compression_params_two_level():
+    """compression_params over 2 workers + 1 server: DistributedGradientTape (onebit with and
+    without scaling, eager) and the Keras DistributedOptimizer in tf.function (topk; topk +
+    error feedback + Nesterov momentum from the optimizer, learning rate changing every step)
+    give the parameters of the NumPy two-level reference C(sum_i C(g_i / size)) after each SGD
+    step; the small bias is summed exactly; different dicts on the ranks give MismatchError on
+    every rank."""
+    pytest.importorskip("compression_reference")
+    job = launch_job(launch_config(2, 1), [PY, HERE / "workers" / "compression_worker.py"],
+                     timeout=180, job_env=framework_env({"BYTEPS_MIN_COMPRESS_BYTES": "4096"}))
+    assert_marker(job, "TF_COMPRESS_OK", 2)
+    assert job.output.count("TF_COMPRESS_MISMATCH_RAISED") == 2, job.output[-6000:]

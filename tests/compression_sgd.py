@@ -11,23 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def native_kwargs(kwargs: dict) -> dict:
-    """The core's string kwargs (from ``byteps.compression.compression_kwargs``) with the
-    values as Python values ("true" -> True, "7" -> 7, "0.9" -> 0.9), as the reference takes
-    them."""
-    out = {}
-    for k, v in kwargs.items():
-        if v in ("true", "false"):
-            out[k] = v == "true"
-            continue
-        try:
-            out[k] = int(v)
-        except ValueError:
-            try:
-                out[k] = float(v)
-            except ValueError:
-                out[k] = v
-    return out
+def core_kwargs(kwargs: dict) -> dict:
+    """The kwargs as the core holds them (strings; bools "true"/"false"), which is what the
+    NumPy reference (tests/compression_reference.py) reads."""
+    return {k: ("true" if v is True else "false" if v is False else str(v))
+            for k, v in kwargs.items()}
 
 
 class TwoLevel:
@@ -37,7 +25,7 @@ class TwoLevel:
     def __init__(self, kwargs: dict, dtype: str, count: int, size: int):
         from compression_reference import reference_compressor
 
-        kw = native_kwargs(kwargs)
+        kw = core_kwargs(kwargs)
         self.dtype = dtype
         self.workers = [reference_compressor(kw, "worker", dtype, count) for _ in range(size)]
         self.server = reference_compressor(kw, "server", dtype, count)

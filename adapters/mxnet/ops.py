@@ -145,7 +145,8 @@ def init(lazy: bool = True) -> None:
 
 
 def byteps_declare_tensor(name: str, **kwargs) -> int:
-    """Declare a tensor name ahead of use and return its key (upstream API).
+    """Declare a tensor name ahead of use, optionally with its gradient compressor, and return
+    its key (upstream API).
 
     Keys follow declaration order, which must be the same on every worker;
     :class:`~byteps.mxnet.DistributedTrainer` declares all of its names when it is created.
@@ -153,13 +154,22 @@ def byteps_declare_tensor(name: str, **kwargs) -> int:
 
     Args:
         name: the tensor's name (used unchanged; upstream prefixed ``"byteps."``).
-        **kwargs: upstream passed server-side compressor settings (``byteps_compressor_type``
-            ...). This build has no server-side compression: any keyword raises
-            ``InvalidArgumentError`` (a ``ValueError``).
+        **kwargs: the core's compressor kwargs with a prefix, as upstream's trainer passed its
+            parameters' ``byteps_*`` attributes: the first ``_``-separated token of each key is
+            dropped (``byteps_compressor_type`` -> ``compressor_type``; keys
+            ``compressor_type``, ``compressor_k``, ``compressor_onebit_scaling``, ``seed``,
+            ``dithering_partition``, ``dithering_normalize``, ``ef_type``, ``momentum_type``,
+            ``momentum_mu``), string values are lower-cased, bools become ``"true"``/
+            ``"false"`` (upstream: ``"True"``/``"False"``), other numbers ``str()``. With any,
+            the name is declared compressed (see :func:`byteps.basics.declare`): it must come
+            before the name's first push_pull, and every worker must declare the same.
 
     Raises:
-        InvalidTypeError (a TypeError): ``name`` is not a string.
-        InvalidArgumentError (a ValueError): ``name`` is empty, or compressor keywords were given.
+        InvalidTypeError (a TypeError): ``name`` is not a string; a value that is not a str,
+            bool, int or float (upstream: ValueError).
+        InvalidArgumentError (a ValueError): ``name`` is empty; a key without a prefix token
+            (upstream warned and ignored it); a compressor key or value the core does not know,
+            a missing parameter, or other kwargs than the name was declared with.
         byteps.errors.NotInitializedError: before :func:`init`.
     """
     if not isinstance(name, str):
@@ -167,11 +177,25 @@ def byteps_declare_tensor(name: str, **kwargs) -> int:
             f"byteps_declare_tensor: name must be a str, got {type(name).__name__}")
     if not name:
         raise InvalidArgumentError("byteps_declare_tensor: name must not be empty")
-    if kwargs:
-        raise InvalidArgumentError(
-            f"byteps_declare_tensor({name!r}): server-side gradient compression "
-            f"({', '.join(sorted(kwargs))}) is not part of this build of byteps; use "
-            "Compression.fp16 in the trainer for float16 transfer")
+    args: Dict[str, str] = {}
+    for key, value in kwargs.items():
+        head, sep, rest = key.partition("_")
+        if not sep or not head or not rest:
+            raise InvalidArgumentError(
+                f"byteps_declare_tensor({name!r}): keyword {key!r} has no prefix to drop "
+                "(upstream's keys are byteps_<kwarg>, e.g. byteps_compressor_type)")
+        if isinstance(value, str):
+            args[rest] = value.lower()
+        elif isinstance(value, (bool, np.bool_)):
+            args[rest] = "true" if value else "false"
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            args[rest] = str(value)
+        else:
+            raise InvalidTypeError(
+                f"byteps_declare_tensor({name!r}): {key}={value!r}: values must be str, bool, "
+                f"int or float, got {type(value).__name__}")
+    if args:
+        return _b.declare(name, compression=args)
     return _b.declare(name)
 
 

@@ -58,11 +58,12 @@ def test_module_api(config):
 
 
 def test_bad_input():
-    """Non-NDArray, sparse, unsupported dtype, empty name, server-side compressor options, bad
-    broadcast arguments, names, priorities: each a clear TypeError/ValueError that is also a
+    """Non-NDArray, sparse, unsupported dtype, empty name, invalid compressor options (of
+    byteps_declare_tensor and of the trainer's compression_params), bad broadcast arguments,
+    names, priorities: each a clear TypeError/ValueError that is also a
     byteps.errors.BytePSError; before init NotInitializedError."""
     rc, out, _ = _run(["--workers", "1"], "badinput", timeout=120)
-    jobs.assert_ok(rc, out, 1, min_cases=18)
+    jobs.assert_ok(rc, out, 1, min_cases=22)
 
 
 def _free_port() -> int:
@@ -134,3 +135,18 @@ def test_dead_server_raises_peer_lost_at_read():
         rc = job.wait(60)
         assert rc != 0, job.output[-6000:]
         assert not jobs.job_pids_alive(job.seen_pids, job_id, timeout=10)
+
+
+def test_compression_params_two_level():
+    """DistributedTrainer(compression_params=...) over 2 workers + 1 server, upstream's
+    semantics: onebit (with and without scaling), topk, and onebit + error feedback + Nesterov
+    momentum + weight decay from optimizer_params (Compression.nag / wdmom) give, after each SGD
+    step, the parameters of the NumPy two-level reference of gradients scaled by
+    1/(batch_size * size); the small bias is summed exactly; different dicts on the ranks give
+    MismatchError on every rank."""
+    pytest.importorskip("compression_reference")
+    rc, out, _ = jobs.launch_job(jobs.CONFIGS["2w1s"],
+                                 [jobs.PY, HERE / "workers" / "compression_worker.py"],
+                                 env=["BYTEPS_MIN_COMPRESS_BYTES=4096"], timeout=180)
+    jobs.assert_ok(rc, out, 2, min_cases=5)
+    assert out.count("MXNET_COMPRESS_MISMATCH_RAISED") == 2, out[-6000:]

@@ -206,7 +206,11 @@ def mode_badinput() -> None:
     expect("declare_int", TypeError, lambda: bps.byteps_declare_tensor(3))
     expect("declare_empty", ValueError, lambda: bps.byteps_declare_tensor(""))
     expect("compressor_kwargs", ValueError, lambda: bps.byteps_declare_tensor(
-        "g", byteps_compressor_type="onebit"), ["compression"])
+        "g", byteps_compressor_type="twobit"), ["twobit"])
+    expect("compressor_kwarg_without_prefix", ValueError, lambda: bps.byteps_declare_tensor(
+        "g", compressor="onebit"), ["prefix"])
+    expect("compressor_kwarg_type", TypeError, lambda: bps.byteps_declare_tensor(
+        "g", byteps_seed=[1]), ["byteps_seed"])
     expect("broadcast_single_ndarray", ValueError,
            lambda: bps.broadcast_parameters(mx.nd.ones((2,))))
     expect("bad_root", ValueError,
@@ -214,8 +218,14 @@ def mode_badinput() -> None:
     p = mx.gluon.Parameter("w", shape=(2,))
     p.initialize(ctx=mx.cpu())
     expect("trainer_compressor", ValueError, lambda: bps.DistributedTrainer(
-        [p], "sgd", {"learning_rate": 0.1}, compression_params={"compressor": "onebit"}),
-        ["onebit"])
+        [p], "sgd", {"learning_rate": 0.1}, compression_params={"compressor": "twobit"}),
+        ["twobit"])
+    expect("trainer_topk_without_k", ValueError, lambda: bps.DistributedTrainer(
+        [p], "sgd", {"learning_rate": 0.1}, compression_params={"compressor": "topk"}),
+        ["'k'"])
+    expect("trainer_nesterov_without_mu", ValueError, lambda: bps.DistributedTrainer(
+        [p], "sgd", {"learning_rate": 0.1},
+        compression_params={"compressor": "onebit", "momentum": "nesterov"}), ["mu"])
     expect("optimizer_not_optimizer", TypeError, lambda: bps.DistributedOptimizer("sgd"))
     expect("trainer_compression_type", TypeError, lambda: bps.DistributedTrainer(
         [p], "sgd", {"learning_rate": 0.1}, compression_params=5))

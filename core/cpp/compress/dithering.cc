@@ -57,7 +57,7 @@ uint32_t RoundNextPow2(uint32_t v) {
 class BitWriter {
  public:
   BitWriter(uint8_t* out, size_t cap) : out_(out), cap_(cap) {}
-  // Appends the low n (<= 32) bits of v, most significant first.
+  // Appends the low n (<= 56) bits of v, most significant first.
   void Put(uint64_t v, int n) {
     acc_ = (acc_ << n) | v;
     have_ += n;
@@ -71,12 +71,12 @@ class BitWriter {
       }
     }
   }
+  // x in [1, 2^33): at most 43 bits, one Put (the leading zeros are len's high bits).
   void EliasDelta(uint64_t x) {
     const int len = BitLength(x);
     const int len_of_len = FloorLog2(static_cast<uint64_t>(len));
-    Put(0, len_of_len);
-    Put(static_cast<uint64_t>(len), len_of_len + 1);
-    Put(x & ((uint64_t{1} << (len - 1)) - 1), len - 1);
+    const uint64_t low = x & ((uint64_t{1} << (len - 1)) - 1);
+    Put((static_cast<uint64_t>(len) << (len - 1)) | low, 2 * len_of_len + len);
   }
   // Writes the last partial byte, zero-padded (bits() stays the count of payload bits).
   void Flush() {
@@ -103,13 +103,12 @@ class BitWriter {
 
 class BitReader {
  public:
-  BitReader(const uint8_t* p, uint64_t bits) : p_(p), left_(bits) {}
+  BitReader(const uint8_t* p, uint64_t bits)
+      : p_(p), bytes_(static_cast<size_t>((bits + 7) / 8)), left_(bits) {}
+  // The next n (<= 32) bits; false past the end of the stream.
   bool Get(int n, uint64_t* v) {
     if (static_cast<uint64_t>(n) > left_) return false;
-    while (have_ < n) {
-      acc_ = (acc_ << 8) | p_[next_++];
-      have_ += 8;
-    }
+    if (have_ < n) Refill();
     have_ -= n;
     *v = n == 0 ? 0 : (acc_ >> have_) & ((uint64_t{1} << n) - 1);
     left_ -= static_cast<uint64_t>(n);
@@ -119,17 +118,16 @@ class BitReader {
   bool EliasDelta(uint64_t max, uint64_t* x) {
     const int max_len = BitLength(max);
     const int max_len_of_len = FloorLog2(static_cast<uint64_t>(max_len));
-    int zeros = 0;
-    uint64_t bit = 0;
-    while (true) {
-      if (!Get(1, &bit)) return false;
-      if (bit) break;
-      if (++zeros > max_len_of_len) return false;
-    }
-    uint64_t rest;
-    if (!Get(zeros, &rest)) return false;
-    const uint64_t len = (uint64_t{1} << zeros) | rest;
+    // The run of zeros: at most max_len_of_len, and followed by a 1 within the stream.
+    if (have_ <= max_len_of_len) Refill();
+    const int avail = static_cast<int>(left_ < static_cast<uint64_t>(have_) ? left_ : have_);
+    const uint64_t window = avail == 0 ? 0 : (acc_ << (64 - have_)) >> (64 - avail);
+    const int zeros = avail - BitLength(window);  // zeros before the first 1 (all if none)
+    if (zeros > max_len_of_len || zeros == avail) return false;
+    uint64_t len;
+    if (!Get(2 * zeros + 1, &len)) return false;  // the zeros, then len in zeros + 1 bits
     if (len > static_cast<uint64_t>(max_len)) return false;
+    uint64_t rest;
     if (!Get(static_cast<int>(len - 1), &rest)) return false;
     *x = (uint64_t{1} << (len - 1)) | rest;
     return *x <= max;
@@ -137,7 +135,16 @@ class BitReader {
   uint64_t left() const { return left_; }
 
  private:
+  // Tops the accumulator up to at least 57 bits, or to the end of the stream.
+  void Refill() {
+    while (have_ <= 56 && next_ < bytes_) {
+      acc_ = (acc_ << 8) | p_[next_++];
+      have_ += 8;
+    }
+  }
+
   const uint8_t* p_;
+  size_t bytes_;
   size_t next_ = 0;
   uint64_t acc_ = 0;
   int have_ = 0;
@@ -200,14 +207,15 @@ class Dithering final : public Codec {
   double Scale(const typename E::Storage* x) const {
     using C = typename E::Compute;
     double scale = 0.0;
+    const size_t n = count();
     if (l2_) {
-      for (size_t i = 0; i < count(); ++i) {
+      for (size_t i = 0; i < n; ++i) {
         const C v = E::Load(x[i]);
         scale += static_cast<double>(v * v);
       }
       return std::sqrt(scale);
     }
-    for (size_t i = 0; i < count(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       const double a = static_cast<double>(std::fabs(E::Load(x[i])));
       scale = scale > a ? scale : a;
     }
@@ -219,7 +227,8 @@ class Dithering final : public Codec {
     using C = typename E::Compute;
     const double s = static_cast<double>(levels_);
     uint64_t previous_plus_one = 0;  // index of the previous element sent, + 1
-    for (size_t i = 0; i < count(); ++i) {
+    const size_t n = count();
+    for (size_t i = 0; i < n; ++i) {
       const C v = E::Load(x[i]);
       const double a = static_cast<double>(std::fabs(v));
       uint32_t q;

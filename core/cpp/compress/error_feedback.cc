@@ -51,11 +51,12 @@ class ErrorFeedback final : public Compressor {
   void Correct(const void* in, double scale, double factor) {
     using C = typename E::Compute;
     using S = typename E::Storage;
-    const auto* x = static_cast<const S*>(in);
-    const auto* err = reinterpret_cast<const S*>(error_.data());
-    auto* c = reinterpret_cast<S*>(corrected_.data());
+    const S* __restrict x = static_cast<const S*>(in);
+    const S* __restrict err = reinterpret_cast<const S*>(error_.data());
+    S* __restrict c = reinterpret_cast<S*>(corrected_.data());
     const C s = static_cast<C>(scale), f = static_cast<C>(factor);
-    for (size_t i = 0; i < count(); ++i) c[i] = E::Store(E::Load(x[i]) * s + f * E::Load(err[i]));
+    const size_t n = count();  // hoisted: the build allows any store to alias a member
+    for (size_t i = 0; i < n; ++i) c[i] = E::Store(E::Load(x[i]) * s + f * E::Load(err[i]));
   }
 
   std::unique_ptr<Codec> inner_;

@@ -122,7 +122,8 @@ class Fp16 final : public Codec {
         break;
       case DType::kFloat64: {
         const auto* x = static_cast<const double*>(in);
-        for (size_t i = 0; i < count(); ++i) StoreRaw<uint16_t>(o + 2 * i, DoubleToHalf(x[i]));
+        const size_t n = count();
+        for (size_t i = 0; i < n; ++i) StoreRaw<uint16_t>(o + 2 * i, DoubleToHalf(x[i]));
         break;
       }
       default:
@@ -159,7 +160,8 @@ class Fp16 final : public Codec {
         break;
       case DType::kFloat64: {
         auto* d = static_cast<double*>(dst);
-        for (size_t i = 0; i < count(); ++i) {
+        const size_t n = count();
+        for (size_t i = 0; i < n; ++i) {
           const double v = half::HalfToFloat(LoadRaw<uint16_t>(h + 2 * i));
           d[i] = kAdd ? d[i] + v : v;
         }

@@ -50,11 +50,12 @@ class Momentum final : public Compressor {
   void Update(const void* in, double scale) {
     using C = typename E::Compute;
     using S = typename E::Storage;
-    const auto* x = static_cast<const S*>(in);
-    auto* m = reinterpret_cast<S*>(mom_.data());
-    auto* out = reinterpret_cast<S*>(grad_.data());
+    const S* __restrict x = static_cast<const S*>(in);
+    S* __restrict m = reinterpret_cast<S*>(mom_.data());
+    S* __restrict out = reinterpret_cast<S*>(grad_.data());
     const C s = static_cast<C>(scale), mu = static_cast<C>(mu_);
-    for (size_t i = 0; i < count(); ++i) {
+    const size_t n = count();  // hoisted: the build allows any store to alias a member
+    for (size_t i = 0; i < n; ++i) {
       const C g = E::Load(E::Store(E::Load(x[i]) * s));
       const S mi = E::Store(g + mu * E::Load(m[i]));
       m[i] = mi;

@@ -102,43 +102,47 @@ void Pack<Elem<float>>(const float* x, size_t n, uint8_t* bits, bool sum, double
 }
 #endif
 
-// Writes out[i] = bit ? neg : pos for n elements (Add: out[i] = out[i] + that).
-template <typename E, bool kAdd>
-void UnpackGeneric(const uint8_t* bits, size_t begin, size_t n, typename E::Storage pos,
-                   typename E::Storage neg, typename E::Storage* out) {
-  for (size_t i = begin; i < n; ++i) {
-    const bool b = (bits[i / 8] >> (i % 8)) & 1u;
-    const typename E::Storage v = b ? neg : pos;
-    if constexpr (kAdd) {
-      out[i] = E::Store(E::Load(out[i]) + E::Load(v));
-    } else {
-      out[i] = v;
-    }
+// What Unpack writes per element, d = bit ? neg : pos: out = d (kSet), out = out + d (kAdd),
+// out = corrected - d (kResidual).
+enum class Mode { kSet, kAdd, kResidual };
+
+template <typename E, Mode kMode>
+inline void Emit(typename E::Storage d, const typename E::Storage* corrected, size_t i,
+                 typename E::Storage* out) {
+  if constexpr (kMode == Mode::kSet) {
+    out[i] = d;
+  } else if constexpr (kMode == Mode::kAdd) {
+    out[i] = E::Store(E::Load(out[i]) + E::Load(d));
+  } else {
+    out[i] = E::Store(E::Load(corrected[i]) - E::Load(d));
   }
 }
 
-template <typename E, bool kAdd>
-void Unpack(const uint8_t* bits, size_t n, typename E::Storage pos, typename E::Storage neg,
-            typename E::Storage* out) {
-  // Whole bytes first, 8 elements each, so the inner loop has constant shifts.
-  size_t i = 0;
+template <typename E, Mode kMode>
+void UnpackGeneric(const uint8_t* bits, size_t begin, size_t n, typename E::Storage pos,
+                   typename E::Storage neg, const typename E::Storage* corrected,
+                   typename E::Storage* out) {
+  // Whole bytes, 8 elements each (constant shifts), then the tail.
+  size_t i = begin;
   for (; i + 8 <= n; i += 8) {
     const unsigned v = bits[i / 8];
-    for (int j = 0; j < 8; ++j) {
-      const typename E::Storage d = ((v >> j) & 1u) ? neg : pos;
-      if constexpr (kAdd) {
-        out[i + j] = E::Store(E::Load(out[i + j]) + E::Load(d));
-      } else {
-        out[i + j] = d;
-      }
-    }
+    for (int j = 0; j < 8; ++j) Emit<E, kMode>(((v >> j) & 1u) ? neg : pos, corrected, i + j, out);
   }
-  UnpackGeneric<E, kAdd>(bits, i, n, pos, neg, out);
+  for (; i < n; ++i) {
+    Emit<E, kMode>(((bits[i / 8] >> (i % 8)) & 1u) ? neg : pos, corrected, i, out);
+  }
+}
+
+template <typename E, Mode kMode>
+void Unpack(const uint8_t* bits, size_t n, typename E::Storage pos, typename E::Storage neg,
+            const typename E::Storage* corrected, typename E::Storage* out) {
+  UnpackGeneric<E, kMode>(bits, 0, n, pos, neg, corrected, out);
 }
 
 #if defined(__SSE2__)
-template <bool kAdd>
-void UnpackFloatSse2(const uint8_t* bits, size_t n, float pos, float* out) {
+template <Mode kMode>
+void UnpackFloatSse2(const uint8_t* bits, size_t n, float pos, const float* corrected,
+                     float* out) {
   const __m128i sel_lo = _mm_setr_epi32(1, 2, 4, 8);
   const __m128i sel_hi = _mm_setr_epi32(16, 32, 64, 128);
   const __m128i sign = _mm_set1_epi32(static_cast<int>(0x80000000u));
@@ -150,25 +154,33 @@ void UnpackFloatSse2(const uint8_t* bits, size_t n, float pos, float* out) {
     const __m128i mhi = _mm_cmpeq_epi32(_mm_and_si128(v, sel_hi), sel_hi);
     __m128 lo = _mm_castsi128_ps(_mm_xor_si128(value, _mm_and_si128(mlo, sign)));
     __m128 hi = _mm_castsi128_ps(_mm_xor_si128(value, _mm_and_si128(mhi, sign)));
-    if constexpr (kAdd) {
+    if constexpr (kMode == Mode::kAdd) {
       lo = _mm_add_ps(_mm_loadu_ps(out + i), lo);
       hi = _mm_add_ps(_mm_loadu_ps(out + i + 4), hi);
+    } else if constexpr (kMode == Mode::kResidual) {
+      lo = _mm_sub_ps(_mm_loadu_ps(corrected + i), lo);
+      hi = _mm_sub_ps(_mm_loadu_ps(corrected + i + 4), hi);
     }
     _mm_storeu_ps(out + i, lo);
     _mm_storeu_ps(out + i + 4, hi);
   }
-  UnpackGeneric<Elem<float>, kAdd>(bits, i, n, pos, -pos, out);
+  UnpackGeneric<Elem<float>, kMode>(bits, i, n, pos, -pos, corrected, out);
 }
 
 template <>
-void Unpack<Elem<float>, false>(const uint8_t* bits, size_t n, float pos, float neg,
-                                float* out) {
-  UnpackFloatSse2<false>(bits, n, pos, out);
+void Unpack<Elem<float>, Mode::kSet>(const uint8_t* bits, size_t n, float pos, float neg,
+                                     const float* corrected, float* out) {
+  UnpackFloatSse2<Mode::kSet>(bits, n, pos, corrected, out);
 }
 template <>
-void Unpack<Elem<float>, true>(const uint8_t* bits, size_t n, float pos, float neg,
-                               float* out) {
-  UnpackFloatSse2<true>(bits, n, pos, out);
+void Unpack<Elem<float>, Mode::kAdd>(const uint8_t* bits, size_t n, float pos, float neg,
+                                     const float* corrected, float* out) {
+  UnpackFloatSse2<Mode::kAdd>(bits, n, pos, corrected, out);
+}
+template <>
+void Unpack<Elem<float>, Mode::kResidual>(const uint8_t* bits, size_t n, float pos, float neg,
+                                          const float* corrected, float* out) {
+  UnpackFloatSse2<Mode::kResidual>(bits, n, pos, corrected, out);
 }
 #endif
 
@@ -217,21 +229,7 @@ class Onebit final : public Codec {
 
   // Fused: error = corrected - (bit ? -scale : +scale), in the tensor's type.
   void Residual(const void* corrected, const void* enc, size_t len, void* error) override {
-    const auto* e8 = static_cast<const uint8_t*>(enc);
-    DispatchFloat(dtype(), [&](auto e) {
-      using E = decltype(e);
-      using S = typename E::Storage;
-      using C = typename E::Compute;
-      const S pos = E::Store(LoadRaw<C>(e8));
-      const C p = E::Load(pos), m = E::Load(FlipSign(pos));
-      const uint8_t* bits = e8 + ScaleBytes();
-      const auto* c = static_cast<const S*>(corrected);
-      auto* err = static_cast<S*>(error);
-      for (size_t i = 0; i < count(); ++i) {
-        const bool b = (bits[i / 8] >> (i % 8)) & 1u;
-        err[i] = E::Store(E::Load(c[i]) - (b ? m : p));
-      }
-    });
+    Unpacked<Mode::kResidual>(static_cast<const uint8_t*>(enc), corrected, error);
   }
 
  private:
@@ -250,13 +248,19 @@ class Onebit final : public Codec {
     if (count() % 8 != 0 && (bits[BitBytes() - 1] >> (count() % 8)) != 0) {
       return Status::InvalidArgument("onebit encoding has padding bits set");
     }
+    Unpacked<kAdd ? Mode::kAdd : Mode::kSet>(e8, nullptr, dst);
+    return Status::OK();
+  }
+
+  template <Mode kMode>
+  void Unpacked(const uint8_t* enc, const void* corrected, void* out) {
     DispatchFloat(dtype(), [&](auto e) {
       using E = decltype(e);
       using S = typename E::Storage;
-      const S pos = E::Store(LoadRaw<typename E::Compute>(e8));
-      Unpack<E, kAdd>(bits, count(), pos, FlipSign(pos), static_cast<S*>(dst));
+      const S pos = E::Store(LoadRaw<typename E::Compute>(enc));
+      Unpack<E, kMode>(enc + ScaleBytes(), count(), pos, FlipSign(pos),
+                       static_cast<const S*>(corrected), static_cast<S*>(out));
     });
-    return Status::OK();
   }
 
   bool scaling_;

@@ -43,7 +43,16 @@ class XorShift128Plus {
   // always (a draw that rounds to 2^64 is not below it).
   bool Bernoulli(double p) {
     constexpr double kMax = static_cast<double>(std::numeric_limits<uint64_t>::max());
-    return static_cast<double>(Next()) < p * kMax;
+    return ToDouble(Next()) < p * kMax;
+  }
+
+  // static_cast<double>(r) (round to nearest even), computed without a branch on the top bit
+  // (a random draw's top bit mispredicts half the time): above 2^63 the value is halved with
+  // the dropped bit kept as a sticky bit, converted as signed and doubled (exact).
+  static double ToDouble(uint64_t r) {
+    const double small = static_cast<double>(static_cast<int64_t>(r));
+    const double big = static_cast<double>(static_cast<int64_t>((r >> 1) | (r & 1))) * 2.0;
+    return static_cast<int64_t>(r) < 0 ? big : small;
   }
 
  private:

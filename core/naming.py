@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import threading
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -16,19 +16,23 @@ from .errors import InvalidArgumentError, InvalidTypeError
 __all__ = ["name_for", "broadcast_object", "check_root", "resolve_priority"]
 
 _names_lock = threading.Lock()
-_name_sigs: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
+_name_sigs: Dict[str, Tuple[str, Tuple[int, ...], Tuple[Tuple[str, str], ...]]] = {}
 
 
-def name_for(base: str, dtype: str, shape: Sequence[int]) -> str:
+def name_for(base: str, dtype: str, shape: Sequence[int],
+             compression: Optional[Mapping[str, str]] = None) -> str:
     """A tensor name derived from ``base`` that has only ever been used (through this helper)
-    with this dtype name and shape: ``base`` itself, or ``base~1``, ``base~2``...
+    with this dtype name, shape and compressor: ``base`` itself, or ``base~1``, ``base~2``...
 
-    The core fixes a name's dtype and shape at first use, so e.g. the parameters of two
-    different models (both with a ``"0.weight"``) could otherwise not be broadcast one after the
+    The core fixes a name's dtype, shape and compressor at first use, so e.g. the parameters of
+    two different models (both with a ``"0.weight"``), or a second optimizer with other
+    ``compression_params`` over the same model, could otherwise not be reduced one after the
     other (upstream crashed). Deterministic: every rank making the same calls gets the same
-    names.
+    names. ``compression``: the core compressor kwargs the name is declared with (default
+    none).
     """
-    sig = (str(dtype), tuple(int(s) for s in shape))
+    comp = tuple(sorted((str(k), str(v)) for k, v in (compression or {}).items()))
+    sig = (str(dtype), tuple(int(s) for s in shape), comp)
     with _names_lock:
         name, k = base, 0
         while _name_sigs.setdefault(name, sig) != sig:

@@ -211,7 +211,7 @@ def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Opt
             a = np.zeros(np.shape(arr), dtype=arr.dtype) if z else np.asarray(arr, order="C")
             out = np.empty_like(a)
             if name is None:
-                name = _name_for(base, dtype, a.shape)
+                name = _name_for(base, dtype, a.shape, plan.kwargs if plan else None)
                 if plan is not None:
                     plan.declare(name, dtype, a.nbytes)
             h = _b.push_pull_async(name, a.ctypes.data, out.ctypes.data, a.nbytes, dtype,
@@ -262,7 +262,8 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
     names = []
     for t, base, dtype in zip(tensors, bases, dtypes):
         if t.shape.is_fully_defined():
-            name = _name_for(base, dtype, t.shape.as_list())
+            # a name is never reused with another compressor (byteps.naming.name_for)
+            name = _name_for(base, dtype, t.shape.as_list(), plan.kwargs if plan else None)
             # at op-creation time: the same order on every rank
             if plan is not None:
                 plan.declare(name, dtype, t.shape.num_elements() * t.dtype.size)

@@ -344,14 +344,15 @@ def _bump_version(tensor: torch.Tensor) -> None:
             pass
 
 
-def _name_for(base: str, dtype: torch.dtype, shape) -> str:
+def _name_for(base: str, dtype: torch.dtype, shape, compression=None) -> str:
     """A tensor name derived from ``base`` that has only ever been used (through
     :func:`byteps.naming.name_for`, shared by every adapter) with this dtype and shape:
     ``base`` itself, or ``base~1``, ``base~2``... The core fixes a name's dtype and shape at
     first use, so e.g. the state dicts of two different models (both with a ``"0.weight"``)
     could otherwise not be broadcast one after the other (upstream crashed). Deterministic:
-    every rank making the same calls gets the same names."""
-    return name_for(base, _DTYPE_NAMES.get(dtype, str(dtype)), shape)
+    every rank making the same calls gets the same names. ``compression``: the core compressor
+    kwargs the name is declared with (a name is never reused with another compressor)."""
+    return name_for(base, _DTYPE_NAMES.get(dtype, str(dtype)), shape, compression)
 
 
 def _in_flight() -> int:

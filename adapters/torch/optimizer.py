@@ -166,7 +166,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in sorted(self._bps_params, key=lambda q: self._parameter_names[q]):
             wire_dtype = self._compression.compress(torch.zeros(0, dtype=p.dtype))[0].dtype
             self._grad_names[p] = ops._name_for("Gradient." + self._parameter_names[p],
-                                                wire_dtype, p.shape)
+                                                wire_dtype, p.shape, self._bps_kwargs)
         # Same keys on every rank whatever order the hooks fire in: declare all up front.
         wire = {name: (self._compression.compress(torch.zeros(0, dtype=p.dtype))[0].dtype,
                        p.numel()) for p, name in self._grad_names.items()}

@@ -61,6 +61,8 @@ UCX_CONFIGS = [("torch", 2, 1, "ucx-shm")]
 DEFAULT_TIMEOUT = 60
 #: wall-clock limit of one launch
 JOB_TIMEOUT = 420
+#: extra environment of a group's jobs: the compression group's tiny parameters are compressed
+GROUP_ENV = {"compression": ["BYTEPS_MIN_COMPRESS_BYTES=0"]}
 
 
 def _params():
@@ -80,7 +82,8 @@ def run_job(framework: str, workers: int, servers: int, group: str, timeout_s: f
             van: str = "tcp"):
     return jobs.launch_job(jobs.launch_config(workers, servers),
                            [jobs.PY, WORKER, framework, group],
-                           env=[f"BYTEPS_TIMEOUT={timeout_s:g}", *jobs.VANS[van]],
+                           env=[f"BYTEPS_TIMEOUT={timeout_s:g}", *jobs.VANS[van],
+                                *GROUP_ENV.get(group, [])],
                            timeout=JOB_TIMEOUT, job_env=jobs.framework_env())
 
 

@@ -50,6 +50,7 @@ CAPABILITIES = frozenset({
     "fp16",                 # Compression.fp16
     "optimizer",            # a DistributedOptimizer-style wrapper (see optimizer_variants)
     "backward_passes",      # backward_passes_per_step > 1
+    "compression",          # compression_params of the distributed optimizer (core compressors)
 })
 
 #: The model's parameters, in the order get_weights()/make_model() use.

@@ -39,6 +39,9 @@ class MXNetShim(Shim):
         "concurrent": "byteps.mxnet orders operations that share a name through MXNet's engine "
                       "(the second waits for the first), so a duplicate in-flight name cannot "
                       "be refused; many names in flight are covered by push_pull_many",
+        "compression": "MXNet's compression_params are DistributedTrainer's, with upstream's "
+                       "scaling of every gradient by 1/(batch size x size) first: checked "
+                       "against their own NumPy reference in tests/adapter_mxnet",
     }
     optimizer_variants = ("trainer", "optimizer")
     backward_passes_variants = ("trainer",)

@@ -34,7 +34,7 @@ class TensorFlowShim(Shim):
     name = "tensorflow"
     dtypes = ALL_DTYPES
     capabilities = frozenset({"inplace", "concurrent", "broadcast_object", "fp16", "optimizer",
-                              "backward_passes"})
+                              "backward_passes", "compression"})
     missing_reasons = {
         "async": "byteps.tensorflow has no push_pull_async/poll/synchronize handle API "
                  "(upstream neither); concurrency is covered through threads",
@@ -172,29 +172,37 @@ class TensorFlowShim(Shim):
             out = out + x[:, :1] * model["extra"] * tf.constant(b.extra_rows)[:, None]
         return tf.reduce_mean(tf.square(out - tf.constant(b.y)))
 
-    def _grads(self, model: Any, b: Batch, distributed_tape=None):
+    def _grads(self, model: Any, b: Batch, distributed_tape=None, compression_params=None):
         tf = self.tf
         variables = [model[n] for n in PARAM_NAMES]
         with tf.GradientTape() as tape:
             loss = self._loss(model, b)
         if distributed_tape is not None:
-            tape = self.bps.DistributedGradientTape(tape, compression=distributed_tape)
+            tape = self.bps.DistributedGradientTape(tape, compression=distributed_tape,
+                                                    compression_params=compression_params)
         return tape.gradient(loss, variables), variables
+
+    def gradients(self, weights: Dict[str, np.ndarray], b: Batch):
+        grads, _ = self._grads(self.make_model(weights), b)
+        return {n: None if g is None else np.array(g.numpy())
+                for n, g in zip(PARAM_NAMES, grads)}
 
     def make_optimizer(self, model: Any, lr: float, momentum: float) -> Any:
         return ("plain", self.keras.optimizers.SGD(learning_rate=lr, momentum=momentum))
 
     def distributed_optimizer(self, model: Any, lr: float, momentum: float, variant: str,
                               compression: str = "none",
-                              backward_passes_per_step: int = 1) -> Any:
+                              backward_passes_per_step: int = 1,
+                              compression_params=None) -> Any:
         comp = {"none": self.bps.Compression.none, "fp16": self.bps.Compression.fp16}[compression]
         base = self.keras.optimizers.SGD(learning_rate=lr, momentum=momentum)
         if variant == "optimizer":
             return ("optimizer", self.bps.DistributedOptimizer(
-                base, compression=comp, backward_passes_per_step=backward_passes_per_step))
+                base, compression=comp, backward_passes_per_step=backward_passes_per_step,
+                compression_params=compression_params))
         if variant == "tape":
             assert backward_passes_per_step == 1, "DistributedGradientTape: no accumulation"
-            return ("tape", (base, comp))
+            return ("tape", (base, comp, compression_params))
         raise ValueError(f"unknown variant {variant!r}")
 
     def train_step(self, model: Any, optimizer: Any, micro_batches: Sequence[Batch]) -> None:
@@ -218,8 +226,9 @@ class TensorFlowShim(Shim):
                 opt.apply_gradients(zip(grads, variables))
         elif kind == "tape":
             assert len(micro_batches) == 1, "tape variant: one micro-batch per step"
-            base, comp = opt
-            grads, variables = self._grads(model, micro_batches[0], distributed_tape=comp)
+            base, comp, params = opt
+            grads, variables = self._grads(model, micro_batches[0], distributed_tape=comp,
+                                           compression_params=params)
             base.apply_gradients(zip(grads, variables))
         else:
             raise ValueError(kind)

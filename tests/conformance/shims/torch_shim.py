@@ -117,13 +117,21 @@ class TorchShim(Shim):
 
     def distributed_optimizer(self, model: Any, lr: float, momentum: float, variant: str,
                               compression: str = "none",
-                              backward_passes_per_step: int = 1) -> Any:
+                              backward_passes_per_step: int = 1,
+                              compression_params=None) -> Any:
         assert variant == "optimizer", variant
         comp = {"none": self.bps.Compression.none, "fp16": self.bps.Compression.fp16}[compression]
         base = self.make_optimizer(model, lr, momentum)
         return self.bps.DistributedOptimizer(
             base, named_parameters=list(model.named_parameters()), compression=comp,
-            backward_passes_per_step=backward_passes_per_step)
+            backward_passes_per_step=backward_passes_per_step,
+            compression_params=compression_params)
+
+    def gradients(self, weights: Dict[str, np.ndarray], b: Batch):
+        model = self.make_model(weights)
+        self._loss(model, b).backward()
+        return {n: None if model[n].grad is None else model[n].grad.numpy().copy()
+                for n in PARAM_NAMES}
 
     def train_step(self, model: Any, optimizer: Any, micro_batches: Sequence[Batch]) -> None:
         optimizer.zero_grad()

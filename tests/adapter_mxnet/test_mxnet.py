@@ -144,7 +144,6 @@ def test_compression_params_two_level():
     step, the parameters of the NumPy two-level reference of gradients scaled by
     1/(batch_size * size); the small bias is summed exactly; different dicts on the ranks give
     MismatchError on every rank."""
-    pytest.importorskip("compression_reference")
     rc, out, _ = jobs.launch_job(jobs.CONFIGS["2w1s"],
                                  [jobs.PY, HERE / "workers" / "compression_worker.py"],
                                  env=["BYTEPS_MIN_COMPRESS_BYTES=4096"], timeout=180)

@@ -52,7 +52,6 @@ def test_compression_params_two_level():
     give the parameters of the NumPy two-level reference C(sum_i C(g_i / size)) after each SGD
     step; the small bias is summed exactly; different dicts on the ranks give MismatchError on
     every rank."""
-    pytest.importorskip("compression_reference")
     job = launch_job(launch_config(2, 1), [PY, HERE / "workers" / "compression_worker.py"],
                      timeout=180, job_env=framework_env({"BYTEPS_MIN_COMPRESS_BYTES": "4096"}))
     assert_marker(job, "TF_COMPRESS_OK", 2)

@@ -122,7 +122,6 @@ def test_compression_params_two_level():
     optimizer; the parameters after each SGD step equal the NumPy two-level reference
     C(sum_i C(g_i / size)), the small bias is summed exactly; different dicts on the ranks give
     MismatchError on every rank."""
-    pytest.importorskip("compression_reference")
     job = launch_job(launch_config(2, 1), [PY, WORKERS / "compression_worker.py"], timeout=180,
                      job_env=framework_env({"BYTEPS_MIN_COMPRESS_BYTES": "4096"}))
     assert_marker(job, "TORCH_COMPRESS_OK", 2)

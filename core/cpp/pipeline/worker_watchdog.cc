@@ -33,7 +33,8 @@ std::string WorkerCore::StallWhere(TensorContext* c) {
     Stage s = t->stages.current();
     const StageRow& row = StageTable::Row(s);
     std::string name = row.name;
-    if (gate_before_[c->compressed][static_cast<int>(s)]) name += " (waiting for the other local processes)";
+    if (gate_before_[c->compressed][static_cast<int>(s)])
+      name += " (waiting for the other local processes)";
     else if (row.waits == Waits::kServer)
       name += " (waiting for server " + std::to_string(t->server) + ")";
     if (stages.find(name) == std::string::npos) stages += (stages.empty() ? "" : ", ") + name;

@@ -202,8 +202,9 @@ std::unique_ptr<KeyAttachment> SummationServer::Attach(const RoundKey& k) {
   auto r = std::make_unique<Replies>();
   r->items.resize(static_cast<size_t>(opts_.num_worker) * 2);
   r->van = van_.get();
-  for (char* p : k.owned) {
-    Status st = van_->RegisterMemory(p, std::max<size_t>(k.len, 1));
+  for (size_t i = 0; i < k.owned.size(); ++i) {
+    char* p = k.owned[i];
+    Status st = van_->RegisterMemory(p, k.owned_len[i]);
     if (st.ok())
       r->registered.push_back(p);
     else  // the van then registers per message, as for any memory

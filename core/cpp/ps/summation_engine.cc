@@ -73,8 +73,12 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
   auto buffer = [&](size_t bytes) {
     size_t alloc = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
     char* p = static_cast<char*>(aligned_alloc(4096, alloc));
-    if (p) ks->owned.push_back(p);
-    else failed = true;
+    if (p) {
+      ks->owned.push_back(p);
+      ks->owned_len.push_back(std::max<size_t>(bytes, 1));
+    } else {
+      failed = true;
+    }
     return p;
   };
   ks->sum[0] = buffer(sum_len);

@@ -53,6 +53,7 @@ struct RoundKey {
   std::vector<int> waiting[2];     // workers whose pull arrived before the round completed
   std::vector<uint8_t> pushed[2];  // [worker]: pushed in the open round (duplicates, stalls)
   std::vector<char*> owned;
+  std::vector<size_t> owned_len;  // [i]: the bytes owned[i] holds (a compressed key's differ)
   std::unique_ptr<KeyAttachment> attachment;  // the sink's, from ReplySink::Attach
 
   // A compressed key (KEY_CONFIG; docs/compression.md): every push is an encoding of at most

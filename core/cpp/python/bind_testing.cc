@@ -134,6 +134,19 @@ void BindTesting(py::module_& root) {
     DeclareMsg d{key, name, dtype, std::move(shape), nbytes};
     return py::bytes(Encode(d));
   });
+  m.def("encode_key_config", [](uint8_t dtype, uint64_t count, const std::string& compression) {
+    KeyConfigMsg k;
+    k.dtype = dtype;
+    k.count = count;
+    k.compression = compression;
+    return py::bytes(Encode(k));
+  });
+  m.def("decode_key_config", [](py::bytes data) {
+    std::string s = data;
+    KeyConfigMsg k;
+    Check(Decode(s.data(), s.size(), &k));
+    return py::make_tuple(k.dtype, k.count, k.compression);
+  });
   m.def("decode_declare", [](py::bytes data) {
     std::string s = data;
     DeclareMsg d;

@@ -8,6 +8,8 @@
 //       False when refused (the worker got an error reply); raises InvalidArgumentError for a
 //       push the server drops the connection for (larger than the partition bound).
 //   r.push_buffer(key, worker, nbytes, dtype) -> bool   only PushBuffer (makes the key)
+//   r.configure_key(key, worker, count, compression, dtype="float32")   a KEY_CONFIG
+//       (compression: the canonical kwargs text); push(..., lr=) then carries the learning rate
 //   r.pull(key, worker, round); r.stall_query(key, worker, round)
 //   r.replies() -> [("sum", worker, key, round, bytes) | ("stall", worker, key, round, [ids])
 //                   | ("error", worker, message)], in the order sent; takes them
@@ -46,7 +48,9 @@ class RecordingSink : public ReplySink {
   void SendSum(int worker, RoundKey& k, int parity) override {
     // Copied now: a worker has received a round once its reply is sent (the engine keeps the
     // buffer until every worker has, and a worker pushes its next round only after that).
-    Record({"sum", worker, k.key, k.round[parity], std::string(k.sum[parity], k.len), {}});
+    // A compressed key's reply is the encoded sum.
+    Record({"sum", worker, k.key, k.round[parity],
+            std::string(k.reply(parity), k.reply_len(parity)), {}});
   }
   void SendStallReport(int worker, uint64_t key, uint32_t round,
                        const std::vector<int>& missing) override {
@@ -125,7 +129,9 @@ py::object KeyState(Rounds& r, uint64_t key) {
   for (int p = 0; p < 2; ++p) pushed[p].assign(k->pushed[p].begin(), k->pushed[p].end());
   d["pushed"] = pushed;
   // The bytes of the sum of the round each parity holds (meaningful once it is complete).
-  d["sum"] = std::vector<py::bytes>{py::bytes(k->sum[0], k->len), py::bytes(k->sum[1], k->len)};
+  const size_t sum_len = k->compressed() ? k->raw_len : k->len;
+  d["sum"] = std::vector<py::bytes>{py::bytes(k->sum[0], sum_len), py::bytes(k->sum[1], sum_len)};
+  d["compression"] = k->compression;
   return d;
 }
 
@@ -139,7 +145,7 @@ void BindTestingRounds(py::module_& m) {
       .def(
           "push",
           [](Rounds& r, uint64_t key, int worker, uint32_t round, py::bytes data,
-             const std::string& dtype, bool pull) {
+             const std::string& dtype, bool pull, double lr) {
             CheckWorker(r, worker);
             std::string payload = data;
             DType dt = ParseName(dtype);
@@ -148,11 +154,25 @@ void BindTestingRounds(py::module_& m) {
             if (!dest) return false;
             if (!payload.empty()) memcpy(dest, payload.data(), payload.size());
             py::gil_scoped_release nogil;
-            r.engine().Push(key, dt, payload.size(), worker, round, pull);
+            r.engine().Push(key, dt, payload.size(), worker, round, pull, lr);
             return true;
           },
           py::arg("key"), py::arg("worker"), py::arg("round"), py::arg("data"),
-          py::arg("dtype") = "float32", py::arg("pull") = true)
+          py::arg("dtype") = "float32", py::arg("pull") = true, py::arg("lr") = 0.0)
+      .def(
+          "configure_key",
+          [](Rounds& r, uint64_t key, int worker, uint64_t count, const std::string& compression,
+             const std::string& dtype) {
+            CheckWorker(r, worker);
+            KeyConfigMsg m;
+            m.dtype = static_cast<uint8_t>(ParseName(dtype));
+            m.count = count;
+            m.compression = compression;
+            py::gil_scoped_release nogil;
+            r.engine().ConfigureKey(key, m, worker);
+          },
+          py::arg("key"), py::arg("worker"), py::arg("count"), py::arg("compression"),
+          py::arg("dtype") = "float32")
       .def(
           "push_buffer",
           [](Rounds& r, uint64_t key, int worker, uint64_t nbytes, const std::string& dtype) {

@@ -7,8 +7,10 @@ A compressor is a pair of static functions::
     tensor_again = Compressor.decompress(compressed, ctx)
 
 They are TensorFlow ops (``tf.cast``), so they work eagerly, inside ``tf.function`` and under a
-gradient tape. They are the only compression there is: the core has no compressors of its own
-(upstream's server-side onebit, top-k, ... are not part of this build).
+gradient tape. The core's own compressors (upstream's onebit, topk, ... in two levels, worker
+and server) are selected with ``compression_params`` of ``DistributedOptimizer`` and
+``DistributedGradientTape`` (:mod:`byteps.compression`); ``Compression.fp16`` may be combined
+with them (``"fp16": True``).
 """
 
 from __future__ import annotations

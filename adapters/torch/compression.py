@@ -7,9 +7,10 @@ A compressor is a pair of static functions::
     tensor_again = Compressor.decompress(compressed, ctx)
 
 ``compress`` returns the tensor to reduce and a context that ``decompress`` needs to restore
-the original dtype. They run framework-side, and they are the only compression there is: the
-core has no compressors of its own (upstream's server-side onebit, top-k, ... are not part of
-this build).
+the original dtype. They run framework-side, around the push_pull; the core's own
+compressors (upstream's onebit, topk, ... in two levels, worker and server) are selected with
+``DistributedOptimizer(compression_params=...)`` (:mod:`byteps.compression`), and
+``Compression.fp16`` may be combined with them (``"fp16": True``).
 """
 
 from __future__ import annotations

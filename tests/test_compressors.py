@@ -166,6 +166,42 @@ def test_topk_tie_order_is_upstreams_heap():
     assert out.tolist() == [0, 2, 0, 0]
 
 
+def sent_indices(enc: bytes, dtype: str) -> np.ndarray:
+    k = len(enc) // (4 + np.dtype(dtype).itemsize)
+    return np.frombuffer(enc[: 4 * k], np.uint32)
+
+
+@pytest.mark.parametrize("case", ["normal", "sample_misses_top", "sample_overestimates",
+                                  "tie", "nan"])
+def test_topk_selection_paths(case):
+    """Large tensors take the sampled one-pass selection, fall back to the histogram when the
+    sample misleads, and to upstream's heap on a tie at the threshold or a NaN; the decoded
+    values are the reference's on every path, the pairs in index order off the heap."""
+    n = 1 << 18
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(n).astype(np.float32)
+    pos = np.arange(n)
+    if case == "sample_misses_top":  # the sample reads the first 256 of every 4096
+        x[pos % 4096 >= 256] *= 100
+    elif case == "sample_overestimates":
+        x[pos % 4096 < 16] *= 100
+    elif case == "tie":
+        x[rng.choice(n, 5000, replace=False)] = 2.6  # the threshold of k = 0.01
+    elif case == "nan":
+        x[12345] = np.nan
+    for k in ("0.001", "0.01", "0.2"):
+        kwargs = {"compressor_type": "topk", "compressor_k": k}
+        core = T.Compressor(kwargs, "worker", "float32", n)
+        enc = core.compress(x)
+        want = reference_compressor(kwargs, "worker", "float32", n).roundtrip(x)
+        assert_same(core.decompress(enc), want, f"{case} k={k}")
+        idx = sent_indices(enc, "float32")
+        tied = np.sort(np.abs(x))[-len(idx)] == np.float32(2.6)
+        assert tied == (case == "tie" and k == "0.01")
+        if case != "nan" and not tied:
+            assert (np.diff(idx.astype(np.int64)) > 0).all()
+
+
 def test_topk_k_larger_than_partition_keeps_everything():
     rng = np.random.default_rng(3)
     for k in ("5", "100", "4294967295"):

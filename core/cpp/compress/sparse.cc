@@ -6,7 +6,12 @@
 // strictly greater than the heap's top replaces it (std::pop_heap, then std::push_heap). So an
 // element never displaces an equal one seen before it; among equal values at the threshold the
 // heap's internal order decides which stay (libstdc++'s algorithm, as upstream built with GCC).
-// Pairs are written in heap order. float16 compares |x| in float32 (the same order).
+// float16 compares |x| in float32 (the same order). The same set is found faster where the
+// k-th largest |x| is not tied and no |x| is NaN (then the set does not depend on the heap's
+// order): a histogram of the |x| bits' high bits finds the bin holding the threshold, a
+// second pass collects the elements above it and that bin's, nth_element splits the bin.
+// Those pairs are written in index order; where the heap decides (ties, NaN, k = n with
+// k < n excluded), in heap order. Decoded values do not depend on the order.
 //
 // randomk draws k indices with replacement, index = Next() % n from the instance's
 // xorshift128+ stream (rng.h; seed {s, s}), k draws per Compress, in upstream's order. A
@@ -22,6 +27,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "internal.h"
@@ -38,6 +45,21 @@ std::vector<uint64_t>& SeenBits(size_t count) {
   if (bits.size() < words) bits.resize(words, 0);
   return bits;
 }
+
+// The bits of |x| in the compute type, as an unsigned integer: ordered as |x| for every
+// non-NaN x; above kInf for NaN.
+template <typename E>
+struct TopKey {
+  using C = typename E::Compute;
+  using K = std::conditional_t<sizeof(C) == 8, uint64_t, uint32_t>;
+  static constexpr K kInf = sizeof(K) == 8 ? K(0x7ff0000000000000ull) : K(0x7f800000u);
+  static K Of(typename E::Storage v) {
+    const C c = E::Load(v);
+    K b;
+    std::memcpy(&b, &c, sizeof(b));
+    return static_cast<K>(b & (~K{0} >> 1));
+  }
+};
 
 class Sparse final : public Codec {
  public:
@@ -57,7 +79,9 @@ class Sparse final : public Codec {
         for (size_t j = 0; j < k_; ++j) {
           StoreRaw<uint32_t>(o + 4 * j, static_cast<uint32_t>(rng_.Randint(0, count())));
         }
-      } else {
+      } else if (k_ == count()) {
+        for (size_t j = 0; j < k_; ++j) StoreRaw<uint32_t>(o + 4 * j, static_cast<uint32_t>(j));
+      } else if (!SelectTopFast<E>(x, o)) {
         SelectTop<E>(x, o);
       }
       uint8_t* values = o + 4 * k_;
@@ -139,6 +163,112 @@ class Sparse final : public Codec {
     return Status::OK();
   }
 
+  // The set upstream's heap keeps where it does not depend on the heap's order, written in
+  // index order: true; false (nothing written) on a tie at the k-th largest |x| or a NaN.
+  // One pass where a sample of the elements predicts the threshold well, else two.
+  template <typename E>
+  bool SelectTopFast(const typename E::Storage* x, uint8_t* idx_out) {
+    using K = typename TopKey<E>::K;
+    const size_t n = count(), k = k_;
+    above_.clear();
+    cand_.clear();
+    // 1. A lower bound from a sample (up to 64 Ki elements in blocks of 256 spread over the
+    // tensor): its rank is the expected one for k plus 4 standard deviations, so about k to
+    // 1.6 k elements lie above it; with fewer than k or more than 2 k + 4096 of them, the
+    // histogram below decides instead.
+    const size_t m = std::min<size_t>(size_t{1} << 16, n / 16) / 256 * 256;
+    if (m >= 1024 && 2 * k < n) {
+      sample_.clear();
+      const size_t blocks = m / 256;
+      for (size_t bl = 0; bl < blocks; ++bl) {
+        const size_t begin = bl * (n / blocks);
+        for (size_t j = begin; j < begin + 256; ++j) sample_.push_back(TopKey<E>::Of(x[j]));
+      }
+      const double expect = static_cast<double>(m) * static_cast<double>(k) / n;
+      const size_t rank = std::min(m - 1, static_cast<size_t>(expect + 4 * std::sqrt(expect) + 8));
+      std::nth_element(sample_.begin(), sample_.begin() + rank, sample_.end(),
+                       [](uint64_t a, uint64_t b) { return a > b; });
+      const K lo = static_cast<K>(sample_[rank]);
+      const size_t cap = 2 * k + 4096;
+      cand_.reserve(cap);
+      bool nan = false;
+      for (size_t i = 0; i < n; ++i) {
+        const K b = TopKey<E>::Of(x[i]);
+        nan |= b > TopKey<E>::kInf;
+        if (b >= lo) {
+          if (cand_.size() == cap) break;  // a poor sample
+          cand_.emplace_back(b, static_cast<uint32_t>(i));
+        }
+      }
+      if (nan) return false;
+      if (cand_.size() >= k && cand_.size() < cap) return FinishTop(k, idx_out);
+      cand_.clear();
+    }
+    // 2. A histogram of the keys' high bits finds the bin that holds the k-th largest; a
+    // second pass takes the elements of the bins above it and the candidates of that bin.
+    // float32 counts into 4 interleaved histograms (neighbours often share a bin; one
+    // histogram would serialise on its counters), summed after.
+    constexpr int kBinBits = sizeof(K) == 8 ? 16 : 12;  // exponent + 4 mantissa bits
+    constexpr int kShift = static_cast<int>(sizeof(K)) * 8 - 1 - kBinBits;
+    constexpr size_t kBins = size_t{1} << kBinBits, kWays = sizeof(K) == 8 ? 1 : 4;
+    hist_.assign(kBins * kWays, 0);
+    uint32_t* h = hist_.data();
+    bool nan = false;
+    size_t i = 0;
+    for (; i + kWays <= n; i += kWays) {
+      for (size_t w = 0; w < kWays; ++w) {
+        const K b = TopKey<E>::Of(x[i + w]);
+        nan |= b > TopKey<E>::kInf;
+        ++h[w * kBins + (b >> kShift)];
+      }
+    }
+    for (; i < n; ++i) {
+      const K b = TopKey<E>::Of(x[i]);
+      nan |= b > TopKey<E>::kInf;
+      ++h[b >> kShift];
+    }
+    if (nan) return false;
+    for (size_t w = 1; w < kWays; ++w) {
+      for (size_t b = 0; b < kBins; ++b) h[b] += h[w * kBins + b];
+    }
+    size_t above = 0, bin = kBins - 1;
+    while (above + h[bin] < k) above += h[bin--];
+    cand_.reserve(h[bin]);
+    above_.reserve(above);
+    for (i = 0; i < n; ++i) {
+      const K b = TopKey<E>::Of(x[i]);
+      const size_t bb = static_cast<size_t>(b >> kShift);
+      if (bb > bin) {
+        above_.push_back(static_cast<uint32_t>(i));
+      } else if (bb == bin) {
+        cand_.emplace_back(b, static_cast<uint32_t>(i));
+      }
+    }
+    return FinishTop(k - above, idx_out);
+  }
+
+  // The `need` largest of cand_ (in index order) with above_ (in index order, all taken):
+  // false on a tie at the threshold.
+  bool FinishTop(size_t need, uint8_t* idx_out) {
+    chosen_.assign(cand_.begin(), cand_.end());
+    auto larger = [](const auto& a, const auto& b) { return a.first > b.first; };
+    std::nth_element(chosen_.begin(), chosen_.begin() + (need - 1), chosen_.end(), larger);
+    const uint64_t threshold = chosen_[need - 1].first;
+    size_t taken = 0;
+    for (const auto& c : cand_) taken += c.first >= threshold;
+    if (taken != need) return false;  // tied at the threshold: the heap's order decides
+    size_t a = 0, j = 0;
+    for (const auto& c : cand_) {
+      if (c.first < threshold) continue;
+      while (a < above_.size() && above_[a] < c.second) {
+        StoreRaw<uint32_t>(idx_out + 4 * j++, above_[a++]);
+      }
+      StoreRaw<uint32_t>(idx_out + 4 * j++, c.second);
+    }
+    while (a < above_.size()) StoreRaw<uint32_t>(idx_out + 4 * j++, above_[a++]);
+    return true;
+  }
+
   // Upstream's heap selection; writes the k indices in heap order.
   template <typename E>
   void SelectTop(const typename E::Storage* x, uint8_t* idx_out) {
@@ -169,6 +299,10 @@ class Sparse final : public Codec {
   size_t k_;
   bool random_;
   XorShift128Plus rng_;
+  // topk's scratch (Compress only): keys as uint64 (float32 keys widened).
+  std::vector<uint32_t> hist_, above_;
+  std::vector<uint64_t> sample_;
+  std::vector<std::pair<uint64_t, uint32_t>> cand_, chosen_;
 };
 
 }  // namespace

@@ -8,6 +8,10 @@
 //   scale (into a scratch copy, only when it is not 1) and encodes; Residual is what error
 //   feedback needs: error = corrected - decode(encoding), element-wise in the tensor's type.
 // * The factories registry.cc composes.
+//
+// Threads: Compress changes an instance's state and scratch (one caller at a time);
+// Decompress and DecompressAdd read no instance state that Compress writes, so they may run
+// concurrently with each other and with Compress (a server decoding several pushes at once).
 #pragma once
 #include <cstdint>
 #include <cstring>

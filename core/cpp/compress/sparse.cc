@@ -6,12 +6,13 @@
 // strictly greater than the heap's top replaces it (std::pop_heap, then std::push_heap). So an
 // element never displaces an equal one seen before it; among equal values at the threshold the
 // heap's internal order decides which stay (libstdc++'s algorithm, as upstream built with GCC).
-// float16 compares |x| in float32 (the same order). The same set is found faster where the
-// k-th largest |x| is not tied and no |x| is NaN (then the set does not depend on the heap's
-// order): a histogram of the |x| bits' high bits finds the bin holding the threshold, a
-// second pass collects the elements above it and that bin's, nth_element splits the bin.
-// Those pairs are written in index order; where the heap decides (ties, NaN, k = n with
-// k < n excluded), in heap order. Decoded values do not depend on the order.
+// float16 compares |x| in float32 (the same order).
+// Where the k-th largest |x| is not tied and no |x| is NaN the set does not depend on the
+// heap's order, and it is found faster (SelectTopFast): one pass collects the elements at or
+// above a bound taken from a sample, or, where the sample misleads, a histogram of the |x|
+// bits' high bits and a second pass; nth_element then splits the candidates. Those pairs are
+// written in index order, the heap's in heap order (k = n: all, in index order). Decoded
+// values do not depend on the order.
 //
 // randomk draws k indices with replacement, index = Next() % n from the instance's
 // xorshift128+ stream (rng.h; seed {s, s}), k draws per Compress, in upstream's order. A

@@ -389,6 +389,34 @@ def test_sparse_decoders_check_indices():
     assert core.decompress_add(enc, np.ones(10, np.float32))[3] == 3
 
 
+def test_decoding_runs_concurrently_with_compress():
+    """Decompress / DecompressAdd read no state Compress writes: threads decoding one
+    instance's encodings while it compresses get the single-threaded answers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = 1 << 16
+    rng = np.random.default_rng(4)
+    for base in ("randomk_frac", "dither_lin_max", "onebit_scaled", "topk_frac"):
+        kwargs = {**BASES[base], "ef_type": "vanilla"}
+        core = T.Compressor(kwargs, "worker", "float32", n)
+        encs = [core.compress(data(rng, n, "float32")) for _ in range(4)]
+        base_sum = data(rng, n, "float32")
+        want = [(core.decompress(e), core.decompress_add(e, base_sum)) for e in encs]
+
+        def decode(i, core=core, encs=encs, base_sum=base_sum):
+            e = encs[i % 4]
+            return i % 4, core.decompress(e), core.decompress_add(e, base_sum)
+
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(decode, i) for i in range(32)]
+            for _ in range(8):
+                core.compress(data(rng, n, "float32"))
+            for f in futures:
+                i, got, added = f.result()
+                assert_same(got, want[i][0], base)
+                assert_same(added, want[i][1], base)
+
+
 # ---- kwargs --------------------------------------------------------------------------------
 
 

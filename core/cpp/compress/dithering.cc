@@ -226,6 +226,7 @@ class Dithering final : public Codec {
   void Quantize(const typename E::Storage* x, double scale, BitWriter* w) {
     using C = typename E::Compute;
     const double s = static_cast<double>(levels_);
+    XorShift128Plus rng = rng_;  // a local copy stays in registers (stores may alias members)
     uint64_t previous_plus_one = 0;  // index of the previous element sent, + 1
     const size_t n = count();
     for (size_t i = 0; i < n; ++i) {
@@ -239,14 +240,14 @@ class Dithering final : public Codec {
         const uint32_t floor = RoundNextPow2(static_cast<uint32_t>(std::ceil(normalized))) >> 1;
         const uint32_t length = floor != 0 ? floor : 1;
         const double p = (normalized - floor) / length;
-        q = floor + length * static_cast<uint32_t>(rng_.Bernoulli(p));
+        q = floor + length * static_cast<uint32_t>(rng.Bernoulli(p));
       } else {
         C normalized = static_cast<C>(a / scale * s);
         if (!(normalized >= 0)) normalized = 0;
         if (normalized > static_cast<C>(s)) normalized = static_cast<C>(s);
         const C floor = std::floor(normalized);
         q = static_cast<uint32_t>(floor) +
-            static_cast<uint32_t>(rng_.Bernoulli(static_cast<double>(normalized - floor)));
+            static_cast<uint32_t>(rng.Bernoulli(static_cast<double>(normalized - floor)));
       }
       if (q != 0) {
         w->EliasDelta(i + 1 - previous_plus_one);
@@ -255,6 +256,7 @@ class Dithering final : public Codec {
         previous_plus_one = i + 1;
       }
     }
+    rng_ = rng;
   }
 
   template <bool kAdd>

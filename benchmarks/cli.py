@@ -1,7 +1,8 @@
 """``python -m benchmarks``: run the benchmarks, write ``docs/performance.md`` and its plots.
 
     python -m benchmarks [--quick] [--out docs/performance.md] [--img-dir docs/img]
-                         [--only cluster,sched,micro,sum] [--json FILE | --from-json FILE]
+                         [--only cluster,sched,compression,micro,sum] [--compression [PARTS]]
+                         [--json FILE | --from-json FILE [FILE ...]]
 
 Run it from the repository root (the ``bench`` extra gives matplotlib and tqdm; root for the
 emulated cluster). ``--out`` defaults to the repository's ``docs/performance.md``, the plots go
@@ -14,7 +15,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
   each van (``--vans``; :mod:`benchmarks.vans`);
 * ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`benchmarks.sumbench`);
 * any module listed in :data:`PLUGINS` (``cluster``: :mod:`benchmarks.table1`, its byteps
-  jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`) that
+  jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`; ``compression``:
+  :mod:`benchmarks.compression`, its parts chosen by ``--compression``) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
@@ -22,7 +24,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
 
 ``--quick`` is the CI smoke run (under 3 minutes on 2 cores); the full run takes under 15.
 ``--json`` saves the raw results, ``--from-json`` re-renders a report from them without
-measuring again.
+measuring again (several files: their sections together, e.g. a full run's and a later
+``--compression`` run's; the header's machine, date and command are the first file's).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 from . import ROOT, micro, report, sumbench
 
 #: section order in the report: plugins first (the emulated cluster is the headline).
-PLUGINS = {"cluster": f"{__package__}.table1", "sched": f"{__package__}.sched"}
+PLUGINS = {"cluster": f"{__package__}.table1", "sched": f"{__package__}.sched",
+           "compression": f"{__package__}.compression"}
 
 
 class Bench:
@@ -123,8 +127,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    "(benchmarks/vans.py; default: tcp, plus ucx-shm where byteps has UCX)")
     p.add_argument("--cluster-vans", help="cluster: comma-separated vans of the byteps jobs "
                    "(default: tcp, plus ucx-tcp where byteps has UCX)")
+    p.add_argument("--compression", nargs="?", const="", metavar="PARTS",
+                   help="run the gradient compression section (alone, unless --only names "
+                   "others too); PARTS: comma-separated of cluster, throughput, training "
+                   "(default: all)")
     p.add_argument("--json", help="also write the raw results (JSON) here")
-    p.add_argument("--from-json", help="render the report from saved results; measure nothing")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="render the report from saved results (several files: their sections "
+                   "merged, later files winning); measure nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -142,6 +152,8 @@ def _plans(args: argparse.Namespace, benches: Dict[str, Bench]) -> Dict[str, dic
                 args.quick, size=int(args.sum_size_mib * (1 << 20)) if args.sum_size_mib else None)
         elif name == "cluster" and args.cluster_vans:
             plans[name] = b.settings(args.quick, vans=args.cluster_vans.split(","))
+        elif name == "compression" and args.compression:
+            plans[name] = b.settings(args.quick, parts=args.compression.split(","))
         else:
             plans[name] = b.settings(args.quick)
     return plans
@@ -165,13 +177,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv_list = list(sys.argv[1:] if argv is None else argv)
     benches = available()
     if args.from_json:
-        with open(args.from_json) as f:
-            saved = json.load(f)
-        results, elapsed, command = saved["results"], saved.get("elapsed_s"), saved["command"]
-        info, date = saved.get("machine"), saved.get("date")
+        saved = []
+        for path in args.from_json:
+            with open(path) as f:
+                saved.append(json.load(f))
+        results = {k: v for s in saved for k, v in s["results"].items()}
+        command, info, date = saved[0]["command"], saved[0].get("machine"), saved[0].get("date")
+        times = [s.get("elapsed_s") for s in saved]
+        elapsed = sum(times) if all(times) else None
         chosen = [n for n in benches if n in results]
     else:
-        only = [s for s in (args.only or "").split(",") if s] or list(benches)
+        only = [s for s in (args.only or "").split(",") if s]
+        if args.compression is not None:
+            only.append("compression")
+        only = only or list(benches)
         unknown = [s for s in only if s not in benches]
         if unknown:
             print(f"python -m benchmarks: unknown or unavailable benchmark(s): {', '.join(unknown)}; "

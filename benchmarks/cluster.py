@@ -47,6 +47,7 @@ from .netns import (
 )
 
 __all__ = [
+    "COMPRESSION_ENV",
     "EmulatedCluster",
     "Host",
     "JobResult",
@@ -236,24 +237,54 @@ def pushpull_worker_argv(nbytes: int, iters: int, warmup: int = 1) -> list[str]:
             str(warmup)]
 
 
+#: Environment variable of a push_pull worker: a JSON object of the core's compressor kwargs
+#: (``byteps.basics.declare(name, compression=...)``) its tensor is declared with.
+COMPRESSION_ENV = "BENCH_PUSHPULL_COMPRESSION"
+
+
+def _net_bytes(dev: str = "eth0") -> tuple[int, int] | None:
+    """(received, sent) bytes of ``dev`` in this process's network namespace, from
+    ``/proc/net/dev`` (every frame's bytes on the link); None when unreadable."""
+    try:
+        with open("/proc/net/dev") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name.strip() == dev:
+                    v = rest.split()
+                    return int(v[0]), int(v[8])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     """A push_pull benchmark worker (run by :func:`run_byteps_job`).
 
     Rank r sends ``x[i] = (i % 251) + 1000 * r`` (float32, exact): the sum is
     ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Every iteration starts after a
-    barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration;
-    exits 1 on a wrong sum.
+    barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration
+    and the bytes its host's ``eth0`` received and sent during them (``net``: ``[rx, tx]``,
+    None outside a network namespace's ``eth0``); exits 1 on a wrong sum.
+
+    With :data:`COMPRESSION_ENV` set, the tensor is declared with that compressor, rank r sends
+    standard-normal values (seed r) and a sum only has to be finite (compression is lossy).
     """
     import numpy as np
 
     import byteps.basics as bps
 
+    compression = json.loads(os.environ.get(COMPRESSION_ENV) or "null")
     bps.init()
     r, size = bps.rank(), bps.size()
     nelem = max(nbytes // 4, 1)
-    base = (np.arange(nelem, dtype=np.int64) % 251).astype(np.float32)
-    x = base + np.float32(1000 * r)
-    want = base * np.float32(size) + np.float32(1000 * size * (size - 1) // 2)
+    if compression:
+        bps.declare("bench.grad", compression=compression)
+        x = np.random.default_rng(r).standard_normal(nelem, dtype=np.float32)
+        want = None
+    else:
+        base = (np.arange(nelem, dtype=np.int64) % 251).astype(np.float32)
+        x = base + np.float32(1000 * r)
+        want = base * np.float32(size) + np.float32(1000 * size * (size - 1) // 2)
     out = np.empty_like(x)
     token = np.zeros(1, np.float32)
 
@@ -264,10 +295,10 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
                                      token.nbytes, "float32", token.shape, False))
 
     times = []
-    t_start = None
+    t_start = net0 = None
     for it in range(warmup + iters):
         if it == warmup:
-            t_start = time.monotonic()
+            t_start, net0 = time.monotonic(), _net_bytes()
         out.fill(-1)
         barrier()
         t0 = time.perf_counter()
@@ -275,16 +306,22 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
                                 "float32", x.shape, False)
         bps.wait(h)
         dt = time.perf_counter() - t0
-        if not np.array_equal(out, want):
+        if want is None and not np.isfinite(out).all():
+            print(f"FAIL rank {r} iter {it}: a compressed sum is not finite", flush=True)
+            return 1
+        if want is not None and not np.array_equal(out, want):
             bad = int(np.flatnonzero(out != want)[0])
             print(f"FAIL rank {r} iter {it}: out[{bad}]={out[bad]} want {want[bad]}", flush=True)
             return 1
         if it >= warmup:
             times.append(dt)
     t_end = time.monotonic()  # CLOCK_MONOTONIC: the same clock in every network namespace
+    net1 = _net_bytes()
+    net = [b - a for a, b in zip(net0, net1)] if net0 and net1 else None
     bps.shutdown()
     print("RESULT " + json.dumps({"rank": r, "size": size, "bytes": int(x.nbytes),
-                                  "times": times, "t_start": t_start, "t_end": t_end}),
+                                  "times": times, "t_start": t_start, "t_end": t_end,
+                                  "net": net}),
           flush=True)
     return 0
 
@@ -318,9 +355,17 @@ def run_pushpull(
     warmup: int = 1,
     env: Mapping[str, str] | None = None,
     timeout: float = 180.0,
+    compression: Mapping[str, object] | None = None,
+    reports: list | None = None,
 ) -> PushPullStats:
     """Time push_pull of ``nbytes`` (float32) on ``cluster`` with a real byteps job, sampling
     the machine's CPU load (``/proc/stat``, every 50 ms) during the timed iterations.
+
+    Args:
+        compression: the core's compressor kwargs the workers declare their tensor with
+            (:data:`COMPRESSION_ENV`); None: uncompressed, every sum checked exactly.
+        reports: if given, every worker's ``RESULT`` dict is appended to it (``net``: the
+            bytes its host received and sent during the timed iterations).
 
     Raises:
         RuntimeError: the job failed (the message carries the tail of its output).
@@ -337,6 +382,8 @@ def run_pushpull(
             samples.append((time.monotonic(), busy, total))
             stop.wait(0.05)
 
+    if compression:
+        env = {**(env or {}), COMPRESSION_ENV: json.dumps(dict(compression))}
     th = threading.Thread(target=sampler, daemon=True)
     th.start()
     try:
@@ -345,10 +392,12 @@ def run_pushpull(
     finally:
         stop.set()
         th.join(2.0)
-    reports = res.worker_reports("push_pull job")
-    slowest = [max(ts) for ts in zip(*(r["times"] for r in reports))]
-    t0 = max(r["t_start"] for r in reports)
-    t1 = min(r["t_end"] for r in reports)
+    found = res.worker_reports("push_pull job")
+    if reports is not None:
+        reports.extend(found)
+    slowest = [max(ts) for ts in zip(*(r["times"] for r in found))]
+    t0 = max(r["t_start"] for r in found)
+    t1 = min(r["t_end"] for r in found)
     window = [s for s in samples if t0 <= s[0] <= t1]
     cpu = None
     if len(window) >= 2 and window[-1][2] > window[0][2]:

@@ -111,6 +111,24 @@ def _parallel(pool: Optional[ThreadPoolExecutor], fn: Callable, arrays: Sequence
     return call
 
 
+def memory_bandwidth(probe: int, repeats: int, threads: int = 1,
+                     pool: Optional[ThreadPoolExecutor] = None) -> dict:
+    """The memory-bandwidth probe on a buffer of ``probe`` bytes: GB/s (2 streams: one read,
+    one write) of ``np.copyto`` (``copy``) and of an in-place ``np.multiply(x, 1.0)``
+    (``scale``), best of ``repeats``, the buffer split over ``threads`` threads of ``pool``
+    (1 thread without a pool); ``best`` is the better of the two."""
+    src = np.ones(probe // 8, dtype=np.float64)
+    dst = np.zeros_like(src)
+
+    def scale(x):
+        np.multiply(x, 1.0, out=x)
+
+    copy = 2 * probe / best_seconds(_parallel(pool, np.copyto, (dst, src), threads),
+                                    repeats) / 1e9
+    rmw = 2 * probe / best_seconds(_parallel(pool, scale, (src,), threads), repeats) / 1e9
+    return {"copy": copy, "scale": rmw, "best": max(copy, rmw)}
+
+
 def run(plan: dict, progress: Optional[Callable[[str], None]] = None) -> dict:
     """Measure; returns a JSON-able dict: rows[dtype][threads][column] = GB/s."""
     from byteps._core import reduce
@@ -127,18 +145,8 @@ def run(plan: dict, progress: Optional[Callable[[str], None]] = None) -> dict:
     try:
         progress("sum memory bandwidth")
         probe = int(plan.get("probe_size") or nbytes)
-        src = np.ones(probe // 8, dtype=np.float64)
-        dst = np.zeros_like(src)
-
-        def scale(x):
-            np.multiply(x, 1.0, out=x)
-
         for th in thread_counts:
-            copy = 2 * probe / best_seconds(_parallel(pool, np.copyto, (dst, src), th),
-                                            repeats) / 1e9
-            rmw = 2 * probe / best_seconds(_parallel(pool, scale, (src,), th), repeats) / 1e9
-            membw[th] = {"copy": copy, "scale": rmw, "best": max(copy, rmw)}
-        del src, dst
+            membw[th] = memory_bandwidth(probe, repeats, th, pool)
         for dtype in plan["dtypes"]:
             progress(f"sum {dtype}")
             a, b = make_buffers(dtype, nbytes, rng)

@@ -38,7 +38,7 @@ __all__ = [
 
 MASK64 = (1 << 64) - 1
 UINT64_MAX_AS_DOUBLE = float(MASK64)  # 2^64 as a double, what C++ compares draws against
-LANES = 8  # onebit's float64 partial sums of |x|
+LANES = 16  # onebit's float64 partial sums of |x|
 
 
 def _compute_type(dtype: np.dtype) -> type:

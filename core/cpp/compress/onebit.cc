@@ -2,8 +2,8 @@
 // +scale or -scale. Bit = 1 for x < 0 (so -0.0 and NaN encode as +); decoded value -scale for
 // bit 1, +scale for bit 0. scale = mean(|x|) with compressor_onebit_scaling, else 1.
 //
-// mean(|x|): the |x| summed in float64 over 8 lanes (lane j takes the elements i = j mod 8 in
-// order, so the sum vectorises without reordering any lane), the lanes added 0..7 in order,
+// mean(|x|): the |x| summed in float64 over 16 lanes (lane j takes the elements i = j mod 16
+// in order, so the sum vectorises without reordering any lane), the lanes added 0..15 in order,
 // divided by n in float64; float16/float32 tensors keep float32(mean), float64 the float64.
 // (Upstream sums in one float64 chain; the results differ by float64 rounding only, well
 // below the float32 scale's precision.)
@@ -26,31 +26,30 @@ namespace compress {
 namespace detail {
 namespace {
 
-constexpr int kLanes = 8;
+constexpr int kLanes = 16;
 
-// Packs the signs of n elements into ceil(n/8) bytes; adds |x| into the 8 lanes when sum.
+// Packs the signs of elements [begin, n) into bytes begin/8.. (begin a multiple of 16); adds
+// |x| into lane i mod 16 when sum.
 template <typename E>
 void PackGeneric(const typename E::Storage* x, size_t begin, size_t n, uint8_t* bits, bool sum,
                  double* lanes) {
   using C = typename E::Compute;
   size_t i = begin;
-  for (; i + 8 <= n; i += 8) {
+  for (; i + 16 <= n; i += 16) {
     unsigned v = 0;
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 16; ++j) {
       const C c = E::Load(x[i + j]);
       v |= static_cast<unsigned>(c < 0) << j;
       if (sum) lanes[j] += static_cast<double>(std::fabs(c));
     }
     bits[i / 8] = static_cast<uint8_t>(v);
+    bits[i / 8 + 1] = static_cast<uint8_t>(v >> 8);
   }
-  if (i < n) {
-    unsigned v = 0;
-    for (int j = 0; i + j < n; ++j) {
-      const C c = E::Load(x[i + j]);
-      v |= static_cast<unsigned>(c < 0) << j;
-      if (sum) lanes[j] += static_cast<double>(std::fabs(c));
-    }
-    bits[i / 8] = static_cast<uint8_t>(v);
+  for (int j = 0; i + j < n; ++j) {
+    const C c = E::Load(x[i + j]);
+    if (j % 8 == 0) bits[(i + j) / 8] = 0;
+    bits[(i + j) / 8] |= static_cast<uint8_t>((c < 0) << (j % 8));
+    if (sum) lanes[j] += static_cast<double>(std::fabs(c));
   }
 }
 
@@ -65,7 +64,8 @@ template <>
 void Pack<Elem<float>>(const float* x, size_t n, uint8_t* bits, bool sum, double* lanes) {
   const __m128 zero = _mm_setzero_ps();
   const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
-  __m128d acc0 = _mm_setzero_pd(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  __m128d acc[8];
+  for (auto& a : acc) a = _mm_setzero_pd();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
@@ -79,24 +79,21 @@ void Pack<Elem<float>>(const float* x, size_t n, uint8_t* bits, bool sum, double
     if (sum) {
       const __m128 aa = _mm_and_ps(a, abs_mask), ba = _mm_and_ps(b, abs_mask);
       const __m128 ca = _mm_and_ps(c, abs_mask), da = _mm_and_ps(d, abs_mask);
-      // Lane order: elements i..i+7 into lanes 0..7, then i+8..i+15 into lanes 0..7.
-      acc0 = _mm_add_pd(acc0, _mm_cvtps_pd(aa));
-      acc1 = _mm_add_pd(acc1, _mm_cvtps_pd(_mm_movehl_ps(aa, aa)));
-      acc2 = _mm_add_pd(acc2, _mm_cvtps_pd(ba));
-      acc3 = _mm_add_pd(acc3, _mm_cvtps_pd(_mm_movehl_ps(ba, ba)));
-      acc0 = _mm_add_pd(acc0, _mm_cvtps_pd(ca));
-      acc1 = _mm_add_pd(acc1, _mm_cvtps_pd(_mm_movehl_ps(ca, ca)));
-      acc2 = _mm_add_pd(acc2, _mm_cvtps_pd(da));
-      acc3 = _mm_add_pd(acc3, _mm_cvtps_pd(_mm_movehl_ps(da, da)));
+      // Element i + j into lane j (i is a multiple of 16): one add per accumulator.
+      acc[0] = _mm_add_pd(acc[0], _mm_cvtps_pd(aa));
+      acc[1] = _mm_add_pd(acc[1], _mm_cvtps_pd(_mm_movehl_ps(aa, aa)));
+      acc[2] = _mm_add_pd(acc[2], _mm_cvtps_pd(ba));
+      acc[3] = _mm_add_pd(acc[3], _mm_cvtps_pd(_mm_movehl_ps(ba, ba)));
+      acc[4] = _mm_add_pd(acc[4], _mm_cvtps_pd(ca));
+      acc[5] = _mm_add_pd(acc[5], _mm_cvtps_pd(_mm_movehl_ps(ca, ca)));
+      acc[6] = _mm_add_pd(acc[6], _mm_cvtps_pd(da));
+      acc[7] = _mm_add_pd(acc[7], _mm_cvtps_pd(_mm_movehl_ps(da, da)));
     }
   }
   if (sum) {
-    double l[8];
-    _mm_storeu_pd(l, acc0);
-    _mm_storeu_pd(l + 2, acc1);
-    _mm_storeu_pd(l + 4, acc2);
-    _mm_storeu_pd(l + 6, acc3);
-    for (int j = 0; j < 8; ++j) lanes[j] += l[j];  // lanes start at 0: exact
+    double l[16];
+    for (int a = 0; a < 8; ++a) _mm_storeu_pd(l + 2 * a, acc[a]);
+    for (int j = 0; j < 16; ++j) lanes[j] += l[j];  // lanes start at 0: exact
   }
   PackGeneric<Elem<float>>(x, i, n, bits, sum, lanes);
 }
@@ -205,7 +202,7 @@ class Onebit final : public Codec {
     DispatchFloat(dtype(), [&](auto e) {
       using E = decltype(e);
       using C = typename E::Compute;
-      double lanes[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+      double lanes[kLanes] = {};
       Pack<E>(static_cast<const typename E::Storage*>(in), count(), o + ScaleBytes(), scaling_,
               lanes);
       double scale = 1.0;

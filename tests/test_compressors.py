@@ -118,10 +118,11 @@ def test_server_side_has_no_momentum(base, dtype):
         assert again.compress(x, scale, lr) == ef_only.compress(x, scale, lr)
 
 
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 31, 33, 100003])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 31, 33, 48, 63, 100003])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sizes_and_tails(n, dtype):
-    """Element counts around the 8-bit / 16-element blocks of the vectorised loops."""
+    """Element counts around the 8-, 16- and 32-element blocks of the vectorised loops (and
+    one that runs the AVX2 loop, then the SSE2 loop, then the scalar tail)."""
     rng = np.random.default_rng(n)
     for base in ("onebit_scaled", "onebit", "topk_1", "randomk_3", "fp16", "dither_lin_max"):
         xs = [data(rng, n, dtype) for _ in range(2)]

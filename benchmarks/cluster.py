@@ -263,8 +263,10 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     Rank r sends ``x[i] = (i % 251) + 1000 * r`` (float32, exact): the sum is
     ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Every iteration starts after a
     barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration
-    and the bytes its host's ``eth0`` received and sent during them (``net``: ``[rx, tx]``,
-    None outside a network namespace's ``eth0``); exits 1 on a wrong sum.
+    (``times``), the CPU seconds of this process (every thread) during each timed push_pull
+    (``cpu``), and the bytes its host's ``eth0`` received and sent during the timed iterations
+    (``net``: ``[rx, tx]``, None outside a network namespace's ``eth0``); exits 1 on a wrong
+    sum.
 
     With :data:`COMPRESSION_ENV` set, the tensor is declared with that compressor, rank r sends
     standard-normal values (seed r) and a sum only has to be finite (compression is lossy).
@@ -294,18 +296,18 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
         bps.wait(bps.push_pull_async("bench.barrier", token.ctypes.data, token.ctypes.data,
                                      token.nbytes, "float32", token.shape, False))
 
-    times = []
+    times, cpu = [], []
     t_start = net0 = None
     for it in range(warmup + iters):
         if it == warmup:
             t_start, net0 = time.monotonic(), _net_bytes()
         out.fill(-1)
         barrier()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         h = bps.push_pull_async("bench.grad", x.ctypes.data, out.ctypes.data, x.nbytes,
                                 "float32", x.shape, False)
         bps.wait(h)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if want is None and not np.isfinite(out).all():
             print(f"FAIL rank {r} iter {it}: a compressed sum is not finite", flush=True)
             return 1
@@ -315,13 +317,14 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
             return 1
         if it >= warmup:
             times.append(dt)
+            cpu.append(dc)
     t_end = time.monotonic()  # CLOCK_MONOTONIC: the same clock in every network namespace
     net1 = _net_bytes()
     net = [b - a for a, b in zip(net0, net1)] if net0 and net1 else None
     bps.shutdown()
     print("RESULT " + json.dumps({"rank": r, "size": size, "bytes": int(x.nbytes),
-                                  "times": times, "t_start": t_start, "t_end": t_end,
-                                  "net": net}),
+                                  "times": times, "cpu": cpu, "t_start": t_start,
+                                  "t_end": t_end, "net": net}),
           flush=True)
     return 0
 

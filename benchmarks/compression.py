@@ -157,14 +157,84 @@ def _timeout(n: int, nbytes: int, bandwidth_Bps: float, runs: int) -> float:
     return 60.0 + 4.0 * runs * 2 * max(n - 1, 1) * nbytes / bandwidth_Bps
 
 
-def _job_stats(st: bc.PushPullStats, reports: list, iters: int) -> dict:
-    """A job's result: time, CPU busy, and the mean bytes a worker host received and sent per
-    push_pull (``None`` where the counters were unreadable)."""
-    out = {"time_s": st.seconds, "cpu_busy": st.cpu_busy, "rx_bytes": None, "tx_bytes": None}
+class RoleCpu:
+    """Samples, every ``interval`` s from a thread, the CPU seconds (``/proc/<pid>/stat``
+    utime + stime) of every process of a cluster, grouped by ``DMLC_ROLE``."""
+
+    def __init__(self, cluster: bc.EmulatedCluster, interval: float = 0.05) -> None:
+        self.cluster, self.interval = cluster, interval
+        self.samples: list[tuple[float, dict]] = []
+        self._roles: dict[int, str | None] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _cpu(pid: int) -> float | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _role(self, pid: int) -> str | None:
+        if pid not in self._roles:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+                self._roles[pid] = env.get(b"DMLC_ROLE", b"").decode() or None
+            except OSError:
+                return None
+        return self._roles[pid]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now, snap = time.monotonic(), {}
+            for p in self.cluster.processes():
+                role, cpu = self._role(p.pid), self._cpu(p.pid)
+                if role and cpu is not None:
+                    snap[p.pid] = (role, cpu)
+            self.samples.append((now, snap))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RoleCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def between(self, t0: float, t1: float) -> dict:
+        """role -> CPU seconds of all its processes from the first to the last sample in
+        [t0, t1] (``CLOCK_MONOTONIC``); {} with fewer than two samples there."""
+        win = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(win) < 2:
+            return {}
+        out: dict = {}
+        for pid, (role, c1) in win[-1][1].items():
+            if pid in win[0][1]:
+                out[role] = out.get(role, 0.0) + c1 - win[0][1][pid][1]
+        return out
+
+
+def _job_stats(st: bc.PushPullStats, reports: list, iters: int, roles: RoleCpu) -> dict:
+    """A job's result: time, CPU busy, the mean bytes a worker host received and sent per
+    push_pull (``None`` where the counters were unreadable), the mean CPU seconds of a worker
+    process during its push_pull, and of all servers per push_pull (over the timed window)."""
+    out = {"time_s": st.seconds, "cpu_busy": st.cpu_busy, "rx_bytes": None, "tx_bytes": None,
+           "worker_cpu_s": None, "server_cpu_s": None}
     nets = [r.get("net") for r in reports]
     if nets and all(nets):
         out["rx_bytes"] = sum(x[0] for x in nets) / len(nets) / iters
         out["tx_bytes"] = sum(x[1] for x in nets) / len(nets) / iters
+    cpus = [sum(r["cpu"]) for r in reports if r.get("cpu")]
+    if cpus and len(cpus) == len(reports):
+        out["worker_cpu_s"] = sum(cpus) / len(cpus) / iters
+    t0, t1 = max(r["t_start"] for r in reports), min(r["t_end"] for r in reports)
+    server = roles.between(t0, t1).get("server")
+    if server is not None:
+        out["server_cpu_s"] = server / iters
     return out
 
 
@@ -194,10 +264,11 @@ def run_cluster(plan: dict, progress: Callable[[str], None]) -> dict:
                 progress(f"compression cluster n={n} k={k}: {name}")
                 reports: list = []
                 try:
-                    st = bc.run_pushpull(c, m, iters=iters, warmup=warm, env=env,
-                                         timeout=_timeout(n, m, B / 8 * 0.9, iters + warm),
-                                         compression=COMPRESSORS.get(name), reports=reports)
-                    row["jobs"][name] = _job_stats(st, reports, iters)
+                    with RoleCpu(c) as roles:
+                        st = bc.run_pushpull(c, m, iters=iters, warmup=warm, env=env,
+                                             timeout=_timeout(n, m, B / 8 * 0.9, iters + warm),
+                                             compression=COMPRESSORS.get(name), reports=reports)
+                    row["jobs"][name] = _job_stats(st, reports, iters, roles)
                 except RuntimeError as exc:
                     log.warning("compression %s n=%d k=%d failed: %s", name, n, k, exc)
                     row["jobs"][name] = {"error": str(exc).splitlines()[0],

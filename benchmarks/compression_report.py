@@ -87,15 +87,22 @@ def cluster_section(res: dict) -> list[str]:
         "the bytes of every frame (headers included) a worker host's `eth0` sent and received "
         "per push_pull, mean over the worker hosts. Network-bound time = `t_opt` of the "
         "uncompressed tensor (measured goodput) × sent bytes / uncompressed sent bytes: what "
-        "the compressed job would take if only the links limited it. CPU busy: the whole "
-        f"machine ({res.get('cores')} cores run every process of the cluster).")
+        "the compressed job would take if only the links limited it. Worker CPU: the CPU "
+        "time of a worker process (all its threads) during its push_pull, mean over the "
+        "workers; servers' CPU: the CPU time of all server processes per push_pull over the "
+        "timed iterations (`/proc/<pid>/stat`, 10 ms ticks); CPU-bound time = (n × worker "
+        f"CPU + servers' CPU) / {res.get('cores')} cores: what the job would take if only the "
+        "machine's cores limited it, since every process of the emulated cluster shares them "
+        "(a real cluster gives every host its own). CPU busy: the whole machine during the "
+        "timed iterations.")
     md.append("")
     md.append("Compressors (core kwargs): " + "; ".join(
         f"**{LABELS[c]}** = `{_kw(c)}`" for c in plan["compressors"]) + ".")
     md.append("")
     header = ["n", "k", "link goodput (Mbit/s)", "compressor", "time (s)", "speed-up", "target",
               "sent / worker (MB)", "received / worker (MB)", "network-bound time (s)",
-              "time / network-bound", "CPU busy"]
+              "worker CPU (ms)", "servers' CPU (ms)", "CPU-bound time (s)", "CPU busy"]
+    cores = res.get("cores") or 1
     body = []
     for r in rows:
         none = r["jobs"].get("none") or {}
@@ -108,15 +115,19 @@ def cluster_section(res: dict) -> list[str]:
                      if j.get("tx_bytes") and none.get("tx_bytes") else None)
             bound = r["t_opt_s"] * share if share is not None else None
             cpu = j.get("cpu_busy")
+            wc, sc = j.get("worker_cpu_s"), j.get("server_cpu_s")
+            cpu_bound = (r["n"] * wc + sc) / cores if wc is not None and sc is not None \
+                else None
             body.append([
                 str(r["n"]), str(r["k"]), f"{r['goodput_Bps'] * 8 / 1e6:.0f}",
                 "uncompressed" if name == "none" else LABELS[name], _f(t, ".3f", "failed"),
                 _f(sp, ".2f") + ("×" if math.isfinite(sp) else ""),
                 "—" if thr is None else (f"≥ {thr:g}× " + ("✓" if sp >= thr else "✗")),
                 _mb(j.get("tx_bytes")), _mb(j.get("rx_bytes")), _f(bound, ".3f"),
-                _f(t / bound if bound else None, ".2f"),
+                _f(None if wc is None else wc * 1e3, ".0f"),
+                _f(None if sc is None else sc * 1e3, ".0f"), _f(cpu_bound, ".3f"),
                 "n/a" if cpu is None else f"{100 * cpu:.0f} %"])
-    md += [_table(header, body, "rrrlrrlrrrrr"), ""]
+    md += [_table(header, body, "rrrlrrl" + "r" * 7), ""]
     md.append("`t_opt` of the uncompressed tensor: " + "; ".join(
         f"n={r['n']},k={r['k']}: {r['t_opt_s']:.3f} s" for r in rows) + ".")
     md.append("")

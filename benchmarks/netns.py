@@ -310,6 +310,12 @@ class EmulatedCluster:
                 "congestion_control_requested": self.congestion_control_requested,
                 "congestion_control_allowed": None if allowed is None else list(allowed)}
 
+    def processes(self) -> list[subprocess.Popen]:
+        """The processes started by :meth:`spawn` and not yet reaped by :meth:`stop_all`
+        (``ip netns exec`` execs the command: each one's pid is the command's)."""
+        with self._lock:
+            return list(self._procs)
+
     def host(self, host: Host | str) -> Host:
         """Look a host up by :class:`Host`, name (``"w0"``) or namespace name."""
         if isinstance(host, Host):

@@ -88,6 +88,7 @@ def test_cluster_tiny():
     for name in ("none", "onebit", "fp16"):
         assert "error" not in jobs[name], (name, jobs[name])
         assert math.isfinite(jobs[name]["time_s"]) and jobs[name]["time_s"] > 0
+        assert jobs[name]["worker_cpu_s"] > 0, jobs[name]
     # the wire: 1 MiB pushed uncompressed, ~1/32 with onebit, ~1/2 with fp16 (frames included)
     sent = {n: jobs[n]["tx_bytes"] for n in jobs}
     assert (1 << 20) <= sent["none"] < 1.2 * (1 << 20), sent
@@ -95,7 +96,8 @@ def test_cluster_tiny():
     assert 0.4 * sent["none"] < sent["fp16"] < 0.6 * sent["none"], sent
     md, targets = bcomp.bench_markdown(json.loads(json.dumps(res)))
     for col in ("compressor", "time (s)", "speed-up", "sent / worker (MB)",
-                "received / worker (MB)", "network-bound time (s)", "CPU busy"):
+                "received / worker (MB)", "network-bound time (s)", "worker CPU (ms)",
+                "servers' CPU (ms)", "CPU-bound time (s)", "CPU busy"):
         assert f"| {col} |" in md, col
     assert "| 2 | 2 |" in md and "failed" not in md
     (t_onebit, t_fp16) = targets

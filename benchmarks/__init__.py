@@ -10,6 +10,8 @@ writes ``docs/performance.md`` and its plots (:mod:`benchmarks.cli`). The parts 
 * ``python -m benchmarks.sumbench`` the summation kernels vs NumPy and memory bandwidth;
 * ``python -m benchmarks.table1``   the BytePS paper's Table 1 on an emulated cluster;
 * ``python -m benchmarks.sched``    scheduling on a training-shaped workload (emulated cluster);
+* ``python -m benchmarks.compression``  gradient compressors: push_pull on a 100 Mbit/s
+  emulated cluster, compress/decompress throughput, training with and without compression;
 * ``python -m benchmarks.cluster --probe``  which link bandwidth keeps the cluster network-bound.
 
 The emulated cluster (:mod:`benchmarks.netns`: network namespaces, veth, a bridge, ``tc``) needs

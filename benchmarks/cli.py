@@ -22,7 +22,7 @@ Benchmarks (``--only``, comma-separated; default: all available):
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
   :func:`benchmarks.report.target`).
 
-``--quick`` is the CI smoke run (under 3 minutes on 2 cores); the full run takes under 15.
+``--quick`` is the CI smoke run (under 4 minutes on 2 cores); the full run takes under 20.
 ``--json`` saves the raw results, ``--from-json`` re-renders a report from them without
 measuring again (several files: their sections together, e.g. a full run's and a later
 ``--compression`` run's; the header's machine, date and command are the first file's).

@@ -291,8 +291,9 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         f" at commit {res['commit']}" if res.get("commit") else "") + (
         " (with uncommitted core sources in the tree)" if res.get("dirty") else "")
     md.append(
-        f"{when}; regenerate with `python -m benchmarks --compression` or alone with `python "
-        "-m benchmarks.compression`. Two-level compression (docs/compression.md): each worker "
+        f"{when} (`python -m benchmarks --compression --json FILE`, merged into this page "
+        "with `python -m benchmarks --from-json FULL.json FILE`; alone: `python -m "
+        "benchmarks.compression`). Two-level compression (docs/compression.md): each worker "
         "compresses every partition of a declared tensor before its push, the server "
         "decompresses the pushes, sums, compresses the sum, and the workers decompress what "
         "they pull." + (f" This section took {res['elapsed_s']:.0f} s." if res.get("elapsed_s")

@@ -27,129 +27,27 @@
 // more than g elements with gap 1), so MaxEncodedBytes = 8 + scale + ceil(n * (2 +
 // EliasBits(s)) / 8). Decoding checks the length, B against that bound, every read against B,
 // every index (< n, increasing), every level (1..s) and the padding.
-#include <cmath>
+//
+// How it runs (the results are those of the element-by-element definition above, bit for bit):
+// the encoder loop is dithering_quantize.cc (blocks of 64 elements, the levels branch-free,
+// AVX-512 for float32 where the CPU has it, a 64-bit bit writer). Decoding looks whole
+// elements of up to 12 bits up in a table, decodes longer ones with count-leading-zeros from
+// a 64-bit window, and leaves the last 128 bits of the stream and anything it declines to the
+// checked bit reader (dithering_stream.h), which reports every error.
 #include <cstring>
 
+#include "dithering_quantize.h"
+#include "dithering_stream.h"
 #include "internal.h"
 
 namespace byteps {
 namespace compress {
 namespace detail {
+
 namespace {
 
-int BitLength(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
-int FloorLog2(uint64_t x) { return BitLength(x) - 1; }
-uint64_t EliasBits(uint64_t x) {
-  const int len = BitLength(x);
-  return static_cast<uint64_t>(len + 2 * FloorLog2(static_cast<uint64_t>(len)));
-}
-
-uint32_t RoundNextPow2(uint32_t v) {
-  v -= 1;
-  v |= v >> 1;
-  v |= v >> 2;
-  v |= v >> 4;
-  v |= v >> 8;
-  v |= v >> 16;
-  return v + 1;
-}
-
-class BitWriter {
- public:
-  BitWriter(uint8_t* out, size_t cap) : out_(out), cap_(cap) {}
-  // Appends the low n (<= 56) bits of v, most significant first.
-  void Put(uint64_t v, int n) {
-    acc_ = (acc_ << n) | v;
-    have_ += n;
-    bits_ += static_cast<uint64_t>(n);
-    while (have_ >= 8) {
-      have_ -= 8;
-      if (pos_ < cap_) {
-        out_[pos_++] = static_cast<uint8_t>(acc_ >> have_);
-      } else {
-        overflow_ = true;
-      }
-    }
-  }
-  // x in [1, 2^33): at most 43 bits, one Put (the leading zeros are len's high bits).
-  void EliasDelta(uint64_t x) {
-    const int len = BitLength(x);
-    const int len_of_len = FloorLog2(static_cast<uint64_t>(len));
-    const uint64_t low = x & ((uint64_t{1} << (len - 1)) - 1);
-    Put((static_cast<uint64_t>(len) << (len - 1)) | low, 2 * len_of_len + len);
-  }
-  // Writes the last partial byte, zero-padded (bits() stays the count of payload bits).
-  void Flush() {
-    if (have_ == 0) return;
-    if (pos_ < cap_) {
-      out_[pos_++] = static_cast<uint8_t>(acc_ << (8 - have_));
-    } else {
-      overflow_ = true;
-    }
-    have_ = 0;
-  }
-  uint64_t bits() const { return bits_; }
-  bool overflow() const { return overflow_; }
-
- private:
-  uint8_t* out_;
-  size_t cap_;
-  size_t pos_ = 0;
-  uint64_t acc_ = 0;
-  int have_ = 0;
-  uint64_t bits_ = 0;
-  bool overflow_ = false;
-};
-
-class BitReader {
- public:
-  BitReader(const uint8_t* p, uint64_t bits)
-      : p_(p), bytes_(static_cast<size_t>((bits + 7) / 8)), left_(bits) {}
-  // The next n (<= 32) bits; false past the end of the stream.
-  bool Get(int n, uint64_t* v) {
-    if (static_cast<uint64_t>(n) > left_) return false;
-    if (have_ < n) Refill();
-    have_ -= n;
-    *v = n == 0 ? 0 : (acc_ >> have_) & ((uint64_t{1} << n) - 1);
-    left_ -= static_cast<uint64_t>(n);
-    return true;
-  }
-  // An Elias-delta value in [1, max]; false if malformed, truncated or above max.
-  bool EliasDelta(uint64_t max, uint64_t* x) {
-    const int max_len = BitLength(max);
-    const int max_len_of_len = FloorLog2(static_cast<uint64_t>(max_len));
-    // The run of zeros: at most max_len_of_len, and followed by a 1 within the stream.
-    if (have_ <= max_len_of_len) Refill();
-    const int avail = static_cast<int>(left_ < static_cast<uint64_t>(have_) ? left_ : have_);
-    const uint64_t window = avail == 0 ? 0 : (acc_ << (64 - have_)) >> (64 - avail);
-    const int zeros = avail - BitLength(window);  // zeros before the first 1 (all if none)
-    if (zeros > max_len_of_len || zeros == avail) return false;
-    uint64_t len;
-    if (!Get(2 * zeros + 1, &len)) return false;  // the zeros, then len in zeros + 1 bits
-    if (len > static_cast<uint64_t>(max_len)) return false;
-    uint64_t rest;
-    if (!Get(static_cast<int>(len - 1), &rest)) return false;
-    *x = (uint64_t{1} << (len - 1)) | rest;
-    return *x <= max;
-  }
-  uint64_t left() const { return left_; }
-
- private:
-  // Tops the accumulator up to at least 57 bits, or to the end of the stream.
-  void Refill() {
-    while (have_ <= 56 && next_ < bytes_) {
-      acc_ = (acc_ << 8) | p_[next_++];
-      have_ += 8;
-    }
-  }
-
-  const uint8_t* p_;
-  size_t bytes_;
-  size_t next_ = 0;
-  uint64_t acc_ = 0;
-  int have_ = 0;
-  uint64_t left_;
-};
+using dither::BitReader;
+using dither::BitWriter;
 
 class Dithering final : public Codec {
  public:
@@ -170,16 +68,11 @@ class Dithering final : public Codec {
     DispatchFloat(dtype(), [&](auto e) {
       using E = decltype(e);
       const auto* x = static_cast<const typename E::Storage*>(in);
-      const double scale = Scale<E>(x);
+      const double scale = dither::Scale<E>(x, count(), l2_);
       StoreRaw(o + kHeader, static_cast<typename E::Compute>(scale));
-      if (natural_) {
-        Quantize<E, true>(x, scale, &writer);
-      } else {
-        Quantize<E, false>(x, scale, &writer);
-      }
+      dither::Quantize<E>(x, count(), scale, levels_, natural_, &rng_, &writer);
     });
-    writer.Flush();
-    const uint64_t bits = writer.bits();
+    const uint64_t bits = writer.Finish();
     if (writer.overflow()) {
       return Status::Internal("dithering encoding exceeded its bound of " +
                               std::to_string(MaxEncodedBytes()) + " bytes");
@@ -200,64 +93,8 @@ class Dithering final : public Codec {
  private:
   static constexpr size_t kHeader = 8;
   size_t ScaleBytes() const { return dtype() == DType::kFloat64 ? 8 : 4; }
-  uint64_t MaxBits() const { return count() * (2 + EliasBits(levels_)); }
+  uint64_t MaxBits() const { return count() * (2 + dither::EliasBits(levels_)); }
   size_t MaxStreamBytes() const { return static_cast<size_t>((MaxBits() + 7) / 8); }
-
-  template <typename E>
-  double Scale(const typename E::Storage* x) const {
-    using C = typename E::Compute;
-    double scale = 0.0;
-    const size_t n = count();
-    if (l2_) {
-      for (size_t i = 0; i < n; ++i) {
-        const C v = E::Load(x[i]);
-        scale += static_cast<double>(v * v);
-      }
-      return std::sqrt(scale);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const double a = static_cast<double>(std::fabs(E::Load(x[i])));
-      scale = scale > a ? scale : a;
-    }
-    return scale;
-  }
-
-  template <typename E, bool kNatural>
-  void Quantize(const typename E::Storage* x, double scale, BitWriter* w) {
-    using C = typename E::Compute;
-    const double s = static_cast<double>(levels_);
-    XorShift128Plus rng = rng_;  // a local copy stays in registers (stores may alias members)
-    uint64_t previous_plus_one = 0;  // index of the previous element sent, + 1
-    const size_t n = count();
-    for (size_t i = 0; i < n; ++i) {
-      const C v = E::Load(x[i]);
-      const double a = static_cast<double>(std::fabs(v));
-      uint32_t q;
-      if constexpr (kNatural) {
-        double normalized = a / scale * s;
-        if (!(normalized >= 0)) normalized = 0;
-        if (normalized > s) normalized = s;
-        const uint32_t floor = RoundNextPow2(static_cast<uint32_t>(std::ceil(normalized))) >> 1;
-        const uint32_t length = floor != 0 ? floor : 1;
-        const double p = (normalized - floor) / length;
-        q = floor + length * static_cast<uint32_t>(rng.Bernoulli(p));
-      } else {
-        C normalized = static_cast<C>(a / scale * s);
-        if (!(normalized >= 0)) normalized = 0;
-        if (normalized > static_cast<C>(s)) normalized = static_cast<C>(s);
-        const C floor = std::floor(normalized);
-        q = static_cast<uint32_t>(floor) +
-            static_cast<uint32_t>(rng.Bernoulli(static_cast<double>(normalized - floor)));
-      }
-      if (q != 0) {
-        w->EliasDelta(i + 1 - previous_plus_one);
-        w->Put(std::signbit(v) ? 1 : 0, 1);
-        w->EliasDelta(q);
-        previous_plus_one = i + 1;
-      }
-    }
-    rng_ = rng;
-  }
 
   template <bool kAdd>
   Status Decode(const void* in, size_t len, void* dst) {
@@ -285,38 +122,114 @@ class Dithering final : public Codec {
     }
     Status st;
     DispatchFloat(dtype(), [&](auto e) {
-      using E = decltype(e);
-      using C = typename E::Compute;
-      using S = typename E::Storage;
-      const C scale = LoadRaw<C>(p + kHeader);
-      const C s = static_cast<C>(levels_);
-      auto* d = static_cast<S*>(dst);
-      BitReader r(p + head, bits);
-      uint64_t next = 0;  // smallest index the next element may have
-      while (r.left() > 0) {
-        uint64_t gap, sign, q;
-        if (next >= count() || !r.EliasDelta(count() - next, &gap)) {
-          st = Status::InvalidArgument("dithering encoding has a bad index gap at bit " +
-                                       std::to_string(bits - r.left()));
-          return;
-        }
-        const uint64_t i = next + gap - 1;
-        if (!r.Get(1, &sign) || !r.EliasDelta(levels_, &q)) {
-          st = Status::InvalidArgument("dithering encoding has a bad level for element " +
-                                       std::to_string(i));
-          return;
-        }
-        const C num = static_cast<C>(q) * scale / s;
-        const S value = E::Store(sign ? -num : num);
-        if constexpr (kAdd) {
-          d[i] = E::Store(E::Load(d[i]) + E::Load(value));
-        } else {
-          d[i] = value;
-        }
-        next = i + 1;
-      }
+      st = DecodeTyped<decltype(e), kAdd>(p + head, bits, LoadRaw<typename decltype(e)::Compute>(
+                                                                 p + kHeader),
+                                          dst);
     });
     return st;
+  }
+
+  // Values of the small levels, stored with either sign.
+  static constexpr int kSmallLevels = 64;
+
+  template <typename E, bool kAdd>
+  Status DecodeTyped(const uint8_t* p, uint64_t bits, typename E::Compute scale, void* dst) {
+    using C = typename E::Compute;
+    using S = typename E::Storage;
+    const C s = static_cast<C>(levels_);
+    auto* d = static_cast<S*>(dst);
+    const uint64_t n = count(), levels = levels_;
+    S values[2][kSmallLevels];
+    for (uint64_t q = 1; q < kSmallLevels && q <= levels; ++q) {
+      const C num = static_cast<C>(q) * scale / s;
+      values[0][q] = E::Store(num);
+      values[1][q] = E::Store(-num);
+    }
+    auto emit = [&](uint64_t i, uint64_t sign, uint64_t q) {
+      S value;
+      if (q < kSmallLevels) {
+        value = values[sign][q];
+      } else {
+        const C num = static_cast<C>(q) * scale / s;
+        value = E::Store(sign ? -num : num);
+      }
+      if constexpr (kAdd) {
+        d[i] = E::Store(E::Load(d[i]) + E::Load(value));
+      } else {
+        d[i] = value;
+      }
+    };
+    uint64_t next = 0;  // smallest index the next element may have
+    uint64_t pos = 0;   // bits read
+    // The fast path: while 128 bits remain (an element takes at most 83), windows of 64 bits.
+    const dither::Symbol* table = dither::kSymbols.at;
+    const uint64_t fast_end = bits > 128 ? bits - 128 : 0;
+    while (pos < fast_end) {
+      const uint64_t w = dither::Peek(p, pos);
+      const dither::Symbol sym = table[w >> (64 - dither::kSymbolBits)];
+      uint64_t gap, sign, q;
+      int used;
+      if (sym.len != 0) {
+        gap = sym.gap;
+        sign = sym.sign;
+        q = sym.level;
+        used = sym.len;
+      } else if (!LongElement(p, pos, w, &gap, &sign, &q, &used)) {
+        break;
+      }
+      if (gap > n - next || q > levels) break;  // the checked reader reports it
+      const uint64_t i = next + gap - 1;
+      emit(i, sign, q);
+      next = i + 1;
+      pos += static_cast<uint64_t>(used);
+    }
+    // The rest (and whatever the fast path declined), checked.
+    BitReader r(p, bits, pos);
+    while (r.left() > 0) {
+      uint64_t gap, sign, q;
+      if (next >= n || !r.EliasDelta(n - next, &gap)) {
+        return Status::InvalidArgument("dithering encoding has a bad index gap at bit " +
+                                       std::to_string(bits - r.left()));
+      }
+      const uint64_t i = next + gap - 1;
+      if (!r.Get(1, &sign) || !r.EliasDelta(levels, &q)) {
+        return Status::InvalidArgument("dithering encoding has a bad level for element " +
+                                       std::to_string(i));
+      }
+      emit(i, sign, q);
+      next = i + 1;
+    }
+    return Status::OK();
+  }
+
+  // An element longer than the table's, from the window w at bit pos (57 bits of it valid;
+  // the stream holds at least 128 bits from pos): false where its codes are malformed or
+  // longer than a partition's can be (the checked reader then decides).
+  static bool LongElement(const uint8_t* p, uint64_t pos, uint64_t w, uint64_t* gap,
+                          uint64_t* sign, uint64_t* q, int* used) {
+    int a, b;
+    if (!DeltaFromWindow(w, 32, gap, &a)) return false;  // gaps < 2^32: L <= 32, <= 42 bits
+    const uint64_t w2 = dither::Peek(p, pos + static_cast<uint64_t>(a));
+    *sign = w2 >> 63;
+    if (!DeltaFromWindow(w2 << 1, 31, q, &b)) return false;  // levels <= 2^30: <= 39 bits
+    *used = a + 1 + b;
+    return true;
+  }
+
+  // The Elias-delta value at the top of w (at least 57 valid bits) with a length of at most
+  // max_len bits (<= 32): value and bits used.
+  static bool DeltaFromWindow(uint64_t w, int max_len, uint64_t* x, int* used) {
+    if (w == 0) return false;
+    const int zeros = __builtin_clzll(w);
+    if (zeros > 5) return false;
+    const uint64_t len = w >> (63 - 2 * zeros);
+    if (len > static_cast<uint64_t>(max_len)) return false;
+    const int head = 2 * zeros + 1;
+    const int rest = static_cast<int>(len) - 1;
+    const uint64_t low = rest == 0 ? 0 : (w << head) >> (64 - rest);
+    *x = (uint64_t{1} << rest) | low;
+    *used = head + rest;
+    return true;
   }
 
   uint32_t levels_;

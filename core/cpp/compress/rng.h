@@ -30,7 +30,13 @@ class XorShift128Plus {
     s0_ = s;
     t ^= t << 23;
     t ^= t >> 17;
-    t ^= s ^ (s >> 26);
+    // (t ^ s) ^ (s >> 26), in that order: the chain from one draw's s to the next is then two
+    // operations deep (t comes from the draw before). The empty asm statements keep the
+    // compiler from reassociating the xors into a deeper chain (3.3 -> 2 cycles per draw).
+    Pin(&t);
+    t ^= s;
+    Pin(&t);
+    t ^= s >> 26;
     s1_ = t;
     return t + s;
   }
@@ -56,6 +62,14 @@ class XorShift128Plus {
   }
 
  private:
+  static void Pin(uint64_t* v) {
+#if defined(__GNUC__)
+    __asm__("" : "+r"(*v));
+#else
+    (void)v;
+#endif
+  }
+
   uint64_t s0_, s1_;
 };
 

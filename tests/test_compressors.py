@@ -129,6 +129,18 @@ def test_sizes_and_tails(n, dtype):
         run_chain({**BASES[base], "ef_type": "vanilla"}, "worker", dtype, xs, CALLS[:2])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("base", ["dither_lin_max", "dither_lin_l2", "dither_nat_max",
+                                  "dither_nat_l2"])
+def test_dithering_long_partitions(base, dtype):
+    """Several 2048-element chunks and a tail: where the CPU has AVX-512 the float32 encoder
+    draws 2048 at a time (8 jumped sub-streams), which must still be the stream's draws in
+    element order, continuing across calls."""
+    rng = np.random.default_rng(len(base))
+    xs = [data(rng, 3 * 2048 + 101, dtype) for _ in range(2)]
+    run_chain(BASES[base], "worker", dtype, xs, CALLS[:2])
+
+
 def special_values(dtype: str) -> np.ndarray:
     info = np.finfo(dtype)
     vals = [0.0, -0.0, 1.0, -1.0, 1.0, -1.0, 2.0, -2.0, 0.5, info.tiny, -info.tiny,

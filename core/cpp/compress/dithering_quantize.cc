@@ -17,6 +17,8 @@
 //   sum in element order (the sum's add chain alone, a few cycles shorter per element).
 #include "dithering_quantize.h"
 
+#include "rng_chunks.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -159,20 +161,33 @@ inline void LevelsGeneric(const typename E::Storage* x, int m, double scale, dou
   *negative = neg;
 }
 
-// The codes of one block's non-zero elements (block starting at element `base`).
+// The codes of one block's non-zero elements (block starting at element `base`), two
+// elements per write where both are small (one write, half the bit writer's dependency chain).
 template <bool kChecked>
 inline void EmitBlock(uint64_t nonzero, uint64_t negative, const uint32_t* q, uint64_t base,
                       uint64_t* previous_plus_one, BitWriter* w) {
   uint64_t previous = *previous_plus_one;  // index of the previous element sent, + 1
   while (nonzero != 0) {
-    const int j = __builtin_ctzll(nonzero);
+    const int j1 = __builtin_ctzll(nonzero);
     nonzero &= nonzero - 1;
-    const uint64_t i = base + static_cast<uint64_t>(j) + 1;
-    const uint64_t sign = (negative >> j) & 1, level = q[j];
-    const uint64_t sq = __builtin_expect(level < kLevelCodes, 1) ? kCodes.sign_level[sign][level]
-                                                                 : PackedSignLevel(sign, level);
-    w->PutPair<kChecked>(GapCode(i - previous), sq);
-    previous = i;
+    const uint64_t i1 = base + static_cast<uint64_t>(j1) + 1, gap1 = i1 - previous;
+    const uint64_t sign1 = (negative >> j1) & 1, level1 = q[j1];
+    previous = i1;
+    if (nonzero == 0) {
+      w->PutElement<kChecked>(gap1, sign1, level1);
+      break;
+    }
+    const int j2 = __builtin_ctzll(nonzero);
+    nonzero &= nonzero - 1;
+    const uint64_t i2 = base + static_cast<uint64_t>(j2) + 1, gap2 = i2 - previous;
+    const uint64_t sign2 = (negative >> j2) & 1, level2 = q[j2];
+    previous = i2;
+    if (__builtin_expect((gap1 | level1 | gap2 | level2) < kSmall, 1)) {
+      w->PutSmallPair<kChecked>(gap1, sign1, level1, gap2, sign2, level2);
+    } else {
+      w->PutElement<kChecked>(gap1, sign1, level1);
+      w->PutElement<kChecked>(gap2, sign2, level2);
+    }
   }
   *previous_plus_one = previous;
 }
@@ -226,21 +241,15 @@ bool HasAvx512() {
 //     threshold (normalized - floor) / length * 2^64 as one multiply by 2^(64 - log2 length)
 //     (scalings by powers of two, exact here: normalized - floor is 0 or at least 2^-52 and
 //     the product is at most 2^64).
-// With `ahead`, the 8 draws of each step for a later block come from *rng into it (the
-// scalar draw chain then overlaps the vector work).
-template <bool kNatural, bool kAhead>
+template <bool kNatural>
 BPS_AVX512 inline void LevelsFloatAvx512(const float* x, double scale, double s,
                                          const uint64_t* r, uint32_t* q, uint64_t* nonzero,
-                                         uint64_t* negative, XorShift128Plus* rng,
-                                         uint64_t* ahead) {
+                                         uint64_t* negative) {
   const __m512d scale_v = _mm512_set1_pd(scale), s_v = _mm512_set1_pd(s);
   const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   uint64_t nz = 0, neg = 0;
   for (int j = 0; j < kBlock; j += 8) {
-    if constexpr (kAhead) {
-      for (int k = 0; k < 8; ++k) ahead[j + k] = rng->Next();
-    }
     const __m256 v = _mm256_loadu_ps(x + j);
     const __m512d a = _mm512_cvtps_pd(_mm256_and_ps(v, abs_mask));
     const __m512d draw = _mm512_cvtepu64_pd(_mm512_loadu_si512(r + j));
@@ -283,40 +292,36 @@ BPS_AVX512 void QuantizeFloatAvx512(const float* x, size_t n, double scale, doub
                                     XorShift128Plus* state, BitWriter* out) {
   XorShift128Plus rng = *state;  // local copies stay in registers
   BitWriter w = *out;
-  // The draws run two blocks ahead, made in the vector loop of the block two before: the
-  // scalar draw chain overlaps the vector work, and a block's vector loads of its draws find
-  // the stores that wrote them long done (a load spanning pending stores would wait).
-  alignas(64) uint64_t draws[4][kBlock];
+  // The draws of kDrawChunk elements at a time (rng_chunks.h); the last elements' one by one.
+  alignas(64) uint64_t draws[kDrawChunk];
   uint32_t q[kBlock];
   uint64_t previous_plus_one = 0;
-  const size_t blocks = n / kBlock;
-  for (size_t b = 0; b < 2 && b < blocks; ++b) {
-    for (int j = 0; j < kBlock; ++j) draws[b][j] = rng.Next();
-  }
-  for (size_t b = 0; b < blocks; ++b) {
-    const size_t base = b * kBlock;
-    uint64_t nonzero, negative;
-    if (b + 2 < blocks) {
-      LevelsFloatAvx512<kNatural, true>(x + base, scale, s, draws[b % 4], q, &nonzero,
-                                        &negative, &rng, draws[(b + 2) % 4]);
+  size_t base = 0;
+  while (base < n) {
+    size_t chunk;
+    if (n - base >= kDrawChunk) {
+      chunk = kDrawChunk;
+      DrawChunk(&rng, draws);
     } else {
-      LevelsFloatAvx512<kNatural, false>(x + base, scale, s, draws[b % 4], q, &nonzero,
-                                         &negative, nullptr, nullptr);
+      chunk = n - base;
+      for (size_t j = 0; j < chunk; ++j) draws[j] = rng.Next();
     }
-    if (w.Room() >= kBlockRoom) {
-      EmitBlock<false>(nonzero, negative, q, base, &previous_plus_one, &w);
-    } else {
-      EmitBlock<true>(nonzero, negative, q, base, &previous_plus_one, &w);
+    for (size_t off = 0; off < chunk; off += kBlock) {
+      uint64_t nonzero, negative;
+      if (chunk - off >= kBlock) {
+        LevelsFloatAvx512<kNatural>(x + base + off, scale, s, draws + off, q, &nonzero,
+                                    &negative);
+      } else {
+        LevelsGeneric<Elem<float>, kNatural>(x + base + off, static_cast<int>(chunk - off),
+                                             scale, s, draws + off, q, &nonzero, &negative);
+      }
+      if (w.Room() >= kBlockRoom) {
+        EmitBlock<false>(nonzero, negative, q, base + off, &previous_plus_one, &w);
+      } else {
+        EmitBlock<true>(nonzero, negative, q, base + off, &previous_plus_one, &w);
+      }
     }
-  }
-  const size_t base = blocks * kBlock;
-  if (base < n) {
-    const int m = static_cast<int>(n - base);
-    for (int j = 0; j < m; ++j) draws[0][j] = rng.Next();
-    uint64_t nonzero, negative;
-    LevelsGeneric<Elem<float>, kNatural>(x + base, m, scale, s, draws[0], q, &nonzero,
-                                         &negative);
-    EmitBlock<true>(nonzero, negative, q, base, &previous_plus_one, &w);
+    base += chunk;
   }
   *state = rng;
   *out = w;
@@ -336,7 +341,7 @@ void Quantize(const typename E::Storage* x, size_t n, double scale, uint32_t lev
   const double s = static_cast<double>(levels);
 #ifdef BPS_DITHER_X86
   if constexpr (E::kType == DType::kFloat32) {
-    if (HasAvx512()) {
+    if (HasAvx512() && HasDrawChunk()) {
       return natural ? QuantizeFloatAvx512<true>(x, n, scale, s, rng, w)
                      : QuantizeFloatAvx512<false>(x, n, scale, s, rng, w);
     }

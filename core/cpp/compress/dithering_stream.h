@@ -54,16 +54,25 @@ constexpr uint64_t PackedSignLevel(uint64_t sign, uint64_t level) {
   return ((sign << c.len) | c.bits) << 8 | static_cast<uint64_t>(c.len + 1);
 }
 
-constexpr uint64_t kGapCodes = 256, kLevelCodes = 64;
+constexpr uint64_t kGapCodes = 256, kLevelCodes = 64, kSmall = 16;
 struct CodeTables {
-  uint64_t gap[kGapCodes];                  // PackedCode(gap), gap >= 1
-  uint64_t sign_level[2][kLevelCodes];      // PackedSignLevel(sign, level), level >= 1
+  uint64_t gap[kGapCodes];              // PackedCode(gap), gap >= 1
+  uint64_t sign_level[2][kLevelCodes];  // PackedSignLevel(sign, level), level >= 1
+  uint64_t small[kSmall][2][kSmall];    // whole elements [gap][sign][level], <= 17 bits
 };
 constexpr CodeTables MakeCodeTables() {
   CodeTables t{};
   for (uint64_t g = 1; g < kGapCodes; ++g) t.gap[g] = PackedCode(g);
   for (uint64_t sign = 0; sign < 2; ++sign) {
     for (uint64_t q = 1; q < kLevelCodes; ++q) t.sign_level[sign][q] = PackedSignLevel(sign, q);
+  }
+  for (uint64_t g = 1; g < kSmall; ++g) {
+    for (uint64_t sign = 0; sign < 2; ++sign) {
+      for (uint64_t q = 1; q < kSmall; ++q) {
+        const uint64_t gc = t.gap[g], sq = t.sign_level[sign][q];
+        t.small[g][sign][q] = ((gc >> 8) << (sq & 255) | sq >> 8) << 8 | ((gc & 255) + (sq & 255));
+      }
+    }
   }
   return t;
 }
@@ -134,10 +143,22 @@ class BitWriter {
   }
 
   // One element: Elias-delta(gap), the sign bit, Elias-delta(level) (gap, level >= 1).
+  template <bool kChecked>
   void PutElement(uint64_t gap, uint64_t sign, uint64_t level) {
     const uint64_t sq = __builtin_expect(level < kLevelCodes, 1) ? kCodes.sign_level[sign][level]
                                                                  : PackedSignLevel(sign, level);
-    PutPair<true>(GapCode(gap), sq);
+    PutPair<kChecked>(GapCode(gap), sq);
+  }
+
+  // Two elements with gaps and levels below kSmall (their codes take at most 34 bits).
+  template <bool kChecked>
+  void PutSmallPair(uint64_t gap1, uint64_t sign1, uint64_t level1, uint64_t gap2,
+                    uint64_t sign2, uint64_t level2) {
+    const uint64_t c1 = kCodes.small[gap1][sign1][level1], c2 = kCodes.small[gap2][sign2][level2];
+    const int len2 = static_cast<int>(c2 & 255);
+    const uint64_t v = ((c1 >> 8) << len2) | (c2 >> 8);
+    const int n = static_cast<int>(c1 & 255) + len2;
+    kChecked ? Put(v, n) : PutUnchecked(v, n);
   }
 
   // Writes the last partial byte, zero-padded; returns the payload bits written.

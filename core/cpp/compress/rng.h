@@ -23,6 +23,8 @@ class XorShift128Plus {
     s0_ = a;
     s1_ = b;
   }
+  uint64_t state0() const { return s0_; }
+  uint64_t state1() const { return s1_; }
 
   uint64_t Next() {
     uint64_t t = s0_;

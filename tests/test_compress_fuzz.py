@@ -133,10 +133,16 @@ def dithering_stream(entries, scale: float, dtype: str) -> bytes:
 
 @FUZZ
 @given(dtype=st.sampled_from(DTYPES), natural=st.booleans(), k=st.integers(1, 9),
-       count=st.integers(1, 60), scale=st.floats(-1e4, 1e4, width=32),
-       entries=st.lists(st.tuples(st.integers(1, 70), st.integers(0, 1),
-                                  st.integers(1, 300)), max_size=40))
+       count=st.one_of(st.integers(1, 60), st.integers(1, 20000)),
+       scale=st.floats(-1e4, 1e4, width=32),
+       entries=st.lists(st.tuples(st.one_of(st.integers(1, 70), st.integers(1, 3000)),
+                                  st.integers(0, 1),
+                                  st.one_of(*[st.integers(1, 300)] * 4,
+                                            st.integers(1, 2**31))),
+                        max_size=120))
 def test_dithering_streams_decode_as_specified(dtype, natural, k, count, scale, entries):
+    """Long streams too: the decoder's fast path (windows, a table of short elements) runs
+    while 176 bits remain, the checked reader after it."""
     kwargs = {"compressor_type": "dithering", "compressor_k": str(k), "seed": "1",
               "dithering_partition": "1" if natural else "0"}
     core = T.Compressor(kwargs, "worker", dtype, count)

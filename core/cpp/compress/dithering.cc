@@ -83,7 +83,6 @@ class Dithering final : public Codec {
   }
 
   Status Decompress(const void* in, size_t len, void* dst) override {
-    std::memset(dst, 0, raw_bytes());
     return Decode<false>(in, len, dst);
   }
   Status DecompressAdd(const void* in, size_t len, void* dst) override {
@@ -98,13 +97,29 @@ class Dithering final : public Codec {
 
   template <bool kAdd>
   Status Decode(const void* in, size_t len, void* dst) {
+    const auto* p = static_cast<const uint8_t*>(in);
+    uint64_t bits = 0;
+    Status st = CheckFraming(p, len, &bits);
+    if (!st.ok()) {
+      if (!kAdd) std::memset(dst, 0, raw_bytes());  // Decompress's output on error: zeros
+      return st;
+    }
+    const size_t head = kHeader + ScaleBytes();
+    DispatchFloat(dtype(), [&](auto e) {
+      using C = typename decltype(e)::Compute;
+      st = DecodeTyped<decltype(e), kAdd>(p + head, bits, LoadRaw<C>(p + kHeader), dst);
+    });
+    return st;
+  }
+
+  // The length, the bit count B against its bound and the length it implies, the padding.
+  Status CheckFraming(const uint8_t* p, size_t len, uint64_t* bits_out) const {
     const size_t head = kHeader + ScaleBytes();
     if (len < head) {
       return Status::InvalidArgument("dithering encoding of " + std::to_string(len) +
                                      " bytes is shorter than its " + std::to_string(head) +
                                      "-byte header");
     }
-    const auto* p = static_cast<const uint8_t*>(in);
     const uint64_t bits = LoadRaw<uint64_t>(p);
     if (bits > MaxBits()) {
       return Status::InvalidArgument("dithering encoding claims " + std::to_string(bits) +
@@ -120,13 +135,8 @@ class Dithering final : public Codec {
     if (bits % 8 != 0 && (p[head + stream - 1] & ((1u << (8 - bits % 8)) - 1)) != 0) {
       return Status::InvalidArgument("dithering encoding has padding bits set");
     }
-    Status st;
-    DispatchFloat(dtype(), [&](auto e) {
-      st = DecodeTyped<decltype(e), kAdd>(p + head, bits, LoadRaw<typename decltype(e)::Compute>(
-                                                                 p + kHeader),
-                                          dst);
-    });
-    return st;
+    *bits_out = bits;
+    return Status::OK();
   }
 
   // Values of the small levels, stored with either sign.
@@ -159,26 +169,54 @@ class Dithering final : public Codec {
         d[i] = value;
       }
     };
+    // Decompress overwrites: the elements between those sent become 0 (DecompressAdd leaves
+    // them), also on an error (the elements before it decoded, as the definition reads).
+    auto zeros = [&](uint64_t from, uint64_t to) {
+      if constexpr (!kAdd) std::memset(d + from, 0, (to - from) * sizeof(S));
+    };
+    // Zeros up to element i, the next to be written.
+    auto zeros_before = [&](uint64_t next, uint64_t i) {
+      if constexpr (!kAdd) {
+        if (__builtin_expect(next + 8 <= n, 1)) {
+          std::memset(d + next, 0, 8 * sizeof(S));  // one store (may reach past i: later ones)
+          if (i > next + 8) zeros(next + 8, i);
+        } else {
+          zeros(next, i);
+        }
+      }
+    };
     uint64_t next = 0;  // smallest index the next element may have
     uint64_t pos = 0;   // bits read
-    // The fast path: while 128 bits remain (an element takes at most 83), windows of 64 bits.
+    // The fast path, while 176 bits remain: a 64-bit window at pos gives up to 4 elements from
+    // the table (at most 12 bits each, so the 4th lookup still sees 21 valid bits); an element
+    // not in it is decoded from windows with clz (at most 83 bits). Anything malformed or out
+    // of range goes to the checked reader below, from that element on.
     const dither::Symbol* table = dither::kSymbols.at;
-    const uint64_t fast_end = bits > 128 ? bits - 128 : 0;
-    while (pos < fast_end) {
-      const uint64_t w = dither::Peek(p, pos);
-      const dither::Symbol sym = table[w >> (64 - dither::kSymbolBits)];
+    const uint64_t fast_end = bits > 176 ? bits - 176 : 0;
+    bool declined = false;
+    while (pos < fast_end && !declined) {
+      uint64_t w = dither::Peek(p, pos);
+      int k = 0;
+      for (; k < 4; ++k) {
+        const dither::Symbol sym = table[w >> (64 - dither::kSymbolBits)];
+        if (sym.len == 0) break;
+        if (sym.gap > n - next || sym.level > levels) {
+          declined = true;
+          break;
+        }
+        const uint64_t i = next + sym.gap - 1;
+        zeros_before(next, i);
+        emit(i, sym.sign, sym.level);
+        next = i + 1;
+        w <<= sym.len;
+        pos += sym.len;
+      }
+      if (k == 4 || declined) continue;
       uint64_t gap, sign, q;
       int used;
-      if (sym.len != 0) {
-        gap = sym.gap;
-        sign = sym.sign;
-        q = sym.level;
-        used = sym.len;
-      } else if (!LongElement(p, pos, w, &gap, &sign, &q, &used)) {
-        break;
-      }
-      if (gap > n - next || q > levels) break;  // the checked reader reports it
+      if (!LongElement(p, pos, &gap, &sign, &q, &used) || gap > n - next || q > levels) break;
       const uint64_t i = next + gap - 1;
+      zeros_before(next, i);
       emit(i, sign, q);
       next = i + 1;
       pos += static_cast<uint64_t>(used);
@@ -188,26 +226,31 @@ class Dithering final : public Codec {
     while (r.left() > 0) {
       uint64_t gap, sign, q;
       if (next >= n || !r.EliasDelta(n - next, &gap)) {
+        zeros(next, n);
         return Status::InvalidArgument("dithering encoding has a bad index gap at bit " +
                                        std::to_string(bits - r.left()));
       }
       const uint64_t i = next + gap - 1;
       if (!r.Get(1, &sign) || !r.EliasDelta(levels, &q)) {
+        zeros(next, n);
         return Status::InvalidArgument("dithering encoding has a bad level for element " +
                                        std::to_string(i));
       }
+      zeros(next, i);
       emit(i, sign, q);
       next = i + 1;
     }
+    zeros(next, n);
     return Status::OK();
   }
 
-  // An element longer than the table's, from the window w at bit pos (57 bits of it valid;
-  // the stream holds at least 128 bits from pos): false where its codes are malformed or
-  // longer than a partition's can be (the checked reader then decides).
-  static bool LongElement(const uint8_t* p, uint64_t pos, uint64_t w, uint64_t* gap,
-                          uint64_t* sign, uint64_t* q, int* used) {
+  // An element at bit pos (the stream holds at least 128 bits from there) from 64-bit
+  // windows: false where its codes are malformed or longer than a partition's can be (the
+  // checked reader then decides).
+  static bool LongElement(const uint8_t* p, uint64_t pos, uint64_t* gap, uint64_t* sign,
+                          uint64_t* q, int* used) {
     int a, b;
+    const uint64_t w = dither::Peek(p, pos);
     if (!DeltaFromWindow(w, 32, gap, &a)) return false;  // gaps < 2^32: L <= 32, <= 42 bits
     const uint64_t w2 = dither::Peek(p, pos + static_cast<uint64_t>(a));
     *sign = w2 >> 63;

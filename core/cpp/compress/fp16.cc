@@ -54,6 +54,14 @@ uint16_t DoubleToHalf(double v) {
 __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* s, uint16_t* d,
                                                            size_t n) {
   size_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // a 64-byte line of input, half a line of output
+    PrefetchRead(s, i);
+    PrefetchWrite(d, i);
+    const __m128i h0 = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i h1 = _mm256_cvtps_ph(_mm256_loadu_ps(s + i + 8), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), h0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 8), h1);
+  }
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), h);
@@ -61,14 +69,25 @@ __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* s, uint16_
   for (; i < n; ++i) d[i] = half::FloatToHalf(s[i]);
 }
 
+// Elements i..i + 7.
+template <bool kAdd>
+__attribute__((target("avx,f16c"))) inline void HalfToFloatEight(const uint8_t* h, float* d,
+                                                                 size_t i) {
+  __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 2 * i)));
+  if constexpr (kAdd) v = _mm256_add_ps(_mm256_loadu_ps(d + i), v);
+  _mm256_storeu_ps(d + i, v);
+}
+
 template <bool kAdd>
 __attribute__((target("avx,f16c"))) void HalfToFloatF16c(const uint8_t* h, float* d, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 2 * i)));
-    if constexpr (kAdd) v = _mm256_add_ps(_mm256_loadu_ps(d + i), v);
-    _mm256_storeu_ps(d + i, v);
+  for (; i + 16 <= n; i += 16) {  // a 64-byte line of output, half a line of input
+    PrefetchRead(h, 2 * i);
+    PrefetchWrite(d, i);
+    HalfToFloatEight<kAdd>(h, d, i);
+    HalfToFloatEight<kAdd>(h, d, i + 8);
   }
+  for (; i + 8 <= n; i += 8) HalfToFloatEight<kAdd>(h, d, i);
   for (; i < n; ++i) {
     const float f = half::HalfToFloat(LoadRaw<uint16_t>(h + 2 * i));
     d[i] = kAdd ? d[i] + f : f;

@@ -114,6 +114,25 @@ inline void StoreRaw(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
+// Software prefetch for the streaming loops, kPrefetchAhead bytes ahead of the element read
+// or written, one per 64-byte line: the hardware prefetchers let a single core's streams
+// over tens of MiB run at about half the rate (onebit's packing of 64 MiB of float32: 10 ->
+// 25 GB/s, its unpacking 15 -> 26 GB/s with it, on the machine measured).
+constexpr size_t kPrefetchAhead = 4096;
+template <typename T>
+inline void PrefetchRead(const T* p, size_t i) {
+  // (an address past the buffer's end is harmless to a prefetch; computed as an integer)
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p + i) +
+                                                   kPrefetchAhead),
+                     0, 3);
+}
+template <typename T>
+inline void PrefetchWrite(T* p, size_t i) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p + i) +
+                                                   kPrefetchAhead),
+                     1, 3);
+}
+
 // dst[i] = Store(Load(src[i]) * scale) in the compute type (scale as Compute).
 void ScaleInto(DType dtype, const void* src, double scale, size_t count, void* dst);
 

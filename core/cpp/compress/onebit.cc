@@ -38,6 +38,8 @@ void PackGeneric(const typename E::Storage* x, size_t begin, size_t n, uint8_t* 
   using C = typename E::Compute;
   size_t i = begin;
   for (; i + 16 <= n; i += 16) {
+    PrefetchRead(x, i);
+    if constexpr (sizeof(x[0]) == 8) PrefetchRead(x, i + 8);
     unsigned v = 0;
     for (int j = 0; j < 16; ++j) {
       const C c = E::Load(x[i + j]);
@@ -71,6 +73,7 @@ size_t PackFloatSse2(const float* x, size_t i, size_t n, uint8_t* bits, bool sum
   __m128d acc[8];
   for (int a = 0; a < 8; ++a) acc[a] = _mm_loadu_pd(lanes + 2 * a);
   for (; i + 16 <= n; i += 16) {
+    PrefetchRead(x, i);
     const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
     const __m128 c = _mm_loadu_ps(x + i + 8), d = _mm_loadu_ps(x + i + 12);
     const __m128i ab = _mm_packs_epi32(_mm_castps_si128(_mm_cmplt_ps(a, zero)),
@@ -110,6 +113,8 @@ __attribute__((target("avx2"))) size_t PackFloatAvx2(const float* x, size_t n, u
   for (int a = 0; a < 4; ++a) acc[a] = _mm256_loadu_pd(lanes + 4 * a);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    PrefetchRead(x, i);
+    PrefetchRead(x, i + 16);
     __m256 v[4];
     uint32_t mask = 0;
     for (int q = 0; q < 4; ++q) {
@@ -175,7 +180,12 @@ void UnpackGeneric(const uint8_t* bits, size_t begin, size_t n, typename E::Stor
                    typename E::Storage* out) {
   // Whole bytes, 8 elements each (constant shifts), then the tail.
   size_t i = begin;
+  constexpr size_t kLine = 64 / sizeof(pos);  // elements per 64-byte line
   for (; i + 8 <= n; i += 8) {
+    if (i % kLine < 8) {
+      PrefetchWrite(out, i);
+      if constexpr (kMode == Mode::kResidual) PrefetchRead(corrected, i);
+    }
     const unsigned v = bits[i / 8];
     for (int j = 0; j < 8; ++j) Emit<E, kMode>(((v >> j) & 1u) ? neg : pos, corrected, i + j, out);
   }
@@ -198,8 +208,8 @@ void UnpackFloatSse2(const uint8_t* bits, size_t n, float pos, const float* corr
   const __m128i sel_hi = _mm_setr_epi32(16, 32, 64, 128);
   const __m128i sign = _mm_set1_epi32(static_cast<int>(0x80000000u));
   const __m128i value = _mm_castps_si128(_mm_set1_ps(pos));
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  // 8 elements from one byte of bits.
+  auto eight = [&](size_t i) {
     const __m128i v = _mm_set1_epi32(bits[i / 8]);
     const __m128i mlo = _mm_cmpeq_epi32(_mm_and_si128(v, sel_lo), sel_lo);
     const __m128i mhi = _mm_cmpeq_epi32(_mm_and_si128(v, sel_hi), sel_hi);
@@ -214,7 +224,15 @@ void UnpackFloatSse2(const uint8_t* bits, size_t n, float pos, const float* corr
     }
     _mm_storeu_ps(out + i, lo);
     _mm_storeu_ps(out + i + 4, hi);
+  };
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // one 64-byte line of output
+    PrefetchWrite(out, i);
+    if constexpr (kMode == Mode::kResidual) PrefetchRead(corrected, i);
+    eight(i);
+    eight(i + 8);
   }
+  for (; i + 8 <= n; i += 8) eight(i);
   UnpackGeneric<Elem<float>, kMode>(bits, i, n, pos, -pos, corrected, out);
 }
 

@@ -146,6 +146,15 @@ class Codec : public Compressor {
   // error[i] = Store(Load(corrected[i]) - Load(decoded[i])) for an encoding this instance just
   // wrote from `corrected`. The default decodes into `error` and subtracts.
   virtual void Residual(const void* corrected, const void* enc, size_t len, void* error);
+  // Error feedback's whole step, where a codec fuses it into fewer passes over memory, with
+  // the results of the three passes: corrected[i] = Store(Load(x[i]) * scale + factor *
+  // Load(error[i])) (scale and factor as Compute), the encoding of `corrected` into out
+  // (Encode's), then error[i] = Store(Load(corrected[i]) - Load(decoded[i])). false: the codec
+  // has no fused form and did nothing.
+  virtual bool EncodeWithFeedback(const void* x, double scale, double factor, void* error,
+                                  void* out, size_t* out_len) {
+    return false;
+  }
 
  protected:
   Codec(DType dtype, size_t count) : Compressor(dtype, count) {}

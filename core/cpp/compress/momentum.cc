@@ -55,11 +55,18 @@ class Momentum final : public Compressor {
     S* __restrict out = reinterpret_cast<S*>(grad_.data());
     const C s = static_cast<C>(scale), mu = static_cast<C>(mu_);
     const size_t n = count();  // hoisted: the build allows any store to alias a member
-    for (size_t i = 0; i < n; ++i) {
-      const C g = E::Load(E::Store(E::Load(x[i]) * s));
-      const S mi = E::Store(g + mu * E::Load(m[i]));
-      m[i] = mi;
-      out[i] = E::Store(g + mu * E::Load(mi));
+    constexpr size_t kLine = 64 / sizeof(S);
+    for (size_t b = 0; b < n; b += kLine) {  // a line of each stream per block, prefetched
+      PrefetchRead(x, b);
+      PrefetchWrite(m, b);
+      PrefetchWrite(out, b);
+      const size_t end = n - b < kLine ? n : b + kLine;
+      for (size_t i = b; i < end; ++i) {
+        const C g = E::Load(E::Store(E::Load(x[i]) * s));
+        const S mi = E::Store(g + mu * E::Load(m[i]));
+        m[i] = mi;
+        out[i] = E::Store(g + mu * E::Load(mi));
+      }
     }
   }
 

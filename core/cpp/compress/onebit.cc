@@ -263,6 +263,101 @@ S FlipSign(S v) {
   }
 }
 
+// ---- error feedback's fused step (Codec::EncodeWithFeedback) ---------------------------
+// corrected = Store(Load(x) * s + f * Load(error)) is recomputed where a pass needs it rather
+// than stored. Three forms, by what a pass does with it: kBits packs its signs, kSum adds |c|
+// into the 16 lanes (as Pack), kResidual writes error = Store(c - Load(bit ? neg : pos)).
+// Unscaled onebit: one pass doing all but the sum (pos = 1); scaled: kBits + kSum, then the
+// scale, then kResidual. No multiply feeds an add in one instruction (no FMA is compiled in).
+template <typename E, bool kBits, bool kSum, bool kResidual>
+void FeedbackGeneric(const typename E::Storage* x, typename E::Storage* err, size_t begin,
+                     size_t n, typename E::Compute s, typename E::Compute f,
+                     typename E::Storage pos, uint8_t* bits, double* lanes) {
+  using C = typename E::Compute;
+  using S = typename E::Storage;
+  const S neg = FlipSign(pos);
+  constexpr size_t kLine = 64 / sizeof(S);
+  for (size_t i = begin; i < n; i += 8) {  // begin: a multiple of 16
+    if (i % kLine < 8) {
+      PrefetchRead(x, i);
+      PrefetchWrite(err, i);
+    }
+    const size_t m = n - i < 8 ? n - i : 8;
+    unsigned v = 0;
+    for (size_t j = 0; j < m; ++j) {
+      const C c = E::Load(E::Store(E::Load(x[i + j]) * s + f * E::Load(err[i + j])));
+      const bool negative = c < 0;
+      v |= static_cast<unsigned>(negative) << j;
+      if constexpr (kSum) lanes[(i + j) % kLanes] += static_cast<double>(std::fabs(c));
+      if constexpr (kResidual) err[i + j] = E::Store(c - E::Load(negative ? neg : pos));
+    }
+    if constexpr (kBits) bits[i / 8] = static_cast<uint8_t>(v);
+  }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// float32, AVX2: 32 elements per step from 0 (the lanes as PackFloatAvx2's); returns where it
+// stopped.
+template <bool kBits, bool kSum, bool kResidual>
+__attribute__((target("avx2"))) size_t FeedbackFloatAvx2(const float* x, float* err, size_t n,
+                                                         float s, float f, float pos,
+                                                         uint8_t* bits, double* lanes) {
+  const __m256 zero = _mm256_setzero_ps(), s_v = _mm256_set1_ps(s), f_v = _mm256_set1_ps(f);
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 pos_v = _mm256_set1_ps(pos);
+  __m256d acc[4];
+  if constexpr (kSum) {
+    for (int a = 0; a < 4; ++a) acc[a] = _mm256_loadu_pd(lanes + 4 * a);
+  }
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    PrefetchRead(x, i);
+    PrefetchRead(x, i + 16);
+    PrefetchWrite(err, i);
+    PrefetchWrite(err, i + 16);
+    uint32_t mask = 0;
+    for (int q = 0; q < 4; ++q) {
+      const __m256 c = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * q), s_v),
+                                     _mm256_mul_ps(f_v, _mm256_loadu_ps(err + i + 8 * q)));
+      const __m256 lt = _mm256_cmp_ps(c, zero, _CMP_LT_OQ);
+      if constexpr (kBits) mask |= static_cast<uint32_t>(_mm256_movemask_ps(lt)) << (8 * q);
+      if constexpr (kSum) {
+        const __m256 a = _mm256_and_ps(c, abs_mask);
+        const int lane = 2 * (q % 2);
+        acc[lane] = _mm256_add_pd(acc[lane], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+        acc[lane + 1] =
+            _mm256_add_pd(acc[lane + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+      }
+      if constexpr (kResidual) {
+        const __m256 d = _mm256_xor_ps(pos_v, _mm256_and_ps(lt, sign));
+        _mm256_storeu_ps(err + i + 8 * q, _mm256_sub_ps(c, d));
+      }
+    }
+    if constexpr (kBits) StoreRaw<uint32_t>(bits + i / 8, mask);
+  }
+  if constexpr (kSum) {
+    for (int a = 0; a < 4; ++a) _mm256_storeu_pd(lanes + 4 * a, acc[a]);
+  }
+  return i;
+}
+#endif
+
+template <typename E, bool kBits, bool kSum, bool kResidual>
+void Feedback(const typename E::Storage* x, typename E::Storage* err, size_t n,
+              typename E::Compute s, typename E::Compute f, typename E::Storage pos,
+              uint8_t* bits, double* lanes) {
+  size_t i = 0;
+#if defined(__x86_64__) || defined(__i386__)
+  if constexpr (E::kType == DType::kFloat32) {
+    if (HasAvx2()) {
+      i = FeedbackFloatAvx2<kBits, kSum, kResidual>(x, err, n, s, f, pos, bits, lanes);
+    }
+  }
+#endif
+  FeedbackGeneric<E, kBits, kSum, kResidual>(x, err, i, n, s, f, pos, bits, lanes);
+}
+
 class Onebit final : public Codec {
  public:
   Onebit(DType dtype, size_t count, bool scaling) : Codec(dtype, count), scaling_(scaling) {}
@@ -299,6 +394,35 @@ class Onebit final : public Codec {
   // Fused: error = corrected - (bit ? -scale : +scale), in the tensor's type.
   void Residual(const void* corrected, const void* enc, size_t len, void* error) override {
     Unpacked<Mode::kResidual>(static_cast<const uint8_t*>(enc), corrected, error);
+  }
+
+  bool EncodeWithFeedback(const void* in, double scale, double factor, void* error, void* out,
+                          size_t* out_len) override {
+    auto* o = static_cast<uint8_t*>(out);
+    DispatchFloat(dtype(), [&](auto e) {
+      using E = decltype(e);
+      using C = typename E::Compute;
+      using S = typename E::Storage;
+      const auto* x = static_cast<const S*>(in);
+      auto* err = static_cast<S*>(error);
+      const C s = static_cast<C>(scale), f = static_cast<C>(factor);
+      uint8_t* bits = o + ScaleBytes();
+      if (!scaling_) {
+        StoreRaw<C>(o, static_cast<C>(1.0));
+        const S pos = E::Store(static_cast<C>(1.0));
+        Feedback<E, true, false, true>(x, err, count(), s, f, pos, bits, nullptr);
+        return;
+      }
+      double lanes[kLanes] = {};
+      Feedback<E, true, true, false>(x, err, count(), s, f, S{}, bits, lanes);
+      double total = 0;
+      for (double l : lanes) total += l;
+      StoreRaw<C>(o, static_cast<C>(total / static_cast<double>(count())));
+      const S pos = E::Store(LoadRaw<C>(o));
+      Feedback<E, false, false, true>(x, err, count(), s, f, pos, nullptr, nullptr);
+    });
+    *out_len = MaxEncodedBytes();
+    return true;
   }
 
  private:

@@ -131,11 +131,9 @@ def cluster_section(res: dict) -> list[str]:
     md.append("`t_opt` of the uncompressed tensor: " + "; ".join(
         f"n={r['n']},k={r['k']}: {r['t_opt_s']:.3f} s" for r in rows) + ".")
     md.append("")
-    for r in rows:
-        for name, j in r["jobs"].items():
-            if "error" in j:
-                md.append(f"- n={r['n']}, k={r['k']}, {name}: failed: `{j['error']}`")
-    return md + [""]
+    errors = [f"- n={r['n']}, k={r['k']}, {name}: failed: `{j['error']}`"
+              for r in rows for name, j in r["jobs"].items() if "error" in j]
+    return md + (errors + [""] if errors else [])
 
 
 # -------------------------------------------------------------------------------- throughput --
@@ -168,9 +166,10 @@ def throughput_section(res: dict) -> list[str]:
     sizes = [big] + ([small] if small != big else [])
     md.append(
         "`byteps._core.testing.compressor_throughput(kwargs, \"float32\", count, seconds)`: one "
-        "worker-side compressor chain of `count` elements, compress and decompress repeated "
-        f"for {plan['tp_seconds']:g} s each on one thread; GB/s of raw float32 input (4 bytes "
-        f"per element) per second, at {fmt_size(big)} and at one partition of the core's "
+        "worker-side compressor chain of `count` elements on one thread, standard-normal "
+        f"data, {plan['tp_seconds']:g} s in all (half compressing, half decompressing); GB/s "
+        f"of raw float32 input (4 bytes per element) per second, at {fmt_size(big)} and at "
+        "one partition of the core's "
         f"default size ({fmt_size(small)}, `BYTEPS_PARTITION_BYTES`), where µs per partition = "
         "the time to compress (or decompress) one partition. Memory bandwidth probe "
         f"(`benchmarks.sumbench.memory_bandwidth`, {fmt_size(plan['probe_bytes'])}, 1 thread, "
@@ -200,11 +199,9 @@ def throughput_section(res: dict) -> list[str]:
                       for op in ("compress", "decompress")]
         body.append(cells)
     md += [_table(header, body, "ll" + "r" * (len(header) - 2)), ""]
-    for name, row in part["rows"].items():
-        for s, v in row.items():
-            if "error" in v:
-                md.append(f"- {name}, {fmt_size(int(s))}: failed: `{v['error']}`")
-    return md + [""]
+    errors = [f"- {name}, {fmt_size(int(s))}: failed: `{v['error']}`"
+              for name, row in part["rows"].items() for s, v in row.items() if "error" in v]
+    return md + (errors + [""] if errors else [])
 
 
 # ---------------------------------------------------------------------------------- training --
@@ -275,10 +272,9 @@ def training_section(res: dict) -> list[str]:
                          _f(sp, ".2f") + ("×" if math.isfinite(sp) else ""),
                          _f(r.get("job_s"), ".0f")])
     md += [_table(header, body, "llrrrrrr"), ""]
-    for r in part.get("rows") or []:
-        if "error" in r:
-            md.append(f"- {r['model']} {r['variant']}: failed: `{r['error']}`")
-    return md + [""]
+    errors = [f"- {r['model']} {r['variant']}: failed: `{r['error']}`"
+              for r in part.get("rows") or [] if "error" in r]
+    return md + (errors + [""] if errors else [])
 
 
 # ------------------------------------------------------------------------------------- page --

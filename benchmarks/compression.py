@@ -13,8 +13,8 @@ Three parts, each a real measurement of the core's compressors (docs/compression
   decompress, float32, one thread, GB/s of raw input bytes) on a 64 MiB tensor and on one
   partition of the core's default size, next to the memory-bandwidth probe of
   :func:`benchmarks.sumbench.memory_bandwidth` (1 thread);
-* **training**: ``examples/torch/train_digits.py`` (an MLP) and :mod:`benchmarks.cnn_digits`
-  (a small CNN, 4 MiB of gradients per step) trained on a 100 Mbit/s emulated cluster of n = 2
+* **training**: ``examples/torch/train_digits.py``, its MLP and its small CNN (``--model cnn``,
+  4 MiB of gradients per step) trained on a 100 Mbit/s emulated cluster of n = 2
   worker hosts and k = 2 server hosts, uncompressed and with onebit + error feedback (the torch
   adapter's ``compression_params``): final test accuracy and time per step.
 
@@ -79,10 +79,11 @@ TRAIN_MODELS = {
     "mlp": {"argv": [os.path.join(ROOT, "examples", "torch", "train_digits.py")],
             "epochs": 20, "min_compress_bytes": 4096,
             "label": "digits MLP (`examples/torch/train_digits.py`, 64-128-10, SGD momentum 0.9)"},
-    "cnn": {"argv": ["-m", "benchmarks.cnn_digits"], "epochs": 6,
+    "cnn": {"argv": [os.path.join(ROOT, "examples", "torch", "train_digits.py"),
+                     "--model", "cnn", "--hidden", "256", "--lr", "0.02"], "epochs": 6,
             "min_compress_bytes": MIN_COMPRESS_BYTES,
-            "label": "small CNN (`benchmarks/cnn_digits.py`, conv 32-64, FC 4096-256-10, "
-                     "SGD momentum 0.9)"},
+            "label": "small CNN (`examples/torch/train_digits.py --model cnn`, conv 32-64, "
+                     "FC 4096-256-10, SGD momentum 0.9)"},
 }
 TRAIN_CONFIG = (2, 2)
 

@@ -34,6 +34,10 @@
 
 #include "internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace byteps {
 namespace compress {
 namespace detail {
@@ -61,6 +65,151 @@ struct TopKey {
     return static_cast<K>(b & (~K{0} >> 1));
   }
 };
+
+using Candidates = std::vector<std::pair<uint64_t, uint32_t>>;
+
+// Appends (key, index) of the elements of x[begin, n) with key >= lo to *cand, in index
+// order, stopping where it would exceed cap entries; *nan |= a NaN among those scanned.
+// Returns false where it stopped at cap.
+template <typename E>
+bool ScanCandidatesGeneric(const typename E::Storage* x, size_t begin, size_t n,
+                           typename TopKey<E>::K lo, size_t cap, Candidates* cand, bool* nan) {
+  bool seen_nan = false, whole = true;
+  for (size_t i = begin; i < n; ++i) {
+    if (i % 16 == 0) PrefetchRead(x, i);
+    const auto b = TopKey<E>::Of(x[i]);
+    seen_nan |= b > TopKey<E>::kInf;
+    if (b >= lo) {
+      if (cand->size() == cap) {
+        whole = false;
+        break;
+      }
+      cand->emplace_back(b, static_cast<uint32_t>(i));
+    }
+  }
+  *nan |= seen_nan;
+  return whole;
+}
+
+template <typename E>
+void ScanCandidates(const typename E::Storage* x, size_t n, typename TopKey<E>::K lo,
+                    size_t cap, Candidates* cand, bool* nan) {
+  ScanCandidatesGeneric<E>(x, 0, n, lo, cap, cand, nan);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+bool HasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+// float32, AVX2, elements [0, *end) with *end a multiple of 16: 16 keys per step compared at
+// once (keys have the top bit clear, so signed compares order them); the few at or above lo
+// are appended one by one. Returns false where it stopped at cap.
+__attribute__((target("avx2"))) bool ScanFloatAvx2(const float* x, size_t end, uint32_t lo,
+                                                   size_t cap, Candidates* cand, bool* nan) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i below = _mm256_set1_epi32(static_cast<int>(lo) - 1);  // key >= lo: key > lo-1
+  __m256i nans = _mm256_setzero_si256();
+  bool whole = true;
+  for (size_t i = 0; i < end && whole; i += 16) {
+    PrefetchRead(x, i);
+    const __m256i k0 =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+    const __m256i k1 = _mm256_and_si256(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), abs_mask);
+    nans = _mm256_or_si256(nans, _mm256_or_si256(_mm256_cmpgt_epi32(k0, inf),
+                                                 _mm256_cmpgt_epi32(k1, inf)));
+    uint32_t mask = static_cast<uint32_t>(
+                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k0, below)))) |
+                    static_cast<uint32_t>(_mm256_movemask_ps(
+                        _mm256_castsi256_ps(_mm256_cmpgt_epi32(k1, below))))
+                        << 8;
+    while (mask != 0) {
+      const unsigned j = static_cast<unsigned>(__builtin_ctz(mask));
+      mask &= mask - 1;
+      if (cand->size() == cap) {
+        whole = false;
+        break;
+      }
+      cand->emplace_back(TopKey<Elem<float>>::Of(x[i + j]), static_cast<uint32_t>(i + j));
+    }
+  }
+  *nan |= !_mm256_testz_si256(nans, nans);
+  return whole;
+}
+
+bool HasAvx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+
+// As ScanFloatAvx2 with AVX-512, without a branch per step: the indices of the elements at
+// or above lo are compressed into a buffer (16 per step), which is turned into candidates
+// once per kScanChunk elements.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push  // GCC 12 on its own _mm512_undefined_* operands (bug 105593)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+constexpr size_t kScanChunk = 1024;
+__attribute__((target("avx512f"))) bool ScanFloatAvx512(const float* x, size_t end, uint32_t lo,
+                                                       size_t cap, Candidates* cand,
+                                                       bool* nan) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i below = _mm512_set1_epi32(static_cast<int>(lo) - 1);  // key >= lo: key > lo-1
+  const __m512i step = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 nans = 0;
+  uint32_t found[kScanChunk + 16];
+  for (size_t begin = 0; begin < end; begin += kScanChunk) {
+    const size_t stop = end - begin < kScanChunk ? end : begin + kScanChunk;
+    size_t count = 0;
+    for (size_t i = begin; i < stop; i += 16) {
+      PrefetchRead(x, i);
+      const __m512i k = _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask);
+      nans |= _mm512_cmpgt_epi32_mask(k, inf);
+      const __mmask16 m = _mm512_cmpgt_epi32_mask(k, below);
+      const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), step);
+      _mm512_storeu_si512(found + count, _mm512_maskz_compress_epi32(m, index));
+      count += static_cast<size_t>(__builtin_popcount(m));
+    }
+    for (size_t c = 0; c < count; ++c) {
+      if (cand->size() == cap) {
+        *nan |= nans != 0;
+        return false;
+      }
+      cand->emplace_back(TopKey<Elem<float>>::Of(x[found[c]]), found[c]);
+    }
+  }
+  *nan |= nans != 0;
+  return true;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+template <>
+void ScanCandidates<Elem<float>>(const float* x, size_t n, uint32_t lo, size_t cap,
+                                 Candidates* cand, bool* nan) {
+  size_t i = 0;
+  if (HasAvx512()) {
+    i = n / 16 * 16;
+    if (!ScanFloatAvx512(x, i, lo, cap, cand, nan)) return;
+  } else if (HasAvx2()) {
+    i = n / 16 * 16;
+    if (!ScanFloatAvx2(x, i, lo, cap, cand, nan)) return;
+  }
+  ScanCandidatesGeneric<Elem<float>>(x, i, n, lo, cap, cand, nan);
+}
+#endif
 
 class Sparse final : public Codec {
  public:
@@ -193,14 +342,7 @@ class Sparse final : public Codec {
       const size_t cap = 2 * k + 4096;
       cand_.reserve(cap);
       bool nan = false;
-      for (size_t i = 0; i < n; ++i) {
-        const K b = TopKey<E>::Of(x[i]);
-        nan |= b > TopKey<E>::kInf;
-        if (b >= lo) {
-          if (cand_.size() == cap) break;  // a poor sample
-          cand_.emplace_back(b, static_cast<uint32_t>(i));
-        }
-      }
+      ScanCandidates<E>(x, n, lo, cap, &cand_, &nan);  // stops at cap: a poor sample
       if (nan) return false;
       if (cand_.size() >= k && cand_.size() < cap) return FinishTop(k, idx_out);
       cand_.clear();
@@ -251,10 +393,12 @@ class Sparse final : public Codec {
   // The `need` largest of cand_ (in index order) with above_ (in index order, all taken):
   // false on a tie at the threshold.
   bool FinishTop(size_t need, uint8_t* idx_out) {
-    chosen_.assign(cand_.begin(), cand_.end());
-    auto larger = [](const auto& a, const auto& b) { return a.first > b.first; };
-    std::nth_element(chosen_.begin(), chosen_.begin() + (need - 1), chosen_.end(), larger);
-    const uint64_t threshold = chosen_[need - 1].first;
+    // The need-th largest key (the keys alone: half the bytes to move).
+    keys_.resize(cand_.size());
+    for (size_t c = 0; c < cand_.size(); ++c) keys_[c] = cand_[c].first;
+    std::nth_element(keys_.begin(), keys_.begin() + (need - 1), keys_.end(),
+                     [](uint64_t a, uint64_t b) { return a > b; });
+    const uint64_t threshold = keys_[need - 1];
     size_t taken = 0;
     for (const auto& c : cand_) taken += c.first >= threshold;
     if (taken != need) return false;  // tied at the threshold: the heap's order decides
@@ -302,8 +446,8 @@ class Sparse final : public Codec {
   XorShift128Plus rng_;
   // topk's scratch (Compress only): keys as uint64 (float32 keys widened).
   std::vector<uint32_t> hist_, above_;
-  std::vector<uint64_t> sample_;
-  std::vector<std::pair<uint64_t, uint32_t>> cand_, chosen_;
+  std::vector<uint64_t> sample_, keys_;
+  Candidates cand_;
 };
 
 }  // namespace

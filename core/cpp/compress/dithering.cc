@@ -171,12 +171,16 @@ class Dithering final : public Codec {
     };
     // Decompress overwrites: the elements between those sent become 0 (DecompressAdd leaves
     // them), also on an error (the elements before it decoded, as the definition reads).
+    // A sparse stream (under a bit per element) is cleared in one go first; a dense one as
+    // decoding goes (one pass over the output instead of two).
+    const bool cleared = !kAdd && bits < n;
+    if (cleared) std::memset(d, 0, n * sizeof(S));
     auto zeros = [&](uint64_t from, uint64_t to) {
-      if constexpr (!kAdd) std::memset(d + from, 0, (to - from) * sizeof(S));
+      if (!kAdd && !cleared) std::memset(d + from, 0, (to - from) * sizeof(S));
     };
     // Zeros up to element i, the next to be written.
     auto zeros_before = [&](uint64_t next, uint64_t i) {
-      if constexpr (!kAdd) {
+      if (!kAdd && !cleared) {
         if (__builtin_expect(next + 8 <= n, 1)) {
           std::memset(d + next, 0, 8 * sizeof(S));  // one store (may reach past i: later ones)
           if (i > next + 8) zeros(next + 8, i);

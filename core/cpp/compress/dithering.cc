@@ -199,6 +199,7 @@ class Dithering final : public Codec {
     const uint64_t fast_end = bits > 176 ? bits - 176 : 0;
     bool declined = false;
     while (pos < fast_end && !declined) {
+      PrefetchWrite(d, next);
       uint64_t w = dither::Peek(p, pos);
       int k = 0;
       for (; k < 4; ++k) {

@@ -1,20 +1,21 @@
 // dithering's encoder loop. The results are those of the element-by-element definition in
 // dithering.cc, bit for bit; what differs is the order of the work:
 //
-// * Blocks of 64 elements: the block's 64 draws (in element order), then its levels and the
-//   packed codes of the sign and level of each non-zero element (branch-free), then the
-//   codes of the non-zero elements, walked by their bit mask, into the 64-bit bit writer
-//   (without per-code room checks while a whole block's worst case fits).
+// * Blocks of 64 elements: the block's draws (in element order), then its levels (branch-
+//   free), then the codes of the non-zero elements, walked by their bit mask, two small
+//   elements per write of the 64-bit bit writer (without per-code room checks while a whole
+//   block's worst case fits).
 // * The divisions stay divisions (a multiply by a reciprocal would round differently);
 //   natural's division by a power of two is a multiply by its exact reciprocal, which rounds
 //   the same. Floor and ceil of values in [0, 2^30] go through uint32 (exact).
-// * float32 with AVX-512 (F, DQ, VL, BW, CD; with BMI2, LZCNT and MOVBE for the writer), where
-//   the CPU has it: 8 elements per step, compiled by function attribute and chosen at run
-//   time (the file is built with the portable flags). No multiply feeds an add, so no
-//   contraction to FMA can change a result.
+// * float32 with AVX-512 (F, DQ, VL, BW; with BMI2, LZCNT and MOVBE for the writer), where the
+//   CPU has it: 8 elements per step, the draws 2048 at a time (rng_chunks.h), compiled by
+//   function attribute and chosen at run time (the file is built with the portable flags).
+//   No multiply feeds an add, so no contraction to FMA could change a result.
 // * max: the maximum of the |x| in any order (SSE2 for float32) unless a NaN is present, then
 //   upstream's sequential loop; l2: the squares of 64 elements at a time, then their float64
 //   sum in element order (the sum's add chain alone, a few cycles shorter per element).
+// * The passes over x prefetch it (internal.h).
 #include "dithering_quantize.h"
 
 #include "rng_chunks.h"
@@ -81,6 +82,7 @@ double MaxAbs<Elem<float>>(const float* x, size_t n) {
   __m128 nan = _mm_setzero_ps();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    PrefetchRead(x, i);
     for (int k = 0; k < 4; ++k) {
       const __m128 v = _mm_loadu_ps(x + i + 4 * k);
       nan = _mm_or_ps(nan, _mm_cmpunord_ps(v, v));
@@ -108,6 +110,7 @@ double SumOfSquares(const typename E::Storage* x, size_t n) {
   double squares[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
     const size_t m = n - base < kBlock ? n - base : kBlock;
+    for (size_t j = 0; j < m; j += 64 / sizeof(x[0])) PrefetchRead(x, base + j);
     for (size_t j = 0; j < m; ++j) {
       const C v = E::Load(x[base + j]);
       squares[j] = static_cast<double>(v * v);
@@ -202,6 +205,7 @@ void QuantizeGeneric(const typename E::Storage* x, size_t n, double scale, doubl
   uint64_t previous_plus_one = 0;
   for (size_t base = 0; base < n; base += kBlock) {
     const int m = n - base < kBlock ? static_cast<int>(n - base) : kBlock;
+    for (int j = 0; j < m; j += 64 / static_cast<int>(sizeof(x[0]))) PrefetchRead(x, base + j);
     for (int j = 0; j < m; ++j) draws[j] = rng.Next();
     uint64_t nonzero, negative;
     LevelsGeneric<E, kNatural>(x + base, m, scale, s, draws, q, &nonzero, &negative);
@@ -250,6 +254,7 @@ BPS_AVX512 inline void LevelsFloatAvx512(const float* x, double scale, double s,
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   uint64_t nz = 0, neg = 0;
   for (int j = 0; j < kBlock; j += 8) {
+    if (j % 16 == 0) PrefetchRead(x, j);
     const __m256 v = _mm256_loadu_ps(x + j);
     const __m512d a = _mm512_cvtps_pd(_mm256_and_ps(v, abs_mask));
     const __m512d draw = _mm512_cvtepu64_pd(_mm512_loadu_si512(r + j));

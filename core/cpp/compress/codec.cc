@@ -28,7 +28,41 @@ void SubtractFrom(const void* corrected, size_t count, void* error) {
   for (size_t i = 0; i < count; ++i) e[i] = E::Store(E::Load(c[i]) - E::Load(e[i]));
 }
 
+template <typename E>
+void CorrectTyped(const void* in, double scale, double factor, const void* error, void* out,
+                  size_t n) {
+  using C = typename E::Compute;
+  using S = typename E::Storage;
+  const S* __restrict x = static_cast<const S*>(in);
+  S* __restrict c = static_cast<S*>(out);
+  const C s = static_cast<C>(scale), f = static_cast<C>(factor);
+  constexpr size_t kLine = 64 / sizeof(S);
+  if (out == error) {  // in place: one stream read and written
+    for (size_t b = 0; b < n; b += kLine) {  // a line of each stream per block, prefetched
+      PrefetchRead(x, b);
+      PrefetchWrite(c, b);
+      const size_t end = n - b < kLine ? n : b + kLine;
+      for (size_t i = b; i < end; ++i) c[i] = E::Store(E::Load(x[i]) * s + f * E::Load(c[i]));
+    }
+    return;
+  }
+  const S* __restrict err = static_cast<const S*>(error);
+  for (size_t b = 0; b < n; b += kLine) {
+    PrefetchRead(x, b);
+    PrefetchRead(err, b);
+    PrefetchWrite(c, b);
+    const size_t end = n - b < kLine ? n : b + kLine;
+    for (size_t i = b; i < end; ++i) c[i] = E::Store(E::Load(x[i]) * s + f * E::Load(err[i]));
+  }
+}
+
 }  // namespace
+
+void Correct(DType dtype, const void* x, double scale, double factor, const void* error,
+             void* out, size_t count) {
+  DispatchFloat(dtype,
+                [&](auto e) { CorrectTyped<decltype(e)>(x, scale, factor, error, out, count); });
+}
 
 void ScaleInto(DType dtype, const void* src, double scale, size_t count, void* dst) {
   DispatchFloat(dtype, [&](auto e) { ScaleTyped<decltype(e)>(src, scale, count, dst); });

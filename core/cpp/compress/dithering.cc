@@ -63,24 +63,18 @@ class Dithering final : public Codec {
   size_t MaxEncodedBytes() const override { return kHeader + ScaleBytes() + MaxStreamBytes(); }
 
   Status Encode(const void* in, void* out, size_t* out_len) override {
-    auto* o = static_cast<uint8_t*>(out);
-    BitWriter writer(o + kHeader + ScaleBytes(), MaxStreamBytes());
-    DispatchFloat(dtype(), [&](auto e) {
-      using E = decltype(e);
-      const auto* x = static_cast<const typename E::Storage*>(in);
-      const double scale = dither::Scale<E>(x, count(), l2_);
-      StoreRaw(o + kHeader, static_cast<typename E::Compute>(scale));
-      dither::Quantize<E>(x, count(), scale, levels_, natural_, &rng_, &writer);
-    });
-    const uint64_t bits = writer.Finish();
-    if (writer.overflow()) {
-      return Status::Internal("dithering encoding exceeded its bound of " +
-                              std::to_string(MaxEncodedBytes()) + " bytes");
-    }
-    StoreRaw<uint64_t>(o, bits);
-    *out_len = kHeader + ScaleBytes() + static_cast<size_t>((bits + 7) / 8);
-    return Status::OK();
+    return EncodeTo(const_cast<void*>(in), out, out_len, nullptr);  // (in is only read)
   }
+
+  // Error feedback in place: the corrected values written over the error, encoded from
+  // there, each replaced by its residual as its level is known (no decoding pass).
+  bool EncodeWithFeedback(const void* x, double scale, double factor, void* error, void* out,
+                          size_t* out_len) override {
+    const Status st = EncodeTo(error, out, out_len, error, x, scale, factor);  // (cannot fail)
+    (void)st;
+    return true;
+  }
+
 
   Status Decompress(const void* in, size_t len, void* dst) override {
     return Decode<false>(in, len, dst);
@@ -91,6 +85,37 @@ class Dithering final : public Codec {
 
  private:
   static constexpr size_t kHeader = 8;
+
+  // Encode; with `residual` (which may be `in`), residual[i] = Store(Load(in[i]) -
+  // Load(decoded[i])) as well; with `uncorrected`, `in` (the error) is first corrected in
+  // place from it, in the pass that finds the scale.
+  Status EncodeTo(void* in, void* out, size_t* out_len, void* residual,
+                  const void* uncorrected = nullptr, double scale_arg = 1.0,
+                  double factor = 1.0) {
+    auto* o = static_cast<uint8_t*>(out);
+    BitWriter writer(o + kHeader + ScaleBytes(), MaxStreamBytes());
+    DispatchFloat(dtype(), [&](auto e) {
+      using E = decltype(e);
+      using S = typename E::Storage;
+      auto* x = static_cast<S*>(in);
+      const double scale =
+          uncorrected == nullptr
+              ? dither::Scale<E>(x, count(), l2_)
+              : dither::CorrectAndScale<E>(static_cast<const S*>(uncorrected), scale_arg,
+                                           factor, x, count(), l2_);
+      StoreRaw(o + kHeader, static_cast<typename E::Compute>(scale));
+      dither::Quantize<E>(x, count(), scale, levels_, natural_, &rng_, &writer,
+                          static_cast<S*>(residual));
+    });
+    const uint64_t bits = writer.Finish();
+    if (writer.overflow()) {
+      return Status::Internal("dithering encoding exceeded its bound of " +
+                              std::to_string(MaxEncodedBytes()) + " bytes");
+    }
+    StoreRaw<uint64_t>(o, bits);
+    *out_len = kHeader + ScaleBytes() + static_cast<size_t>((bits + 7) / 8);
+    return Status::OK();
+  }
   size_t ScaleBytes() const { return dtype() == DType::kFloat64 ? 8 : 4; }
   uint64_t MaxBits() const { return count() * (2 + dither::EliasBits(levels_)); }
   size_t MaxStreamBytes() const { return static_cast<size_t>((MaxBits() + 7) / 8); }

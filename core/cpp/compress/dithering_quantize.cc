@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* operands as uninitialized
@@ -120,6 +121,61 @@ double SumOfSquares(const typename E::Storage* x, size_t n) {
   return sum;
 }
 
+// The largest |x| of blocks added one by one (Add), as MaxAbs finds it: the plain maximum
+// when no NaN was seen (nan()), else the caller runs MaxAbsSequential.
+template <typename E>
+class MaxAccumulator {
+ public:
+  void Add(const typename E::Storage* x, size_t m) {
+    for (size_t j = 0; j < m; ++j) {
+      const double a = static_cast<double>(std::fabs(E::Load(x[j])));
+      nan_ |= a != a;
+      best_ = a > best_ ? a : best_;
+    }
+  }
+  bool nan() const { return nan_; }
+  double Result() const { return best_; }
+
+ private:
+  double best_ = 0.0;
+  bool nan_ = false;
+};
+
+#if defined(__SSE2__)
+template <>
+class MaxAccumulator<Elem<float>> {
+ public:
+  void Add(const float* x, size_t m) {
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+    size_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+      const __m128 a = _mm_loadu_ps(x + j), b = _mm_loadu_ps(x + j + 4);
+      nan_ = _mm_or_ps(nan_, _mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)));
+      m0_ = _mm_max_ps(m0_, _mm_and_ps(a, abs_mask));
+      m1_ = _mm_max_ps(m1_, _mm_and_ps(b, abs_mask));
+    }
+    for (; j < m; ++j) {
+      const float a = std::fabs(x[j]);
+      tail_nan_ |= a != a;
+      tail_ = a > tail_ ? a : tail_;
+    }
+  }
+  bool nan() const { return tail_nan_ || _mm_movemask_ps(nan_) != 0; }
+  double Result() const {
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_max_ps(m0_, m1_));
+    float best = tail_;
+    for (float l : lanes) best = l > best ? l : best;
+    return static_cast<double>(best);
+  }
+
+ private:
+  __m128 m0_ = _mm_setzero_ps(), m1_ = _mm_setzero_ps(), nan_ = _mm_setzero_ps();
+  float tail_ = 0.0f;
+  bool tail_nan_ = false;
+};
+#endif
+
 // ---- levels --------------------------------------------------------------------------
 
 // The levels of elements [0, m) of one block, with draws r[j], into q[j]; bit j of *nonzero
@@ -195,9 +251,48 @@ inline void EmitBlock(uint64_t nonzero, uint64_t negative, const uint32_t* q, ui
   *previous_plus_one = previous;
 }
 
+// The decoder's values (dithering.cc): 0 (zero bits) for level 0, else Store(+-num) with
+// num = level * scale / s in the compute type, the scale as stored; small levels tabled.
+template <typename E>
+class Decoded {
+ public:
+  using C = typename E::Compute;
+  using S = typename E::Storage;
+  Decoded(double scale, uint32_t levels)
+      : scale_(static_cast<C>(scale)), s_(static_cast<C>(levels)) {
+    for (uint32_t q = 1; q < kLevelCodes && q <= levels; ++q) {
+      const C num = static_cast<C>(q) * scale_ / s_;
+      values_[0][q] = E::Store(num);
+      values_[1][q] = E::Store(-num);
+    }
+  }
+  S Value(uint32_t level, uint64_t sign) const {
+    if (level < kLevelCodes) return values_[sign][level];
+    const C num = static_cast<C>(level) * scale_ / s_;
+    return E::Store(sign ? -num : num);
+  }
+
+ private:
+  C scale_, s_;
+  S values_[2][kLevelCodes] = {};  // level 0: zero bits
+};
+
+// Error feedback's residual of one block (elements [0, m)): out[j] = Store(Load(x[j]) -
+// Load(decoded j)). out may be x (each element is read before it is written).
+template <typename E>
+inline void ResidualBlock(const typename E::Storage* x, int m, const uint32_t* q,
+                          uint64_t negative, const Decoded<E>& decoded,
+                          typename E::Storage* out) {
+  for (int j = 0; j < m; ++j) {
+    const auto v = decoded.Value(q[j], (negative >> j) & 1);
+    out[j] = E::Store(E::Load(x[j]) - E::Load(v));
+  }
+}
+
 template <typename E, bool kNatural>
 void QuantizeGeneric(const typename E::Storage* x, size_t n, double scale, double s,
-                     XorShift128Plus* state, BitWriter* out) {
+                     XorShift128Plus* state, BitWriter* out, const Decoded<E>* decoded,
+                     typename E::Storage* residual) {
   XorShift128Plus rng = *state;  // local copies stay in registers
   BitWriter w = *out;
   uint64_t draws[kBlock];
@@ -209,6 +304,7 @@ void QuantizeGeneric(const typename E::Storage* x, size_t n, double scale, doubl
     for (int j = 0; j < m; ++j) draws[j] = rng.Next();
     uint64_t nonzero, negative;
     LevelsGeneric<E, kNatural>(x + base, m, scale, s, draws, q, &nonzero, &negative);
+    if (residual != nullptr) ResidualBlock<E>(x + base, m, q, negative, *decoded, residual + base);
     if (w.Room() >= kBlockRoom) {
       EmitBlock<false>(nonzero, negative, q, base, &previous_plus_one, &w);
     } else {
@@ -294,7 +390,8 @@ BPS_AVX512 inline void LevelsFloatAvx512(const float* x, double scale, double s,
 
 template <bool kNatural>
 BPS_AVX512 void QuantizeFloatAvx512(const float* x, size_t n, double scale, double s,
-                                    XorShift128Plus* state, BitWriter* out) {
+                                    XorShift128Plus* state, BitWriter* out,
+                                    const Decoded<Elem<float>>* decoded, float* residual) {
   XorShift128Plus rng = *state;  // local copies stay in registers
   BitWriter w = *out;
   // The draws of kDrawChunk elements at a time (rng_chunks.h); the last elements' one by one.
@@ -320,6 +417,11 @@ BPS_AVX512 void QuantizeFloatAvx512(const float* x, size_t n, double scale, doub
         LevelsGeneric<Elem<float>, kNatural>(x + base + off, static_cast<int>(chunk - off),
                                              scale, s, draws + off, q, &nonzero, &negative);
       }
+      if (residual != nullptr) {
+        const int m = chunk - off < kBlock ? static_cast<int>(chunk - off) : kBlock;
+        ResidualBlock<Elem<float>>(x + base + off, m, q, negative, *decoded,
+                                   residual + base + off);
+      }
       if (w.Room() >= kBlockRoom) {
         EmitBlock<false>(nonzero, negative, q, base + off, &previous_plus_one, &w);
       } else {
@@ -341,25 +443,66 @@ double Scale(const typename E::Storage* x, size_t n, bool l2) {
 }
 
 template <typename E>
+double CorrectAndScale(const typename E::Storage* in, double scale, double factor,
+                       typename E::Storage* error, size_t n, bool l2) {
+  using C = typename E::Compute;
+  using S = typename E::Storage;
+  const S* __restrict x = in;
+  S* __restrict err = error;
+  const C s = static_cast<C>(scale), f = static_cast<C>(factor);
+  double sum = 0.0;
+  double squares[kBlock];
+  MaxAccumulator<E> max;
+  for (size_t base = 0; base < n; base += kBlock) {
+    const size_t m = n - base < kBlock ? n - base : kBlock;
+    for (size_t j = 0; j < m; j += 64 / sizeof(S)) {
+      PrefetchRead(x, base + j);
+      PrefetchWrite(err, base + j);
+    }
+    for (size_t j = 0; j < m; ++j) {
+      err[base + j] = E::Store(E::Load(x[base + j]) * s + f * E::Load(err[base + j]));
+    }
+    if (l2) {
+      for (size_t j = 0; j < m; ++j) {
+        const C v = E::Load(err[base + j]);
+        squares[j] = static_cast<double>(v * v);
+      }
+      for (size_t j = 0; j < m; ++j) sum += squares[j];
+    } else {
+      max.Add(err + base, m);
+    }
+  }
+  if (l2) return std::sqrt(sum);
+  return max.nan() ? MaxAbsSequential<E>(err, n) : max.Result();
+}
+
+template <typename E>
 void Quantize(const typename E::Storage* x, size_t n, double scale, uint32_t levels,
-              bool natural, XorShift128Plus* rng, BitWriter* w) {
+              bool natural, XorShift128Plus* rng, BitWriter* w,
+              typename E::Storage* residual) {
   const double s = static_cast<double>(levels);
+  std::unique_ptr<Decoded<E>> decoded;
+  if (residual != nullptr) decoded = std::make_unique<Decoded<E>>(scale, levels);
+  const Decoded<E>* d = decoded.get();
 #ifdef BPS_DITHER_X86
   if constexpr (E::kType == DType::kFloat32) {
     if (HasAvx512() && HasDrawChunk()) {
-      return natural ? QuantizeFloatAvx512<true>(x, n, scale, s, rng, w)
-                     : QuantizeFloatAvx512<false>(x, n, scale, s, rng, w);
+      return natural ? QuantizeFloatAvx512<true>(x, n, scale, s, rng, w, d, residual)
+                     : QuantizeFloatAvx512<false>(x, n, scale, s, rng, w, d, residual);
     }
   }
 #endif
-  return natural ? QuantizeGeneric<E, true>(x, n, scale, s, rng, w)
-                 : QuantizeGeneric<E, false>(x, n, scale, s, rng, w);
+  return natural ? QuantizeGeneric<E, true>(x, n, scale, s, rng, w, d, residual)
+                 : QuantizeGeneric<E, false>(x, n, scale, s, rng, w, d, residual);
 }
 
 #define BPS_DITHER_INSTANTIATE(E)                                                        \
   template double Scale<E>(const E::Storage* x, size_t n, bool l2);                      \
+  template double CorrectAndScale<E>(const E::Storage* in, double scale, double factor,  \
+                                     E::Storage* error, size_t n, bool l2);              \
   template void Quantize<E>(const E::Storage* x, size_t n, double scale, uint32_t levels, \
-                            bool natural, XorShift128Plus* rng, BitWriter* w);
+                            bool natural, XorShift128Plus* rng, BitWriter* w,           \
+                            E::Storage* residual);
 BPS_DITHER_INSTANTIATE(Elem<HalfBits>)
 BPS_DITHER_INSTANTIATE(Elem<float>)
 BPS_DITHER_INSTANTIATE(Elem<double>)

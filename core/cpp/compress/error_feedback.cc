@@ -10,8 +10,10 @@
 // The error starts at 0 and prev_lr at 0 (unknown). Upstream read the learning rate from a
 // file each step; here it comes with each call (CompressArgs::lr, compress/learning_rate.cc).
 // Decoding is the base compressor's. Where the base compressor has a fused form of the step
-// (Codec::EncodeWithFeedback: onebit) it runs that, with the same results, in one or two
-// passes over memory instead of three.
+// (Codec::EncodeWithFeedback) it runs that, with the same results in fewer passes over
+// memory: onebit corrects, packs and takes the residual in one or two passes; topk, randomk
+// and dithering correct in place in the error buffer and encode from there (dithering
+// writing each residual as it quantizes, the sparse ones zeroing the sent elements).
 #include <vector>
 
 #include "internal.h"
@@ -35,7 +37,7 @@ class ErrorFeedback final : public Compressor {
     const double factor = (args.lr > 0 && prev_lr_ > 0) ? prev_lr_ / args.lr : 1.0;
     if (!inner_->EncodeWithFeedback(in, args.scale, factor, error_.data(), out, out_len)) {
       corrected_.resize(raw_bytes());
-      DispatchFloat(dtype(), [&](auto e) { Correct<decltype(e)>(in, args.scale, factor); });
+      Correct(dtype(), in, args.scale, factor, error_.data(), corrected_.data(), count());
       BPS_RETURN_IF_ERROR(inner_->Encode(corrected_.data(), out, out_len));
       inner_->Residual(corrected_.data(), out, *out_len, error_.data());
     }
@@ -51,25 +53,6 @@ class ErrorFeedback final : public Compressor {
   }
 
  private:
-  template <typename E>
-  void Correct(const void* in, double scale, double factor) {
-    using C = typename E::Compute;
-    using S = typename E::Storage;
-    const S* __restrict x = static_cast<const S*>(in);
-    const S* __restrict err = reinterpret_cast<const S*>(error_.data());
-    S* __restrict c = reinterpret_cast<S*>(corrected_.data());
-    const C s = static_cast<C>(scale), f = static_cast<C>(factor);
-    const size_t n = count();  // hoisted: the build allows any store to alias a member
-    constexpr size_t kLine = 64 / sizeof(S);
-    for (size_t b = 0; b < n; b += kLine) {  // a line of each stream per block, prefetched
-      PrefetchRead(x, b);
-      PrefetchRead(err, b);
-      PrefetchWrite(c, b);
-      const size_t end = n - b < kLine ? n : b + kLine;
-      for (size_t i = b; i < end; ++i) c[i] = E::Store(E::Load(x[i]) * s + f * E::Load(err[i]));
-    }
-  }
-
   std::unique_ptr<Codec> inner_;
   std::vector<uint8_t> error_;
   std::vector<uint8_t> corrected_;  // for codecs without a fused step, sized on first use

@@ -133,6 +133,11 @@ inline void PrefetchWrite(T* p, size_t i) {
                      1, 3);
 }
 
+// Error feedback's correction: out[i] = Store(Load(x[i]) * scale + factor * Load(error[i]))
+// in the compute type (scale and factor as Compute); out may be error (in place).
+void Correct(DType dtype, const void* x, double scale, double factor, const void* error,
+             void* out, size_t count);
+
 // dst[i] = Store(Load(src[i]) * scale) in the compute type (scale as Compute).
 void ScaleInto(DType dtype, const void* src, double scale, size_t count, void* dst);
 

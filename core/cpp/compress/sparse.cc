@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "topk_heap.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -282,9 +283,25 @@ class Sparse final : public Codec {
     return Status::OK();
   }
 
+  // Error feedback in place: the corrected values written over the error, encoded from
+  // there, then 0 at the sent indices (Residual's result without a copy).
+  bool EncodeWithFeedback(const void* x, double scale, double factor, void* error, void* out,
+                          size_t* out_len) override {
+    Correct(dtype(), x, scale, factor, error, error, count());
+    const Status st = Encode(error, out, out_len);  // (cannot fail)
+    (void)st;
+    ZeroSent(out, error);
+    return true;
+  }
+
   // Fused (upstream's FastUpdateError): error = corrected, 0 at the sent indices.
   void Residual(const void* corrected, const void* enc, size_t len, void* error) override {
     std::memcpy(error, corrected, raw_bytes());
+    ZeroSent(enc, error);
+  }
+
+  // error[i] = 0 (zero bits) at the indices of an encoding this instance wrote.
+  void ZeroSent(const void* enc, void* error) const {
     const auto* p = static_cast<const uint8_t*>(enc);
     const size_t es = DTypeSize(dtype());
     auto* e = static_cast<uint8_t*>(error);
@@ -414,32 +431,22 @@ class Sparse final : public Codec {
     return true;
   }
 
-  // Upstream's heap selection; writes the k indices in heap order.
+  // Upstream's heap selection (topk_heap.h); writes the k indices in heap order.
   template <typename E>
   void SelectTop(const typename E::Storage* x, uint8_t* idx_out) {
     using C = typename E::Compute;
-    struct Entry {
-      C key;
-      uint32_t idx;
-    };
-    auto comp = [](const Entry& a, const Entry& b) { return a.key > b.key; };
-    std::vector<Entry> heap;
-    heap.reserve(k_);
-    for (size_t i = 0; i < k_; ++i) {
-      heap.push_back(Entry{std::abs(E::Load(x[i])), static_cast<uint32_t>(i)});
-      std::push_heap(heap.begin(), heap.end(), comp);
-    }
+    TopHeap<C> heap;
+    heap.Reset(k_);
+    for (size_t i = 0; i < k_; ++i) heap.Push(std::abs(E::Load(x[i])), static_cast<uint32_t>(i));
     const size_t n = count();
     for (size_t i = k_; i < n; ++i) {
+      if (i % 16 == 0) PrefetchRead(x, i);
       const C key = std::abs(E::Load(x[i]));
-      if (key > heap.front().key) {
-        std::pop_heap(heap.begin(), heap.end(), comp);
-        heap.back() = Entry{key, static_cast<uint32_t>(i)};
-        std::push_heap(heap.begin(), heap.end(), comp);
-      }
+      if (key > heap.TopKey()) heap.ReplaceTop(key, static_cast<uint32_t>(i));
     }
     for (size_t j = 0; j < k_; ++j) StoreRaw<uint32_t>(idx_out + 4 * j, heap[j].idx);
   }
+
 
   size_t k_;
   bool random_;

@@ -31,9 +31,10 @@
 // How it runs (the results are those of the element-by-element definition above, bit for bit):
 // the encoder loop is dithering_quantize.cc (blocks of 64 elements, the levels branch-free,
 // AVX-512 for float32 where the CPU has it, a 64-bit bit writer). Decoding looks whole
-// elements of up to 12 bits up in a table, decodes longer ones with count-leading-zeros from
-// a 64-bit window, and leaves the last 128 bits of the stream and anything it declines to the
-// checked bit reader (dithering_stream.h), which reports every error.
+// elements of up to 12 bits up in a table, two at a time where two fit in 12 bits and up to 4
+// lookups from one 64-bit window, decodes longer ones with count-leading-zeros, and leaves
+// the last 176 bits of the stream and anything it declines to the checked bit reader
+// (dithering_stream.h), which reports every error.
 #include <cstring>
 
 #include "dithering_quantize.h"
@@ -75,7 +76,6 @@ class Dithering final : public Codec {
     return true;
   }
 
-
   Status Decompress(const void* in, size_t len, void* dst) override {
     return Decode<false>(in, len, dst);
   }
@@ -116,6 +116,7 @@ class Dithering final : public Codec {
     *out_len = kHeader + ScaleBytes() + static_cast<size_t>((bits + 7) / 8);
     return Status::OK();
   }
+
   size_t ScaleBytes() const { return dtype() == DType::kFloat64 ? 8 : 4; }
   uint64_t MaxBits() const { return count() * (2 + dither::EliasBits(levels_)); }
   size_t MaxStreamBytes() const { return static_cast<size_t>((MaxBits() + 7) / 8); }
@@ -216,11 +217,11 @@ class Dithering final : public Codec {
     };
     uint64_t next = 0;  // smallest index the next element may have
     uint64_t pos = 0;   // bits read
-    // The fast path, while 176 bits remain: a 64-bit window at pos gives up to 4 elements from
-    // the table (at most 12 bits each, so the 4th lookup still sees 21 valid bits); an element
-    // not in it is decoded from windows with clz (at most 83 bits). Anything malformed or out
-    // of range goes to the checked reader below, from that element on.
-    const dither::Symbol* table = dither::kSymbols.at;
+    // The fast path, while 176 bits remain: a 64-bit window at pos gives up to 4 lookups of
+    // one or two elements (at most 12 bits a lookup, so the 4th still sees 21 valid bits); an
+    // element not in the table is decoded from windows with clz (at most 83 bits). Anything
+    // malformed or out of range goes to the checked reader below, from that element on.
+    const dither::SymbolPair* table = dither::kSymbolPairs.at;
     const uint64_t fast_end = bits > 176 ? bits - 176 : 0;
     bool declined = false;
     while (pos < fast_end && !declined) {
@@ -228,18 +229,30 @@ class Dithering final : public Codec {
       uint64_t w = dither::Peek(p, pos);
       int k = 0;
       for (; k < 4; ++k) {
-        const dither::Symbol sym = table[w >> (64 - dither::kSymbolBits)];
-        if (sym.len == 0) break;
-        if (sym.gap > n - next || sym.level > levels) {
+        const dither::SymbolPair e = table[w >> (64 - dither::kSymbolBits)];
+        const unsigned count = e.flags >> 2;
+        if (count == 0) break;
+        if (e.gap1 > n - next || e.level1 > levels) {
           declined = true;
           break;
         }
-        const uint64_t i = next + sym.gap - 1;
+        uint64_t i = next + e.gap1 - 1;
         zeros_before(next, i);
-        emit(i, sym.sign, sym.level);
+        emit(i, e.flags & 1, e.level1);
         next = i + 1;
-        w <<= sym.len;
-        pos += sym.len;
+        if (count == 2) {
+          if (e.gap2 > n - next || e.level2 > levels) {
+            pos += e.len1;
+            declined = true;
+            break;
+          }
+          i = next + e.gap2 - 1;
+          zeros_before(next, i);
+          emit(i, (e.flags >> 1) & 1, e.level2);
+          next = i + 1;
+        }
+        w <<= e.len;
+        pos += e.len;
       }
       if (k == 4 || declined) continue;
       uint64_t gap, sign, q;

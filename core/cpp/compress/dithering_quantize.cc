@@ -365,8 +365,9 @@ BPS_AVX512 inline void LevelsFloatAvx512(const float* x, double scale, double s,
           _mm512_and_si512(_mm512_castpd_si512(_mm512_sub_pd(up, one)), exp_mask));
       const __m512d floor = _mm512_max_pd(pow2, zero);
       const __m512d length = _mm512_max_pd(pow2, one);
-      const __m512d scaled_recip = _mm512_castsi512_pd(_mm512_sub_epi64(
-          _mm512_set1_epi64(static_cast<int64_t>(uint64_t{2046 + 64} << 52)), _mm512_castpd_si512(length)));
+      const __m512i recip_base = _mm512_set1_epi64(static_cast<int64_t>(uint64_t{2046 + 64} << 52));
+      const __m512d scaled_recip =
+          _mm512_castsi512_pd(_mm512_sub_epi64(recip_base, _mm512_castpd_si512(length)));
       const __m512d threshold = _mm512_mul_pd(_mm512_sub_pd(clamped, floor), scaled_recip);
       const __mmask8 hit = _mm512_cmp_pd_mask(draw, threshold, _CMP_LT_OQ);
       level = _mm512_cvttpd_epu32(_mm512_mask_add_pd(floor, hit, floor, length));

@@ -9,9 +9,9 @@
 // * BitReader: the checked reader (every read against the stream's bit count), which starts
 //   at any bit; it decodes the tail of a stream and anything the fast path declines, so every
 //   error is reported by one piece of code.
-// * Peek / kSymbols: the fast decoder's 64-bit window at a bit position (the caller keeps 8
-//   bytes of stream after it) and the whole-element codes (gap, sign, level) of at most
-//   kSymbolBits bits, looked up by the window's top bits.
+// * Peek / kSymbols / kSymbolPairs: the fast decoder's 64-bit window at a bit position (the
+//   caller keeps 8 bytes of stream after it) and the whole-element codes (gap, sign, level)
+//   of at most kSymbolBits bits, one or two of them looked up by the window's top bits.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -131,7 +131,8 @@ class BitWriter {
   // false: Room() >= 16).
   template <bool kChecked>
   void PutPair(uint64_t gap_code, uint64_t sign_level_code) {
-    const int glen = static_cast<int>(gap_code & 255), sqlen = static_cast<int>(sign_level_code & 255);
+    const int glen = static_cast<int>(gap_code & 255);
+    const int sqlen = static_cast<int>(sign_level_code & 255);
     const uint64_t g = gap_code >> 8, sq = sign_level_code >> 8;
     if (__builtin_expect(glen + sqlen <= 56, 1)) {
       const uint64_t v = (g << sqlen) | sq;
@@ -282,6 +283,40 @@ constexpr SymbolTable MakeSymbolTable() {
   return t;
 }
 inline constexpr SymbolTable kSymbols = MakeSymbolTable();
+
+// Two whole elements at once where both codes lie within the top kSymbolBits bits of a
+// window, else one (count 1) or none (count 0: the first is not in kSymbols).
+struct SymbolPair {
+  uint8_t gap1, level1, gap2, level2;
+  uint8_t flags;  // sign1 | sign2 << 1 | count << 2
+  uint8_t len1;   // bits of the first element
+  uint8_t len;    // bits of the count elements
+  uint8_t unused;
+};
+struct SymbolPairTable {
+  SymbolPair at[1u << kSymbolBits];
+};
+constexpr SymbolPairTable MakeSymbolPairTable() {
+  SymbolPairTable t{};
+  constexpr uint64_t kMask = (uint64_t{1} << kSymbolBits) - 1;
+  for (uint64_t v = 0; v <= kMask; ++v) {
+    const Symbol a = kSymbols.at[v];
+    if (a.len == 0) continue;
+    const Symbol b = kSymbols.at[(v << a.len) & kMask];  // the bits after it, zero-padded
+    const bool two = b.len != 0 && b.len <= kSymbolBits - a.len;
+    const int flags = a.sign | (two ? b.sign : 0) << 1 | (two ? 2 : 1) << 2;
+    t.at[v] = SymbolPair{a.gap,
+                         a.level,
+                         two ? b.gap : uint8_t{0},
+                         two ? b.level : uint8_t{0},
+                         static_cast<uint8_t>(flags),
+                         a.len,
+                         static_cast<uint8_t>(two ? a.len + b.len : a.len),
+                         0};
+  }
+  return t;
+}
+inline constexpr SymbolPairTable kSymbolPairs = MakeSymbolPairTable();
 
 }  // namespace dither
 }  // namespace detail

@@ -264,12 +264,13 @@ S FlipSign(S v) {
 }
 
 // ---- error feedback's fused step (Codec::EncodeWithFeedback) ---------------------------
-// corrected = Store(Load(x) * s + f * Load(error)) is recomputed where a pass needs it rather
-// than stored. Three forms, by what a pass does with it: kBits packs its signs, kSum adds |c|
-// into the 16 lanes (as Pack), kResidual writes error = Store(c - Load(bit ? neg : pos)).
-// Unscaled onebit: one pass doing all but the sum (pos = 1); scaled: kBits + kSum, then the
-// scale, then kResidual. No multiply feeds an add in one instruction (no FMA is compiled in).
-template <typename E, bool kBits, bool kSum, bool kResidual>
+// corrected = Store(Load(x) * s + f * Load(error)), what a pass does with it: kBits packs its
+// signs, kSum adds |c| into the 16 lanes (as Pack), kResidual writes error = Store(c -
+// Load(bit ? neg : pos)), kStore writes c over the error. Unscaled onebit: one pass doing bits
+// and residual (pos = 1); scaled: bits, sums and c in place, then the scale, then the residual
+// in place from c and the bits (Unpack's kResidual). No multiply feeds an add in one
+// instruction (no FMA is compiled in).
+template <typename E, bool kBits, bool kSum, bool kResidual, bool kStore>
 void FeedbackGeneric(const typename E::Storage* x, typename E::Storage* err, size_t begin,
                      size_t n, typename E::Compute s, typename E::Compute f,
                      typename E::Storage pos, uint8_t* bits, double* lanes) {
@@ -285,7 +286,9 @@ void FeedbackGeneric(const typename E::Storage* x, typename E::Storage* err, siz
     const size_t m = n - i < 8 ? n - i : 8;
     unsigned v = 0;
     for (size_t j = 0; j < m; ++j) {
-      const C c = E::Load(E::Store(E::Load(x[i + j]) * s + f * E::Load(err[i + j])));
+      const S cs = E::Store(E::Load(x[i + j]) * s + f * E::Load(err[i + j]));
+      if constexpr (kStore) err[i + j] = cs;
+      const C c = E::Load(cs);
       const bool negative = c < 0;
       v |= static_cast<unsigned>(negative) << j;
       if constexpr (kSum) lanes[(i + j) % kLanes] += static_cast<double>(std::fabs(c));
@@ -298,7 +301,7 @@ void FeedbackGeneric(const typename E::Storage* x, typename E::Storage* err, siz
 #if defined(__x86_64__) || defined(__i386__)
 // float32, AVX2: 32 elements per step from 0 (the lanes as PackFloatAvx2's); returns where it
 // stopped.
-template <bool kBits, bool kSum, bool kResidual>
+template <bool kBits, bool kSum, bool kResidual, bool kStore>
 __attribute__((target("avx2"))) size_t FeedbackFloatAvx2(const float* x, float* err, size_t n,
                                                          float s, float f, float pos,
                                                          uint8_t* bits, double* lanes) {
@@ -320,6 +323,7 @@ __attribute__((target("avx2"))) size_t FeedbackFloatAvx2(const float* x, float* 
     for (int q = 0; q < 4; ++q) {
       const __m256 c = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * q), s_v),
                                      _mm256_mul_ps(f_v, _mm256_loadu_ps(err + i + 8 * q)));
+      if constexpr (kStore) _mm256_storeu_ps(err + i + 8 * q, c);
       const __m256 lt = _mm256_cmp_ps(c, zero, _CMP_LT_OQ);
       if constexpr (kBits) mask |= static_cast<uint32_t>(_mm256_movemask_ps(lt)) << (8 * q);
       if constexpr (kSum) {
@@ -343,7 +347,7 @@ __attribute__((target("avx2"))) size_t FeedbackFloatAvx2(const float* x, float* 
 }
 #endif
 
-template <typename E, bool kBits, bool kSum, bool kResidual>
+template <typename E, bool kBits, bool kSum, bool kResidual, bool kStore>
 void Feedback(const typename E::Storage* x, typename E::Storage* err, size_t n,
               typename E::Compute s, typename E::Compute f, typename E::Storage pos,
               uint8_t* bits, double* lanes) {
@@ -351,11 +355,11 @@ void Feedback(const typename E::Storage* x, typename E::Storage* err, size_t n,
 #if defined(__x86_64__) || defined(__i386__)
   if constexpr (E::kType == DType::kFloat32) {
     if (HasAvx2()) {
-      i = FeedbackFloatAvx2<kBits, kSum, kResidual>(x, err, n, s, f, pos, bits, lanes);
+      i = FeedbackFloatAvx2<kBits, kSum, kResidual, kStore>(x, err, n, s, f, pos, bits, lanes);
     }
   }
 #endif
-  FeedbackGeneric<E, kBits, kSum, kResidual>(x, err, i, n, s, f, pos, bits, lanes);
+  FeedbackGeneric<E, kBits, kSum, kResidual, kStore>(x, err, i, n, s, f, pos, bits, lanes);
 }
 
 class Onebit final : public Codec {
@@ -410,16 +414,16 @@ class Onebit final : public Codec {
       if (!scaling_) {
         StoreRaw<C>(o, static_cast<C>(1.0));
         const S pos = E::Store(static_cast<C>(1.0));
-        Feedback<E, true, false, true>(x, err, count(), s, f, pos, bits, nullptr);
+        Feedback<E, true, false, true, false>(x, err, count(), s, f, pos, bits, nullptr);
         return;
       }
       double lanes[kLanes] = {};
-      Feedback<E, true, true, false>(x, err, count(), s, f, S{}, bits, lanes);
+      Feedback<E, true, true, false, true>(x, err, count(), s, f, S{}, bits, lanes);
       double total = 0;
       for (double l : lanes) total += l;
       StoreRaw<C>(o, static_cast<C>(total / static_cast<double>(count())));
       const S pos = E::Store(LoadRaw<C>(o));
-      Feedback<E, false, false, true>(x, err, count(), s, f, pos, nullptr, nullptr);
+      Unpack<E, Mode::kResidual>(bits, count(), pos, FlipSign(pos), err, err);  // in place
     });
     *out_len = MaxEncodedBytes();
     return true;

@@ -16,6 +16,9 @@
 //   upstream's sequential loop; l2: the squares of 64 elements at a time, then their float64
 //   sum in element order (the sum's add chain alone, a few cycles shorter per element).
 // * The passes over x prefetch it (internal.h).
+// * Error feedback (Codec::EncodeWithFeedback): the correction in place in the pass that
+//   finds the scale, and each block's residuals from its levels (the decoder's values) as it
+//   is quantized, so there is no decoding pass.
 #include "dithering_quantize.h"
 
 #include "rng_chunks.h"

@@ -13,7 +13,7 @@ class TorchShim(Shim):
     name = "torch"
     dtypes = ALL_DTYPES
     capabilities = frozenset({"inplace", "async", "concurrent", "broadcast_object", "fp16", "optimizer",
-                              "backward_passes"})
+                              "backward_passes", "compression"})
     optimizer_variants = ("optimizer",)
     backward_passes_variants = ("optimizer",)
 

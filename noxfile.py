@@ -106,7 +106,8 @@ def bench(session: nox.Session) -> None:
     """
     _build_env(session)
     session.install(TORCH)
-    session.install(".[torch,bench,test]")
+    # examples: the compression benchmark trains examples/torch/train_digits.py (scikit-learn)
+    session.install(".[torch,bench,test,examples]")
     session.run("pytest", "-m", "bench", "tests", *session.posargs, success_codes=PYTEST_OK)
     out = session.create_tmp()
     session.run("python", "-m", "benchmarks", "--quick", "--out",

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from . import child_env
-from .linktest import measure_link, t_opt
+from .linktest import measure_link, t_opt, table_goodput
 from .netns import (
     EmulatedCluster,
     Host,
@@ -55,6 +55,7 @@ __all__ = [
     "install_signal_cleanup",
     "list_netns",
     "measure_link",
+    "table_goodput",
     "netns_unavailable",
     "pushpull_worker_argv",
     "run_byteps_job",

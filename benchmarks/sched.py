@@ -239,12 +239,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
     t_start = time.monotonic()
     progress(f"sched n={n} k={k}: build + link")
     with bc.EmulatedCluster(n, k, B) as c:
-        dst = c.servers[0] if k else c.workers[1 % n]
-        try:
-            good = bc.measure_link(c, c.workers[0], dst, seconds=2.0)
-        except RuntimeError as exc:
-            log.warning("link measurement failed: %s", exc)
-            good = B / 8 * 1448 / 1514
+        good = bc.table_goodput(c, 2.0)
         res["goodput_Bps"] = good
         res["network"] = c.network_info()
         for name in plan["models"]:

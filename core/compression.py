@@ -51,8 +51,6 @@ __all__ = [
 COMPRESSORS = ("onebit", "topk", "randomk", "dithering", "fp16")
 #: dtype names the core's compressors take (others are summed exactly).
 COMPRESSIBLE_DTYPES = ("float16", "float32", "float64")
-#: Upstream's default of ``BYTEPS_MIN_COMPRESS_BYTES``.
-DEFAULT_MIN_COMPRESS_BYTES = 65536
 
 _EF_TYPES = ("vanilla",)
 _MOMENTUM_TYPES = ("nesterov",)
@@ -277,10 +275,7 @@ def min_compress_bytes() -> int:
     """
     from . import _core
 
-    value = _core.knob_values(dict(os.environ)).get("BYTEPS_MIN_COMPRESS_BYTES")
-    if value is None:  # a core without the knob: upstream's parsing
-        value = os.environ.get("BYTEPS_MIN_COMPRESS_BYTES", DEFAULT_MIN_COMPRESS_BYTES)
-    return int(value)
+    return int(_core.knob_values(dict(os.environ))["BYTEPS_MIN_COMPRESS_BYTES"])
 
 
 def _distributed() -> bool:

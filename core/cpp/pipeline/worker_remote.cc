@@ -69,13 +69,13 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
 
 void WorkerCore::RunPush(PartTask* t) {
   TensorContext* ctx = t->ctx;
-  size_t off = t->part.offset;
-  const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
   t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
   if (ctx->compressed)  // the encoding COMPRESS made; the sum comes back encoded
     return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, t->encoded.data(),
                      t->encoded_len, &t->pull, &t->push_item, &WorkerCore::PushSentThunk, t,
                      t->push_aux, t->received.size());
+  const size_t off = t->part.offset;
+  const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
             &t->push_item, &WorkerCore::PushSentThunk, t);
 }

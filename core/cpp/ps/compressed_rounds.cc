@@ -23,18 +23,19 @@ void SummationEngine::ConfigureKey(uint64_t key, const KeyConfigMsg& m, int work
                                  " do not fit the job's partitions (" + std::to_string(bound) +
                                  " bytes)");
   if (!st.ok()) return sink_->SendError(worker, what + ": " + st.message());
+  const std::string canonical = compress::FormatSpec(kw);
   RoundKey* ks = FindKey(key);
   if (!ks) {
     std::unique_ptr<compress::Compressor> codec;
     st = compress::Create(kw, compress::Side::kServer, dtype, m.count, &codec);
     if (st.ok()) {
       const size_t max_encoded = codec->MaxEncodedBytes();  // before the codec is moved
-      st = CreateKey(key, dtype, max_encoded, &ks, std::move(codec), compress::FormatSpec(kw));
+      st = CreateKey(key, dtype, max_encoded, &ks, std::move(codec), canonical);
     }
     if (!st.ok()) return sink_->SendError(worker, what + ": " + st.message());
   }
   // The key exists: made by this config, another worker's, or a plain push.
-  if (!ks->compressed() || ks->compression != compress::FormatSpec(kw) || ks->dtype != dtype ||
+  if (!ks->compressed() || ks->compression != canonical || ks->dtype != dtype ||
       ks->raw_len != m.count * es) {
     return sink_->SendError(
         worker, what + " (" + m.compression + ", " + std::to_string(m.count) + " x " +

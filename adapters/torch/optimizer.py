@@ -17,10 +17,9 @@ push_pull, and ``momentum: nesterov`` moves the optimizer's momentum into the co
 
 from __future__ import annotations
 
-import collections
 import warnings
 from contextlib import contextmanager
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -28,7 +27,9 @@ import byteps.compression as core_compression
 from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 
-from . import ops
+from . import _gradients, ops
+from ._gradients import name_parameters as _name_parameters
+from ._gradients import resolve_compression as _resolve_compression
 from .compression import Compression
 
 __all__ = ["DistributedOptimizer", "_DistributedOptimizer"]
@@ -48,49 +49,6 @@ def _unhooked(fn):
     return fn
 
 
-def _name_parameters(named_parameters: Optional[Iterable], param_groups: List[dict]
-                     ) -> Dict[torch.Tensor, str]:
-    """Map every parameter of ``param_groups`` to its name; validates ``named_parameters``."""
-    all_params = [p for group in param_groups for p in group["params"]]
-    if named_parameters is None:
-        # Upstream numbered within each group, so names collided across groups.
-        return {p: f"noname.{i}" for i, p in enumerate(all_params)}
-    if isinstance(named_parameters, dict):
-        named = list(named_parameters.items())
-    else:
-        try:
-            named = list(named_parameters)
-        except TypeError:
-            raise InvalidArgumentError(
-                "named_parameters should be a sequence of (name, parameter) tuples, usually "
-                f"model.named_parameters(); got {type(named_parameters).__name__}"
-            ) from None
-    for item in named:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(item[1], torch.Tensor)):
-            raise InvalidArgumentError(
-                "named_parameters should be a sequence of (name, parameter) tuples, usually "
-                f"model.named_parameters(); found an element of type {type(item).__name__}"
-            )
-    counts = collections.Counter(name for name, _ in named)
-    dups = sorted(name for name, c in counts.items() if c > 1)
-    if dups:
-        raise InvalidArgumentError(
-            f"parameter names in named_parameters must be unique; duplicates: {dups}")
-    names: Dict[torch.Tensor, str] = {}
-    for name, p in sorted(named, key=lambda item: item[0]):
-        names.setdefault(p, name)  # a tensor listed twice keeps its first name in sorted order
-    unnamed = [p for p in all_params if p not in names]
-    if unnamed:
-        shapes = [tuple(p.shape) for p in unnamed]
-        raise InvalidArgumentError(
-            "named_parameters was specified, but one or more parameters of the optimizer are "
-            f"not named (shapes {shapes}); pass model.named_parameters() of the model they "
-            "belong to"
-        )
-    return {p: names[p] for p in all_params}
-
-
 def _optimizer_momentum(param_groups: List[dict]) -> Optional[float]:
     """The optimizer's momentum (the same in every group), or None if it has none or 0.
 
@@ -104,23 +62,6 @@ def _optimizer_momentum(param_groups: List[dict]) -> Optional[float]:
             f"momenta {sorted(values)}; the core applies one mu (give 'momentum_mu')")
     mu = values.pop() if values else 0.0
     return mu or None
-
-
-def _resolve_compression(compression, compression_params):
-    """``(intra compressor, core kwargs)`` of the optimizer's arguments."""
-    if compression is None:
-        compression = Compression.none
-    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-        raise InvalidTypeError("compression must provide compress() and decompress() "
-                               "(use byteps.torch.Compression.none or .fp16)")
-    if core_compression.wants_fp16(compression_params):
-        if compression is Compression.none:
-            compression = Compression.fp16
-        elif compression is not Compression.fp16:
-            raise InvalidArgumentError(
-                "compression_params {'fp16': True} selects Compression.fp16, but compression="
-                f"{getattr(compression, '__name__', compression)!r} was given too")
-    return compression
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -161,32 +102,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._size = ops.size()  # raises NotInitializedError before init()
         # One name per gradient, fixed dtype/shape (a second optimizer over another model
-        # with the same parameter names gets "~k"-suffixed names, see ops._name_for).
-        self._grad_names = {}
-        for p in sorted(self._bps_params, key=lambda q: self._parameter_names[q]):
-            wire_dtype = self._compression.compress(torch.zeros(0, dtype=p.dtype))[0].dtype
-            self._grad_names[p] = ops._name_for("Gradient." + self._parameter_names[p],
-                                                wire_dtype, p.shape, self._bps_kwargs)
-        # Same keys on every rank whatever order the hooks fire in: declare all up front.
-        wire = {name: (self._compression.compress(torch.zeros(0, dtype=p.dtype))[0].dtype,
-                       p.numel()) for p, name in self._grad_names.items()}
-        for name in sorted(self._grad_names.values()):
-            dtype = ops._DTYPE_NAMES.get(wire[name][0])
-            if self._bps_kwargs and dtype is not None:
-                core_compression.declare(name, self._bps_kwargs, dtype)
-            else:
-                ops.declare(name)
+        # with the same parameter names gets "~k"-suffixed names, see ops._name_for), all
+        # declared up front: same keys on every rank whatever order the hooks fire in.
+        self._grad_names, wire = _gradients.declare_gradients(
+            self._bps_params, self._parameter_names, "Gradient.", self._compression,
+            self._bps_kwargs)
         # Nesterov momentum of the gradients the core does not compress (too small, not
         # floating, or a job that is not distributed): applied here after the reduction
         # (upstream MXNet's Compression.nag). Their momentum buffers, by parameter.
         self._bps_nag: Dict[torch.Tensor, Optional[torch.Tensor]] = {}
         if self._bps_mu is not None:
-            for p, name in self._grad_names.items():
-                dtype, count = wire[name]
-                nbytes = count * torch.empty(0, dtype=dtype).element_size()
-                if not core_compression.core_compresses(ops._DTYPE_NAMES.get(dtype, ""),
-                                                        nbytes):
-                    self._bps_nag[p] = None
+            for p in _gradients.uncompressed_by_core(self._grad_names, wire):
+                self._bps_nag[p] = None
             self._move_momentum_to_core()
         if self._size > 1:
             self._register_hooks()

@@ -1,7 +1,8 @@
 """``python -m benchmarks``: run the benchmarks, write ``docs/performance.md`` and its plots.
 
     python -m benchmarks [--quick] [--out docs/performance.md] [--img-dir docs/img]
-                         [--only cluster,sched,compression,micro,sum] [--compression [PARTS]]
+                         [--only e2e,cluster,sched,compression,micro,sum] [--e2e]
+                         [--compression [PARTS]]
                          [--json FILE | --from-json FILE [FILE ...]]
 
 Run it from the repository root (the ``bench`` extra gives matplotlib and tqdm; root for the
@@ -14,7 +15,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
   all_reduce vs raw TCP, one-tensor-at-a-time, first-use cost, the forced-distributed job on
   each van (``--vans``; :mod:`benchmarks.vans`);
 * ``sum``     summation kernels vs NumPy and memory bandwidth (:mod:`benchmarks.sumbench`);
-* any module listed in :data:`PLUGINS` (``cluster``: :mod:`benchmarks.table1`, its byteps
+* any module listed in :data:`PLUGINS` (``e2e``: :mod:`benchmarks.e2e`, real training with
+  byteps against torch DDP on the emulated cluster; ``cluster``: :mod:`benchmarks.table1`, its byteps
   jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`; ``compression``:
   :mod:`benchmarks.compression`, its parts chosen by ``--compression``) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
@@ -42,8 +44,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 from . import ROOT, micro, report, sumbench
 
 #: section order in the report: plugins first (the emulated cluster is the headline).
-PLUGINS = {"cluster": f"{__package__}.table1", "sched": f"{__package__}.sched",
-           "compression": f"{__package__}.compression"}
+PLUGINS = {"e2e": f"{__package__}.e2e", "cluster": f"{__package__}.table1",
+           "sched": f"{__package__}.sched", "compression": f"{__package__}.compression"}
 
 
 class Bench:
@@ -131,6 +133,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="run the gradient compression section (alone, unless --only names "
                    "others too); PARTS: comma-separated of cluster, throughput, training "
                    "(default: all)")
+    p.add_argument("--e2e", action="store_true",
+                   help="run the end-to-end training section (byteps vs torch DDP; alone, "
+                   "unless --only names others too)")
     p.add_argument("--json", help="also write the raw results (JSON) here")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
                    help="render the report from saved results (several files: their sections "
@@ -190,6 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         only = [s for s in (args.only or "").split(",") if s]
         if args.compression is not None:
             only.append("compression")
+        if args.e2e:
+            only.append("e2e")
         only = only or list(benches)
         unknown = [s for s in only if s not in benches]
         if unknown:

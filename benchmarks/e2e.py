@@ -1,0 +1,393 @@
+"""End-to-end training: byteps against torch DDP on the emulated cluster.
+
+Real training (:mod:`benchmarks.e2e_worker`: a small ResNet-like CNN, 10.4 MB of float32
+gradients per step, forward and backward on the CPU with one thread per worker, synthetic
+images) on an emulated cluster (:class:`benchmarks.cluster.EmulatedCluster`) of n = 4 worker
+hosts with every link shaped to :data:`BANDWIDTH_MBIT`, in these configurations:
+
+* byteps ``DistributedOptimizer``, ``DistributedDataParallel`` and ``CrossBarrier``, each with
+  the servers colocated on the worker hosts (k = 0) and with k = 4 CPU-server hosts (no
+  colocated servers, :func:`benchmarks.cluster.run_byteps_job`);
+* torch ``DistributedDataParallel`` with gloo on the same worker hosts and links (``env://``
+  rendezvous at w0's address, ``GLOO_SOCKET_IFNAME=eth0``);
+* one worker alone, outside the cluster (no network): the scaling baseline, images/s(1);
+* n workers with no communication at all, on the worker hosts at once: what the machine's
+  cores allow n workers (every process shares them; see the report).
+
+Per job: images/s = sum over the workers of batch / median step time (after the warm-up);
+scaling efficiency = images/s(n) / (n x images/s(1)); the workers' parameters must end
+bit-identical. One byteps configuration is run once more with ``BYTEPS_TRACE_ON=1`` and its
+traced iteration rendered (``benchmarks/timeline_plot.py``) into the report's image directory.
+
+Targets (:mod:`benchmarks.e2e_report`): every byteps API ≥ torch DDP at k = 0 and ≥ 1.3x
+torch DDP at k = 4; CrossBarrier ≥ DistributedOptimizer at every k.
+
+Hooked into ``python -m benchmarks`` (``--e2e``, or ``--only e2e``) through ``bench_*``, and
+runnable alone: ``python -m benchmarks.e2e [--quick] [--json FILE]``. Needs root and iproute2
+for the cluster (otherwise only the single worker is measured, and the rest is skipped with
+the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from . import child_env
+from . import cluster as bc
+from .e2e_worker import HIDDEN, WIDTHS
+
+log = logging.getLogger(__name__)
+
+#: Link rate of every host (both directions). The model's 10.4 MB of gradients then take
+#: t_opt = 0.42 s (k = 4) to 0.62 s (k = 0, and gloo's ring) per step at the measured goodput,
+#: 2-4 x the compute of a step with the 4 workers sharing the 2 cores: the communication-bound
+#: regime the (n, k) architecture is about, and far below the rate at which the machine's CPU
+#: rather than the links would bound push_pull (about 800 Mbit/s, the cluster probe's
+#: recommendation).
+BANDWIDTH_MBIT = 200.0
+N_WORKERS = 4
+KS = (0, 4)
+#: The byteps modes, in report order, and the torch baseline.
+BYTEPS_MODES = ("optimizer", "ddp", "xbar")
+BASELINE = "torch-ddp"
+LABELS = {"optimizer": "byteps DistributedOptimizer", "ddp": "byteps DistributedDataParallel",
+          "xbar": "byteps CrossBarrier", "torch-ddp": "torch DDP (gloo)",
+          "local": "1 worker alone (no network)", "shared": "n workers, no communication"}
+#: The module a byteps mode needs (a mode whose module is missing is skipped, not failed).
+MODULES = {"optimizer": "byteps.torch", "ddp": "byteps.torch.parallel",
+           "xbar": "byteps.torch.cross_barrier"}
+#: Targets: byteps images/s over torch DDP's at k = 0 and at k = 4 (the largest k).
+TARGET_K0 = 1.0
+TARGET_K4 = 1.3
+TARGET_XBAR = 1.0
+
+
+# ------------------------------------------------------------------------------------ plan --
+
+
+def bench_settings(quick: bool, **override) -> dict:
+    """The plan. Full: n = 4, k = 0 and 4, every mode, 3 warm-up + 20 timed steps (about 8
+    minutes on 2 cores). Quick (CI smoke): n = 2, k = 0 and 2, 2 warm-up + 4 timed steps
+    (about 2 minutes). Keyword arguments (not None) replace top-level fields."""
+    plan = {
+        "quick": quick,
+        "n": 2 if quick else N_WORKERS,
+        "ks": [0, 2] if quick else list(KS),
+        "bandwidth_mbit": BANDWIDTH_MBIT,
+        "modes": list(BYTEPS_MODES),
+        "baseline": True,
+        "single": True,
+        "shared": True,
+        "warmup": 2 if quick else 3,
+        "steps": 4 if quick else 20,
+        "batch": 16,
+        "widths": list(WIDTHS),
+        "hidden": HIDDEN,
+        "link_seconds": 0.5 if quick else 1.0,
+        # the traced job: which mode at which k, and how many timed steps it runs
+        "trace": {"mode": "optimizer", "k": 2 if quick else KS[-1], "steps": 3},
+        "unavailable": bc.netns_unavailable(),
+    }
+    plan.update({k: v for k, v in override.items() if v is not None})
+    return plan
+
+
+def bench_steps(plan: dict) -> int:
+    """Progress steps: the single worker, then per k a cluster build and its jobs, the trace."""
+    steps = 1 if plan["single"] else 0
+    if plan["unavailable"] is not None:
+        return steps + 1
+    steps += len(plan["ks"]) * (1 + len(plan["modes"]))
+    if plan["ks"]:
+        steps += int(plan["baseline"]) + int(plan["shared"])
+    tr = plan.get("trace")
+    return steps + (1 if tr and tr["k"] in plan["ks"] else 0)
+
+
+def mode_unavailable(mode: str) -> str | None:
+    """Why ``mode`` cannot run here (its byteps module is missing), or None."""
+    mod = MODULES.get(mode)
+    if mod is None:
+        return None
+    try:
+        found = importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError) as exc:
+        return f"{mod} cannot be imported: {exc}"
+    return None if found else f"{mod} is not in this build"
+
+
+# ------------------------------------------------------------------------------------ jobs --
+
+
+def worker_argv(plan: dict, mode: str, steps: int | None = None) -> list[str]:
+    """The command of one worker of ``mode``."""
+    return [sys.executable, "-m", "benchmarks.e2e_worker", "--mode", mode,
+            "--steps", str(steps or plan["steps"]), "--warmup", str(plan["warmup"]),
+            "--batch", str(plan["batch"]), "--hidden", str(plan["hidden"]),
+            "--widths", *map(str, plan["widths"])]
+
+
+def _timeout(plan: dict, steps: int | None = None) -> float:
+    # start-up (torch import on shared cores) + a generous 8 s per step
+    return 120.0 + 8.0 * (plan["warmup"] + (steps or plan["steps"]))
+
+
+def _reports(outputs: Sequence[str], codes: Sequence[int | None], what: str) -> list[dict]:
+    reports = []
+    for out in outputs:
+        found = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        if found:
+            reports.append(json.loads(found[-1][7:]))
+    if len(reports) != len(outputs) or any(c != 0 for c in codes):
+        tail = "\n".join("\n".join(o.splitlines()[-12:]) for o in outputs)
+        raise RuntimeError(f"{what} failed (exit codes {list(codes)}):\n{tail}")
+    return reports
+
+
+def run_local(plan: dict) -> list[dict]:
+    """One worker alone in this machine's own namespace (no network)."""
+    env = {**child_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    p = subprocess.run(worker_argv(plan, "local"), env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=_timeout(plan))
+    return _reports([p.stdout + p.stderr], [p.returncode], "single worker")
+
+
+def run_on_workers(cluster: bc.EmulatedCluster, argv: Sequence[str], env: Mapping[str, str],
+                   timeout: float, what: str, rank_env: bool = True) -> list[dict]:
+    """``argv`` once on every worker host of ``cluster`` (``RANK`` = worker index with
+    ``rank_env``); the workers' ``RESULT`` dicts. Raises RuntimeError on a failure or timeout."""
+    files = [tempfile.TemporaryFile(mode="w+") for _ in cluster.workers]
+    try:
+        procs = [cluster.spawn(h, list(argv), {**env, "RANK": str(i)} if rank_env else dict(env),
+                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                               text=True)
+                 for i, (h, f) in enumerate(zip(cluster.workers, files))]
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            log.warning("%s on %s still running after %.0f s; stopping", what, cluster.prefix,
+                        timeout)
+        finally:
+            cluster.stop_all(timeout=3.0)
+        outs = []
+        for f in files:
+            f.seek(0)
+            outs.append(f.read())
+    finally:
+        for f in files:
+            f.close()
+    return _reports(outs, [p.returncode for p in procs], what)
+
+
+def run_torch_ddp(cluster: bc.EmulatedCluster, plan: dict) -> list[dict]:
+    """torch DDP (gloo) on the worker hosts: rendezvous (``env://``) at w0's address."""
+    env = {**child_env(), "MASTER_ADDR": cluster.workers[0].address,
+           "MASTER_PORT": str(random.randint(20000, 59999)), "WORLD_SIZE": str(len(
+               cluster.workers)), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": "1"}
+    return run_on_workers(cluster, worker_argv(plan, BASELINE), env, _timeout(plan),
+                          "torch DDP job")
+
+
+def run_shared(cluster: bc.EmulatedCluster, plan: dict) -> list[dict]:
+    """n workers training alone (``local``), all at once: the compute the shared cores give."""
+    env = {**child_env(), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return run_on_workers(cluster, worker_argv(plan, "local"), env, _timeout(plan),
+                          "no-communication job", rank_env=False)
+
+
+def run_byteps(cluster: bc.EmulatedCluster, plan: dict, mode: str,
+               env: Mapping[str, str] | None = None, steps: int | None = None) -> list[dict]:
+    """A byteps training job of ``mode`` (servers placed by :func:`bc.run_byteps_job`)."""
+    res = bc.run_byteps_job(cluster, worker_argv(plan, mode, steps),
+                            env={"OMP_NUM_THREADS": "1", **(env or {})},
+                            timeout=_timeout(plan, steps))
+    return res.worker_reports(f"byteps {mode} job")
+
+
+def summarize(reports: Sequence[dict]) -> dict:
+    """A job's row: images/s (sum over workers of batch / median step), the median of the
+    slowest worker's step time, the losses of rank 0, and whether the parameters agree."""
+    reports = sorted(reports, key=lambda r: r["rank"])
+    slowest = [max(ts) for ts in zip(*(r["times"] for r in reports))]
+    return {
+        "images_per_s": sum(r["images_per_s"] for r in reports),
+        "per_worker": [r["images_per_s"] for r in reports],
+        "step_s": statistics.median(slowest),
+        "times": [r["times"] for r in reports],
+        "loss_first": reports[0]["loss_first"], "loss_last": reports[0]["loss_last"],
+        "identical": len({r["digest"] for r in reports}) == 1,
+        "grad_bytes": reports[0]["grad_bytes"], "params": reports[0]["params"],
+        "workers": len(reports),
+    }
+
+
+_EXC = re.compile(r"(?:\] )?((?:[\w.]+\.)?\w*(?:Error|Exception|Timeout)\b.*)$")
+
+
+def error_line(text: str) -> str:
+    """The first line of a job's failure, with the last exception line of its output (e.g.
+    ``ModuleNotFoundError: ...``) where there is one."""
+    lines = text.splitlines() or [""]
+    found = [m.group(1) for m in map(_EXC.search, lines[1:]) if m]
+    return lines[0].rstrip(":") + (f": {found[-1]}" if found else "")
+
+
+def _attempt(rows: dict, key: str, fn: Callable[[], list[dict]]) -> None:
+    try:
+        rows[key] = summarize(fn())
+    except (RuntimeError, subprocess.SubprocessError, OSError, ValueError) as exc:
+        log.warning("e2e %s failed: %s", key, exc)
+        rows[key] = {"error": error_line(str(exc)), "detail": str(exc)[-3000:]}
+    log.info("e2e %s: %s", key, {k: v for k, v in rows[key].items()
+                                 if k not in ("times", "detail")})
+
+
+# ----------------------------------------------------------------------------------- trace --
+
+#: At most this many bytes of trace files are kept in the results (per trace file).
+TRACE_MAX_BYTES = 16 << 20
+
+
+def collect_traces(trace_dir: str) -> dict:
+    """``{"w<i>": trace JSON text}`` of the ``comm.json`` files under ``trace_dir``
+    (``w<i>/<local_rank>/comm.json``); an oversized file is left out with a note."""
+    out: dict = {}
+    for path in sorted(glob.glob(os.path.join(trace_dir, "w*", "**", "comm.json"),
+                                 recursive=True)):
+        host = os.path.relpath(path, trace_dir).split(os.sep)[0]
+        size = os.path.getsize(path)
+        if size > TRACE_MAX_BYTES:
+            out[host] = {"omitted": f"{size} bytes"}
+            continue
+        with open(path) as f:
+            out[host] = f.read()
+    return out
+
+
+def run_trace(cluster: bc.EmulatedCluster, plan: dict) -> dict:
+    """The traced job: ``BYTEPS_TRACE_ON=1``, one trace directory per worker host; returns
+    the mode, k, the job's row and the trace files' text."""
+    tr = plan["trace"]
+    tmp = tempfile.mkdtemp(prefix="bps-e2e-trace-")
+    try:
+        env = {"E2E_TRACE_DIR": tmp}
+        rows: dict = {}
+        _attempt(rows, "job", lambda: run_byteps(cluster, plan, tr["mode"], env=env,
+                                                 steps=tr["steps"]))
+        return {"mode": tr["mode"], "k": cluster.num_servers, "steps": tr["steps"],
+                "warmup": plan["warmup"], "job": rows["job"], "files": collect_traces(tmp)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ the bench --
+
+
+def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) -> dict:
+    """Measure the plan; JSON-able results: ``single`` (the lone worker's row), ``clusters``
+    (per k: link goodput and one row per job, keyed by mode), ``trace``, ``skipped``."""
+    from .report import machine
+
+    if plan["unavailable"] is None and \
+            threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        bc.install_signal_cleanup()
+    info = machine()
+    res: dict = {"plan": plan, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                 "commit": info.get("commit"), "clusters": [], "skipped_modes": {}}
+    t0 = time.monotonic()
+    if plan["single"]:
+        progress("e2e: 1 worker alone")
+        rows: dict = {}
+        _attempt(rows, "local", lambda: run_local(plan))
+        res["single"] = rows["local"]
+    if plan["unavailable"]:
+        progress("e2e cluster: skipped")
+        res["skipped"] = plan["unavailable"]
+        res["elapsed_s"] = time.monotonic() - t0
+        return res
+    modes = []
+    for mode in plan["modes"]:
+        why = mode_unavailable(mode)
+        if why:
+            res["skipped_modes"][mode] = why
+        else:
+            modes.append(mode)
+    n, B = plan["n"], plan["bandwidth_mbit"] * 1e6
+    tr = plan.get("trace")
+    for k in plan["ks"]:
+        progress(f"e2e n={n} k={k}: build + link")
+        with bc.EmulatedCluster(n, k, B) as c:
+            good = bc.table_goodput(c, plan["link_seconds"])
+            entry = {"n": n, "k": k, "goodput_Bps": good, "network": c.network_info(),
+                     "jobs": {}}
+            for mode in plan["modes"]:
+                progress(f"e2e n={n} k={k}: {mode}")
+                if mode in modes:
+                    _attempt(entry["jobs"], mode, lambda m=mode: run_byteps(c, plan, m))
+            # the baseline and the no-communication job use the worker hosts only: once
+            if k == plan["ks"][0] and plan["baseline"]:
+                progress(f"e2e n={n}: torch DDP (gloo)")
+                _attempt(entry["jobs"], BASELINE, lambda: run_torch_ddp(c, plan))
+            if k == plan["ks"][0] and plan["shared"]:
+                progress(f"e2e n={n}: no communication")
+                _attempt(entry["jobs"], "shared", lambda: run_shared(c, plan))
+            if tr and tr["k"] == k:
+                progress(f"e2e n={n} k={k}: traced {tr['mode']}")
+                if tr["mode"] in modes:
+                    res["trace"] = run_trace(c, plan)
+                else:
+                    res["trace"] = {"mode": tr["mode"], "k": k,
+                                    "skipped": res["skipped_modes"].get(tr["mode"])}
+            res["clusters"].append(entry)
+    res["elapsed_s"] = time.monotonic() - t0
+    return res
+
+
+def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
+    """The section and its targets (:func:`benchmarks.e2e_report.markdown`)."""
+    from .e2e_report import markdown
+
+    return markdown(res, img_dir, img_rel)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.e2e``: measure and print the section."""
+    from .report import run_standalone
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the CI smoke plan (about 2 minutes)")
+    p.add_argument("--workers", "-n", type=int, help="worker hosts")
+    p.add_argument("--ks", type=int, nargs="+", help="CPU-server hosts of each cluster")
+    p.add_argument("--modes", help=f"comma-separated byteps modes, of {', '.join(BYTEPS_MODES)}")
+    p.add_argument("--bandwidth", type=float, help=f"Mbit/s (default {BANDWIDTH_MBIT:g})")
+    p.add_argument("--steps", type=int, help="timed steps per job")
+    p.add_argument("--json", help="also write the raw results here")
+    args = p.parse_args(argv)
+    plan = bench_settings(args.quick, n=args.workers, ks=args.ks, bandwidth_mbit=args.bandwidth,
+                          modes=args.modes.split(",") if args.modes else None, steps=args.steps)
+    return run_standalone(plan, bench_run, bench_markdown, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

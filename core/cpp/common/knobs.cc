@@ -70,6 +70,25 @@ std::vector<KnobSpec> BuildTable() {
           "scheduling sweep of docs/performance.md (upstream: 4096000). A single-machine job "
           "(no servers) that leaves it unset uses 4194304: with no network to preempt, "
           "smaller partitions only add hand-offs between the local processes."),
+      Bool("BYTEPS_AUTOTUNE", "0", "worker",
+           "Tune BYTEPS_PARTITION_BYTES and BYTEPS_SCHEDULING_CREDIT during the first "
+           "iterations by measured iteration time, and keep the best (docs/autotune.md). A "
+           "knob set explicitly is held fixed. Distributed jobs with BYTEPS_LOCAL_SIZE=1; "
+           "every worker must set it alike."),
+      Str("BYTEPS_AUTOTUNE_LOG", "", "worker",
+          "BYTEPS_AUTOTUNE: JSON-lines file with one line per trial (the point and its "
+          "iteration time) and one for the choice, written by rank 0; '{rank}' in the path "
+          "makes one file per rank. Empty: no file (the INFO log has the same lines)."),
+      Int("BYTEPS_AUTOTUNE_WARMUP_SAMPLES", "3", 0, 1 << 20, "worker",
+          "BYTEPS_AUTOTUNE: iterations ignored before the first trial (after the first one, "
+          "which declares the tensors)."),
+      Int("BYTEPS_AUTOTUNE_STEPS_PER_SAMPLE", "5", 1, 1 << 20, "worker",
+          "BYTEPS_AUTOTUNE: iterations measured per trial (their median is the trial's time; "
+          "each trial also runs one iteration to settle and one while the workers average "
+          "their measurements)."),
+      Int("BYTEPS_AUTOTUNE_MAX_SAMPLES", "16", 1, 64, "worker",
+          "BYTEPS_AUTOTUNE: most points tried (the coordinate search of docs/autotune.md "
+          "tries at most 14)."),
       Int("BYTEPS_MIN_COMPRESS_BYTES", "65536", 0, 1LL << 40, "worker",
           "Tensors smaller than this many bytes are not compressed even when declared with a "
           "compressor (upstream's threshold and default; docs/compression.md). Every worker "

@@ -72,6 +72,13 @@ struct TensorContext {
   std::string compression;
   bool compressed = false;
   std::vector<std::unique_ptr<PartTask>> parts;
+  // BYTEPS_AUTOTUNE (docs/autotune.md): the job-level bound the tensor is cut with, the
+  // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of
+  // earlier cuts (kept: the PS client may still name them).
+  size_t job_bound = 0;
+  uint32_t key_gen = 0;
+  uint32_t tune_epoch = 0;
+  std::vector<std::unique_ptr<PartTask>> retired;
 
   // Distributed: placement from the scheduler's plan.
   bool declared = false;

@@ -16,6 +16,7 @@
 #include "comm/local_channel.h"
 #include "comm/van.h"
 #include "common/knobs.h"
+#include "pipeline/autotune.h"
 #include "pipeline/context.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
@@ -55,6 +56,10 @@ struct WorkerConfig {
   double stall_warning_s = 60;  // 0: no stall warning
   std::string job, root_uri, node_host, interface;
   int root_port = 0;
+  // BYTEPS_AUTOTUNE (docs/autotune.md); register_bound: the partition bound this worker
+  // registers (the largest the tuner may try; partition_bound otherwise).
+  AutotuneConfig autotune;
+  size_t register_bound = 0;
   bool is_root() const { return local_rank == 0; }
 };
 
@@ -77,6 +82,7 @@ class WorkerCore : public PullSink {
   std::vector<std::string> DeclaredNames();
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
+  AutotuneReport AutotuneStatus();
 
   // PullSink (the PS client's receiving threads): a pull response goes into the aggregate
   // (local_size > 1) or the output, a large one streamed and averaged on the way in.
@@ -148,6 +154,19 @@ class WorkerCore : public PullSink {
   void SendDeclare(TensorContext* ctx);
   void OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a);
   void OnPushSent(PartTask* t, const Status& st);
+  // --- autotune (worker_autotune.cc; docs/autotune.md) ---
+  void StartAutotune();
+  // The calling thread of a push_pull of `ctx` (round: its push_pulls so far), before the
+  // operation is set up: pilot iterations, trials, the switch to the next point.
+  void AutotuneOnEnqueue(TensorContext* ctx, uint32_t round);
+  void AutotuneApply(const TunePoint& p);
+  void AutotuneSubmit();
+  void AutotuneWriteLog(const std::string& line);
+  // Under ctx->mu, no operation in flight: cuts the tensor with the point in use, under new
+  // keys, when the cut differs (a re-declaration follows).
+  Status Repartition(TensorContext* ctx);
+  // The tasks of `parts` for ctx (keys of generation ctx->key_gen).
+  void MakeTasks(TensorContext* ctx, const std::vector<Partition>& parts);
   static void PushSentThunk(void* arg, const Status& st);
 
   WorkerConfig cfg_;
@@ -180,6 +199,8 @@ class WorkerCore : public PullSink {
 
   // distributed (local root): the scheduler and the servers
   std::unique_ptr<PsClient> ps_;
+
+  std::unique_ptr<AutotuneState> tune_;  // BYTEPS_AUTOTUNE only
 };
 
 }  // namespace byteps

@@ -61,6 +61,8 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
                                       : kSingleMachinePartitionBytes;
   cfg->partition_bound = PartitionBound(partition_bytes, cfg->local_size);
   cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
+  cfg->register_bound = cfg->partition_bound;
+  BPS_RETURN_IF_ERROR(LoadAutotuneConfig(k, cfg));
   cfg->min_compress_bytes = static_cast<size_t>(k.Int("BYTEPS_MIN_COMPRESS_BYTES"));
   cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
   cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
@@ -144,6 +146,7 @@ Status WorkerCore::Start() {
     BPS_RETURN_IF_ERROR(ConnectToJob());
   }
   StartThreads();
+  StartAutotune();
   std::string stages;
   for (int i = 0; i < plans_[0].size; ++i)
     stages += std::string(i ? " -> " : "") + StageName(plans_[0].stages[i]);
@@ -232,7 +235,7 @@ Status WorkerCore::ConnectToJob() {
   reg.local_size = static_cast<uint32_t>(cfg_.local_size);
   reg.num_worker = static_cast<uint32_t>(cfg_.num_worker);
   reg.num_server = static_cast<uint32_t>(cfg_.num_server);
-  reg.partition_bound = cfg_.partition_bound;
+  reg.partition_bound = cfg_.register_bound;
   reg.pid = static_cast<uint32_t>(getpid());
   return ps_->Connect(reg, cfg_.timeout_s);
 }

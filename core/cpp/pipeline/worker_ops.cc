@@ -73,10 +73,13 @@ std::vector<std::string> WorkerCore::DeclaredNames() {
 
 Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   std::vector<Partition> parts;
+  // BYTEPS_AUTOTUNE: the bound of the point in use (docs/autotune.md).
+  ctx->job_bound = tune_ ? tune_->bound.load() : cfg_.partition_bound;
+  if (tune_) ctx->tune_epoch = tune_->epoch.load();
   const size_t bound =
       cfg_.distributed
-          ? TensorPartitionBound(a.nbytes, cfg_.partition_bound, cfg_.num_worker, cfg_.local_size)
-          : cfg_.partition_bound;
+          ? TensorPartitionBound(a.nbytes, ctx->job_bound, cfg_.num_worker, cfg_.local_size)
+          : ctx->job_bound;
   BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   ctx->dtype = a.dtype;
   ctx->shape = a.shape;
@@ -89,16 +92,7 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   // Local processes that disagree on compressing it would disagree on averaging it.
   if (ctx->compressed) h = Fnv1a(h, ctx->compression.data(), ctx->compression.size());
   ctx->sig = h | 1;  // never 0 (0 means "no signature")
-  for (auto& p : parts) {
-    auto t = std::make_unique<PartTask>();
-    t->owner = this;
-    t->ctx = ctx;
-    t->part = p;
-    t->key = PartitionKey(ctx->declared_key, p.index);
-    t->pull.key = t->key;
-    t->pull.arg = t.get();
-    ctx->parts.push_back(std::move(t));
-  }
+  MakeTasks(ctx, parts);
   if (cfg_.local_size > 1 && a.nbytes > 0) {
     ctx->region = (a.nbytes + 63) / 64 * 64;
     ctx->shm = std::make_unique<ShmSegment>();
@@ -143,6 +137,14 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
       return Status::InvalidArgument("too many tensors declared (at most 65535)");
     ctx = FindOrCreateLocked(a.name);
   }
+  if (tune_ && !tune_->done) {
+    uint32_t round;
+    {
+      std::lock_guard<std::mutex> lk(ctx->mu);
+      round = ctx->round;
+    }
+    AutotuneOnEnqueue(ctx, round);  // may wait for the trial's measurement (docs/autotune.md)
+  }
   std::unique_lock<std::mutex> lk(ctx->mu);
   if (!ctx->sticky.ok()) return ctx->sticky;
   if (ctx->in_flight)
@@ -151,6 +153,9 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    "another one with the same name");
   if (!ctx->initialized) {
     BPS_RETURN_IF_ERROR(InitContext(ctx, a));
+  } else if (tune_ && ctx->tune_epoch != tune_->epoch.load() && ctx->dtype == a.dtype &&
+             ctx->shape == a.shape) {
+    BPS_RETURN_IF_ERROR(Repartition(ctx));
   } else if (ctx->dtype != a.dtype || ctx->shape != a.shape) {
     return Status::InvalidArgument("tensor '" + a.name + "' was first used as " +
                                    DTypeName(ctx->dtype) + ShapeString(ctx->shape) +

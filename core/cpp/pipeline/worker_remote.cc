@@ -16,6 +16,8 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   m.shape = ctx->shape;
   m.nbytes = ctx->nbytes;
   if (ctx->compressed) m.compression = ctx->compression;
+  m.partition_bound = ctx->job_bound;  // as cut here (BYTEPS_AUTOTUNE may change it)
+  m.generation = ctx->key_gen;
   ps_->Declare(ctx->declared_key, m, [this, ctx](const DeclareAnswer& a) { OnDeclareAnswer(ctx, a); });
 }
 

@@ -68,6 +68,7 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
 std::string Encode(const DeclareMsg& m) {
   WireWriter w;
   w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
+  w.U64(m.partition_bound).U32(m.generation);
   return w.Take();
 }
 
@@ -95,6 +96,8 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->shape = r.I64s(64);
   m->nbytes = r.U64();
   m->compression = r.Str(kMaxCompressionSpec);
+  m->partition_bound = r.U64();
+  m->generation = r.U32();
   if (!r.done() || !DTypeValid(m->dtype)) return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }

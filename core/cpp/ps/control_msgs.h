@@ -51,6 +51,11 @@ struct DeclareMsg {
   // The compressor's canonical kwargs (compress::FormatSpec) when the tensor is compressed;
   // empty otherwise. Part of what every worker must declare alike.
   std::string compression;
+  // The job-level partition bound the worker cut the tensor with (0: the registered one) and
+  // the generation of its keys (bits 32-47 of each key): BYTEPS_AUTOTUNE re-declares a tensor
+  // cut anew under new keys (docs/autotune.md). Both must agree across workers.
+  uint64_t partition_bound = 0;
+  uint32_t generation = 0;
 };
 
 // KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.

@@ -258,6 +258,22 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
   pd.seen[node->rank] = true;
   pd.count++;
   const DeclareMsg& f = pd.first;
+  if (pd.error.empty() && m.partition_bound > first_bound_)
+    pd.error = "tensor '" + m.name + "' declared by worker " + std::to_string(node->rank) +
+               " with partitions of " + std::to_string(m.partition_bound) +
+               " bytes, more than the job's bound of " + std::to_string(first_bound_) +
+               " bytes agreed at registration";
+  if (pd.error.empty() &&
+      (m.partition_bound != f.partition_bound || m.generation != f.generation))
+    pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +
+               ") is cut differently across workers: worker " +
+               std::to_string(pd.first_worker) + " uses partitions of " +
+               std::to_string(f.partition_bound) + " bytes (generation " +
+               std::to_string(f.generation) + "), worker " + std::to_string(node->rank) + " " +
+               std::to_string(m.partition_bound) + " bytes (generation " +
+               std::to_string(m.generation) +
+               ") (BYTEPS_AUTOTUNE switches every worker at the same round only when all of "
+               "them make the same push_pull calls in the same order)";
   if (pd.error.empty() && (m.name != f.name || m.dtype != f.dtype || m.shape != f.shape ||
                            m.nbytes != f.nbytes || m.compression != f.compression)) {
     pd.error = "tensor mismatch across workers for key " + std::to_string(m.declared_key) +
@@ -316,8 +332,10 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
     std::vector<Partition> parts;
     // The workers' partitioning of the tensor (scheduling/partitioner.h), for its plan.
     const int local_size = static_cast<int>(std::max<uint32_t>(first_local_size_, 1));
+    // The bound the workers cut it with (BYTEPS_AUTOTUNE: the trial's, at most the job's).
+    const size_t job_bound = pd->first.partition_bound ? pd->first.partition_bound : first_bound_;
     const size_t bound =
-        TensorPartitionBound(pd->first.nbytes, first_bound_, opts_.num_worker, local_size);
+        TensorPartitionBound(pd->first.nbytes, job_bound, opts_.num_worker, local_size);
     Status st = PartitionTensor(pd->first.nbytes, bound,
                                 DTypeSize(static_cast<DType>(pd->first.dtype)), &parts);
     if (!st.ok()) {

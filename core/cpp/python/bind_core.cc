@@ -10,6 +10,7 @@
 #include "compress/compressor.h"
 #include "pipeline/api.h"
 #include "pipeline/engine_bridge.h"
+#include "scheduling/autotune_search.h"
 
 namespace py = pybind11;
 
@@ -74,6 +75,50 @@ void BindCore(py::module_& m) {
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
   m.def("declared_names", []() { return Require()->DeclaredNames(); });
+  // The search of BYTEPS_AUTOTUNE, for tests (scheduling/autotune_search.h): points are
+  // (partition_bytes, credit) tuples.
+  py::class_<AutotuneSearch>(m, "AutotuneSearch")
+      .def(py::init([](std::pair<int64_t, int64_t> start, std::vector<int64_t> partitions,
+                       std::vector<int64_t> credits, int max_trials) {
+             return AutotuneSearch({start.first, start.second}, std::move(partitions),
+                                   std::move(credits), max_trials);
+           }),
+           py::arg("start"), py::arg("partitions"), py::arg("credits"), py::arg("max_trials"))
+      .def("next", [](AutotuneSearch& s) -> py::object {
+        TunePoint p;
+        if (!s.Next(&p)) return py::none();
+        return py::make_tuple(p.partition_bytes, p.credit);
+      })
+      .def("report", [](AutotuneSearch& s, std::pair<int64_t, int64_t> p, double seconds) {
+        s.Report({p.first, p.second}, seconds);
+      })
+      .def("best", [](AutotuneSearch& s) {
+        TuneTrial t = s.Best();
+        return py::make_tuple(py::make_tuple(t.point.partition_bytes, t.point.credit), t.seconds);
+      })
+      .def_static("default_grid", []() {
+        return py::make_tuple(DefaultPartitionGrid(), DefaultCreditGrid());
+      });
+  m.def("autotune_status", []() {  // BYTEPS_AUTOTUNE's trials and choice (docs/autotune.md)
+    AutotuneReport r = Require()->AutotuneStatus();
+    auto point = [](const TunePoint& p, double s) {
+      py::dict d;
+      d["partition_bytes"] = p.partition_bytes;
+      d["credit"] = p.credit;
+      if (s > 0) d["iteration_s"] = s;
+      return d;
+    };
+    py::dict d;
+    d["enabled"] = r.enabled;
+    d["done"] = r.done;
+    d["error"] = r.error;
+    py::list trials;
+    for (auto& t : r.trials) trials.append(point(t.point, t.seconds));
+    d["trials"] = trials;
+    d["choice"] = r.done ? py::object(point(r.choice.point, r.choice.seconds)) : py::none();
+    d["current"] = point(r.current, 0);
+    return d;
+  });
   m.def(
       "declare",
       [](const std::string& name, const std::string& compression) {

@@ -72,6 +72,19 @@ bool ScheduledQueue::ReturnCreditAndTryPop(size_t bytes, QueueItem* out) {
   return true;
 }
 
+void ScheduledQueue::SetCredit(size_t credit_bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    credit_bytes_ = credit_bytes;
+  }
+  cv_.notify_all();
+}
+
+size_t ScheduledQueue::credit() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return credit_bytes_;
+}
+
 void ScheduledQueue::Close() {
   {
     std::lock_guard<std::mutex> lk(mu_);

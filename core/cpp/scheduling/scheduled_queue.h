@@ -38,6 +38,10 @@ class ScheduledQueue {
   // waking a waiting Pop: for a caller that runs the item itself. When it returns false no item
   // may leave, so no waiter could have made progress either.
   bool ReturnCreditAndTryPop(size_t bytes, QueueItem* out);
+  // Changes the credit limit (bytes; 0 = unlimited) at run time (BYTEPS_AUTOTUNE): items in
+  // flight keep their credit; waiters are woken, as a larger limit may let the head leave.
+  void SetCredit(size_t credit_bytes);
+  size_t credit() const;
   void Close();
   size_t size() const;
   size_t in_flight_bytes() const;

@@ -94,7 +94,7 @@ def equivalence(ck: Checker, r: int, n: int, compression=bps.Compression.none,
         x, y = batch(s, r)
         opt.zero_grad()
         F.mse_loss(ddp(x), y).backward()
-        want = average([local_grads(ref, lambda mod, q=q: F.mse_loss(mod(batch(s, q)[0]),
+        want = average([local_grads(ref, lambda mod, q=q, s=s: F.mse_loss(mod(batch(s, q)[0]),
                                                                      batch(s, q)[1]))
                         for q in range(n)])
         all_close(ck, [p.grad for p in m.parameters()], want, f"{label} grad step {s}",
@@ -119,14 +119,14 @@ def no_sync(ck: Checker, r: int, n: int) -> None:
             for k in range(2):
                 x, y = batch(s, r, extra=k + 1)
                 F.mse_loss(ddp(x), y).backward()
-        own = local_grads(ref, lambda mod: sum(F.mse_loss(mod(batch(s, r, k + 1)[0]),
+        own = local_grads(ref, lambda mod, s=s: sum(F.mse_loss(mod(batch(s, r, k + 1)[0]),
                                                           batch(s, r, k + 1)[1])
                                                for k in range(2)))
         all_close(ck, [p.grad for p in m.parameters()], own, f"no_sync local grads step {s}")
         x, y = batch(s, r, extra=3)
         F.mse_loss(ddp(x), y).backward()
 
-        def acc(mod, q):
+        def acc(mod, q, s=s):
             return sum(F.mse_loss(mod(batch(s, q, k)[0]), batch(s, q, k)[1])
                        for k in (1, 2, 3))
         want = average([local_grads(ref, lambda mod, q=q: acc(mod, q)) for q in range(n)])
@@ -156,7 +156,7 @@ def buffers(ck: Checker, r: int, n: int) -> None:
         net = BNNet()
         seen = []
         net.register_forward_pre_hook(
-            lambda mod, args: seen.append([b.detach().clone() for b in mod.buffers()]))
+            lambda mod, args, seen=seen: seen.append([b.detach().clone() for b in mod.buffers()]))
         ddp = DDP(net, broadcast_buffers=flag)
         for s in range(3):
             x, _ = batch(s, r, extra=9)
@@ -231,7 +231,7 @@ def unused_ok(ck: Checker, r: int, n: int) -> None:
         x, y = batch(s, r, extra=7)
         opt.zero_grad()
         F.mse_loss(ddp(x, use_b=(r == 0)), y).backward()
-        want = average([local_grads(ref, lambda mod, q=q: F.mse_loss(
+        want = average([local_grads(ref, lambda mod, q=q, s=s: F.mse_loss(
             mod(batch(s, q, 7)[0], use_b=(q == 0)), batch(s, q, 7)[1])) for q in range(n)])
         got = [p.grad for p in m.parameters()]
         all_close(ck, got, want, f"find_unused step {s} grads")

@@ -21,6 +21,9 @@ Compared, in the same cluster, one after another:
 * **priority + credit**: priority = minus the tensor's forward index (the first layer, needed
   first by the next forward pass, goes first), for every (partition bytes, credit) of the
   sweep;
+* **autotune**: ``BYTEPS_AUTOTUNE=1`` with neither knob set: the core tries partition sizes
+  and credits during the first iterations (docs/autotune.md); the row is the iteration time
+  after tuning, its chosen point and trials, and its ratio to the best swept point;
 * the **ideal overlap bound** (:func:`ideal_iteration`): the same compute with a network that
   moves each worker's gradients at the physical optimum -- ``t_opt(n, k, bytes, goodput)``
   per push_pull, the measured goodput of one link as B -- preemptively, highest priority first,
@@ -58,6 +61,10 @@ COMPUTE_RATIO = 1.0
 SWEEP = ((128 << 10, 8), (256 << 10, 4), (256 << 10, 8), (512 << 10, 4), (1 << 20, 4),
          (4096000, 4))
 TARGET = 1.10  # priority + credit within 10 % of the ideal overlap bound (VGG-16)
+AUTOTUNE_TARGET = 1.05  # autotune within 5 % of the best swept point
+#: BYTEPS_AUTOTUNE_* of the autotune row (a trial: 1 settling + STEPS timed + 1 averaging
+#: iteration)
+AUTOTUNE_WARMUP, AUTOTUNE_STEPS = 1, 3
 
 
 # ---------------------------------------------------------------------------- ideal bound --
@@ -113,7 +120,10 @@ def sequential_iteration(layers: Sequence[models.Layer], seconds_per_byte: float
 def _worker_main(profile_path: str, mode: str, iters: int, warmup: int) -> int:
     """One worker of the workload (run by :func:`run_workload`): prints ``RESULT {json}`` with
     the seconds of each timed iteration; exits 1 when a sum is wrong (checked after the last
-    iteration, every element)."""
+    iteration, every element). Mode ``autotune``: priorities as ``priority``; first the
+    iterations until the core's tuner has chosen (the same number on every worker: the choice
+    is made at the same push_pull everywhere), then the warm-up and timed ones; the result
+    also has the tuner's status and the tuning iterations."""
     import numpy as np
 
     import byteps.basics as bps
@@ -131,7 +141,8 @@ def _worker_main(profile_path: str, mode: str, iters: int, warmup: int) -> int:
     want = np.float32(size * (size + 1) // 2)
     handles: list = [None] * len(layers)
     times = []
-    for it in range(warmup + iters):
+
+    def step() -> float:
         t0 = time.perf_counter()
         t = t0
         for j in reversed(range(len(layers))):  # backward
@@ -140,7 +151,7 @@ def _worker_main(profile_path: str, mode: str, iters: int, warmup: int) -> int:
             if delay > 0:
                 time.sleep(delay)
             g, o = views[j]
-            prio = 0 if mode == "fifo" else -(j + 1)
+            prio = 0 if mode == "fifo" else -(j + 1)  # priority and autotune
             handles[j] = bps.push_pull_async(f"grad.{layers[j].name}", g.ctypes.data,
                                              o.ctypes.data, g.nbytes, "float32", g.shape,
                                              False, prio)
@@ -153,14 +164,28 @@ def _worker_main(profile_path: str, mode: str, iters: int, warmup: int) -> int:
             delay = t - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+        return time.perf_counter() - t0
+
+    result: dict = {"rank": r}
+    if mode == "autotune":
+        from byteps import _core
+
+        tune_iters = 0
+        while not _core.autotune_status()["done"] and tune_iters < 10_000:
+            step()
+            tune_iters += 1
+        result.update(autotune=_core.autotune_status(), tune_iters=tune_iters)
+    for it in range(warmup + iters):
+        dt = step()
         if it >= warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(dt)
     bad = np.flatnonzero(out != want)
     bps.shutdown()
     if bad.size:
         print(f"FAIL rank {r}: out[{bad[0]}]={out[bad[0]]} want {want}", flush=True)
         return 1
-    print("RESULT " + json.dumps({"rank": r, "times": times}), flush=True)
+    result["times"] = times
+    print("RESULT " + json.dumps(result), flush=True)
     return 0
 
 
@@ -171,6 +196,43 @@ def run_workload(cluster: bc.EmulatedCluster, layers: Sequence[models.Layer], mo
     Raises:
         RuntimeError: the job failed (the message carries the tail of its output).
     """
+    return _median_slowest(_run_job(cluster, layers, mode, env, iters, warmup, timeout))
+
+
+def autotune_env(log_path: str | None = None, steps: int = AUTOTUNE_STEPS,
+                 warmup: int = AUTOTUNE_WARMUP) -> dict:
+    """The environment of the autotune row: BYTEPS_AUTOTUNE=1, neither knob set."""
+    env = {"BYTEPS_AUTOTUNE": "1", "BYTEPS_AUTOTUNE_WARMUP_SAMPLES": str(warmup),
+           "BYTEPS_AUTOTUNE_STEPS_PER_SAMPLE": str(steps)}
+    if log_path:
+        env["BYTEPS_AUTOTUNE_LOG"] = log_path
+    return env
+
+
+def run_autotune(cluster: bc.EmulatedCluster, layers: Sequence[models.Layer], env: dict,
+                 iters: int, warmup: int, timeout: float) -> dict:
+    """The workload with the core's tuner (``env``: :func:`autotune_env`): ``{"time_s": median
+    of the slowest worker's iterations after tuning, "autotune": rank 0's
+    byteps._core.autotune_status(), "tune_iters": iterations until the choice}``.
+
+    Raises:
+        RuntimeError: the job failed, or the workers disagree on the choice.
+    """
+    reports = _run_job(cluster, layers, "autotune", env, iters, warmup, timeout)
+    choices = {json.dumps(r["autotune"]["choice"], sort_keys=True) for r in reports}
+    if len(choices) != 1 or len({r["tune_iters"] for r in reports}) != 1:
+        raise RuntimeError(f"workers disagree on the autotune choice: {sorted(choices)}")
+    r0 = min(reports, key=lambda r: r["rank"])
+    return {"time_s": _median_slowest(reports), "autotune": r0["autotune"],
+            "tune_iters": r0["tune_iters"]}
+
+
+def _median_slowest(reports: list) -> float:
+    return statistics.median(max(ts) for ts in zip(*(r["times"] for r in reports)))
+
+
+def _run_job(cluster: bc.EmulatedCluster, layers: Sequence[models.Layer], mode: str, env: dict,
+             iters: int, warmup: int, timeout: float) -> list:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([list(lay) for lay in layers], f)
     try:
@@ -179,8 +241,7 @@ def run_workload(cluster: bc.EmulatedCluster, layers: Sequence[models.Layer], mo
         res = bc.run_byteps_job(cluster, argv, env=env, timeout=timeout)
     finally:
         os.unlink(f.name)
-    reports = res.worker_reports("workload job")
-    return statistics.median(max(ts) for ts in zip(*(r["times"] for r in reports)))
+    return res.worker_reports("workload job")
 
 
 # ------------------------------------------------------------------------------ the bench --
@@ -201,9 +262,11 @@ def _env(partition: int, credit: int) -> dict:
 def bench_settings(quick: bool, model_names: Sequence[str] | None = None,
                    sweep: Sequence[Sequence[int]] | None = None,
                    compute_ratio: float = COMPUTE_RATIO,
-                   bandwidth_mbit: float | None = None) -> dict:
+                   bandwidth_mbit: float | None = None, autotune: bool | None = None) -> dict:
     """The plan. Quick: ResNet-50, FIFO vs the core's defaults, 2 iterations (about 40 s).
-    Full: VGG-16 and ResNet-50, FIFO and every point of :data:`SWEEP` (about 5 minutes)."""
+    Full: VGG-16 and ResNet-50, FIFO, every point of :data:`SWEEP` and the autotune row
+    (about 5 minutes plus the tuning: up to 16 trials of AUTOTUNE_STEPS + 2 iterations).
+    ``autotune``: add the autotune row (default: full runs only)."""
     defaults = core_defaults()
     points = [list(p) for p in (sweep or ([defaults] if quick else SWEEP))]
     if list(defaults) not in points:
@@ -219,13 +282,15 @@ def bench_settings(quick: bool, model_names: Sequence[str] | None = None,
         "defaults": list(defaults),
         "iters": 2 if quick else 3,
         "warmup": 1,
+        "autotune": (not quick) if autotune is None else bool(autotune),
         "unavailable": bc.netns_unavailable(),
     }
 
 
 def bench_steps(plan: dict) -> int:
     """Progress steps: the cluster, then one per job."""
-    return 1 if plan["unavailable"] else 1 + len(plan["models"]) * (1 + len(plan["sweep"]))
+    jobs = 1 + len(plan["sweep"]) + int(plan.get("autotune", False))
+    return 1 if plan["unavailable"] else 1 + len(plan["models"]) * jobs
 
 
 def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) -> dict:
@@ -265,9 +330,30 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
                     job["error"] = str(exc).splitlines()[0]
                 log.info("%s: %s (ideal %.3f s)", name, job, row["ideal_s"])
                 row["jobs"].append(job)
+            if plan.get("autotune"):
+                progress(f"sched {name}: autotune")
+                row["jobs"].append(_autotune_job(c, layers, plan, timeout))
+                log.info("%s: %s", name, row["jobs"][-1])
             res["models"][name] = row
     res["elapsed_s"] = time.monotonic() - t_start
     return res
+
+
+def _autotune_job(c: bc.EmulatedCluster, layers, plan: dict, timeout: float) -> dict:
+    job: dict = {"mode": "autotune"}
+    per_iter = timeout / 6.0 / (plan["iters"] + plan["warmup"])
+    tune_max = AUTOTUNE_WARMUP + 2 + 16 * (AUTOTUNE_STEPS + 2)
+    try:
+        a = run_autotune(c, layers, autotune_env(), plan["iters"], plan["warmup"],
+                         timeout + 3.0 * tune_max * per_iter)
+        ch = a["autotune"]["choice"] or {}
+        job.update(time_s=a["time_s"], partition=ch.get("partition_bytes"),
+                   credit=ch.get("credit"), trials=a["autotune"]["trials"],
+                   tune_iters=a["tune_iters"], error_tuning=a["autotune"]["error"])
+    except RuntimeError as exc:
+        log.warning("autotune failed: %s", exc)
+        job["error"] = str(exc).splitlines()[0]
+    return job
 
 
 # ---------------------------------------------------------------------------------- report --
@@ -302,6 +388,16 @@ def sched_targets(res: dict) -> list[dict]:
                 "ideal / measured ≥ 0.909",
                 f"{job['time_s']:.3f} s vs ideal {row['ideal_s']:.3f} s",
                 ratio, 1 / TARGET if name == "vgg16" else None))
+        auto = next((j for j in row["jobs"] if j["mode"] == "autotune" and "time_s" in j), None)
+        best = _best(row)
+        if auto and best:
+            out.append(target(
+                f"scheduling {name}: autotune within 5 % of the best swept point "
+                f"(chose {auto['partition']} B, credit {auto['credit']})",
+                "best swept / autotune ≥ 0.952",
+                f"{auto['time_s']:.3f} s vs {best['time_s']:.3f} s "
+                f"({best['partition']} B, credit {best['credit']})",
+                best["time_s"] / auto["time_s"], 1 / AUTOTUNE_TARGET))
         fifo = next((j for j in row["jobs"] if j["mode"] == "fifo" and "time_s" in j), None)
         dj = _default_job(row, plan)
         if fifo and dj and "time_s" in dj:
@@ -351,17 +447,41 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
                  f"{row['sequential_s'] / row['ideal_s']:.2f}"]]
         for j in row["jobs"]:
             t = j.get("time_s", math.nan)
-            body.append(["FIFO" if j["mode"] == "fifo" else "priority + credit",
+            if j["mode"] == "autotune" and "partition" not in j:
+                body.append(["autotune", "", "", "failed", ""])
+                continue
+            body.append([{"fifo": "FIFO", "autotune": "autotune (chosen)"}.get(
+                             j["mode"], "priority + credit"),
                          str(j["partition"]), "∞" if j["credit"] == 0 else str(j["credit"]),
                          "failed" if not math.isfinite(t) else f"{t:.3f}",
                          "" if not math.isfinite(t) else f"{t / row['ideal_s']:.2f}"])
         md += [_table(["schedule", "partition (B)", "credit", "iteration (s)", "/ ideal"],
                       body, "lrrrr"), ""]
+        md += _autotune_markdown(row)
     if img_dir is not None and _have_matplotlib() and res["models"]:
         md += [f"![iteration time / ideal]({img_rel}/{plot_sched(res, img_dir)})", ""]
     if res.get("elapsed_s"):
         md += [f"This section took {res['elapsed_s']:.0f} s.", ""]
     return "\n".join(md), sched_targets(res)
+
+
+def _autotune_markdown(row: dict) -> list:
+    """The autotune row's trials and its ratio to the best swept point (Markdown lines)."""
+    auto = next((j for j in row["jobs"] if j["mode"] == "autotune"), None)
+    if auto is None:
+        return []
+    if "time_s" not in auto:
+        return [f"Autotune failed: {auto.get('error', 'no result')}.", ""]
+    best = _best(row)
+    trials = ", ".join(f"{t['partition_bytes'] >> 10} KiB/{t['credit']}: "
+                       f"{t['iteration_s']:.3f} s" for t in auto["trials"])
+    ratio = (f"; after tuning {auto['time_s']:.3f} s = {auto['time_s'] / best['time_s']:.3f} × "
+             f"the best swept point ({best['partition']} B, credit {best['credit']}: "
+             f"{best['time_s']:.3f} s)" if best else "")
+    return [f"**Autotune** (`BYTEPS_AUTOTUNE=1`, steps per trial {AUTOTUNE_STEPS}): chose "
+            f"{auto['partition']} B, credit {auto['credit']} after {len(auto['trials'])} trials "
+            f"in {auto['tune_iters']} iterations{ratio}. Trials (partition/credit: median "
+            f"iteration averaged over the workers): {trials}.", ""]
 
 
 def plot_sched(res: dict, img_dir: str) -> str:
@@ -374,10 +494,14 @@ def plot_sched(res: dict, img_dir: str) -> str:
         row = res["models"][name]
         labels, ys, colors = [], [], []
         for j in row["jobs"]:
+            if "partition" not in j:
+                continue
             labels.append("FIFO" if j["mode"] == "fifo" else
+                          ("autotune\n" if j["mode"] == "autotune" else "") +
                           f"{j['partition'] >> 10} KiB\ncredit {j['credit']}")
             ys.append(j.get("time_s", 0.0) / row["ideal_s"])
-            colors.append("tab:grey" if j["mode"] == "fifo" else "tab:blue")
+            colors.append({"fifo": "tab:grey", "autotune": "tab:green"}.get(j["mode"],
+                                                                            "tab:blue"))
         ax.bar(range(len(ys)), ys, color=colors)
         ax.axhline(1.0, color="black", lw=1, label="ideal overlap bound")
         ax.axhline(TARGET, color="red", ls=":", lw=1, label="target 1.10")
@@ -406,6 +530,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--compute-ratio", type=float, default=COMPUTE_RATIO,
                    help="compute per iteration / t_opt of the gradients")
     p.add_argument("--bandwidth", type=float, help=f"Mbit/s (default {BANDWIDTH_MBIT:g})")
+    p.add_argument("--autotune", action=argparse.BooleanOptionalAction, default=None,
+                   help="add the BYTEPS_AUTOTUNE=1 row (default: full runs only)")
     p.add_argument("--json", help="also write the raw results here")
     p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -413,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path, mode, iters, warmup = args.worker
         return _worker_main(path, mode, int(iters), int(warmup))
     sweep = [tuple(int(v) for v in s.split(":")) for s in args.sweep] if args.sweep else None
-    plan = bench_settings(args.quick, args.models, sweep, args.compute_ratio, args.bandwidth)
+    plan = bench_settings(args.quick, args.models, sweep, args.compute_ratio, args.bandwidth,
+                          args.autotune)
     return run_standalone(plan, bench_run, bench_markdown, args.json)
 
 

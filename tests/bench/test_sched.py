@@ -32,6 +32,8 @@ def test_hooks_are_wired():
     full = plugin.bench_settings(False)
     assert full["models"] == ["vgg16", "resnet50"]
     assert plan["defaults"] in full["sweep"]
+    assert full["autotune"] and not plan["autotune"]
+    assert plugin.bench_steps(full) == 1 + 2 * (1 + len(full["sweep"]) + 1)
 
 
 def test_tiny_workload_fifo_and_priority(tmp_path):
@@ -65,7 +67,11 @@ def test_markdown_and_targets_from_results(tmp_path):
         "ideal_s": 5.9, "sequential_s": 11.8, "jobs": [
             {"mode": "fifo", "partition": 4096000, "credit": 0, "time_s": 7.8},
             {"mode": "priority", "partition": 262144, "credit": 4, "time_s": 6.1},
-            {"mode": "priority", "partition": 4096000, "credit": 4, "error": "boom"}]}}}
+            {"mode": "priority", "partition": 4096000, "credit": 4, "error": "boom"},
+            {"mode": "autotune", "partition": 262144, "credit": 8, "time_s": 6.2,
+             "tune_iters": 60, "error_tuning": "",
+             "trials": [{"partition_bytes": 262144, "credit": 4, "iteration_s": 6.3},
+                        {"partition_bytes": 262144, "credit": 8, "iteration_s": 6.2}]}]}}}
     md, targets = sched.bench_markdown(res, str(tmp_path), "img")
     assert "| FIFO | 4096000 | ∞ | 7.800 | 1.32 |" in md
     assert "| priority + credit | 4096000 | 4 | failed |  |" in md
@@ -73,3 +79,26 @@ def test_markdown_and_targets_from_results(tmp_path):
     best = [t for t in targets if "best of sweep" in t["name"]]
     assert len(best) == 1 and best[0]["met"] is True
     assert best[0]["ratio"] == pytest.approx(5.9 / 6.1)
+    assert "| autotune (chosen) | 262144 | 8 | 6.200 | 1.05 |" in md
+    assert "chose 262144 B, credit 8 after 2 trials in 60 iterations" in md
+    auto = [t for t in targets if "autotune" in t["name"]]
+    assert len(auto) == 1 and auto[0]["ratio"] == pytest.approx(6.1 / 6.2)
+    assert auto[0]["met"] is True  # within 5 %
+
+
+def test_tiny_workload_autotune(tmp_path):
+    """Quick: the autotune row on a tiny workload: the tuner finishes, every worker agrees,
+    the log has one line per trial and the choice, and the sums stay exact (the worker checks
+    them)."""
+    layers = [Layer("conv1", 4 * 1000, 0.002, 0.004), Layer("conv2", 4 * 50_000, 0.002, 0.004),
+              Layer("fc1", 4 * 700_000, 0.001, 0.002), Layer("fc2", 4 * 4000, 0.001, 0.002)]
+    log = tmp_path / "tune.jsonl"
+    with bc.EmulatedCluster(2, 0, 400e6) as c:
+        a = sched.run_autotune(c, layers, sched.autotune_env(str(log), steps=2), iters=2,
+                               warmup=1, timeout=240)
+    st = a["autotune"]
+    assert st["done"] and not st["error"] and st["choice"] is not None
+    assert math.isfinite(a["time_s"]) and a["time_s"] > 0
+    lines = log.read_text().splitlines()
+    assert len(lines) == len(st["trials"]) + 1 and '"choice"' in lines[-1]
+    assert a["tune_iters"] >= len(st["trials"]) * 4

@@ -75,26 +75,6 @@ void BindCore(py::module_& m) {
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
   m.def("declared_names", []() { return Require()->DeclaredNames(); });
-  m.def("autotune_status", []() {  // BYTEPS_AUTOTUNE's trials and choice (docs/autotune.md)
-    AutotuneReport r = Require()->AutotuneStatus();
-    auto point = [](const TunePoint& p, double s) {
-      py::dict d;
-      d["partition_bytes"] = p.partition_bytes;
-      d["credit"] = p.credit;
-      if (s > 0) d["iteration_s"] = s;
-      return d;
-    };
-    py::dict d;
-    d["enabled"] = r.enabled;
-    d["done"] = r.done;
-    d["error"] = r.error;
-    py::list trials;
-    for (auto& t : r.trials) trials.append(point(t.point, t.seconds));
-    d["trials"] = trials;
-    d["choice"] = r.done ? py::object(point(r.choice.point, r.choice.seconds)) : py::none();
-    d["current"] = point(r.current, 0);
-    return d;
-  });
   // The search of BYTEPS_AUTOTUNE, for tests (scheduling/autotune_search.h): points are
   // (partition_bytes, credit) tuples.
   py::class_<AutotuneSearch>(m, "AutotuneSearch")

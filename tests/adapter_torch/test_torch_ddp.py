@@ -190,6 +190,41 @@ def test_recovers_after_aborted_backward(ddp_mod):
     assert ops._in_flight() == 0 and all(p.grad is not None for p in net.parameters())
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing(ddp_mod, reentrant):
+    """Non-reentrant checkpointing is one backward pass; reentrant checkpointing nests a second
+    one, which is refused with UsageError (its end would end the outer reduction); the next
+    forward pass recovers."""
+    from torch.utils.checkpoint import checkpoint
+
+    from byteps.errors import UsageError
+    from byteps.torch import ops
+
+    _, DDP = ddp_mod
+    net = _net()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            self.ckpt = True
+
+        def forward(self, x):
+            h = checkpoint(self.net[0], x, use_reentrant=reentrant) if self.ckpt \
+                else self.net[0](x)
+            return self.net[2](self.net[1](h))
+
+    ddp = DDP(Wrapped())
+    x = torch.ones(2, 4, requires_grad=reentrant)
+    if reentrant:
+        with pytest.raises(UsageError, match="use_reentrant=False"):
+            ddp(x).sum().backward()
+        net.zero_grad()
+        ddp.module.ckpt = False
+    ddp(x).sum().backward()
+    assert ops._in_flight() == 0 and all(p.grad is not None for p in net.parameters())
+
+
 def test_dropped_wrapper_stops_reducing(ddp_mod):
     bps, DDP = ddp_mod
     net = _net()

@@ -346,7 +346,14 @@ class DistributedDataParallel(torch.nn.Module):
             return
         task = _graph_task_id()
         if self._callback_queued and task is not None and task != self._pending_task:
-            self._abandon()  # a previous backward pass was aborted by an error
+            # A nested backward pass inside the pending one (reentrant activation
+            # checkpointing), or a backward pass retried without a new forward pass after
+            # an error: its end would be taken for the end of the outer pass.
+            raise UsageError(
+                f"{_NAME} (rank {self._rank}): a backward pass started while another one of "
+                "this wrapper is unfinished. Reentrant activation checkpointing is not "
+                "supported (use torch.utils.checkpoint with use_reentrant=False); after an "
+                "error in backward(), run a new forward pass before the next backward()")
         if not self._callback_queued:
             Variable._execution_engine.queue_callback(self._end_of_backward)
             self._callback_queued = True
@@ -354,8 +361,7 @@ class DistributedDataParallel(torch.nn.Module):
         if p in self._handles:
             raise UsageError(
                 f"{_NAME} (rank {self._rank}): the gradient of {self._parameter_names[p]!r} was "
-                "accumulated twice in one backward pass (reentrant activation checkpointing "
-                "is not supported; use torch.utils.checkpoint with use_reentrant=False)")
+                "accumulated twice in one backward pass")
         try:
             self._handles[p] = self._start(p, p.grad)
         except BaseException:

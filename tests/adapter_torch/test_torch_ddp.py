@@ -235,6 +235,26 @@ def test_dropped_wrapper_stops_reducing(ddp_mod):
     assert bps._fake.state["calls"] == []
 
 
+def test_compression_params(ddp_mod):
+    """compression_params declares every gradient with the core's compressor kwargs; Nesterov
+    momentum needs momentum_mu (there is no optimizer to take it from)."""
+    from byteps.errors import InvalidArgumentError
+
+    bps, DDP = ddp_mod
+    ddp = DDP(_net(), compression_params={"compressor": "onebit", "scaling": True})
+    declared = {k: v for k, v in bps._fake.state["compression"].items() if ".Gradient." in k}
+    assert sorted(k.split("Gradient.")[1] for k in declared) == ["0.bias", "0.weight",
+                                                                 "2.bias", "2.weight"]
+    assert all(v == {"compressor_type": "onebit", "compressor_onebit_scaling": "true"}
+               for v in declared.values())
+    ddp(torch.ones(1, 4)).sum().backward()
+    with pytest.raises(InvalidArgumentError, match="momentum_mu"):
+        DDP(_net(), compression_params={"compressor": "onebit", "momentum": "nesterov"})
+    with pytest.raises(InvalidArgumentError, match="fp16"):
+        DDP(_net(), compression=object.__new__(type("C", (), {"compress": 0, "decompress": 0})),
+            compression_params={"fp16": True})
+
+
 def test_state_dict_and_export(ddp_mod):
     bps, DDP = ddp_mod
     ddp = DDP(_net())

@@ -289,7 +289,9 @@ def run_trace(cluster: bc.EmulatedCluster, plan: dict) -> dict:
     tr = plan["trace"]
     tmp = tempfile.mkdtemp(prefix="bps-e2e-trace-")
     try:
-        env = {"E2E_TRACE_DIR": tmp}
+        # the timed steps of the traced job (a tensor's step: its push_pulls before this one)
+        env = {"E2E_TRACE_DIR": tmp, "BYTEPS_TRACE_START_STEP": str(plan["warmup"]),
+               "BYTEPS_TRACE_END_STEP": str(plan["warmup"] + tr["steps"])}
         rows: dict = {}
         _attempt(rows, "job", lambda: run_byteps(cluster, plan, tr["mode"], env=env,
                                                  steps=tr["steps"]))

@@ -4,6 +4,7 @@ per configuration, the timeline of one traced iteration) and the targets of the 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -139,6 +140,41 @@ def plot_throughput(res: dict, img_dir: str) -> str | None:
     return save_figure(fig, img_dir, THROUGHPUT_PNG)
 
 
+def trace_stats(tr: dict, step: int) -> dict | None:
+    """From the traced job's Chrome traces (``push_pull`` events, µs): per worker host, the
+    span of step ``step``'s push_pulls (first start to last end) and the gap before it (from
+    the end of step ``step - 1``'s last push_pull), seconds; means over the hosts, or None
+    when the traces lack the steps."""
+    spans, gaps = [], []
+    for text in (tr.get("files") or {}).values():
+        if not isinstance(text, str):
+            continue
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        events = data.get("traceEvents", []) if isinstance(data, dict) else data
+        by_step: dict = {}
+        for e in events:
+            if e.get("cat") == "push_pull" and e.get("ph") == "X":
+                st = (e.get("args") or {}).get("step")
+                lo, hi = by_step.get(st, (math.inf, -math.inf))
+                by_step[st] = (min(lo, e["ts"]), max(hi, e["ts"] + e.get("dur", 0.0)))
+        if step in by_step:
+            spans.append((by_step[step][1] - by_step[step][0]) / 1e6)
+            if step - 1 in by_step:
+                gaps.append((by_step[step][0] - by_step[step - 1][1]) / 1e6)
+    if not spans:
+        return None
+    return {"span_s": sum(spans) / len(spans),
+            "gap_s": sum(gaps) / len(gaps) if gaps else None, "hosts": len(spans)}
+
+
+def traced_step(tr: dict) -> int:
+    """The step the timeline shows: the traced job's last (warm-up and first use behind it)."""
+    return tr.get("warmup", 0) + tr.get("steps", 1) - 1
+
+
 def render_timeline(tr: dict, img_dir: str, title: str) -> str | None:
     """The traced iteration as a picture via ``benchmarks.timeline_plot.render`` (None when
     that module or the traces are missing; logged)."""
@@ -159,10 +195,8 @@ def render_timeline(tr: dict, img_dir: str, title: str) -> str | None:
             with open(path, "w") as f:
                 f.write(text)
             paths.append(path)
-        # the traced job's last timed step: warm-up steps and first-use costs are behind it
-        step = tr.get("warmup", 0) + tr.get("steps", 1) - 1
         try:
-            render(paths, out, step=step, title=title)
+            render(paths, out, step=traced_step(tr), title=title)
         except Exception as exc:  # a renderer failure must not lose the section
             log.warning("timeline not rendered: %s: %s", type(exc).__name__, exc)
             return None
@@ -275,12 +309,14 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
             md += [f"![images/s per configuration]({img_rel}/{os.path.basename(png)})", ""]
     tr = res.get("trace")
     if tr:
-        md += timeline_section(tr, n, mbit, img_dir, img_rel)
+        tc = next((c for c in res.get("clusters", []) if c["k"] == tr.get("k")), None)
+        bound = t_opt(n, tr["k"], gb, tc["goodput_Bps"]) if gb and tc else None
+        md += timeline_section(tr, n, mbit, img_dir, img_rel, bound)
     return "\n".join(md), targets(res)
 
 
 def timeline_section(tr: dict, n: int, mbit: float, img_dir: str | None,
-                     img_rel: str) -> list[str]:
+                     img_rel: str, bound: float | None = None) -> list[str]:
     label = f"{LABELS.get(tr['mode'], tr['mode'])}, n = {n}, k = {tr['k']}"
     md = [f"### Timeline of one iteration: {label}", ""]
     if tr.get("skipped"):
@@ -295,6 +331,17 @@ def timeline_section(tr: dict, n: int, mbit: float, img_dir: str | None,
         "Perfetto); the picture shows the last traced step"
         + (f" (that job: {job['images_per_s']:.1f} images/s)" if "images_per_s" in job else "")
         + ".")
+    st = trace_stats(tr, traced_step(tr))
+    if st:
+        step_s = (job.get("step_s") if "images_per_s" in job else None)
+        md[-1] += (
+            f" In that step, communication (a worker's first push to its last pull, mean over "
+            f"the {st['hosts']} worker hosts) took {st['span_s']:.3f} s"
+            + (f" against t_opt = {bound:.3f} s" if bound else "")
+            + (f", and no push_pull was in flight for {st['gap_s']:.3f} s before it (the "
+               "update, the forward pass and the backward pass up to the first gradient)"
+               if st.get("gap_s") is not None else "")
+            + (f"; the job's step: {step_s:.3f} s" if step_s else "") + ".")
     md.append("")
     png = render_timeline(tr, img_dir, f"{label}, {mbit:g} Mbit/s") if img_dir else None
     if png:

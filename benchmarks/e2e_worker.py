@@ -185,9 +185,7 @@ def train(args: argparse.Namespace) -> dict:
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
-    sync = getattr(opt, "synchronize", None)
-    if args.mode == "xbar" and callable(sync):
-        sync()  # the last updates run behind the loop: wait for them before the digest
+    # (CrossBarrier: the num_steps-th step, the last, waited for the updates in flight)
     marks.append(time.perf_counter())
     t_end = time.monotonic()
     times = [b - a for a, b in zip(marks[args.warmup:], marks[args.warmup + 1:])]

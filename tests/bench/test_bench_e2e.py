@@ -59,13 +59,15 @@ def test_model_shape_and_size():
 
 
 def test_local_worker_trains(capsys):
-    assert ew.main(["--mode", "local", "--steps", "6", "--warmup", "1", "--batch", "8",
-                    "--widths", "8", "16", "32", "64", "--hidden", "128", "--lr", "0.05"]) == 0
+    # 9 steps over 4 cycled batches: the last step sees the first step's batch again
+    assert ew.main(["--mode", "local", "--steps", "8", "--warmup", "1", "--batch", "8",
+                    "--batches", "4", "--widths", "8", "16", "32", "64", "--hidden", "128",
+                    "--lr", "0.01"]) == 0
     line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("RESULT ")][-1]
     r = json.loads(line[7:])
-    assert r["mode"] == "local" and r["size"] == 1 and len(r["times"]) == 6
+    assert r["mode"] == "local" and r["size"] == 1 and len(r["times"]) == 8
     assert all(t > 0 for t in r["times"]) and r["images_per_s"] > 0
-    assert r["loss_last"] < r["loss_first"], r  # it learns the class templates
+    assert r["loss_last"] < 0.6 * r["loss_first"], r  # it learns the class templates
     assert len(r["digest"]) == 64
 
 

@@ -93,6 +93,7 @@ def bench_settings(quick: bool, **override) -> dict:
         "modes": list(BYTEPS_MODES),
         "baseline": True,
         "single": True,
+        "single_repeats": 1 if quick else 2,
         "shared": True,
         "warmup": 2 if quick else 3,
         "steps": 4 if quick else 20,
@@ -320,8 +321,13 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
     if plan["single"]:
         progress("e2e: 1 worker alone")
         rows: dict = {}
-        _attempt(rows, "local", lambda: run_local(plan))
-        res["single"] = rows["local"]
+        # the scaling baseline: the best of a few runs (other load only ever slows it down)
+        for i in range(max(1, plan.get("single_repeats", 1))):
+            _attempt(rows, f"local{i}", lambda: run_local(plan))
+        good = [r for r in rows.values() if "images_per_s" in r]
+        res["single"] = (max(good, key=lambda r: r["images_per_s"]) if good
+                         else rows["local0"])
+        res["single"]["repeats"] = len(rows)
     if plan["unavailable"]:
         progress("e2e cluster: skipped")
         res["skipped"] = plan["unavailable"]

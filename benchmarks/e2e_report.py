@@ -145,7 +145,7 @@ def trace_stats(tr: dict, step: int) -> dict | None:
     span of step ``step``'s push_pulls (first start to last end) and the gap before it (from
     the end of step ``step - 1``'s last push_pull), seconds; means over the hosts, or None
     when the traces lack the steps."""
-    spans, gaps = [], []
+    spans, gaps, firsts = [], [], []
     for text in (tr.get("files") or {}).values():
         if not isinstance(text, str):
             continue
@@ -161,13 +161,15 @@ def trace_stats(tr: dict, step: int) -> dict | None:
                 lo, hi = by_step.get(st, (math.inf, -math.inf))
                 by_step[st] = (min(lo, e["ts"]), max(hi, e["ts"] + e.get("dur", 0.0)))
         if step in by_step:
+            firsts.append(by_step[step][0] / 1e6)
             spans.append((by_step[step][1] - by_step[step][0]) / 1e6)
             if step - 1 in by_step:
                 gaps.append((by_step[step][0] - by_step[step - 1][1]) / 1e6)
     if not spans:
         return None
     return {"span_s": sum(spans) / len(spans),
-            "gap_s": sum(gaps) / len(gaps) if gaps else None, "hosts": len(spans)}
+            "gap_s": sum(gaps) / len(gaps) if gaps else None, "hosts": len(spans),
+            "skew_s": max(firsts) - min(firsts)}
 
 
 def traced_step(tr: dict) -> int:
@@ -245,26 +247,30 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         f"step time over {plan['steps']} timed steps (after {plan['warmup']} warm-up; a step "
         "is forward, backward, communication and update, start to start); step: the median "
         "of the slowest worker's step times. Scaling efficiency = images/s(n) / (n × "
-        "images/s(1 worker alone)). Every job checks that the workers end with bit-identical "
+        "images/s(1 worker alone)"
+        + (f", the best of {single['repeats']} runs" if single.get("repeats", 1) > 1 else "")
+        + "). Every job checks that the workers end with bit-identical "
         f"parameters. {network_sentence([c.get('network') for c in res.get('clusters', [])])}.")
     md.append("")
     base = _ips(_baseline(res))
     s1 = _ips(single)
     header = ["configuration", "k", "images/s", "per worker", "step (s)", "comm. bound (s)",
-              "vs torch DDP", "scaling efficiency", "loss first → last", "identical"]
+              "step − bound (s)", "vs torch DDP", "scaling efficiency", "loss first → last",
+              "identical"]
     body = []
 
     def row(label: str, k: str, job: dict | None, bound: float | None, workers: int,
             compare: bool = True) -> None:
         job = job or {}
         if "error" in job or "images_per_s" not in job:
-            body.append([label, k, "failed" if "error" in job else "not run"] + [""] * 7)
+            body.append([label, k, "failed" if "error" in job else "not run"] + [""] * 8)
             return
         v = job["images_per_s"]
         vs = (_f(v / base, ".2f") + ("×" if math.isfinite(v / base) else "")) if compare else "—"
         body.append([
             label, k, f"{v:.1f}", f"{v / workers:.1f}", f"{job['step_s']:.3f}",
-            _f(bound, ".3f", "—"), vs,
+            _f(bound, ".3f", "—"),
+            _f(None if bound is None else job["step_s"] - bound, ".3f", "—"), vs,
             _f(v / (workers * s1), ".2f"), f"{job['loss_first']:.2f} → {job['loss_last']:.2f}",
             "yes" if job.get("identical") else "**no**"])
 
@@ -283,16 +289,19 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
                 row(LABELS[mode], str(k), c["jobs"][mode],
                     t_opt(n, k, gb, c["goodput_Bps"]) if gb else None, n)
             else:
-                body.append([LABELS[mode], str(k), _why(res, k, mode)] + [""] * 7)
+                body.append([LABELS[mode], str(k), _why(res, k, mode)] + [""] * 8)
     md += [f"### n = {n} worker hosts, {mbit:g} Mbit/s links", "",
-           _table(header, body, "llrrrrrrrl"), ""]
+           _table(header, body, "llrrrrrrrrl"), ""]
     if good:
         md.append(
             "comm. bound: the gradients' transfer time at the measured link goodput ("
             + ", ".join(f"k = {k}: {g * 8 / 1e6:.0f} Mbit/s" for k, g in good.items())
             + "): `t_opt = 2n(n−1)M / ((n²+kn−2k)·B)` for byteps, the ring's "
             "`2(n−1)M / (nB)` for gloo; a step cannot be shorter unless the transfer overlaps "
-            "the compute.")
+            "the compute. step − bound: what the step holds beyond that (compute the "
+            "transfer does not overlap, and communication slower than the bound). "
+            "CrossBarrier's last step waits for every update in flight; the median leaves "
+            "that drain out, as it leaves out no other step's work.")
         md.append("")
     if res.get("skipped_modes"):
         md += ["Not run: " + "; ".join(f"{LABELS[m]}: {why}" for m, why in
@@ -341,7 +350,11 @@ def timeline_section(tr: dict, n: int, mbit: float, img_dir: str | None,
             + (f", and no push_pull was in flight for {st['gap_s']:.3f} s before it (the "
                "update, the forward pass and the backward pass up to the first gradient)"
                if st.get("gap_s") is not None else "")
-            + (f"; the job's step: {step_s:.3f} s" if step_s else "") + ".")
+            + (f"; the job's step: {step_s:.3f} s" if step_s else "")
+            + (f". The workers' first pushes of that step were up to {st['skew_s']:.3f} s "
+               "apart (the workers share the cores, so they drift out of phase, and a "
+               "partition's sum waits for the last worker's push)" if st["hosts"] > 1 else "")
+            + ".")
     md.append("")
     png = render_timeline(tr, img_dir, f"{label}, {mbit:g} Mbit/s") if img_dir else None
     if png:

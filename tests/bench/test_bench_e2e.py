@@ -6,6 +6,7 @@ and iproute2 (skipped otherwise); about 90 s in all on 2 cores."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import os
 import pytest
 
 from benchmarks import cluster as bc
-from benchmarks import e2e
+from benchmarks import e2e, e2e_report
 from benchmarks import e2e_worker as ew
 
 pytestmark = [pytest.mark.bench]
@@ -100,11 +101,20 @@ def test_cluster_tiny(tmp_path):
         assert j["workers"] == 2 and math.isfinite(j["images_per_s"]) and j["images_per_s"] > 0
         assert j["identical"], key  # gradients really averaged: the same parameters everywhere
         assert j["grad_bytes"] == res["single"]["grad_bytes"]
-    assert res["trace"]["job"].get("identical"), res["trace"]
+    tr = res["trace"]
+    assert tr["job"].get("identical"), tr
+    # one Chrome trace per worker host, with the push_pulls of the shown step and the one before
+    assert sorted(tr["files"]) == ["w0", "w1"]
+    st = e2e_report.trace_stats(tr, e2e_report.traced_step(tr))
+    assert st and st["hosts"] == 2 and 0 < st["span_s"] < 5 and st["gap_s"] is not None, st
     md, targets = e2e.bench_markdown(json.loads(json.dumps(res)), str(tmp_path), "img")
     assert "| torch DDP (gloo) | — |" in md and "| byteps DistributedOptimizer | 2 |" in md
     assert "failed" not in md and "**no**" not in md
     assert (tmp_path / "e2e_throughput.png").stat().st_size > 1000
+    assert "### Timeline of one iteration: byteps DistributedOptimizer, n = 2, k = 2" in md
+    if importlib.util.find_spec("benchmarks.timeline_plot") is not None:
+        assert (tmp_path / "e2e_timeline.png").stat().st_size > 1000
+        assert "](img/e2e_timeline.png)" in md
     names = [t["name"] for t in targets]
     # k = 0: >= 1 per mode; k = 2 at n = 2: information only; CrossBarrier vs optimizer per k
     assert sum("k = 0" in nm and "torch DDP" in nm for nm in names) == len(modes)

@@ -243,8 +243,9 @@ def test_compression_params(ddp_mod):
     bps, DDP = ddp_mod
     ddp = DDP(_net(), compression_params={"compressor": "onebit", "scaling": True})
     declared = {k: v for k, v in bps._fake.state["compression"].items() if ".Gradient." in k}
-    assert sorted(k.split("Gradient.")[1] for k in declared) == ["0.bias", "0.weight",
-                                                                 "2.bias", "2.weight"]
+    # ("~k": names already used in this process with other kwargs, see ops._name_for)
+    bases = sorted(k.split("Gradient.")[1].split("~")[0] for k in declared)
+    assert bases == ["0.bias", "0.weight", "2.bias", "2.weight"]
     assert all(v == {"compressor_type": "onebit", "compressor_onebit_scaling": "true"}
                for v in declared.values())
     ddp(torch.ones(1, 4)).sum().backward()

@@ -18,6 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
+from .telemetry import get_pushpull_speed, get_telemetry  # noqa: F401  (re-exported)
 
 #: dtype names the summation service supports (docs/architecture.md §7: the SIMD kernels).
 SUPPORTED_DTYPES = (

@@ -157,7 +157,9 @@ def build_local_plan(
     Returns:
         list[ChildSpec]: ``[scheduler, server 0..K-1, worker 0..N*L-1]`` when distributed
         (``N > 1`` or ``BYTEPS_FORCE_DISTRIBUTED=1`` in ``base_env``/``extra_env``), else only
-        the workers (and ``DMLC_NUM_SERVER=0``).
+        the workers (and ``DMLC_NUM_SERVER=0``). With ``BYTEPS_TRACE_ON=1`` and N > 1, worker
+        machine w gets ``BYTEPS_TRACE_DIR=<dir>/worker<w>`` (default dir ``./trace``), so the
+        timelines of worker machines sharing this host do not overwrite each other.
 
     Raises:
         LaunchError: a count is out of range, the command is empty, or K == 0 while distributed.
@@ -202,6 +204,10 @@ def build_local_plan(
         specs.append(ChildSpec("scheduler", None, srv, {**common, "DMLC_ROLE": "scheduler"}))
         for s in range(servers):
             specs.append(ChildSpec("server", s, list(srv), {**common, "DMLC_ROLE": "server"}))
+    # Every worker machine runs on this host: with the timeline on, each gets its own
+    # directory, so their <dir>/<local_rank>/comm.json do not overwrite each other.
+    trace_dir = common.get("BYTEPS_TRACE_DIR") or "./trace"
+    own_trace_dir = workers > 1 and _is_true(common.get("BYTEPS_TRACE_ON"))
     for w in range(workers):
         for lr in range(local_size):
             env = {
@@ -211,6 +217,8 @@ def build_local_plan(
                 "BYTEPS_LOCAL_RANK": str(lr),
                 "BYTEPS_LOCAL_SIZE": str(local_size),
             }
+            if own_trace_dir:
+                env["BYTEPS_TRACE_DIR"] = os.path.join(trace_dir, f"worker{w}")
             specs.append(ChildSpec("worker", w * local_size + lr, list(command), env))
     return specs
 

@@ -41,6 +41,7 @@ except (ImportError, AttributeError) as exc:
 
 from byteps.basics import resume, suspend
 from byteps.naming import broadcast_object
+from byteps.telemetry import get_pushpull_speed, get_telemetry
 
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .ops import (
@@ -68,6 +69,8 @@ __all__ = [
     "rank",
     "local_size",
     "local_rank",
+    "get_pushpull_speed",
+    "get_telemetry",
     "byteps_declare_tensor",
     "byteps_push_pull",
     "DistributedOptimizer",

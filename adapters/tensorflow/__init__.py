@@ -38,6 +38,7 @@ if not tf.__version__.startswith("2."):
     raise ImportError(f"byteps.tensorflow needs TensorFlow 2.x; found {tf.__version__}")
 
 from byteps.basics import resume, suspend
+from byteps.telemetry import get_pushpull_speed, get_telemetry
 
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .functions import broadcast, broadcast_object, broadcast_variables, push_pull
@@ -68,6 +69,8 @@ __all__ = [
     "rank",
     "local_size",
     "local_rank",
+    "get_pushpull_speed",
+    "get_telemetry",
     "declare",
     "push_pull",
     "broadcast",

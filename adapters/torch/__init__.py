@@ -47,6 +47,7 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
     )
 
 from byteps.basics import resume, suspend  # noqa: E402  (elastic restart, as upstream)
+from byteps.telemetry import get_pushpull_speed, get_telemetry  # noqa: E402
 
 from .broadcast import (  # noqa: E402
     broadcast_object,
@@ -85,6 +86,8 @@ __all__ = [
     "rank",
     "local_size",
     "local_rank",
+    "get_pushpull_speed",
+    "get_telemetry",
     "declare",
     "push_pull",
     "push_pull_async",

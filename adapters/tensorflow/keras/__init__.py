@@ -15,6 +15,7 @@ Same API as :mod:`byteps.keras`; all logic lives in :mod:`byteps.tensorflow._ker
 from __future__ import annotations
 
 import tensorflow as tf
+from byteps.telemetry import get_pushpull_speed, get_telemetry
 
 from .. import _keras
 from ..compression import Compression
@@ -39,6 +40,7 @@ if not hasattr(keras, "optimizers") or not hasattr(keras.optimizers.Optimizer, "
 from . import callbacks  # noqa: E402
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+           "get_pushpull_speed", "get_telemetry",
            "Compression", "Average", "Sum", "Adasum", "DistributedOptimizer",
            "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks"]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import keras
 
+from byteps.telemetry import get_pushpull_speed, get_telemetry
 from byteps.tensorflow import _keras
 from byteps.tensorflow.compression import Compression
 from byteps.tensorflow.ops import (
@@ -38,6 +39,7 @@ if not hasattr(keras, "optimizers") or not hasattr(keras.optimizers.Optimizer, "
 from . import callbacks
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+           "get_pushpull_speed", "get_telemetry",
            "Compression", "Average", "Sum", "Adasum", "DistributedOptimizer",
            "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks"]
 

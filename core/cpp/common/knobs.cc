@@ -139,6 +139,25 @@ std::vector<KnobSpec> BuildTable() {
       // --- server ---
       Int("BYTEPS_SERVER_ENGINE_THREAD", "2", 1, 256, "server",
           "Summation engine threads per server; each key is bound to one thread."),
+      // --- timeline and telemetry (docs/timeline.md) ---
+      Bool("BYTEPS_TRACE_ON", "0", "worker,server,launcher",
+           "1: record the timeline: Chrome-trace events of every push_pull and of every stage of "
+           "every partition for steps [BYTEPS_TRACE_START_STEP, BYTEPS_TRACE_END_STEP), written "
+           "to BYTEPS_TRACE_DIR/<local_rank>/comm.json; servers report their wait and summation "
+           "time per round to traced workers."),
+      Int("BYTEPS_TRACE_START_STEP", "10", 0, (1LL << 31) - 1, "worker",
+          "First traced step; a tensor's step is the number of its push_pulls completed before."),
+      Int("BYTEPS_TRACE_END_STEP", "20", 1, (1LL << 31) - 1, "worker",
+          "First step not traced (must be larger than BYTEPS_TRACE_START_STEP); the file is "
+          "written once every traced tensor has completed step END-1, or at shutdown."),
+      Str("BYTEPS_TRACE_DIR", "./trace", "worker,launcher",
+          "Directory of the timeline: <dir>/<local_rank>/comm.json. bpslaunch --workers N>1 "
+          "gives worker machine w its own <dir>/worker<w>."),
+      Bool("BYTEPS_TELEMETRY_ON", "1", "worker",
+           "Record push_pull throughput: per-tensor counters (byteps.basics.get_telemetry) and "
+           "the samples of get_pushpull_speed."),
+      Float("BYTEPS_TELEMETRY_INTERVAL", "10", 0.001, 1e6, "worker",
+            "Seconds of push_pull traffic per get_pushpull_speed sample (upstream: fixed 10)."),
       // --- logging ---
       Choice("BYTEPS_LOG_LEVEL", "WARNING",
              {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL", "trace", "debug", "info",

@@ -41,7 +41,6 @@ const char* kNoUcx = "The UCX van has no such setting: UCX's own UCX_* variables
                      "(UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_THRESH, ...).";
 const char* kNoRdma = "RDMA goes through the UCX van (DMLC_ENABLE_RDMA=1), configured by UCX's "
                       "own UCX_* variables; there is no ibverbs van of its own.";
-const char* kNoTrace = "No timeline is recorded.";
 const char* kNoBind = "bpslaunch binds no process to CPU cores (put numactl or taskset in "
                       "COMMAND to do so).";
 const char* kPlan = "the scheduler's key plan";
@@ -120,13 +119,15 @@ std::vector<UpstreamVar> BuildUpstream() {
              "asynchronous training (workers push weight deltas, servers keep the parameters) is "
              "not implemented; ignoring the variable would train synchronously instead",
              kOff),
-      Ign("BYTEPS_TRACE_ON", kNoTrace, {}, kOff),
-      Ign("BYTEPS_TRACE_START_STEP", kNoTrace),
-      Ign("BYTEPS_TRACE_END_STEP", kNoTrace),
-      Ign("BYTEPS_TRACE_DIR", kNoTrace),
+      Impl("BYTEPS_TRACE_ON", "The servers also time each round (docs/timeline.md)."),
+      Impl("BYTEPS_TRACE_START_STEP", "0 is accepted too (upstream: at least 1)."),
+      Impl("BYTEPS_TRACE_END_STEP", "The file is also written at shutdown when the window "
+           "never closed."),
+      Impl("BYTEPS_TRACE_DIR", "bpslaunch --workers N>1 (N worker machines on one host) gives "
+           "each its own <dir>/worker<w>."),
       Ign("BYTEPS_DEBUG_SAMPLE_TENSOR", "No per-stage sampling of tensor values."),
-      Ign("BYTEPS_TELEMETRY_ON", "No throughput telemetry (there is no get_pushpull_speed).", {},
-          kOff),
+      Impl("BYTEPS_TELEMETRY_ON", "The sample period is BYTEPS_TELEMETRY_INTERVAL (default 10 "
+           "s, as upstream); byteps.basics.get_telemetry() adds per-tensor counters."),
       Impl("BYTEPS_LOG_LEVEL", "FATAL means ERROR."),
       Impl("BYTEPS_LOG_HIDE_TIME"),
       // --- server ---

@@ -15,6 +15,7 @@
 #include "common/dtype.h"
 #include "compress/compressor.h"
 #include "pipeline/stage_table.h"
+#include "pipeline/timeline.h"
 #include "ps/ps_client.h"
 #include "scheduling/partitioner.h"
 
@@ -57,6 +58,8 @@ struct PartTask {
   size_t encoded_len = 0;
   uint64_t push_aux = 0;  // the push's aux: the bits of the learning rate it was encoded with
   std::vector<char> received;
+  // The stage times of the operation being traced (TensorContext::traced; docs/timeline.md).
+  TaskTrace trace;
 };
 
 struct TensorContext {
@@ -101,6 +104,11 @@ struct TensorContext {
   int64_t priority = 0;
   std::atomic<int> remaining{0};
   std::chrono::steady_clock::time_point started;
+  // This operation is in the timeline's window (set at enqueue; docs/timeline.md): the
+  // pipeline stamps its partitions' stage times. Telemetry of completed operations (atomics:
+  // read by byteps.basics.get_telemetry while the pipeline writes them).
+  bool traced = false;
+  std::atomic<uint64_t> done_count{0}, done_bytes{0}, done_ns{0};
   bool stall_queried = false;  // stall inspector state of the current operation (under mu)
   bool stall_warned = false;
   // When the stall queries asked after a worker left were sent (steady clock; 0 = not yet).

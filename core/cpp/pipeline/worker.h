@@ -20,6 +20,8 @@
 #include "pipeline/context.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
+#include "pipeline/telemetry.h"
+#include "pipeline/timeline.h"
 #include "ps/ps_client.h"
 #include "scheduling/scheduled_queue.h"
 
@@ -60,6 +62,9 @@ struct WorkerConfig {
   // registers (the largest the tuner may try; partition_bound otherwise).
   AutotuneConfig autotune;
   size_t register_bound = 0;
+  TimelineConfig trace;  // BYTEPS_TRACE_* (docs/timeline.md)
+  bool telemetry_on = true;
+  double telemetry_interval_s = 10;
   bool is_root() const { return local_rank == 0; }
 };
 
@@ -83,6 +88,17 @@ class WorkerCore : public PullSink {
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
   AutotuneReport AutotuneStatus();
+  // push_pull telemetry (docs/timeline.md): the speed samples, and per declared tensor
+  // (name, bytes, completed push_pulls, their summed duration in ns).
+  Telemetry& telemetry() { return telemetry_; }
+  struct TensorTelemetry {
+    std::string name;
+    uint64_t bytes, count, ns;
+  };
+  std::vector<TensorTelemetry> TensorTelemetries();
+  // Where this process's timeline goes, whether it has been written.
+  std::string TracePath() const { return timeline_.Path(); }
+  bool TraceWritten() { return timeline_.written(); }
 
   // PullSink (the PS client's receiving threads): a pull response goes into the aggregate
   // (local_size > 1) or the output, a large one streamed and averaged on the way in.
@@ -103,6 +119,8 @@ class WorkerCore : public PullSink {
   void Dispatch(PartTask* t);
   void Proceed(PartTask* t);
   void PartitionDone(PartTask* t);
+  // The last partition of an operation finished: the timeline's tensor event, telemetry.
+  void OpCompleted(TensorContext* ctx);
   void FinishOp(TensorContext* ctx, const Status& st, bool sticky);
   // The local root fails an operation for good on every process of this machine (OP_ERROR to
   // the other local ranks, then FinishOp, sticky).
@@ -171,6 +189,8 @@ class WorkerCore : public PullSink {
 
   WorkerConfig cfg_;
   HandleTable handles_;
+  Timeline timeline_;
+  Telemetry telemetry_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> threads_stop_{false};
   std::mutex fatal_mu_;

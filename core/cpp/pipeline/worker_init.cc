@@ -76,10 +76,27 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   }
   for (auto& ch : cfg->job)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '-';
+  cfg->trace.on = k.Bool("BYTEPS_TRACE_ON");
+  cfg->trace.start_step = static_cast<uint32_t>(k.Int("BYTEPS_TRACE_START_STEP"));
+  cfg->trace.end_step = static_cast<uint32_t>(k.Int("BYTEPS_TRACE_END_STEP"));
+  cfg->trace.dir = k.Str("BYTEPS_TRACE_DIR");
+  if (cfg->trace.dir.empty()) cfg->trace.dir = ".";
+  cfg->trace.rank = cfg->rank;
+  cfg->trace.local_rank = cfg->local_rank;
+  cfg->trace.worker_id = cfg->worker_id;
+  cfg->trace.local_size = cfg->local_size;
+  if (cfg->trace.on && cfg->trace.end_step <= cfg->trace.start_step)
+    return Status::Config("BYTEPS_TRACE_END_STEP=" + std::to_string(cfg->trace.end_step) +
+                          " must be larger than BYTEPS_TRACE_START_STEP=" +
+                          std::to_string(cfg->trace.start_step) + " (the window is [start, end))");
+  cfg->telemetry_on = k.Bool("BYTEPS_TELEMETRY_ON");
+  cfg->telemetry_interval_s = k.Float("BYTEPS_TELEMETRY_INTERVAL");
   return Status::OK();
 }
 
 WorkerCore::WorkerCore(WorkerConfig cfg) : cfg_(std::move(cfg)) {
+  timeline_.Configure(cfg_.trace);
+  telemetry_.Configure(cfg_.telemetry_on, cfg_.telemetry_interval_s);
   local_bye_.reset(new std::atomic<bool>[cfg_.local_size]);
   for (int i = 0; i < cfg_.local_size; ++i) local_bye_[i] = false;
 }
@@ -88,8 +105,11 @@ WorkerCore::~WorkerCore() { Stop(); }
 
 void WorkerCore::BuildStagePlan() {
   int L = cfg_.local_size;
-  auto release = [this](PartTask* t) { queues_[static_cast<int>(t->stages.current())]->Push(
-                                           QueueItem{t->ctx->priority, t->key, t->part.length, t}); };
+  auto release = [this](PartTask* t) {
+    if (t->ctx->traced) t->trace.ready[static_cast<int>(t->stages.current())] = TraceNowNs();
+    queues_[static_cast<int>(t->stages.current())]->Push(
+        QueueItem{t->ctx->priority, t->key, t->part.length, t});
+  };
   auto mismatch = [this](PartTask* t, uint64_t, int from) {
     TensorContext* ctx = t->ctx;
     Status st = Status::Mismatch("tensor '" + ctx->name + "' (key " +
@@ -286,6 +306,7 @@ void WorkerCore::Stop() {
   threads_.clear();
   if (ps_) ps_->Close();
   channel_.Close();
+  timeline_.Finish();  // the window never closed: write what was recorded
   for (auto& ctx : contexts_) {
     if (!ctx->shm) continue;
     if (ctx->registered) ps_->UnregisterMemory(ctx->slot(cfg_.local_size));

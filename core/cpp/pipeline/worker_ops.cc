@@ -171,6 +171,9 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   ctx->remaining = static_cast<int>(ctx->parts.size());
   ctx->started = std::chrono::steady_clock::now();
   ctx->stall_queried = ctx->stall_warned = false;
+  ctx->traced = timeline_.InWindow(ctx->round - 1);  // its step: rounds completed before it
+  if (ctx->traced)
+    for (auto& t : ctx->parts) t->trace.Reset();
   *handle = ctx->handle;
   if (ctx->parts.empty()) {
     ctx->in_flight = false;
@@ -196,6 +199,11 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
 
 void WorkerCore::Dispatch(PartTask* t) {
   const int s = static_cast<int>(t->stages.current());
+  if (t->ctx->traced) {
+    const int64_t now = TraceNowNs();
+    t->trace.enter[s] = now;
+    if (entry_[s] == Entry::kInline) t->trace.start[s] = now;
+  }
   switch (entry_[s]) {
     case Entry::kAwaited: return;  // the previous stage's work completes it (stage_table.h)
     case Entry::kInline: return (this->*StageTable::rows[s].run)(t);
@@ -219,13 +227,46 @@ void WorkerCore::Dispatch(PartTask* t) {
 }
 
 void WorkerCore::Proceed(PartTask* t) {
+  if (t->ctx->traced) t->trace.end[static_cast<int>(t->stages.current())] = TraceNowNs();
   if (++t->stages.pos >= t->stages.size) return PartitionDone(t);
   Dispatch(t);
 }
 
 void WorkerCore::PartitionDone(PartTask* t) {
   TensorContext* ctx = t->ctx;
-  if (ctx->remaining.fetch_sub(1) == 1) FinishOp(ctx, Status::OK(), false);
+  // Before the count: once the last partition is counted, the next operation may reuse t.
+  if (ctx->traced) timeline_.RecordPartition(*t);
+  if (ctx->remaining.fetch_sub(1) == 1) {
+    if (ctx->traced || telemetry_.on()) OpCompleted(ctx);
+    FinishOp(ctx, Status::OK(), false);
+  }
+}
+
+void WorkerCore::OpCompleted(TensorContext* ctx) {
+  if (!ctx->in_flight) return;  // failed meanwhile
+  const int64_t now = TraceNowNs();
+  const int64_t start =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ctx->started.time_since_epoch())
+          .count();
+  if (ctx->traced) timeline_.RecordTensor(*ctx, start, now);
+  if (telemetry_.on()) {
+    ctx->done_count.fetch_add(1, std::memory_order_relaxed);
+    ctx->done_bytes.fetch_add(ctx->nbytes, std::memory_order_relaxed);
+    ctx->done_ns.fetch_add(static_cast<uint64_t>(now - start), std::memory_order_relaxed);
+    telemetry_.Record(ctx->nbytes, now);
+  }
+}
+
+std::vector<WorkerCore::TensorTelemetry> WorkerCore::TensorTelemetries() {
+  std::vector<TensorTelemetry> out;
+  std::lock_guard<std::mutex> lk(ctx_mu_);
+  for (auto& c : contexts_) {
+    const uint64_t n = c->done_count.load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    out.push_back(TensorTelemetry{c->name, c->done_bytes.load(std::memory_order_relaxed), n,
+                                  c->done_ns.load(std::memory_order_relaxed)});
+  }
+  return out;
 }
 
 void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {

@@ -72,6 +72,7 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
 void WorkerCore::RunPush(PartTask* t) {
   TensorContext* ctx = t->ctx;
   t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
+  if (ctx->traced) t->trace.enter[static_cast<int>(Stage::kPull)] = TraceNowNs();
   if (ctx->compressed)  // the encoding COMPRESS made; the sum comes back encoded
     return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, t->encoded.data(),
                      t->encoded_len, &t->pull, &t->push_item, &WorkerCore::PushSentThunk, t,
@@ -98,6 +99,11 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
   // host's queues, delaying every pull and acknowledgement behind it. Upstream returns it with
   // ps-lite's push response, the server's acknowledgement.
   auto* t = static_cast<PartTask*>(p->arg);
+  // The timeline: PUSH ends when the server has the bytes, PULL (its wait for the sum) starts
+  // (the same receiving thread delivers the pull response later).
+  if (t->ctx->traced)
+    t->trace.end[static_cast<int>(Stage::kPush)] = t->trace.start[static_cast<int>(Stage::kPull)] =
+        TraceNowNs();
   ScheduledQueue* q = queues_[static_cast<int>(Stage::kPush)].get();
   // The returned credit lets the next partitions leave: send them from this thread instead of
   // waking the PUSH stage thread for each (two thread hand-offs per partition become one).
@@ -136,6 +142,7 @@ void WorkerCore::OnPulled(PendingPull* p) {
   auto* t = static_cast<PartTask*>(p->arg);
   // A compressed partition is in place only after DECOMPRESS, which signals then.
   if (cfg_.local_size > 1 && !t->ctx->compressed) SendSignal(LocalSignalType::kPulled, t, -1);
+  if (t->ctx->traced) t->trace.server_aux = p->reply_aux;
   Proceed(t);
 }
 

@@ -27,6 +27,7 @@ void WorkerCore::RunStageItem(Stage s, const QueueItem& item) {
   // stages hold none.
   if (!row.credit || !live) q->ReturnCredit(item.bytes);
   if (!live) return;  // the operation already failed: drop the partition
+  if (t->ctx->traced) t->trace.start[static_cast<int>(s)] = TraceNowNs();
   (this->*row.run)(t);
 }
 

@@ -52,6 +52,7 @@ Status RunNodeFromEnvironment() {
   o.num_worker = static_cast<int>(k.Int("DMLC_NUM_WORKER"));
   o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
   o.engine_threads = static_cast<int>(k.Int("BYTEPS_SERVER_ENGINE_THREAD"));
+  o.trace = k.Bool("BYTEPS_TRACE_ON");
   o.timeout_s = k.Float("BYTEPS_TIMEOUT");
   o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");

@@ -65,6 +65,16 @@ enum class DataError : uint64_t {
   kJobFailed = 1,  // the job failed elsewhere; the server is leaving
 };
 
+// FrameHeader::aux of a PULL_RESPONSE from a server with BYTEPS_TRACE_ON (0 otherwise): the
+// microseconds from the round's first push to its last (high 32 bits) and those the server spent
+// summing the round (low 32 bits), for the workers' timelines (docs/timeline.md).
+constexpr uint64_t PackServerTimes(uint64_t wait_us, uint64_t sum_us) {
+  return (wait_us > 0xffffffffull ? 0xffffffffull : wait_us) << 32 |
+         (sum_us > 0xffffffffull ? 0xffffffffull : sum_us);
+}
+constexpr uint32_t ServerWaitUs(uint64_t aux) { return static_cast<uint32_t>(aux >> 32); }
+constexpr uint32_t ServerSumUs(uint64_t aux) { return static_cast<uint32_t>(aux); }
+
 constexpr uint64_t ToAux(DeclareReply r) { return static_cast<uint64_t>(r); }
 constexpr uint64_t ToAux(DataError e) { return static_cast<uint64_t>(e); }
 

@@ -226,6 +226,7 @@ Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
                                    std::to_string(p->length));
   p->receiving = true;
   p->received = h.payload_len;
+  p->reply_aux = h.aux;
   PullDest d = sink_->PullDestination(p, h.payload_len);
   *dest = d.data;
   if (d.stream) {

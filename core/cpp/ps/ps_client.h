@@ -38,6 +38,8 @@ struct PendingPull {
   bool up_to = false;   // a compressed key's encoded sum: any length up to `length`
   size_t received = 0;  // the byte count of the response being received
   int server = -1;
+  // The response's aux: a traced server's wait and summation times (pipeline/timeline.h).
+  uint64_t reply_aux = 0;
   bool receiving = false;  // a response is being received into the worker's buffer
   bool awaiting_ack = false;  // the push of this round has not been acknowledged (PUSH_ACK)
   // Streaming receive (PullDest::stream): divide each chunk by `divide_by` (0: no division).

@@ -17,6 +17,7 @@ namespace byteps {
 SummationServer::SummationServer(ServerOptions opts)
     : opts_(std::move(opts)), rounds_(opts_.num_worker, opts_.engine_threads, true, this) {
   workers_.assign(opts_.num_worker, nullptr);
+  rounds_.set_timing(opts_.trace);
 }
 
 SummationServer::~SummationServer() {
@@ -240,6 +241,7 @@ void SummationServer::SendSum(int worker, RoundKey& k, int parity) {
   item.hdr.key = k.key;
   item.hdr.round = k.round[parity];
   item.hdr.sender = static_cast<uint32_t>(rank_);
+  item.hdr.aux = k.reply_aux[parity];  // 0 unless timed (BYTEPS_TRACE_ON, docs/timeline.md)
   item.payload = k.reply(parity);
   item.len = k.reply_len(parity);
   c->Send(&item);

@@ -32,6 +32,7 @@ struct ServerOptions {
   double heartbeat_interval_s = 1;
   double heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
+  bool trace = false;  // BYTEPS_TRACE_ON: time every round for the workers' timelines
 };
 
 class SummationServer : public PsConnectionHandler, public ReplySink {

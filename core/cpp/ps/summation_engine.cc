@@ -1,12 +1,22 @@
 #include "summation_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "common/logging.h"
+#include "ps/protocol.h"
 #include "reduce/sum.h"
 
 namespace byteps {
+
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 SummationEngine::SummationEngine(int num_worker, int engines, bool threaded, ReplySink* sink)
     : num_worker_(std::max(num_worker, 1)), threaded_(threaded), sink_(sink) {
@@ -241,6 +251,7 @@ void SummationEngine::HandlePush(const Event& ev) {
   RoundKey* ks = ev.ks;
   int p = ev.round & 1;
   size_t count = ks->len / DTypeSize(ks->dtype);
+  const int64_t t0 = timing_ ? SteadyNs() : 0;
   if (ks->count[p] == 0) {
     // No round of this parity is open: this push opens round ev.round, unless that round or a
     // later one has already completed (a duplicate or a late push, which would reopen a round
@@ -259,6 +270,8 @@ void SummationEngine::HandlePush(const Event& ev) {
       ks->sum[p] = incoming;
     }
     ks->round[p] = ev.round;
+    ks->first_push_ns[p] = t0;
+    ks->sum_ns[p] = 0;
     ks->opened[p] = true;
     ks->complete[p] = false;
     std::fill(ks->pushed[p].begin(), ks->pushed[p].end(), 0);
@@ -282,10 +295,19 @@ void SummationEngine::HandlePush(const Event& ev) {
   }
   ks->pushed[p][ev.worker] = 1;
   if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
-  if (++ks->count[p] < num_worker_) return;
+  if (++ks->count[p] < num_worker_) {
+    if (timing_) ks->sum_ns[p] += SteadyNs() - t0;
+    return;
+  }
   ks->count[p] = 0;
   if (ks->compressed()) EncodeSum(ks, p);
   ks->complete[p] = true;
+  if (timing_) {
+    const int64_t now = SteadyNs();
+    ks->sum_ns[p] += now - t0;
+    ks->reply_aux[p] = PackServerTimes(static_cast<uint64_t>(t0 - ks->first_push_ns[p]) / 1000,
+                                       static_cast<uint64_t>(ks->sum_ns[p]) / 1000);
+  }
   std::vector<int>& waiting = ks->waiting[p];
   for (int w : waiting) sink_->SendSum(w, *ks, p);
   waiting.clear();

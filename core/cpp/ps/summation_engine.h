@@ -66,6 +66,12 @@ struct RoundKey {
   char* encoded[2] = {nullptr, nullptr};         // [parity]
   size_t encoded_len[2] = {0, 0};
   double lr = 0;  // the learning rate of the round's pushes (the server's error feedback)
+  // Round timing, only with SummationEngine::set_timing (BYTEPS_TRACE_ON; docs/timeline.md):
+  // steady-clock ns of the round's first push, ns spent summing (decoding, encoding) it, and
+  // what its pull responses carry in aux (PackServerTimes: first to last push, summing).
+  int64_t first_push_ns[2] = {0, 0};
+  int64_t sum_ns[2] = {0, 0};
+  uint64_t reply_aux[2] = {0, 0};
   bool compressed() const { return codec != nullptr; }
   // What a pull of the round in buffer `parity` gets.
   const char* reply(int parity) const { return codec ? encoded[parity] : sum[parity]; }
@@ -129,6 +135,8 @@ class SummationEngine {
   void StallQuery(uint64_t key, int worker, uint32_t round);
 
   int num_worker() const { return num_worker_; }
+  // Time every round (RoundKey::reply_aux) for traced workers; set before the first push.
+  void set_timing(bool on) { timing_ = on; }
   int num_engines() const { return static_cast<int>(engines_.size()); }
   uint64_t engine_load(int engine) const { return engines_[engine]->load_bytes; }
   // The key's state, or nullptr before its first push. Only for a quiescent engine (tests).
@@ -173,6 +181,7 @@ class SummationEngine {
 
   const int num_worker_;
   const bool threaded_;
+  bool timing_ = false;
   ReplySink* const sink_;
   std::atomic<int> rank_{-1};
   std::atomic<uint64_t> partition_bound_{0};

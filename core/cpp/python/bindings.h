@@ -30,6 +30,7 @@ void BindTesting(pybind11::module_& m);   // unit-test hooks: partitioner, queue
 void BindVanTesting(pybind11::module_& testing);  // the van seam on its own (bind_van.cc)
 void BindTestingRounds(pybind11::module_& testing);  // testing.SummationRounds (round logic)
 void BindCompressTesting(pybind11::module_& testing);  // testing.Compressor (compress/)
+void BindTelemetry(pybind11::module_& m);  // get_pushpull_speed, per-tensor counters, trace
 void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doctor
 void BindUcxTesting(pybind11::module_& m);  // testing.UcxTestPeer (UCX builds), ucx_available
 

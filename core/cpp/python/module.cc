@@ -38,4 +38,5 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindTesting(m);
   byteps::python::BindUcxTesting(m);
   byteps::python::BindDoctor(m);
+  byteps::python::BindTelemetry(m);
 }

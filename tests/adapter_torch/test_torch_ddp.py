@@ -166,6 +166,10 @@ def test_find_unused_parameters(ddp_mod):
     assert ddp.module.b.weight.grad is None  # used on no rank: stays None (torch DDP)
     assert ddp.module.a.weight.grad is not None and ddp.module.frozen.weight.grad is None
     ddp.synchronize()  # nothing pending: a no-op
+    # with every parameter used, the count is reduced all the same (another rank may need it)
+    fake.state["calls"].clear()
+    ddp(torch.ones(1, 3), use_b=True).sum().backward()
+    assert sum(c["name"].endswith(".used") for c in fake.state["calls"]) == 1
 
 
 def test_recovers_after_aborted_backward(ddp_mod):
@@ -289,6 +293,7 @@ def test_ddp_two_workers():
 def test_ddp_three_workers_two_servers():
     from jobs import assert_marker
 
-    job = _launch(3, 2, ["equivalence", "no_sync", "buffers", "unused_ok", "unused_error"])
+    job = _launch(3, 2, ["equivalence", "no_sync", "buffers", "unused_ok", "unused_some",
+                         "unused_error"])
     assert_marker(job, "TORCH_DDP_OK", 3)
     assert job.output.count("DDP_UNUSED_RAISED") == 3, job.output[-6000:]

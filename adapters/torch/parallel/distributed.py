@@ -389,7 +389,7 @@ class DistributedDataParallel(torch.nn.Module):
         used_count = None
         first_error: Optional[BaseException] = None
         try:
-            if self.find_unused_parameters and missing:
+            if self._used_name is not None:  # every step: the same names on every rank
                 used_count = torch.tensor(
                     [0 if (p in missing_set and p.grad is None) else 1 for p in self._params],
                     dtype=torch.int32)

@@ -243,6 +243,21 @@ def unused_ok(ck: Checker, r: int, n: int) -> None:
     same_as_root(ck, list(m.parameters()), "unused", "find_unused")
 
 
+def unused_on_some_ranks(ck: Checker, r: int, n: int) -> None:
+    """find_unused_parameters=True where rank 0 uses every parameter and the others do not
+    use b: every rank still reduces the same tensors (no rank waits)."""
+    m = TwoBranch()
+    m.c.requires_grad_(False)
+    ddp = DDP(m, find_unused_parameters=True)
+    for s in range(2):
+        x, y = batch(s, r, extra=8)
+        m.zero_grad()
+        F.mse_loss(ddp(x, use_b=(r == 0)), y).backward()
+        want = average([local_grads(m, lambda mod, q=q, s=s: F.mse_loss(
+            mod(batch(s, q, 8)[0], use_b=(q == 0)), batch(s, q, 8)[1])) for q in range(n)])
+        all_close(ck, [p.grad for p in m.parameters()], want, f"unused on some ranks step {s}")
+
+
 def mismatch(ck: Checker, r: int, n: int) -> None:
     """A failed reduction surfaces from backward() as the typed error on every rank: models
     whose shapes differ by rank (no broadcast at construction) -> MismatchError."""
@@ -292,6 +307,7 @@ CASES = {
     "buffers": buffers,
     "unused_error": unused_error,
     "unused_ok": unused_ok,
+    "unused_some": unused_on_some_ranks,
     "mismatch": mismatch,
     "benchmark_api": upstream_benchmark_api,
 }

@@ -85,22 +85,22 @@ def test_report_without_cluster(tmp_path):
 @netns
 def test_cluster_tiny(tmp_path):
     modes = [m for m in ("optimizer", "ddp", "xbar") if e2e.mode_unavailable(m) is None]
-    plan = e2e.bench_settings(True, **TINY, ks=[0, 2], modes=modes, bandwidth_mbit=400.0,
-                              link_seconds=0.3, trace={"mode": "optimizer", "k": 2, "steps": 2})
+    plan = e2e.bench_settings(True, **TINY, ks=[0], modes=modes, bandwidth_mbit=400.0,
+                              shared=False, link_seconds=0.3,
+                              trace={"mode": "optimizer", "k": 0, "steps": 2})
     before = set(bc.list_netns())
     labels = []
     res = e2e.bench_run(plan, labels.append)
     assert len(labels) == e2e.bench_steps(plan)
     assert not _ours_left(before)
-    assert [c["k"] for c in res["clusters"]] == [0, 2]
-    jobs = {(c["k"], m): j for c in res["clusters"] for m, j in c["jobs"].items()}
-    want = {(k, m) for k in (0, 2) for m in modes} | {(0, "torch-ddp"), (0, "shared")}
-    assert set(jobs) == want
-    for key, j in jobs.items():
+    (c,) = res["clusters"]
+    assert c["k"] == 0 and set(c["jobs"]) == {*modes, "torch-ddp"}
+    for key, j in c["jobs"].items():
         assert "error" not in j, (key, j)
         assert j["workers"] == 2 and math.isfinite(j["images_per_s"]) and j["images_per_s"] > 0
         assert j["identical"], key  # gradients really averaged: the same parameters everywhere
         assert j["grad_bytes"] == res["single"]["grad_bytes"]
+        assert j["loss_last"] == pytest.approx(c["jobs"]["torch-ddp"]["loss_last"], rel=1e-3)
     tr = res["trace"]
     assert tr["job"].get("identical"), tr
     # one Chrome trace per worker host, with the push_pulls of the shown step and the one before
@@ -108,16 +108,46 @@ def test_cluster_tiny(tmp_path):
     st = e2e_report.trace_stats(tr, e2e_report.traced_step(tr))
     assert st and st["hosts"] == 2 and 0 < st["span_s"] < 5 and st["gap_s"] is not None, st
     md, targets = e2e.bench_markdown(json.loads(json.dumps(res)), str(tmp_path), "img")
-    assert "| torch DDP (gloo) | — |" in md and "| byteps DistributedOptimizer | 2 |" in md
+    assert "| torch DDP (gloo) | — |" in md and "| byteps DistributedOptimizer | 0 |" in md
     assert "failed" not in md and "**no**" not in md
     assert (tmp_path / "e2e_throughput.png").stat().st_size > 1000
-    assert "### Timeline of one iteration: byteps DistributedOptimizer, n = 2, k = 2" in md
+    assert "### Timeline of one iteration: byteps DistributedOptimizer, n = 2, k = 0" in md
     if importlib.util.find_spec("benchmarks.timeline_plot") is not None:
         assert (tmp_path / "e2e_timeline.png").stat().st_size > 1000
         assert "](img/e2e_timeline.png)" in md
-    names = [t["name"] for t in targets]
-    # k = 0: >= 1 per mode; k = 2 at n = 2: information only; CrossBarrier vs optimizer per k
-    assert sum("k = 0" in nm and "torch DDP" in nm for nm in names) == len(modes)
-    k2 = [t for t in targets if "k = 2" in t["name"] and "torch DDP" in t["name"]]
-    assert len(k2) == len(modes) and all(t["met"] is None for t in k2)
-    assert all(t["ratio"] > 0 for t in targets), targets
+    # k = 0: byteps >= torch DDP per mode, and CrossBarrier vs DistributedOptimizer
+    assert [t["threshold"] for t in targets] == [1.0] * len(modes) + (
+        [1.0] if "xbar" in modes else [])
+    assert all(t["ratio"] > 0 and t["met"] is not None for t in targets), targets
+
+
+def _job(ips: float) -> dict:
+    return {"images_per_s": ips, "per_worker": [ips / 4] * 4, "step_s": 64 / ips,
+            "loss_first": 2.3, "loss_last": 1.0, "identical": True, "grad_bytes": 10394984,
+            "params": 2598746, "workers": 4}
+
+
+def test_targets_at_n4():
+    """The judged targets of the full configuration, from given images/s: byteps vs torch DDP
+    at k = 0 (>= 1) and k = 4 (>= 1.3), CrossBarrier vs DistributedOptimizer per k; a mode
+    that was not run is missed and says why."""
+    plan = e2e.bench_settings(False, unavailable=None)
+    res = {"plan": plan, "cores": 2, "single": _job(100.0), "skipped_modes": {
+        "ddp": "byteps.torch.parallel is not in this build"}, "clusters": [
+        {"n": 4, "k": 0, "goodput_Bps": 24e6, "network": None,
+         "jobs": {"optimizer": _job(80.0), "xbar": _job(84.0), "torch-ddp": _job(75.0)}},
+        {"n": 4, "k": 4, "goodput_Bps": 24e6, "network": None,
+         "jobs": {"optimizer": _job(93.0), "xbar": _job(100.0)}}]}
+    md, targets = e2e.bench_markdown(res)
+    got = {(t["name"].split(": ", 1)[1], t["threshold"]): (round(t["ratio"], 3), t["met"])
+           for t in targets}
+    assert got[("byteps DistributedOptimizer ≥ 1× torch DDP", 1.0)] == (round(80 / 75, 3), True)
+    assert got[("byteps DistributedOptimizer ≥ 1.3× torch DDP", 1.3)] == (round(93 / 75, 3),
+                                                                          False)
+    assert got[("byteps CrossBarrier ≥ 1.3× torch DDP", 1.3)] == (round(100 / 75, 3), True)
+    assert got[("byteps DistributedDataParallel ≥ 1× torch DDP", 1.0)] == (0.0, False)
+    assert got[("CrossBarrier ≥ DistributedOptimizer", 1.0)] in {(1.05, True), (1.075, True)}
+    assert len(targets) == 8
+    ddp = [t for t in targets if "DistributedDataParallel" in t["name"]]
+    assert all("not in this build" in t["measured"] for t in ddp)
+    assert "| byteps DistributedOptimizer | 4 | 93.0 |" in md

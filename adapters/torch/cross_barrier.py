@@ -103,6 +103,7 @@ SUPPORTED_OPTIMIZERS: Tuple[type, ...] = (torch.optim.SGD, torch.optim.Adam, tor
 _IDLE_CHECK_S = 1.0
 
 _live: weakref.WeakSet = weakref.WeakSet()
+_exit_hook_registered = False
 
 
 def _close_all_at_exit() -> None:
@@ -113,7 +114,14 @@ def _close_all_at_exit() -> None:
             _log.warning("CrossBarrier.close() at exit: %s", e)
 
 
-atexit.register(_close_all_at_exit)
+def _register_exit_hook() -> None:
+    """Close every live CrossBarrier at interpreter exit. Registered after ``init()`` (which
+    registers byteps' shutdown), so it runs before the core shuts down (atexit runs last
+    registered first)."""
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        atexit.register(_close_all_at_exit)
+        _exit_hook_registered = True
 
 
 def _ctor_kwargs(cls: type, defaults: Dict[str, Any]) -> Dict[str, Any]:
@@ -177,6 +185,7 @@ class _CrossBarrier(_DistributedOptimizer):
                                                name=f"byteps-cross-barrier-{ops.rank()}")
             self._xb_thread.start()
             _live.add(self)
+            _register_exit_hook()
 
     # ------------------------------------------------------------------ training thread
     def _xb_raise_if_failed(self) -> None:

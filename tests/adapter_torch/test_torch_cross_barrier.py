@@ -266,6 +266,34 @@ def test_failed_reduction_surfaces_in_the_training_thread(xb, monkeypatch):
     assert xb.ops._in_flight() == 0
 
 
+def test_parameter_outside_the_model_is_waited_for_in_step(xb):
+    """A parameter of the optimizer that no module of `model` owns has no pre-hook: step()
+    waits for its update."""
+    def run(make):
+        model = _model()
+        extra = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+        opt = make(model, torch.optim.SGD([*model.parameters(), extra], lr=0.1, momentum=0.9))
+        for s in range(3):
+            opt.zero_grad()
+            (_loss(model, _batch(s)) + (extra * extra).sum()).backward()
+            opt.step()
+        return extra, opt
+
+    want, _ = run(lambda model, opt: opt)
+    got, opt = run(xb.tracked)
+    assert opt._xb_unguarded == [got]
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)  # no synchronize() needed
+
+
+def test_thread_ends_after_shutdown(xb):
+    _, opt = _train_xb(xb, "sgd-momentum", 1)
+    opt.synchronize()
+    thread = opt._xb_thread
+    xb.ops._b.shutdown()
+    thread.join(timeout=3 * xb._IDLE_CHECK_S + 2)
+    assert not thread.is_alive()
+
+
 def test_single_worker_is_plain_training(fake_bps):
     fake_bps.init()
     import byteps.torch.cross_barrier as xb

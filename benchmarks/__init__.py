@@ -12,6 +12,9 @@ writes ``docs/performance.md`` and its plots (:mod:`benchmarks.cli`). The parts 
 * ``python -m benchmarks.sched``    scheduling on a training-shaped workload (emulated cluster);
 * ``python -m benchmarks.compression``  gradient compressors: push_pull on a 100 Mbit/s
   emulated cluster, compress/decompress throughput, training with and without compression;
+* ``python -m benchmarks.e2e``      real training (a small ResNet-like CNN) with byteps
+  DistributedOptimizer, DistributedDataParallel and CrossBarrier against torch DDP (gloo) on
+  the emulated cluster, and the timeline of one traced iteration;
 * ``python -m benchmarks.cluster --probe``  which link bandwidth keeps the cluster network-bound.
 
 The emulated cluster (:mod:`benchmarks.netns`: network namespaces, veth, a bridge, ``tc``) needs

@@ -17,7 +17,9 @@ hosts with every link shaped to :data:`BANDWIDTH_MBIT`, in these configurations:
 Per job: images/s = sum over the workers of batch / median step time (after the warm-up);
 scaling efficiency = images/s(n) / (n x images/s(1)); the workers' parameters must end
 bit-identical. One byteps configuration is run once more with ``BYTEPS_TRACE_ON=1`` and its
-traced iteration rendered (``benchmarks/timeline_plot.py``) into the report's image directory.
+traced iteration rendered (``benchmarks/timeline_plot.py``) into the report's image directory
+(full plan: DistributedOptimizer at k = 4 and at k = 0, the configurations of the two
+byteps-vs-torch-DDP targets).
 
 Targets (:mod:`benchmarks.e2e_report`): every byteps API ≥ torch DDP at k = 0 and ≥ 1.3x
 torch DDP at k = 4; CrossBarrier ≥ DistributedOptimizer at every k.
@@ -101,8 +103,9 @@ def bench_settings(quick: bool, **override) -> dict:
         "widths": list(WIDTHS),
         "hidden": HIDDEN,
         "link_seconds": 0.5 if quick else 1.0,
-        # the traced job: which mode at which k, and how many timed steps it runs
-        "trace": {"mode": "optimizer", "k": 2 if quick else KS[-1], "steps": 3},
+        # the traced jobs: which mode at which k, and how many timed steps each runs
+        "traces": [{"mode": "optimizer", "k": 2, "steps": 3}] if quick else
+                   [{"mode": "optimizer", "k": k, "steps": 3} for k in KS[::-1]],
         "unavailable": bc.netns_unavailable(),
     }
     plan.update({k: v for k, v in override.items() if v is not None})
@@ -110,15 +113,15 @@ def bench_settings(quick: bool, **override) -> dict:
 
 
 def bench_steps(plan: dict) -> int:
-    """Progress steps: the single worker, then per k a cluster build and its jobs, the trace."""
+    """Progress steps: the single worker, then per k a cluster build and its jobs, the
+    traces."""
     steps = 1 if plan["single"] else 0
     if plan["unavailable"] is not None:
         return steps + 1
     steps += len(plan["ks"]) * (1 + len(plan["modes"]))
     if plan["ks"]:
         steps += int(plan["baseline"]) + int(plan["shared"])
-    tr = plan.get("trace")
-    return steps + (1 if tr and tr["k"] in plan["ks"] else 0)
+    return steps + sum(1 for tr in plan.get("traces") or [] if tr["k"] in plan["ks"])
 
 
 def mode_unavailable(mode: str) -> str | None:
@@ -284,10 +287,9 @@ def collect_traces(trace_dir: str) -> dict:
     return out
 
 
-def run_trace(cluster: bc.EmulatedCluster, plan: dict) -> dict:
-    """The traced job: ``BYTEPS_TRACE_ON=1``, one trace directory per worker host; returns
-    the mode, k, the job's row and the trace files' text."""
-    tr = plan["trace"]
+def run_trace(cluster: bc.EmulatedCluster, plan: dict, tr: dict) -> dict:
+    """The traced job ``tr`` (mode, steps): ``BYTEPS_TRACE_ON=1``, one trace directory per
+    worker host; returns the mode, k, the job's row and the trace files' text."""
     tmp = tempfile.mkdtemp(prefix="bps-e2e-trace-")
     try:
         # the timed steps of the traced job (a tensor's step: its push_pulls before this one)
@@ -307,7 +309,7 @@ def run_trace(cluster: bc.EmulatedCluster, plan: dict) -> dict:
 
 def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) -> dict:
     """Measure the plan; JSON-able results: ``single`` (the lone worker's row), ``clusters``
-    (per k: link goodput and one row per job, keyed by mode), ``trace``, ``skipped``."""
+    (per k: link goodput and one row per job, keyed by mode), ``traces``, ``skipped``."""
     from .report import machine
 
     if plan["unavailable"] is None and \
@@ -316,7 +318,8 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
         bc.install_signal_cleanup()
     info = machine()
     res: dict = {"plan": plan, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
-                 "commit": info.get("commit"), "clusters": [], "skipped_modes": {}}
+                 "commit": info.get("commit"), "clusters": [], "skipped_modes": {},
+                 "traces": []}
     t0 = time.monotonic()
     if plan["single"]:
         progress("e2e: 1 worker alone")
@@ -341,7 +344,6 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
         else:
             modes.append(mode)
     n, B = plan["n"], plan["bandwidth_mbit"] * 1e6
-    tr = plan.get("trace")
     for k in plan["ks"]:
         progress(f"e2e n={n} k={k}: build + link")
         with bc.EmulatedCluster(n, k, B) as c:
@@ -359,13 +361,13 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
             if k == plan["ks"][0] and plan["shared"]:
                 progress(f"e2e n={n}: no communication")
                 _attempt(entry["jobs"], "shared", lambda: run_shared(c, plan))
-            if tr and tr["k"] == k:
+            for tr in [t for t in plan.get("traces") or [] if t["k"] == k]:
                 progress(f"e2e n={n} k={k}: traced {tr['mode']}")
                 if tr["mode"] in modes:
-                    res["trace"] = run_trace(c, plan)
+                    res["traces"].append(run_trace(c, plan, tr))
                 else:
-                    res["trace"] = {"mode": tr["mode"], "k": k,
-                                    "skipped": res["skipped_modes"].get(tr["mode"])}
+                    res["traces"].append({"mode": tr["mode"], "k": k, "skipped": res[
+                        "skipped_modes"].get(tr["mode"], "not among the plan's modes")})
             res["clusters"].append(entry)
     res["elapsed_s"] = time.monotonic() - t0
     return res

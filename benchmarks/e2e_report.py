@@ -16,7 +16,7 @@ from .report import _have_matplotlib, _table, network_sentence, pyplot, save_fig
 
 log = logging.getLogger(__name__)
 
-TIMELINE_PNG = "e2e_timeline.png"
+TIMELINE_PNG = "e2e_timeline_{mode}_k{k}.png"
 THROUGHPUT_PNG = "e2e_throughput.png"
 
 
@@ -189,7 +189,7 @@ def render_timeline(tr: dict, img_dir: str, title: str) -> str | None:
         log.warning("timeline not rendered: %s", exc)
         return None
     os.makedirs(img_dir, exist_ok=True)
-    out = os.path.join(img_dir, TIMELINE_PNG)
+    out = os.path.join(img_dir, TIMELINE_PNG.format(mode=tr["mode"], k=tr["k"]))
     with tempfile.TemporaryDirectory(prefix="bps-e2e-render-") as tmp:
         paths = []
         for host, text in sorted(files.items()):
@@ -316,8 +316,7 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         png = plot_throughput(res, img_dir)
         if png:
             md += [f"![images/s per configuration]({img_rel}/{os.path.basename(png)})", ""]
-    tr = res.get("trace")
-    if tr:
+    for tr in res.get("traces") or []:
         tc = next((c for c in res.get("clusters", []) if c["k"] == tr.get("k")), None)
         bound = t_opt(n, tr["k"], gb, tc["goodput_Bps"]) if gb and tc else None
         md += timeline_section(tr, n, mbit, img_dir, img_rel, bound)

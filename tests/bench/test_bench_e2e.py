@@ -43,6 +43,7 @@ def test_hooks_are_wired():
     netns_ok = quick["unavailable"] is None
     # single; per k: build + 3 modes; torch DDP + no-communication once; the trace
     assert e2e.bench_steps(quick) == (1 + 2 * 4 + 2 + 1 if netns_ok else 2)
+    assert [(t["mode"], t["k"]) for t in full["traces"]] == [("optimizer", 4), ("optimizer", 0)]
     assert cli.parse_args(["--e2e"]).e2e is True
     argv = e2e.worker_argv(full, "torch-ddp")
     assert argv[1:3] == ["-m", "benchmarks.e2e_worker"] and "--widths" in argv
@@ -87,7 +88,8 @@ def test_cluster_tiny(tmp_path):
     modes = [m for m in ("optimizer", "ddp", "xbar") if e2e.mode_unavailable(m) is None]
     plan = e2e.bench_settings(True, **TINY, ks=[0], modes=modes, bandwidth_mbit=400.0,
                               shared=False, link_seconds=0.3,
-                              trace={"mode": "optimizer", "k": 0, "steps": 2})
+                              traces=[{"mode": "optimizer", "k": 0, "steps": 2},
+                                      {"mode": "nosuch", "k": 0, "steps": 2}])
     before = set(bc.list_netns())
     labels = []
     res = e2e.bench_run(plan, labels.append)
@@ -101,7 +103,8 @@ def test_cluster_tiny(tmp_path):
         assert j["identical"], key  # gradients really averaged: the same parameters everywhere
         assert j["grad_bytes"] == res["single"]["grad_bytes"]
         assert j["loss_last"] == pytest.approx(c["jobs"]["torch-ddp"]["loss_last"], rel=1e-3)
-    tr = res["trace"]
+    tr, other = res["traces"]
+    assert other["skipped"] == "not among the plan's modes"
     assert tr["job"].get("identical"), tr
     # one Chrome trace per worker host, with the push_pulls of the shown step and the one before
     assert sorted(tr["files"]) == ["w0", "w1"]
@@ -113,8 +116,8 @@ def test_cluster_tiny(tmp_path):
     assert (tmp_path / "e2e_throughput.png").stat().st_size > 1000
     assert "### Timeline of one iteration: byteps DistributedOptimizer, n = 2, k = 0" in md
     if importlib.util.find_spec("benchmarks.timeline_plot") is not None:
-        assert (tmp_path / "e2e_timeline.png").stat().st_size > 1000
-        assert "](img/e2e_timeline.png)" in md
+        assert (tmp_path / "e2e_timeline_optimizer_k0.png").stat().st_size > 1000
+        assert "](img/e2e_timeline_optimizer_k0.png)" in md
     # k = 0: byteps >= torch DDP per mode, and CrossBarrier vs DistributedOptimizer
     assert [t["threshold"] for t in targets] == [1.0] * len(modes) + (
         [1.0] if "xbar" in modes else [])

@@ -221,6 +221,28 @@ def test_forward_waits_for_slow_reductions(xb, monkeypatch):
     _assert_same(model, ref)
 
 
+def test_compression_params_nesterov(xb):
+    """The core compresses nothing here, so the adapter applies the Nesterov momentum of
+    ``compression_params`` to each gradient after its reduction, in the background thread:
+    training equals torch's SGD(nesterov=True)."""
+    ref = _model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+    model = _model()
+    with pytest.warns(UserWarning, match="momentum 0.9 is set to 0"):
+        opt = xb.tracked(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                         named_parameters=model.named_parameters(),
+                         compression_params={"compressor": "onebit", "momentum": "nesterov"})
+    assert opt._bps_nag and xb.ops._b.state["compression"]
+    for s in range(4):
+        for o, m in ((ref_opt, ref), (opt, model)):
+            o.zero_grad()
+            _loss(m, _batch(s)).backward()
+            o.step()
+    opt.synchronize()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
+
+
 def test_unsupported_optimizer(xb):
     model = _model()
     for opt in (torch.optim.Adagrad(model.parameters()), torch.optim.LBFGS(model.parameters())):

@@ -57,10 +57,12 @@ from .e2e_worker import HIDDEN, WIDTHS
 log = logging.getLogger(__name__)
 
 #: Link rate of every host (both directions). The model's 10.4 MB of gradients then take
-#: t_opt = 0.42 s (k = 4) to 0.62 s (k = 0, and gloo's ring) per step at the measured goodput,
-#: 2-4 x the compute of a step with the 4 workers sharing the 2 cores: the communication-bound
-#: regime the (n, k) architecture is about, and far below the rate at which the machine's CPU
-#: rather than the links would bound push_pull (about 800 Mbit/s, the cluster probe's
+#: t_opt = 0.43 s (k = 4) to 0.65 s (k = 0, and gloo's ring) per step at the measured goodput
+#: (192 Mbit/s), 4-6 x the 0.1 s of compute of a step with the 4 workers sharing the 2 cores
+#: (0.25 s when the machine is busy): the communication-bound regime the (n, k) architecture
+#: is about, where the servers' bandwidth can show (theory: k = 4 moves the gradients 1.5 x
+#: faster than k = 0 or the ring), and far below the rate at which the machine's CPU rather
+#: than the links would bound push_pull (about 800 Mbit/s, the cluster probe's
 #: recommendation).
 BANDWIDTH_MBIT = 200.0
 N_WORKERS = 4
@@ -84,9 +86,10 @@ TARGET_XBAR = 1.0
 
 
 def bench_settings(quick: bool, **override) -> dict:
-    """The plan. Full: n = 4, k = 0 and 4, every mode, 3 warm-up + 20 timed steps (about 8
-    minutes on 2 cores). Quick (CI smoke): n = 2, k = 0 and 2, 2 warm-up + 4 timed steps
-    (about 2 minutes). Keyword arguments (not None) replace top-level fields."""
+    """The plan. Full: n = 4, k = 0 and 4, every mode, 3 warm-up + 20 timed steps, two
+    traced jobs (about 5 minutes on 2 cores). Quick (CI smoke): n = 2, k = 0 and 2, 2 warm-up
+    + 4 timed steps, one traced job (about 2 minutes). Keyword arguments (not None) replace
+    top-level fields."""
     plan = {
         "quick": quick,
         "n": 2 if quick else N_WORKERS,
@@ -386,7 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="the CI smoke plan (about 2 minutes)")
+    p.add_argument("--quick", action="store_true", help="the CI smoke plan (about 2 minutes; "
+                   "the full plan about 5)")
     p.add_argument("--workers", "-n", type=int, help="worker hosts")
     p.add_argument("--ks", type=int, nargs="+", help="CPU-server hosts of each cluster")
     p.add_argument("--modes", help=f"comma-separated byteps modes, of {', '.join(BYTEPS_MODES)}")

@@ -49,6 +49,19 @@ def _shared(res: dict) -> dict | None:
                  if "shared" in c["jobs"]), None)
 
 
+def _regime(res: dict, gb: int | None) -> str:
+    """" (t_opt ... s against ... s of compute ...)" from the results, or ""."""
+    shared = _shared(res) or {}
+    bounds = [t_opt(res["plan"]["n"], c["k"], gb, c["goodput_Bps"])
+              for c in res.get("clusters", [])] if gb else []
+    if not bounds or "step_s" not in shared:
+        return ""
+    lo, hi = min(bounds), max(bounds)
+    span = f"{lo:.2f}" + (f"–{hi:.2f}" if hi > lo + 0.005 else "")
+    return (f" (t_opt {span} s per step, against {shared['step_s']:.2f} s of compute with "
+            f"the {res['plan']['n']} workers sharing the cores)")
+
+
 def _why(res: dict, k: int, mode: str) -> str:
     if mode in res.get("skipped_modes", {}):
         return f"not run: {res['skipped_modes'][mode]}"
@@ -107,8 +120,9 @@ def targets(res: dict) -> list[dict]:
 
 
 def plot_throughput(res: dict, img_dir: str) -> str | None:
-    """Horizontal bars: images/s of every job, with n x the lone worker and the
-    no-communication job as lines."""
+    """Horizontal bars: images/s of every job, each labelled with its ratio to torch DDP,
+    with torch DDP x 1 and x 1.3 (the targets) as lines; n x the lone worker and the
+    no-communication job are in the legend (far off this scale where communication dominates)."""
     rows = []
     for c in res["clusters"]:
         for mode in [*BYTEPS_MODES, BASELINE]:
@@ -119,22 +133,32 @@ def plot_throughput(res: dict, img_dir: str) -> str | None:
     if not rows:
         return None
     plt = pyplot(img_dir)
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.4))
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.6))
     ys = list(range(len(rows)))[::-1]
     ax.barh(ys, [v for _, v in rows], color=["#d62728" if lb.startswith("torch") else "#1f77b4"
                                              for lb, _ in rows])
     ax.set_yticks(ys)
     ax.set_yticklabels([lb for lb, _ in rows], fontsize=8)
+    base = _ips(_baseline(res))
+    for y, (_, v) in zip(ys, rows):
+        text = f"{v:.1f}" + (f" ({v / base:.2f}×)" if math.isfinite(base) else "")
+        ax.text(v, y, " " + text, va="center", fontsize=7)
+    if math.isfinite(base):
+        ax.axvline(base, color="#d62728", ls="--", lw=1, label="torch DDP")
+        ax.axvline(TARGET_K4 * base, color="k", ls=":", lw=1,
+                   label=f"{TARGET_K4:g} × torch DDP (target at k = 4)")
     n = res["plan"]["n"]
     single, shared = _ips(res.get("single")), _ips(_shared(res))
     if math.isfinite(single):
-        ax.axvline(n * single, color="k", ls="--", lw=1, label=f"{n} × 1 worker alone")
+        ax.plot([], [], " ", label=f"{n} × 1 worker alone: {n * single:.0f} images/s")
     if math.isfinite(shared):
-        ax.axvline(shared, color="g", ls=":", lw=1.5,
-                   label=f"{n} workers, no communication (shared cores)")
+        ax.plot([], [], " ", label=f"{n} workers, no communication: {shared:.0f} images/s")
+    ax.set_xlim(0, 1.35 * max(max(v for _, v in rows), TARGET_K4 * base if
+                              math.isfinite(base) else 0.0))
     ax.set_xlabel("images/s (all workers)")
     ax.set_title(f"Training on {n} worker hosts, {res['plan']['bandwidth_mbit']:g} Mbit/s links")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2,
+              frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, img_dir, THROUGHPUT_PNG)
@@ -227,8 +251,9 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         "and backward pass on the CPU with `torch.set_num_threads(1)`, no sleeping. "
         f"n = {n} worker hosts, each link shaped to {mbit:g} Mbit/s in both directions: "
         "the gradients' transfer at the physical optimum then takes several times a step's "
-        "compute, the communication-bound regime the (n, k) architecture is about, while "
-        "staying far below the rate at which this machine's CPU would bound push_pull. "
+        f"compute{_regime(res, gb)}, the communication-bound regime the (n, k) architecture "
+        "is about, while staying far below the rate at which this machine's CPU would bound "
+        "push_pull (about 800 Mbit/s, the emulated cluster's probe). "
         f"**This machine has {res.get('cores', '?')} cores for all {n} worker hosts (and the "
         "servers)**: the workers' compute slows down as they share them, which the row "
         "*n workers, no communication* (every worker training alone, all at once) measures; "

@@ -208,7 +208,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed first steps (default 3)")
     p.add_argument("--batch", type=int, default=16, help="images per step per worker")
-    p.add_argument("--batches", type=int, default=4, help="distinct synthetic batches cycled")
+    p.add_argument("--batches", type=int, default=16,
+                   help="distinct synthetic batches cycled (default 16)")
     p.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS),
                    help="channels of the stages at 32, 16, 8, 4... pixels")
     p.add_argument("--hidden", type=int, default=HIDDEN, help="hidden units of the FC layer")

@@ -385,6 +385,9 @@ def timeline_section(tr: dict, n: int, mbit: float, img_dir: str | None,
         md += [f"![timeline of one iteration]({img_rel}/{os.path.basename(png)})", ""]
     elif not any(isinstance(t, str) for t in (tr.get("files") or {}).values()):
         md += ["No trace files were written (this build's byteps has no tracing).", ""]
+    elif img_dir is None:
+        md += ["Not drawn in a run without an image directory (the results keep the "
+               "traces; `--from-json` draws them).", ""]
     else:
         md += ["Not rendered here (`benchmarks/timeline_plot.py` missing or failed; the "
                "results keep the traces).", ""]

@@ -75,7 +75,13 @@ BYTEPS_MODES = ("optimizer", "ddp", "xbar")
 BASELINE = "torch-ddp"
 LABELS = {"optimizer": "byteps DistributedOptimizer", "ddp": "byteps DistributedDataParallel",
           "xbar": "byteps CrossBarrier", "torch-ddp": "torch DDP (gloo)",
-          "local": "1 worker alone (no network)", "shared": "n workers, no communication"}
+          "local": "1 worker alone (no network)", "shared": "n workers, no communication",
+          "autotune": "byteps DistributedOptimizer, BYTEPS_AUTOTUNE=1"}
+#: The auto-tuned job (full plan): its mode, its k, the untimed steps that cover the tuning
+#: (docs/autotune.md: 3 warm-up samples, then at most 16 trials of 1 settling + 3 timed + 1
+#: averaging iterations) and its environment.
+AUTOTUNE_JOB = {"mode": "optimizer", "k": 0, "warmup": 85,
+                "env": {"BYTEPS_AUTOTUNE": "1", "BYTEPS_AUTOTUNE_STEPS_PER_SAMPLE": "3"}}
 #: The module a byteps mode needs (a mode whose module is missing is skipped, not failed).
 MODULES = {"optimizer": "byteps.torch", "ddp": "byteps.torch.parallel",
            "xbar": "byteps.torch.cross_barrier"}
@@ -112,6 +118,7 @@ def bench_settings(quick: bool, **override) -> dict:
         # the traced jobs: which mode at which k, and how many timed steps each runs
         "traces": [{"mode": "optimizer", "k": 2, "steps": 3}] if quick else
                    [{"mode": "optimizer", "k": k, "steps": 3} for k in KS[::-1]],
+        "autotune": None if quick else dict(AUTOTUNE_JOB),
         "unavailable": bc.netns_unavailable(),
     }
     plan.update({k: v for k, v in override.items() if v is not None})
@@ -127,6 +134,7 @@ def bench_steps(plan: dict) -> int:
     steps += len(plan["ks"]) * (1 + len(plan["modes"]))
     if plan["ks"]:
         steps += int(plan["baseline"]) + int(plan["shared"])
+    steps += int(bool(plan.get("autotune")) and plan["autotune"]["k"] in plan["ks"])
     return steps + sum(1 for tr in plan.get("traces") or [] if tr["k"] in plan["ks"])
 
 
@@ -364,6 +372,11 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
             if k == plan["ks"][0] and plan["baseline"]:
                 progress(f"e2e n={n}: torch DDP (gloo)")
                 _attempt(entry["jobs"], BASELINE, lambda: run_torch_ddp(c, plan))
+            at = plan.get("autotune")
+            if at and at["k"] == k and at["mode"] in modes:
+                progress(f"e2e n={n} k={k}: {at['mode']} with BYTEPS_AUTOTUNE=1")
+                _attempt(entry["jobs"], "autotune", lambda a=at: run_byteps(
+                    c, dict(plan, warmup=a["warmup"]), a["mode"], env=a["env"]))
             if k == plan["ks"][0] and plan["shared"]:
                 progress(f"e2e n={n}: no communication")
                 _attempt(entry["jobs"], "shared", lambda: run_shared(c, plan))

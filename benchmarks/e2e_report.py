@@ -315,6 +315,9 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
                     t_opt(n, k, gb, c["goodput_Bps"]) if gb else None, n)
             else:
                 body.append([LABELS[mode], str(k), _why(res, k, mode)] + [""] * 8)
+        if "autotune" in c["jobs"]:
+            row(LABELS["autotune"], str(k), c["jobs"]["autotune"],
+                t_opt(n, k, gb, c["goodput_Bps"]) if gb else None, n)
     md += [f"### n = {n} worker hosts, {mbit:g} Mbit/s links", "",
            _table(header, body, "llrrrrrrrrl"), ""]
     if good:
@@ -328,6 +331,7 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
             "CrossBarrier's last step waits for every update in flight; the median leaves "
             "that drain out, as it leaves out no other step's work.")
         md.append("")
+    md += autotune_lines(res)
     if res.get("skipped_modes"):
         md += ["Not run: " + "; ".join(f"{LABELS[m]}: {why}" for m, why in
                                        res["skipped_modes"].items()) + ".", ""]
@@ -346,6 +350,26 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         bound = t_opt(n, tr["k"], gb, tc["goodput_Bps"]) if gb and tc else None
         md += timeline_section(tr, n, mbit, img_dir, img_rel, bound)
     return "\n".join(md), targets(res)
+
+
+def autotune_lines(res: dict) -> list[str]:
+    """What the auto-tuned job tried and chose (its rank 0's ``autotune_status()``)."""
+    at = (res["plan"].get("autotune") or {})
+    for c in res.get("clusters", []):
+        job = c["jobs"].get("autotune") or {}
+        st = job.get("autotune")
+        if not st:
+            continue
+        ch = st.get("choice") or {}
+        trials = ", ".join(f"{t['partition_bytes'] // 1024} KiB/{t['credit']}: "
+                           f"{t.get('iteration_s', float('nan')):.3f} s"
+                           for t in st.get("trials", []))
+        return [f"{LABELS['autotune']} (k = {c['k']}): the same job with "
+                f"`BYTEPS_AUTOTUNE=1` and nothing else set; the tuner ran during the first "
+                f"{at.get('warmup', '?')} (untimed) steps and chose partitions of "
+                f"{ch.get('partition_bytes', 0) // 1024} KiB and credit {ch.get('credit', '?')} "
+                f"(defaults: 256 KiB, 4). Trials (partition/credit: iteration): {trials}.", ""]
+    return []
 
 
 def timeline_section(tr: dict, n: int, mbit: float, img_dir: str | None,

@@ -197,6 +197,10 @@ def train(args: argparse.Namespace) -> dict:
         "params": sum(p.numel() for p in model.parameters()),
         "t_start": t_start, "t_end": t_end,
     }
+    if os.environ.get("BYTEPS_AUTOTUNE", "0") not in ("", "0"):
+        import byteps._core as core  # what the tuner tried and chose (docs/autotune.md)
+
+        result["autotune"] = core.autotune_status()
     shutdown()
     return result
 

@@ -37,12 +37,17 @@ def test_hooks_are_wired():
     plugin = importlib.import_module(cli.PLUGINS["e2e"])
     assert plugin is e2e
     full = e2e.bench_settings(False)
-    assert full["n"] == 4 and full["ks"] == [0, 4] and full["bandwidth_mbit"] == 200
+    assert full["n"] == 4 and full["ks"] == [0, 4] and full["bandwidth_mbit"] == 100
     assert full["modes"] == ["optimizer", "ddp", "xbar"]
     quick = e2e.bench_settings(True)
     netns_ok = quick["unavailable"] is None
     # single; per k: build + 3 modes; torch DDP + no-communication once; the trace
     assert e2e.bench_steps(quick) == (1 + 2 * 4 + 2 + 1 if netns_ok else 2)
+    assert full["autotune"]["k"] == 0 and quick["autotune"] is None
+    assert full["autotune"]["env"]["BYTEPS_AUTOTUNE"] == "1"
+    netns_full = full["unavailable"] is None
+    # the full plan: per k build + 3 modes, torch DDP, no communication, autotune, 2 traces
+    assert e2e.bench_steps(full) == (1 + 2 * 4 + 2 + 1 + 2 if netns_full else 2)
     assert [(t["mode"], t["k"]) for t in full["traces"]] == [("optimizer", 4), ("optimizer", 0)]
     assert cli.parse_args(["--e2e"]).e2e is True
     argv = e2e.worker_argv(full, "torch-ddp")

@@ -255,6 +255,7 @@ def summarize(reports: Sequence[dict]) -> dict:
         "identical": len({r["digest"] for r in reports}) == 1,
         "grad_bytes": reports[0]["grad_bytes"], "params": reports[0]["params"],
         "workers": len(reports),
+        **({"autotune": reports[0]["autotune"]} if "autotune" in reports[0] else {}),
     }
 
 

@@ -237,6 +237,14 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     plan = res["plan"]
     n, mbit = plan["n"], plan["bandwidth_mbit"]
     md = ["## End-to-end training: byteps against torch DDP", ""]
+    if res.get("date"):
+        md += [f"Measured {res['date']}" + (f" at commit {res['commit']}" if res.get("commit")
+                                             else "")
+               + " (`python -m benchmarks --e2e --json FILE`, merged into this page with "
+               "`python -m benchmarks --from-json FULL.json FILE`; alone: "
+               "`python -m benchmarks.e2e`)"
+               + (f". This section took {res['elapsed_s'] / 60:.1f} min." if res.get("elapsed_s")
+                  else "."), ""]
     single = res.get("single") or {}
     gb = _grad_bytes(res)
     md.append(

@@ -28,6 +28,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -112,6 +113,38 @@ class JobResult(NamedTuple):
             tail = "\n".join(self.output.splitlines()[-30:])
             raise RuntimeError(f"{what} failed (exit codes {self.returncodes}):\n{tail}")
         return reports
+
+
+def run_on_worker_hosts(cluster: EmulatedCluster, argv: Sequence[str], env: Mapping[str, str],
+                        timeout: float, what: str, rank_env: bool = True
+                        ) -> tuple[list[str], list[int | None]]:
+    """``argv`` once on every worker host of ``cluster`` (``RANK`` = the worker's index with
+    ``rank_env``), all at once; waits up to ``timeout`` seconds in all, then stops whatever
+    still runs. Returns every process's output (stdout and stderr) and exit code (None: it was
+    stopped), in worker order."""
+    files = [tempfile.TemporaryFile(mode="w+") for _ in cluster.workers]
+    try:
+        procs = [cluster.spawn(h, list(argv), {**env, "RANK": str(i)} if rank_env else dict(env),
+                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                               text=True)
+                 for i, (h, f) in enumerate(zip(cluster.workers, files))]
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            log.warning("%s on %s still running after %.0f s; stopping", what, cluster.prefix,
+                        timeout)
+        finally:
+            cluster.stop_all(timeout=3.0)
+        outs = []
+        for f in files:
+            f.seek(0)
+            outs.append(f.read())
+    finally:
+        for f in files:
+            f.close()
+    return outs, [p.returncode for p in procs]
 
 
 def run_byteps_job(

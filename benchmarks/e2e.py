@@ -190,29 +190,8 @@ def run_on_workers(cluster: bc.EmulatedCluster, argv: Sequence[str], env: Mappin
                    timeout: float, what: str, rank_env: bool = True) -> list[dict]:
     """``argv`` once on every worker host of ``cluster`` (``RANK`` = worker index with
     ``rank_env``); the workers' ``RESULT`` dicts. Raises RuntimeError on a failure or timeout."""
-    files = [tempfile.TemporaryFile(mode="w+") for _ in cluster.workers]
-    try:
-        procs = [cluster.spawn(h, list(argv), {**env, "RANK": str(i)} if rank_env else dict(env),
-                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                               text=True)
-                 for i, (h, f) in enumerate(zip(cluster.workers, files))]
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.wait(max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            log.warning("%s on %s still running after %.0f s; stopping", what, cluster.prefix,
-                        timeout)
-        finally:
-            cluster.stop_all(timeout=3.0)
-        outs = []
-        for f in files:
-            f.seek(0)
-            outs.append(f.read())
-    finally:
-        for f in files:
-            f.close()
-    return _reports(outs, [p.returncode for p in procs], what)
+    outs, codes = bc.run_on_worker_hosts(cluster, argv, env, timeout, what, rank_env)
+    return _reports(outs, codes, what)
 
 
 def run_torch_ddp(cluster: bc.EmulatedCluster, plan: dict) -> list[dict]:

@@ -36,9 +36,7 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -129,35 +127,15 @@ def run_gloo(cluster: bc.EmulatedCluster, nbytes: int, iters: int, warmup: int =
            "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "benchmarks.table1", "--gloo-worker", str(nbytes),
             str(iters), str(warmup)]
-    files = [tempfile.TemporaryFile(mode="w+") for _ in range(n)]
-    try:
-        procs = [cluster.spawn(h, argv, {**env, "RANK": str(i)}, stdin=subprocess.DEVNULL,
-                               stdout=f, stderr=subprocess.STDOUT, text=True)
-                 for i, (h, f) in enumerate(zip(cluster.workers, files))]
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.wait(max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            log.warning("gloo job on %s still running after %.0f s; stopping", cluster.prefix,
-                        timeout)
-        finally:
-            cluster.stop_all(timeout=3.0)
-        outs = []
-        for f in files:
-            f.seek(0)
-            outs.append(f.read())
-    finally:
-        for f in files:
-            f.close()
+    outs, codes = bc.run_on_worker_hosts(cluster, argv, env, timeout, "gloo job")
     reports = []
     for out in outs:
         found = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
         if found:
             reports.append(json.loads(found[-1][7:]))
-    if len(reports) != n or any(p.returncode != 0 for p in procs):
+    if len(reports) != n or any(c != 0 for c in codes):
         tail = "\n".join(outs[0].splitlines()[-15:])
-        raise RuntimeError(f"gloo job failed (exit codes {[p.returncode for p in procs]}):\n"
+        raise RuntimeError(f"gloo job failed (exit codes {codes}):\n"
                            f"{tail}")
     return statistics.median(max(ts) for ts in zip(*(r["times"] for r in reports)))
 

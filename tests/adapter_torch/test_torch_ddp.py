@@ -113,6 +113,32 @@ def test_backward_reduces_in_layer_priority_order(ddp_mod):
         torch.testing.assert_close(p.grad, g)
 
 
+def test_buffers_broadcast_coalesced_per_dtype(ddp_mod):
+    bps, DDP = ddp_mod
+    fake = bps._fake
+    fake.state["size"] = 2  # broadcasts happen only with more than one rank
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6),
+                              torch.nn.Linear(6, 3), torch.nn.BatchNorm1d(3))
+    ddp = DDP(net)
+    with torch.no_grad():  # distinct values, so a buffer written back out of place shows
+        for i, b in enumerate(net.buffers()):
+            b.copy_(torch.arange(b.numel()).reshape(b.shape) + 100 * i)
+    want = [b.detach().clone() for b in net.buffers()]
+    seen = []
+    net[1].register_forward_pre_hook(
+        lambda mod, args: seen.append([b.detach().clone() for b in net.buffers()]))
+    fake.state["calls"].clear()
+    ddp(torch.randn(5, 4))
+    calls = [c for c in fake.state["calls"] if ".Buffers." in c["name"]]
+    # one push_pull per dtype: running_mean/var (float32, 6+6+3+3) and num_batches_tracked
+    assert sorted((c["dtype"], c["shape"]) for c in calls) == [("float32", [18]),
+                                                               ("int64", [2])]
+    # the broadcast values (here: a copy of rank 0's own) went back into their own buffers
+    for got, w in zip(seen[0], want):
+        torch.testing.assert_close(got, w)
+
+
 def test_no_sync_accumulates_then_reduces(ddp_mod):
     bps, DDP = ddp_mod
     ddp = DDP(_net())

@@ -294,17 +294,39 @@ class DistributedDataParallel(torch.nn.Module):
 
         Raises:
             the errors of :func:`byteps.torch.broadcast_parameters` (e.g. ``InvalidTypeError``
-            for a bool buffer, ``MismatchError`` when buffers differ in shape across ranks).
+            for a bool buffer, ``MismatchError`` when the buffers' element counts differ
+            across ranks).
         """
         if self._callback_queued:
             self._abandon()  # the previous backward pass was aborted by an error
         if torch.is_grad_enabled():
             self._sync_next_backward = self._require_backward_grad_sync
             if self.broadcast_buffers and self._require_backward_grad_sync:
-                buffers = [(n, b) for n, b in self.module.named_buffers() if b is not None]
+                buffers = [b for _, b in self.module.named_buffers() if b is not None]
                 if buffers and self._size > 1:
-                    broadcast_parameters(buffers, root_rank=0, prefix=self._prefix + "Buffer.")
+                    self._broadcast_buffers(buffers)
         return self.module(*inputs, **kwargs)
+
+    def _broadcast_buffers(self, buffers: List[torch.Tensor]) -> None:
+        """Rank 0's buffers to every rank, coalesced as torch DDP does: the buffers of one
+        dtype are flattened into one tensor, broadcast in one push_pull, and copied back (a
+        model with BatchNorm has three buffers per layer; one operation per dtype instead of
+        one per buffer). Buffers whose element counts differ across ranks make the flattened
+        lengths differ: ``MismatchError`` from the core."""
+        groups: Dict[torch.dtype, List[torch.Tensor]] = {}
+        for b in buffers:
+            groups.setdefault(b.dtype, []).append(b)
+        flats = [(str(dtype).replace("torch.", ""), torch.cat([b.detach().reshape(-1)
+                                                               for b in group]), group)
+                 for dtype, group in groups.items()]
+        broadcast_parameters([(name, flat) for name, flat, _ in flats], root_rank=0,
+                             prefix=self._prefix + "Buffers.")
+        with torch.no_grad():
+            for _, flat, group in flats:
+                offset = 0
+                for b in group:
+                    b.copy_(flat[offset:offset + b.numel()].view_as(b))
+                    offset += b.numel()
 
     @contextmanager
     def no_sync(self):

@@ -177,6 +177,19 @@ def _shown(argv: List[str]) -> List[str]:
     return out
 
 
+def _dated(section: report.Section, saved: dict, first: dict) -> report.Section:
+    """``section`` with a line under its heading naming the run it comes from (date, commit,
+    command), when that is not the page header's run and the section does not say so itself."""
+    text, targets = section
+    if saved is first or "\nMeasured " in text:
+        return section
+    commit = (saved.get("machine") or {}).get("commit")
+    line = (f"Measured {saved.get('date', '?')}" + (f" at commit {commit}" if commit else "")
+            + f" (`{saved.get('command', '?')}`), merged into this page with `--from-json`.")
+    head, _, rest = text.partition("\n")
+    return f"{head}\n\n{line}\n{rest}", targets
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     argv_list = list(sys.argv[1:] if argv is None else argv)
@@ -187,6 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             with open(path) as f:
                 saved.append(json.load(f))
         results = {k: v for s in saved for k, v in s["results"].items()}
+        origin = {k: s for s in saved for k in s["results"]}  # the file each section is from
         command, info, date = saved[0]["command"], saved[0].get("machine"), saved[0].get("date")
         times = [s.get("elapsed_s") for s in saved]
         elapsed = sum(times) if all(times) else None
@@ -226,6 +240,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     img_rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(args.out)))
     sections: List[report.Section] = [
         benches[n].markdown(results[n], img_dir, img_rel) for n in chosen]
+    if args.from_json:  # a section measured apart from the header's run says when and where
+        sections = [_dated(sec, origin[n], saved[0]) for n, sec in zip(chosen, sections)]
     page = report.render(sections, command=command.strip(), elapsed_s=elapsed, info=info,
                          date=date)
     report.write(args.out, page)

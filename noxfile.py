@@ -8,6 +8,9 @@ Sessions:
     mxnet  MXNet 1.9.1 with numpy 1.23.5 (pins only in this session's own venv) + the MXNet
            tests, the conformance suite for MXNet and the Gluon example.
     bench  the benchmark lab's tests (emulated cluster needs root) + python -m benchmarks --quick.
+    engines  launching through the engines users run (ssh hosts, Slurm, Kubernetes manifests,
+           torchrun environments, Ray): same install as torch plus the ``engines`` extra;
+           the tests that need sshd/Slurm/root skip with the reason where those are missing.
     slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
 
 Installing ``.`` builds the C++ core (scikit-build-core, a few minutes on 2 cores); pass
@@ -20,7 +23,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "mxnet", "bench"]
+nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "mxnet", "bench", "engines"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 # stdlib venv + pip: torch must come from pip's configured find-links (never uv).
@@ -61,7 +64,8 @@ def unit(session: nox.Session) -> None:
     _build_env(session)
     session.install(".[test]")
     session.run("pytest", "-m",
-                "not slow and not torch and not tensorflow and not mxnet and not bench",
+                "not slow and not torch and not tensorflow and not mxnet and not bench "
+                "and not engines",
                 "tests", *session.posargs,
                 success_codes=PYTEST_OK)
 
@@ -112,6 +116,17 @@ def bench(session: nox.Session) -> None:
     out = session.create_tmp()
     session.run("python", "-m", "benchmarks", "--quick", "--out",
                 os.path.join(out, "performance.md"), "--img-dir", os.path.join(out, "img"))
+
+
+@nox.session
+def engines(session: nox.Session) -> None:
+    """Launching on ssh hosts, Slurm, Kubernetes (manifests and their contract), torchrun-style
+    environments and Ray (``pytest -m engines``)."""
+    _build_env(session)
+    session.install(TORCH)
+    session.install(".[torch,examples,test,engines]")
+    session.run("pytest", "-m", "engines and not slow", "tests", *session.posargs,
+                success_codes=PYTEST_OK)
 
 
 @nox.session

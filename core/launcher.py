@@ -33,6 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .cluster_env import ClusterSpec, JobIdentity, role_env
 from .knobs import report_environment
 from .launcher_output import run_job
 
@@ -184,42 +185,31 @@ def build_local_plan(
             f"{', BYTEPS_FORCE_DISTRIBUTED=1' if forced else ''}): give --servers >= 1 "
             "(servers colocated on worker hosts are not supported yet)"
         )
-    for name in LOCAL_MODE_VARS + ("DMLC_SERVER_ID",):
-        parent.pop(name, None)
-    common = {
-        **parent,
-        **extra,
-        "DMLC_NUM_WORKER": str(workers),
-        "DMLC_NUM_SERVER": str(servers if distributed else 0),
-        "DMLC_PS_ROOT_URI": "127.0.0.1",
-        "DMLC_PS_ROOT_PORT": str(port if port is not None else find_free_port()),
-        "DMLC_NODE_HOST": "127.0.0.1",
-        "BYTEPS_JOB_ID": job_id or secrets.token_hex(6),
-        "BYTEPS_SECRET": secret or secrets.token_hex(32),
-        "PYTHONUNBUFFERED": "1",
-    }
+    cluster = ClusterSpec(
+        workers, servers if distributed else 0, local_size, "127.0.0.1",
+        port if port is not None else find_free_port(),
+        JobIdentity(job_id or secrets.token_hex(6), secret or secrets.token_hex(32)))
+    inherited = {**parent, **extra}
+
+    def env_of(role: str, **worker) -> dict[str, str]:
+        return role_env(cluster, role, node_host="127.0.0.1", base=inherited, **worker)
+
     specs: list[ChildSpec] = []
     if distributed:
         srv = list(server_argv) if server_argv is not None else default_server_argv()
-        specs.append(ChildSpec("scheduler", None, srv, {**common, "DMLC_ROLE": "scheduler"}))
+        specs.append(ChildSpec("scheduler", None, srv, env_of("scheduler")))
         for s in range(servers):
-            specs.append(ChildSpec("server", s, list(srv), {**common, "DMLC_ROLE": "server"}))
+            specs.append(ChildSpec("server", s, list(srv), env_of("server")))
     # Every worker machine runs on this host: with the timeline on, each gets its own
     # directory, so their <dir>/<local_rank>/comm.json do not overwrite each other.
-    trace_dir = common.get("BYTEPS_TRACE_DIR") or "./trace"
-    own_trace_dir = workers > 1 and _is_true(common.get("BYTEPS_TRACE_ON"))
+    trace_dir = inherited.get("BYTEPS_TRACE_DIR") or "./trace"
+    own_trace_dir = workers > 1 and _is_true(inherited.get("BYTEPS_TRACE_ON"))
     for w in range(workers):
         for lr in range(local_size):
-            env = {
-                **common,
-                "DMLC_ROLE": "worker",
-                "DMLC_WORKER_ID": str(w),
-                "BYTEPS_LOCAL_RANK": str(lr),
-                "BYTEPS_LOCAL_SIZE": str(local_size),
-            }
+            env = env_of("worker", worker_id=w, local_rank=lr)
             if own_trace_dir:
                 env["BYTEPS_TRACE_DIR"] = os.path.join(trace_dir, f"worker{w}")
-            specs.append(ChildSpec("worker", w * local_size + lr, list(command), env))
+            specs.append(ChildSpec("worker", cluster.rank(w, lr), list(command), env))
     return specs
 
 

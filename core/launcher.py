@@ -380,6 +380,16 @@ def _parser() -> argparse.ArgumentParser:
                    "kernels, frameworks, the address a node would advertise, environment "
                    "problems) for the environment the job would get, and exit (1 if a problem "
                    "was found); see python -m byteps.doctor")
+    slurm = p.add_argument_group(
+        "Slurm", "the job on the nodes of the Slurm allocation it runs in, through srun steps "
+        "(--port and --env apply too); chosen by itself when SLURM_JOB_ID is set, DMLC_ROLE is "
+        "not and no other mode is asked for: scheduler on the first node, workers = the "
+        "allocation's tasks (the same number on every node)")
+    slurm.add_argument("--slurm", action="store_true",
+                       help="launch through Slurm (run once, from the sbatch script or salloc "
+                       "shell)")
+    slurm.add_argument("--servers-per-node", type=int, metavar="S",
+                       help="servers on every node of the allocation (default 1)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                    help="the worker command (everything after the options; '--' allowed)")
     return p
@@ -431,7 +441,10 @@ def main(
         refused = report_environment({**parent, **parse_env_pairs(args.env)})
         if refused:
             raise LaunchError(refused)
-        if args.workers is not None:
+        if args.slurm or args.servers_per_node is not None or (
+                args.workers is None and _slurm_detected(parent)):
+            return _launch_slurm(args, command, parent, server_argv)
+        elif args.workers is not None:
             extra = parse_env_pairs(args.env, LOCAL_MODE_VARS)
             local_size = 1 if args.local_size is None else args.local_size
             specs = build_local_plan(
@@ -473,10 +486,41 @@ def main(
     return run_job(specs, grace=args.grace, on_exit=cleanup)
 
 
+def _slurm_detected(env: Mapping[str, str]) -> bool:
+    """Inside a Slurm allocation (``SLURM_JOB_ID``) with no ``DMLC_ROLE``: ``--slurm`` mode."""
+    return bool(env.get("SLURM_JOB_ID", "").strip()) and "DMLC_ROLE" not in env
+
+
+def _launch_slurm(args, command, parent, server_argv) -> int:
+    """``--slurm`` (or detected): see :mod:`byteps.launch_slurm`; LaunchError for bad options."""
+    from .launch_slurm import run_slurm
+
+    clash = [opt for opt, val in (("--workers", args.workers is not None),
+                                  ("--servers", args.servers is not None),
+                                  ("--local-size", args.local_size is not None)) if val]
+    if clash:
+        raise LaunchError(f"{', '.join(clash)}: not with --slurm (the allocation gives the "
+                          "workers; servers: --servers-per-node)")
+    if not args.slurm:
+        if not _slurm_detected(parent):
+            raise LaunchError("--servers-per-node: only with --slurm")
+        print(f"bpslaunch: SLURM_JOB_ID={parent['SLURM_JOB_ID'].strip()} is set and DMLC_ROLE is "
+              "not: launching the job on the Slurm allocation's nodes (as with --slurm)",
+              file=sys.stderr, flush=True)
+    return run_slurm(command, servers_per_node=args.servers_per_node or 1, port=args.port,
+                     grace=args.grace, env=parent,
+                     extra_env=parse_env_pairs(args.env, LOCAL_MODE_VARS),
+                     server_argv=server_argv)
+
+
 def _usage_error(message: str) -> int:
     print(f"bpslaunch: {message}", file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The package's module, not this __main__ copy: the engine launchers import
+    # byteps.launcher, and the LaunchError they raise must be the one main() catches.
+    from byteps.launcher import main as _main
+
+    sys.exit(_main())

@@ -390,6 +390,9 @@ def _parser() -> argparse.ArgumentParser:
                        "shell)")
     slurm.add_argument("--servers-per-node", type=int, metavar="S",
                        help="servers on every node of the allocation (default 1)")
+    from .launch_k8s import add_arguments as add_k8s_arguments  # imports this module
+
+    add_k8s_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                    help="the worker command (everything after the options; '--' allowed)")
     return p
@@ -426,6 +429,11 @@ def main(
     parent = dict(os.environ if env is None else env)
     if not 0 <= args.grace < float("inf"):
         return _usage_error(f"--grace must be a finite number >= 0, got {args.grace:g}")
+    from .launch_k8s import manifest_main
+
+    manifest_rc = manifest_main(args, command)  # --k8s-manifest: write YAML, start nothing
+    if manifest_rc is not None:
+        return manifest_rc
     if args.doctor:
         from byteps import doctor  # the report needs the core; a plain launch does not load it
 

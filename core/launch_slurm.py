@@ -342,13 +342,18 @@ class TaskFailureWatch:
         self.stream.flush()
 
     def describe(self) -> str | None:
-        """``"worker rank 1 on node n1: Exited with exit code 3"``, or None."""
+        """``"worker rank 1 on node n1: Exited with exit code 3"`` (``"servers 0-1 on node n0:
+        Killed"``, ``"scheduler on node n0: ..."``), or None."""
         if self.first is None:
             return None
         role, node, ids, what = self.first
-        kind = {"worker": "rank", "server": "index"}.get(role)
-        plural = "s" if "," in ids or "-" in ids else ""
-        who = role if kind is None else f"{role} {kind}{plural} {ids}"
+        many = "," in ids or "-" in ids
+        if role == "worker":  # task ids are the global ranks (block distribution)
+            who = f"worker rank{'s' if many else ''} {ids}"
+        elif role == "server":  # ... and the server indices
+            who = f"server{'s' if many else ''} {ids}"
+        else:
+            who = role
         return f"{who} on node {node}: {what}"
 
     def exit_code(self) -> int | None:

@@ -1,0 +1,277 @@
+"""The parameter-server schemes, simulated message by message: the BytePS summation service
+(``byteps``) and a native PS (``ps``), over :mod:`byteps.sim.network`.
+
+What is modelled, as the core does it (docs/architecture.md §4-§7):
+
+* **partitions**: a tensor of ``b`` bytes is cut at ``TensorPartitionBound`` (at most
+  ``b / (16 n)``, at least 64 KiB, at most the job's bound, in pages of 4096 x L bytes);
+* **placement** (``byteps``): servers on the CPU machines and/or colocated on the worker
+  machines as the emulated cluster places them (k = 0: one per worker machine; 0 < k < n: one
+  per CPU machine and one per worker machine; k >= n: CPU machines only), shares from the
+  weights ``2(n-1)`` (CPU machine) and ``max(n-k, 0)`` (colocated), each partition, largest
+  first, to the server furthest below its share (``KeyPlanner``);
+  ``ps``: one server per worker machine, each *tensor* whole on the least-loaded server (a
+  native PS that places variables, without BytePS's partition-level balancing);
+* **push order**: priority first (``priority``: the first layer first; ``fifo``: one priority,
+  so the order gradients were produced), then the earlier-declared tensor, partitions starting
+  at index ``worker id`` (``StaggeredPushPosition``); **credit**: at most ``credit x partition
+  bound`` bytes pushed and not yet acknowledged (one always may go), returned by the server's
+  ``PUSH_ACK`` on receipt, modelled as arriving one latency later (in the core it queues
+  behind the pull responses on the same connection; modelled that way, the n = 4, k = 2 rows
+  of the architecture table come out 15 % slower than measured, without it 1-3 %:
+  docs/simulator.md);
+* **the server**: the first push of a round costs no copy, each later one is summed at
+  ``sum_rate`` bytes/s on the key's engine thread (keys bound to the least-loaded of
+  ``server_threads``); when all n have been summed the sum goes back to every worker;
+* **GPUs per machine** (L > 1): a partition passes the machine's local bus (``gpu_bus``
+  bytes/s, one FIFO per machine) before its push (reduce, ``(L-1)/L`` of its bytes) and after
+  its pull (broadcast, the same);
+* colocated worker-server traffic takes the machine's loopback (``local_bandwidth``), not
+  its NIC; compression divides every pushed and pulled byte by the ratio.
+
+Not modelled: the CPU the TCP stack spends, the PCIe copy to host, optimizer work on the
+server, stragglers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .network import Conn, Port, Sim
+
+PAGE = 4096
+PIPELINE_DEPTH = 16
+MIN_ADAPTIVE = 64 << 10
+HEADER_BYTES = 48
+
+
+def partition_bound(partition_bytes: int, local_size: int = 1) -> int:
+    """``PartitionBound``: rounded up to pages of 4096 x local_size bytes."""
+    unit = PAGE * max(local_size, 1)
+    return (max(int(partition_bytes), 1) + unit - 1) // unit * unit
+
+
+def tensor_partition_bound(nbytes: int, job_bound: int, n: int, local_size: int = 1) -> int:
+    """``TensorPartitionBound`` of the core (bytes)."""
+    want = nbytes // (PIPELINE_DEPTH * max(n, 1))
+    return min(partition_bound(max(want, MIN_ADAPTIVE), local_size), job_bound)
+
+
+def server_shares(n: int, colocated: Sequence[bool]) -> List[float]:
+    """``ServerShares``: each server's share of the bytes."""
+    k = sum(1 for c in colocated if not c)
+    w = [float(max(n - k, 0)) if c else 2.0 * max(n - 1, 0) for c in colocated]
+    s = sum(w)
+    if s <= 0:
+        return [1.0 / len(w)] * len(w)
+    return [x / s for x in w]
+
+
+class KeyPlanner:
+    """``KeyPlanner``: assigns partitions to servers by share, across every tensor."""
+
+    def __init__(self, shares: Sequence[float]):
+        self.shares = list(shares)
+        self.assigned = [0] * len(shares)
+        self.total = 0
+
+    def assign(self, sizes: Sequence[int]) -> List[int]:
+        out = [0] * len(sizes)
+        for idx in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+            after = self.total + sizes[idx]
+            best, deficit = 0, -1e300
+            for s, share in enumerate(self.shares):
+                d = share * after - self.assigned[s]
+                if d > deficit + 1e-9:
+                    best, deficit = s, d
+            self.assigned[best] += sizes[idx]
+            self.total = after
+            out[idx] = best
+        return out
+
+
+class _Server:
+    def __init__(self, name: str, machine: int, threads: int):
+        self.name, self.machine = name, machine
+        self.free_at = [0.0] * threads  # per engine thread: when its queue drains
+        self.busy = [0.0] * threads
+        self.load = [0] * threads
+        self.thread_of: Dict[int, int] = {}
+        self.count: Dict[int, int] = {}
+        self.summed: Dict[int, int] = {}
+
+
+class PSBackend:
+    """The PS schemes' communication for one iteration. ``submit(j)`` hands tensor ``j``
+    (ready now on every worker); ``done[w][j]`` gets the time worker ``w`` has its sum.
+
+    Machines: worker machines 0..n-1 and CPU machines n..n+k-1 (used only by ``byteps``).
+    """
+
+    def __init__(self, sim: Sim, cluster, scheme, sizes: Sequence[int],
+                 priorities: Sequence[int]):
+        from ..errors import InvalidArgumentError
+
+        self.sim, self.cl, self.sch = sim, cluster, scheme
+        n, k, L = cluster.machines, cluster.cpu_machines, cluster.gpus_per_machine
+        self.n, self.L = n, L
+        self.sizes, self.prio = list(sizes), list(priorities)
+        self.done: List[List[Optional[float]]] = [[None] * len(sizes) for _ in range(n)]
+        self.ports: List[Port] = []
+        nic = {}
+        names = [f"w{i}" for i in range(n)] + [f"c{j}" for j in range(k)]
+        for m, name in enumerate(names):
+            nic[m] = (self._port(f"{name}.tx", cluster.bandwidth),
+                      self._port(f"{name}.rx", cluster.bandwidth))
+        self.loop = [self._port(f"w{i}.loopback", cluster.local_bandwidth) for i in range(n)]
+        self.bus = [self._port(f"w{i}.gpu-bus", cluster.gpu_bus_bandwidth) for i in range(n)] \
+            if L > 1 else []
+        if scheme.name == "ps" or (scheme.name == "byteps" and k == 0):
+            placed = [(i, True) for i in range(n)]
+        elif scheme.name == "byteps":
+            placed = ([(i, True) for i in range(n)] if k < n else []) + \
+                [(n + j, False) for j in range(k)]
+        else:
+            raise InvalidArgumentError(f"PSBackend: scheme {scheme.name!r} is not a PS scheme")
+        self.servers = [_Server(names[m], m, cluster.server_threads) for m, _ in placed]
+        self.planner = KeyPlanner(server_shares(n, [c for _, c in placed]) if
+                                  scheme.name == "byteps" else [1.0] * len(placed))
+        lat = cluster.latency
+        self.up: List[List[Conn]] = []
+        self.down: List[List[Conn]] = []
+        for w in range(n):
+            ups, downs = [], []
+            for s in self.servers:
+                if s.machine == w:
+                    ups.append(Conn(sim, self.loop[w], None, 0.0))
+                    downs.append(Conn(sim, self.loop[w], None, 0.0))
+                else:
+                    ups.append(Conn(sim, nic[w][0], nic[s.machine][1], lat))
+                    downs.append(Conn(sim, nic[s.machine][0], nic[w][1], lat))
+            self.up.append(ups)
+            self.down.append(downs)
+        self.bus_conn = [Conn(sim, b, None, 0.0) for b in self.bus]
+        self.job_bound = partition_bound(scheme.partition_bytes, L)
+        self.credit_bytes = scheme.credit * self.job_bound if scheme.credit > 0 else 0
+        self.queue: List[List[tuple]] = [[] for _ in range(n)]
+        self.inflight = [0] * n
+        self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
+        self.left = [[0] * len(sizes) for _ in range(n)]
+        self.declared = 0
+        self.nkeys = 0
+        self.on_tensor_done: Callable[[int, int], None] = lambda w, j: None
+
+    def _port(self, name: str, cap: float) -> Port:
+        p = Port(name, cap)
+        self.ports.append(p)
+        return p
+
+    # ------------------------------------------------------------------------- worker --
+    def submit(self, j: int) -> None:
+        """Tensor ``j`` is ready on every worker now."""
+        size = self.sizes[j]
+        if self.n == 1:  # one machine: no server, the local reduce and broadcast only
+            self.left[0][j] = 1
+            if self.L > 1:
+                self.bus_conn[0].send(2 * size * (self.L - 1) / self.L,
+                                      lambda: self._part_done(0, j))
+            else:
+                self.sim.after(0.0, self._part_done, 0, j)
+            return
+        if self.sch.name == "ps":
+            bound = self.job_bound
+            srv = self.planner.assign([size])[0]
+            cuts = [min(bound, size - o) for o in range(0, size, bound)] or [0]
+            servers = [srv] * len(cuts)
+        else:
+            bound = tensor_partition_bound(size, self.job_bound, self.n, self.L)
+            cuts = [min(bound, size - o) for o in range(0, size, bound)] or [0]
+            servers = self.planner.assign(cuts)
+        key0 = self.nkeys
+        self.nkeys += len(cuts)
+        self.parts[j] = [(key0 + i, b, s) for i, (b, s) in enumerate(zip(cuts, servers))]
+        declared, self.declared = self.declared, self.declared + 1
+        prio = self.prio[j] if self.sch.scheduling == "priority" else 0  # smaller first
+        P = len(cuts)
+        for w in range(self.n):
+            self.left[w][j] = P
+            for i, (key, b, s) in enumerate(self.parts[j]):
+                order = (prio, declared, (i + P - w % P) % P)
+                if self.L > 1:
+                    self.bus_conn[w].send(b * (self.L - 1) / self.L,
+                                          lambda w=w, o=order, it=(j, key, b, s):
+                                          self._enqueue(w, o, it))
+                else:
+                    self._enqueue(w, order, (j, key, b, s))
+
+    def _enqueue(self, w: int, order: tuple, item: tuple) -> None:
+        heapq.heappush(self.queue[w], (order, item))
+        self._try_push(w)
+
+    def _try_push(self, w: int) -> None:
+        q = self.queue[w]
+        while q:
+            b = q[0][1][2]
+            if self.credit_bytes and self.inflight[w] > 0 and \
+                    self.inflight[w] + b > self.credit_bytes:
+                return
+            _, (j, key, b, s) = heapq.heappop(q)
+            self.inflight[w] += b
+            wire = b / self.sch.compression + HEADER_BYTES
+            self.up[w][s].send(wire, lambda w=w, it=(j, key, b, s): self._on_push(w, it))
+
+    def _on_ack(self, w: int, b: int) -> None:
+        self.inflight[w] -= b
+        self._try_push(w)
+
+    def _on_pull(self, w: int, j: int, b: int) -> None:
+        if self.L > 1:
+            self.bus_conn[w].send(b * (self.L - 1) / self.L, lambda: self._part_done(w, j))
+        else:
+            self._part_done(w, j)
+
+    def _part_done(self, w: int, j: int) -> None:
+        self.left[w][j] -= 1
+        if self.left[w][j] == 0:
+            self.done[w][j] = self.sim.now
+            self.on_tensor_done(w, j)
+
+    # ------------------------------------------------------------------------- server --
+    def _on_push(self, w: int, item: tuple) -> None:
+        j, key, b, s = item
+        srv = self.servers[s]
+        self.sim.after(self.cl.latency, self._on_ack, w, b)
+        if key not in srv.thread_of:
+            t = min(range(len(srv.load)), key=lambda i: srv.load[i])
+            srv.thread_of[key] = t
+            srv.load[t] += b
+        c = srv.count.get(key, 0)
+        srv.count[key] = c + 1
+        if c == 0:  # the first push of the round becomes the sum buffer: no copy
+            self._summed(s, key, j, b)
+            return
+        t = srv.thread_of[key]
+        dur = b / self.cl.sum_rate
+        start = max(self.sim.now, srv.free_at[t])
+        srv.free_at[t] = start + dur
+        srv.busy[t] += dur
+        self.sim.at(start + dur, self._summed, s, key, j, b)
+
+    def _summed(self, s: int, key: int, j: int, b: int) -> None:
+        srv = self.servers[s]
+        srv.summed[key] = srv.summed.get(key, 0) + 1
+        if srv.summed[key] < self.n:
+            return
+        wire = b / self.sch.compression + HEADER_BYTES
+        for w in range(self.n):
+            self.down[w][s].send(wire, lambda w=w: self._on_pull(w, j, b))
+
+    # ---------------------------------------------------------------------- resources --
+    def busy(self) -> Dict[str, float]:
+        """Busy seconds per resource: every port, every server engine thread."""
+        out = {p.name: p.busy_s for p in self.ports}
+        for s in self.servers:
+            for t, v in enumerate(s.busy):
+                out[f"server {s.name} CPU (thread {t})"] = v
+        return out

@@ -73,17 +73,26 @@ class ChildSpec:
             index, or ``None`` (scheduler; servers in upstream mode).
         argv (list[str]): the command, run without a shell.
         env (dict[str, str]): its complete environment.
+        host (str | None): the host it runs on when that is not this one (ssh); shown first in
+            its label. Its exit code ``128 + n`` then means death by signal ``n``.
+        stdin (bytes | None): written to its standard input, which then stays open as its
+            lifeline: the launcher stops it by closing it (``None``: ``/dev/null``, stopped by
+            signals). See :func:`byteps.launcher_output.run_job`.
     """
 
     role: str
     rank: int | None
     argv: list[str]
     env: dict[str, str] = field(repr=False)
+    host: str | None = None
+    stdin: bytes | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
-        """``"worker 3"``, ``"server 0"``, ``"scheduler"``: used in prefixes and messages."""
-        return self.role if self.rank is None else f"{self.role} {self.rank}"
+        """``"worker 3"``, ``"server 0"``, ``"scheduler"`` (``"h1 worker 3"`` with a host):
+        used in prefixes and messages."""
+        label = self.role if self.rank is None else f"{self.role} {self.rank}"
+        return label if self.host is None else f"{self.host} {label}"
 
 
 def default_server_argv() -> list[str]:
@@ -380,6 +389,23 @@ def _parser() -> argparse.ArgumentParser:
                    "kernels, frameworks, the address a node would advertise, environment "
                    "problems) for the environment the job would get, and exit (1 if a problem "
                    "was found); see python -m byteps.doctor")
+    ssh = p.add_argument_group(
+        "ssh hosts", "the job on several hosts over ssh (--port and --env apply too); "
+        "scheduler on the first worker host, one server per worker host")
+    ssh.add_argument("--hosts", metavar="H[:SLOTS],...",
+                     help="worker hosts, each running SLOTS workers (default 1; the same on "
+                     "every host), e.g. h1:2,h2:2")
+    ssh.add_argument("--hostfile", metavar="FILE",
+                     help="worker hosts from FILE, one 'host slots=N' per line (# comments)")
+    ssh.add_argument("--server-hosts", metavar="H,...",
+                     help="more hosts running one server each")
+    ssh.add_argument("--ssh-port", type=int, metavar="P", help="ssh port of every host")
+    ssh.add_argument("--ssh-identity", metavar="FILE", help="ssh private key (ssh -i)")
+    ssh.add_argument("--ssh-config", metavar="FILE",
+                     help="ssh configuration file (ssh -F; replaces ~/.ssh/config)")
+    ssh.add_argument("--network-interface", metavar="IF",
+                     help="DMLC_INTERFACE of every process: the interface whose address the "
+                     "nodes advertise")
     slurm = p.add_argument_group(
         "Slurm", "the job on the nodes of the Slurm allocation it runs in, through srun steps "
         "(--port and --env apply too); chosen by itself when SLURM_JOB_ID is set, DMLC_ROLE is "
@@ -449,7 +475,15 @@ def main(
         refused = report_environment({**parent, **parse_env_pairs(args.env)})
         if refused:
             raise LaunchError(refused)
-        if args.slurm or args.servers_per_node is not None or (
+        from .launch_ssh import plan_from_args, ssh_options_given
+
+        if args.hosts is not None or args.hostfile is not None:
+            specs = plan_from_args(args, command, parent, server_argv=server_argv)
+            job_id = None  # each host's runner removes its leftover shared memory
+        elif ssh_options_given(args):
+            raise LaunchError(f"{', '.join(ssh_options_given(args))}: only with --hosts or "
+                              "--hostfile")
+        elif args.slurm or args.servers_per_node is not None or (
                 args.workers is None and _slurm_detected(parent)):
             return _launch_slurm(args, command, parent, server_argv)
         elif args.workers is not None:

@@ -242,13 +242,26 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _describe(returncode: int) -> str:
-    text = f"exited with code {exit_code_of(returncode)}"
+def _signal_of(spec, returncode: int) -> int | None:
+    """The signal that killed a child, or None. A remote child (``spec.host`` set) reports
+    death by signal ``n`` as exit code ``128 + n`` (its ssh relays the runner's code)."""
     if returncode < 0:
+        return -returncode
+    if getattr(spec, "host", None) is not None and 128 < returncode <= 128 + 64:
+        return returncode - 128
+    return None
+
+
+def _describe(spec, returncode: int) -> str:
+    text = f"exited with code {exit_code_of(returncode)}"
+    signum = _signal_of(spec, returncode)
+    if signum is not None:
         try:
-            text += f" (killed by {signal.Signals(-returncode).name})"
+            text += f" (killed by {signal.Signals(signum).name})"
         except ValueError:
-            text += f" (killed by signal {-returncode})"
+            text += f" (killed by signal {signum})"
+    elif returncode == 255 and getattr(spec, "host", None) is not None:
+        text += " (ssh failed: see its message above)"
     return text
 
 
@@ -260,12 +273,35 @@ class _Child:
         self.proc = proc
         self.pumps = pumps
         self.signaled = False  # the launcher sent it a stop signal: its exit is not a failure
+        self.fed = threading.Event()  # spec.stdin is written (or cannot be any more)
+        if proc.stdin is not None:
+            threading.Thread(target=self._feed, name=f"{spec.label} in", daemon=True).start()
+
+    def _feed(self) -> None:
+        try:
+            self.proc.stdin.write(self.spec.stdin)
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # it exited (or is being stopped) before reading it all
+        finally:
+            self.fed.set()
 
     def signal_group(self, sig: int) -> None:
         try:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def request_stop(self, sig: int) -> None:
+        """Ask it to stop: close its lifeline (stdin) if it has one, else signal its group.
+        A lifeline still being written (the child is not reading it) is left to SIGKILL."""
+        if self.proc.stdin is None:
+            self.signal_group(sig)
+        elif self.fed.is_set():
+            try:
+                self.proc.stdin.close()
+            except (OSError, ValueError):
+                pass
 
 
 class _Job:
@@ -284,8 +320,10 @@ class _Job:
         PrefixWriter("", self.err, self.err_lock)._emit(f"bpslaunch: {message}\n")
 
     def spawn(self, spec, preexec: Callable[[], None]) -> _Child:
+        lifeline = getattr(spec, "stdin", None) is not None
         proc = subprocess.Popen(
-            list(spec.argv), env=dict(spec.env), stdin=subprocess.DEVNULL,
+            list(spec.argv), env=dict(spec.env),
+            stdin=subprocess.PIPE if lifeline else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             # preexec only calls the pre-resolved prctl and getppid (async-signal-safe enough)
             preexec_fn=preexec, close_fds=True,
@@ -329,8 +367,9 @@ class _Job:
             if rc != 0 and not child.signaled and self.failure is None:
                 child = self._root_cause(child, live)
                 rc = child.proc.returncode
-                self.fail(exit_code_of(rc), f"{child.spec.label} (pid {child.proc.pid}) "
-                                            f"{_describe(rc)}")
+                pid = f"{'ssh ' if getattr(child.spec, 'host', None) else ''}pid {child.proc.pid}"
+                self.fail(exit_code_of(rc), f"{child.spec.label} ({pid}) "
+                                            f"{_describe(child.spec, rc)}")
                 deadline = min(deadline or float("inf"), time.monotonic() + self.grace)
             elif deadline is None and all(w.proc.returncode is not None for w in workers):
                 # every worker succeeded: the servers and the scheduler should follow by
@@ -343,7 +382,7 @@ class _Job:
         A killed process makes its peers fail a few milliseconds later (the core reports the
         dead peer); their exits can be reaped first, but the signal death is the cause.
         """
-        if first.proc.returncode < 0:
+        if _signal_of(first.spec, first.proc.returncode) is not None:
             return first
         deadline = time.monotonic() + _CAUSE_WINDOW
         others = []
@@ -355,12 +394,14 @@ class _Job:
             live.discard(other)
             others.append(other)
         for other in others:
-            if other.proc.returncode is not None and other.proc.returncode < 0:
+            if other.proc.returncode is not None and \
+                    _signal_of(other.spec, other.proc.returncode) is not None:
                 return other
         return first
 
     def stop(self, live: set) -> None:
-        """Signal every child's process group, wait TERM_TIMEOUT, then SIGKILL the groups."""
+        """Signal every child's process group (close the lifeline of a child with one), wait
+        TERM_TIMEOUT, then SIGKILL the groups."""
         sig = self.signals[0] if self.signals else signal.SIGTERM
         if sig == signal.SIGHUP:
             sig = signal.SIGTERM
@@ -368,7 +409,7 @@ class _Job:
         for child in self.children:
             if child in live:
                 child.signaled = True
-            child.signal_group(sig)  # exited children: reaches their leftover grandchildren
+            child.request_stop(sig)  # exited children: reaches their leftover grandchildren
         deadline = time.monotonic() + TERM_TIMEOUT
         while live and len(self.signals) == seen and time.monotonic() < deadline:
             try:
@@ -409,6 +450,11 @@ def run_job(
     the others get ``grace`` seconds, then every process group gets SIGTERM, 3 s later SIGKILL.
     SIGINT/SIGTERM/SIGHUP to the launcher (when called from the main thread) forward the
     signal (SIGTERM for SIGHUP) to every group at once, SIGKILL 3 s later or on a second signal.
+
+    A spec with ``stdin`` bytes (the ssh launcher's) gets them on a pipe that then stays open:
+    instead of a signal, closing that pipe is its stop request (its remote runner stops the
+    remote process; SIGKILL to the local group 3 s later still applies). A spec with a ``host``
+    is labelled ``host role rank``, and its exit code ``128 + n`` counts as death by signal n.
 
     Args:
         specs (Sequence[ChildSpec]): what to run (see :mod:`byteps.launcher`); may be empty.

@@ -53,13 +53,22 @@ def slurm_unavailable(netns: bool = True) -> str | None:
     return None
 
 
-def _slurm_conf(d: Path, nodes: Sequence[tuple[str, str]], ctl_addr: str, cpus: int) -> str:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _slurm_conf(d: Path, nodes: Sequence[tuple[str, str]], ctl_addr: str, cpus: int,
+                ports: tuple[int, int]) -> str:
     node_lines = "\n".join(f"NodeName={name} NodeAddr={addr} CPUs={cpus} State=UNKNOWN"
                            for name, addr in nodes)
     names = ",".join(name for name, _ in nodes)
     return f"""\
 ClusterName=bpstest
 SlurmctldHost={socket.gethostname()}({ctl_addr})
+SlurmctldPort={ports[0]}
+SlurmdPort={ports[1]}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -183,7 +192,9 @@ class SlurmCluster:
                      f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"],
                     None, "munged.out")
         self._wait_for(lambda: (d / "munge.socket").exists(), 10, "munged's socket")
-        self.conf.write_text(_slurm_conf(d, self.node_addrs, self.node_addrs[0][1], cpus))
+        # Each namespace host has its own ports; in the root namespace take free ones.
+        ports = (6817, 6818) if self.emulated is not None else (_free_port(), _free_port())
+        self.conf.write_text(_slurm_conf(d, self.node_addrs, self.node_addrs[0][1], cpus, ports))
         # slurmd 22.05 initialises a cgroup plugin even with proctrack/linuxproc and task/none;
         # its autodetection fails where no cgroup file system is mounted (``ip netns exec``
         # gives a fresh /sys), naming the version explicitly starts it anyway.

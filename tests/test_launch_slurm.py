@@ -1,14 +1,15 @@
 """``bpslaunch --slurm`` against a real Slurm (Debian's slurmctld, slurmd, munge).
 
 One cluster for the module (:mod:`slurm_cluster`): two nodes ``n0``/``n1``, each a
-network-namespace host (10.77.0.11/12) with its own ``slurmd``; ``slurmctld`` on ``n0``.
-Jobs are submitted with ``sbatch`` (the launcher on the batch host ``n0``) and ``salloc`` (the
-launcher on the submitting host, as on a login node). Checked: the digits example across the
-two nodes (accuracy, identical parameters), the environment mapping of 2 nodes x 2 tasks with
-2 servers per node (the mode detected from ``SLURM_JOB_ID``), the secret on no command line of
-any process, a failing worker (its exit code, named; every step ends), Ctrl-C (every step
-ends). After every job no process of it is left (found by the cluster's environment marker)
-and Slurm knows none of its steps. Skipped without root, Slurm/munge or network namespaces.
+network-namespace host (10.77.0.11/12) with its own ``slurmd``, ``slurmctld`` on ``n0``; where
+network namespaces are unavailable, one node ``n0`` on 127.0.0.1 (each test then runs its
+workers as tasks of that node). Jobs are submitted with ``sbatch`` (the launcher on the batch
+host ``n0``) and ``salloc`` (the launcher on the submitting host, as on a login node). Checked:
+the digits example on 2 workers (accuracy, identical parameters), the environment mapping of
+4 workers with 2 servers per node (the mode detected from ``SLURM_JOB_ID``), the secret on no
+command line of any process, a failing worker (its exit code, named; every step ends), Ctrl-C
+(every step ends). After every job no process of it is left (found by the cluster's
+environment marker) and Slurm knows none of its steps. Skipped without root or Slurm/munge.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from slurm_cluster import SlurmCluster, slurm_unavailable
 pytestmark = [
     pytest.mark.engines,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux"),
-    pytest.mark.skipif(slurm_unavailable() is not None,
-                       reason=f"test Slurm cluster unavailable: {slurm_unavailable()}"),
+    pytest.mark.skipif(slurm_unavailable(netns=False) is not None,
+                       reason=f"test Slurm cluster unavailable: {slurm_unavailable(netns=False)}"),
 ]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,8 +44,19 @@ LAUNCH = f"{PY} -m byteps.launcher"
 def slurm():
     # The jobs inherit this environment (sbatch/salloc --export=ALL): the tasks find byteps as
     # this process does (installed, or through PYTHONPATH), with the same interpreter.
-    with SlurmCluster(nodes=2, netns=True, cpus=8) as cluster:
+    netns = slurm_unavailable(netns=True) is None
+    with SlurmCluster(nodes=2 if netns else 1, netns=netns, cpus=8) as cluster:
         yield cluster
+
+
+def _shape(cluster: SlurmCluster, workers: int) -> tuple[int, int]:
+    """(nodes, tasks per node) of a job of ``workers`` workers on every node of ``cluster``."""
+    n = len(cluster.nodes)
+    return n, workers // n
+
+
+def _node_of(cluster: SlurmCluster, rank: int, per_node: int) -> str:
+    return cluster.nodes[rank // per_node]
 
 
 def _assert_nothing_left(cluster: SlurmCluster, job_id: str) -> None:
@@ -69,13 +81,15 @@ def _batch(*lines: str) -> str:
 
 
 @pytest.mark.timeout(120)
-def test_digits_on_two_nodes(slurm):
+def test_digits_example(slurm):
+    n, per = _shape(slurm, 2)
     job = slurm.sbatch(_batch(f"exec {LAUNCH} --slurm {PY} {DIGITS} --epochs 6"),
-                       args=["--nodes=2", "--ntasks-per-node=1"], cwd=str(REPO))
+                       args=[f"--nodes={n}", f"--ntasks-per-node={per}"], cwd=str(REPO))
     out = job.output
     assert job.exit_code == 0, out[-6000:]
-    assert re.search(r"Slurm job \d+: 2 node\(s\) \(n0,n1\) x 1 worker\(s\), 1 server\(s\) per "
-                     r"node, scheduler on n0 at 10\.77\.0\.11:\d+", out), out[-4000:]
+    head = (f"Slurm job {job.job_id}: {n} node(s) ({','.join(slurm.nodes)}) x {per} worker(s), "
+            f"1 server(s) per node, scheduler on n0 at {slurm.node_addrs[0][1]}:")
+    assert head in out, out[-4000:]
     assert "[worker] 0: parameters identical on all 2 workers" in out, out[-4000:]
     m = re.search(r"\[worker\] 0: final test accuracy: (\d\.\d+)", out)
     assert m and float(m.group(1)) >= 0.95, out[-4000:]
@@ -84,10 +98,11 @@ def test_digits_on_two_nodes(slurm):
 
 @pytest.mark.timeout(120)
 def test_detected_mapping_servers_and_no_secret_on_command_lines(slurm):
-    """2 nodes x 2 tasks, 2 servers per node, the mode detected from SLURM_JOB_ID."""
+    """4 workers (2 nodes x 2 tasks), 2 servers per node, the mode detected from SLURM_JOB_ID."""
+    n, per = _shape(slurm, 4)
     job = slurm.sbatch(_batch("unset DMLC_ROLE",
                               f"exec {LAUNCH} --servers-per-node 2 {PY} {PROBE} probe"),
-                       args=["--nodes=2", "--ntasks-per-node=2"], cwd=str(REPO))
+                       args=[f"--nodes={n}", f"--ntasks-per-node={per}"], cwd=str(REPO))
     out = job.output
     assert job.exit_code == 0, out[-6000:]
     assert f"SLURM_JOB_ID={job.job_id} is set and DMLC_ROLE is not" in out, out[-4000:]
@@ -96,9 +111,9 @@ def test_detected_mapping_servers_and_no_secret_on_command_lines(slurm):
     assert len(probes) == 4, out[-6000:]
     for p in probes:
         rank, wid, lr = int(p["rank"]), int(p["worker_id"]), int(p["local_rank"])
-        assert rank == wid * 2 + lr == int(p["procid"]), p
-        assert p["node"] == f"n{wid}", p  # worker machine w = the w-th node
-        assert p["size"] == "4" and p["num_server"] == "4" and p["sum"] == "6", p
+        assert rank == wid * per + lr == int(p["procid"]), p
+        assert p["node"] == slurm.nodes[wid], p  # worker machine w = the w-th node
+        assert p["size"] == "4" and p["num_server"] == str(2 * n) and p["sum"] == "6", p
         assert p["secret_in_cmdline"] == "none", p
     assert sorted(int(p["rank"]) for p in probes) == [0, 1, 2, 3]
     _assert_nothing_left(slurm, job.job_id)
@@ -106,12 +121,13 @@ def test_detected_mapping_servers_and_no_secret_on_command_lines(slurm):
 
 @pytest.mark.timeout(120)
 def test_failing_worker_stops_every_step(slurm):
+    n, per = _shape(slurm, 2)
     job = slurm.sbatch(_batch(f"exec {LAUNCH} --slurm --grace 1 {PY} {PROBE} fail 1 3"),
-                       args=["--nodes=2", "--ntasks-per-node=1"], cwd=str(REPO))
+                       args=[f"--nodes={n}", f"--ntasks-per-node={per}"], cwd=str(REPO))
     out = job.output
     assert job.exit_code == 3, out[-6000:]
-    assert "bpslaunch: first failed task: worker rank 1 on node n1: Exited with exit code 3" \
-        in out, out[-6000:]
+    assert ("bpslaunch: first failed task: worker rank 1 on node "
+            f"{_node_of(slurm, 1, per)}: Exited with exit code 3") in out, out[-6000:]
     _assert_nothing_left(slurm, job.job_id)
 
 
@@ -119,7 +135,8 @@ def test_failing_worker_stops_every_step(slurm):
 def test_ctrl_c_under_salloc_stops_every_step(slurm):
     """salloc runs the launcher where it was called (a login node's situation: the launcher is
     on no allocated node); SIGINT to the launcher ends every step and the allocation."""
-    argv = slurm.command(["salloc", "--nodes=2", "--ntasks-per-node=1", *LAUNCH.split(),
+    n, per = _shape(slurm, 2)
+    argv = slurm.command(["salloc", f"--nodes={n}", f"--ntasks-per-node={per}", *LAUNCH.split(),
                           "--slurm", PY, PROBE, "hang"])
     proc = subprocess.Popen(argv, env=slurm.env, cwd=str(REPO), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

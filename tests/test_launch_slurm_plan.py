@@ -286,3 +286,22 @@ def test_detected_inside_an_allocation_and_said_so(capsys, tmp_path):
     # with DMLC_ROLE the environment describes one role: upstream mode, not Slurm
     rc, err = _main(["python", "x.py"], {**env, "DMLC_ROLE": "worker"}, capsys)
     assert "SLURM_JOB_ID" not in err and rc == 2 and "DMLC_NUM_WORKER is not set" in err
+
+
+def test_cancel_steps_cancels_only_the_jobs_own_steps_still_listed():
+    calls = []
+
+    def run(argv):
+        calls.append(list(argv))
+        if argv[0] == "squeue":
+            return ("42.batch batch\n42.0 byteps-scheduler-abc\n42.2 byteps-worker-abc\n"
+                    "42.3 byteps-worker-other\n42.4 user-step\n")
+        return ""
+
+    names = [ls.step_name(r, "abc") for r in ("scheduler", "server", "worker")]
+    assert ls.cancel_steps("42", names, run) == ["42.0", "42.2"]
+    assert calls[0] == ["squeue", "-h", "-s", "-j", "42", "-o", "%i %j"]
+    assert calls[1] == ["scancel", "--quiet", "42.0", "42.2"]
+    calls.clear()
+    assert ls.cancel_steps("42", ["byteps-server-abc"], run) == []
+    assert [c[0] for c in calls] == ["squeue"]  # nothing to cancel: no scancel

@@ -141,7 +141,9 @@ class SlurmCluster:
                  start_timeout: float = 30.0) -> None:
         if not netns and nodes != 1:
             raise ValueError("without network namespaces the cluster has one node")
-        self.dir = Path(tempfile.mkdtemp(prefix="bps-slurm-"))
+        # short paths: munge's and slurmstepd's unix sockets live in here (108-byte limit)
+        self.dir = Path(tempfile.mkdtemp(prefix="bps-slurm-",
+                                         dir="/tmp" if os.path.isdir("/tmp") else None))
         self.conf = self.dir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf), MARKER: str(self.dir)}
         for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID"):  # not inside another job

@@ -46,8 +46,8 @@ from .launcher import LOCAL_MODE_VARS, LaunchError, parse_env_pairs
 
 #: Scheduler port when ``--port`` is not given (every server pod also listens on it).
 DEFAULT_PORT = 9000
-#: Longest ``--name``: the objects are ``NAME-scheduler`` etc. and the Indexed Jobs' pods are
-#: named ``NAME-worker-<index>-<5 random>``; a pod's hostname must stay a 63-character label.
+#: Longest ``--name``: the objects are ``NAME-scheduler`` etc., and a pod of an Indexed Job
+#: gets the hostname ``NAME-worker-<index>``, which must stay a DNS label (<= 63 characters).
 MAX_NAME = 40
 #: Key of the job secret inside the Secret ``NAME-secret``.
 SECRET_KEY = "secret"

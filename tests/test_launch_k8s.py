@@ -23,6 +23,7 @@ this installation).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,34 @@ def test_the_schema_validation_is_real(tmp_path):
     docs[-1]["spec"]["completions"] = "two"  # wrong type
     with pytest.raises(kv.ValidationError):
         kv.validate(docs[-1], K8S_VERSION, strict=True)
+
+
+def run_main(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = launcher.main(argv, env={})
+    return rc, out.getvalue(), err.getvalue()
+
+
+GOOD = ["--k8s-manifest", "--workers", "2", "--image", "img:1"]
+
+
+def test_output_file_is_private_and_holds_every_object(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("old")
+    path.chmod(0o644)
+    rc, out, err = run_main(GOOD + ["--name", "digits", "-o", str(path), "--", "python",
+                                    "--version"])
+    assert rc == 0 and out == "" and "wrote 5 Kubernetes objects of job digits" in err
+    assert path.stat().st_mode & 0o777 == 0o600
+    text = path.read_text()
+    assert text.startswith("# byteps job digits") and "&id" not in text
+    docs = list(yaml.safe_load_all(text))
+    assert [d["kind"] for d in docs] == ["Secret", "Service", "Job", "Job", "Job"]
+    assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "bpslaunch", "--", "python", "--version"]
+    rc, out, err = run_main(GOOD + ["python", "t.py"])
+    assert rc == 0 and list(yaml.safe_load_all(out))[1]["kind"] == "Service"
 
 
 # ------------------------------------------------------------------------ pods on hosts --

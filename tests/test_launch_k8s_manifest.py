@@ -238,22 +238,3 @@ def test_without_pyyaml_a_clear_error(monkeypatch):
         launch_k8s.render_yaml(manifests())
     rc, out, err = run_main(GOOD + ["python", "t.py"])
     assert rc == 2 and "needs PyYAML" in err and out == ""
-
-
-def test_output_file_is_private_and_holds_every_object(tmp_path):
-    yaml = pytest.importorskip("yaml", reason="PyYAML is in the engines extra")
-    path = tmp_path / "job.yaml"
-    path.write_text("old")
-    path.chmod(0o644)
-    rc, out, err = run_main(GOOD + ["--name", "digits", "-o", str(path), "--", "python",
-                                    "--version"])
-    assert rc == 0 and out == "" and "wrote 5 Kubernetes objects of job digits" in err
-    assert path.stat().st_mode & 0o777 == 0o600
-    text = path.read_text()
-    assert text.startswith("# byteps job digits") and "&id" not in text
-    docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["Secret", "Service", "Job", "Job", "Job"]
-    assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "bpslaunch", "--", "python", "--version"]
-    rc, out, err = run_main(GOOD + ["python", "t.py"])
-    assert rc == 0 and list(yaml.safe_load_all(out))[1]["kind"] == "Service"

@@ -11,17 +11,21 @@ client trusts exactly the generated host keys through an ssh config file
 runs inside w0's namespace (the only place the hosts are reachable from).
 
 Tested: the digits example trained across three hosts with two workers each (plus the server
-host): normal accuracy, identical parameters on every worker, output prefixed ``[host role
-rank]``; a remote worker SIGKILLed by its PID -> bpslaunch exits non-zero naming that host and
-worker; SIGINT to bpslaunch -> 130. After each job no process of it is left on any host (every
-PID in the namespaces is checked, only the sshd daemons remain), and the job secret is on no
-process's command line. Needs root, iproute2 and openssh (skipped otherwise).
+host): normal accuracy, identical parameters on every worker, the contract in every remote
+process's environment, output prefixed ``[host role rank]``; a remote worker SIGKILLed by its
+PID -> bpslaunch exits 137 naming that host and worker; SIGINT to bpslaunch -> 130; bpslaunch
+itself SIGKILLed; a scheduler port in use and a host ssh cannot resolve -> an error naming them.
+After each job no process of it is left on any host (every PID in the namespaces is checked,
+only the sshd daemons remain; per-connection sshd processes must be gone too), the job secret
+was on no process's command line while it ran, and the user's ``~/.ssh`` is unchanged. Needs
+root, iproute2 and openssh (skipped otherwise).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -71,6 +75,14 @@ def netns_pids(ns: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def home_ssh_state() -> list[tuple[str, int, int]]:
+    """(name, size, mtime_ns) of everything in the passwd home's ~/.ssh (ssh's own), or []."""
+    d = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh"
+    if not d.is_dir():
+        return []
+    return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*"))
+
+
 def proc_text(pid: int, what: str) -> str:
     try:
         with open(f"/proc/{pid}/{what}", "rb") as f:
@@ -92,6 +104,7 @@ class SshHosts:
     """The emulated hosts with their sshd daemons, and how to run bpslaunch on w0."""
 
     def __init__(self) -> None:
+        self.home_ssh = home_ssh_state()
         self.tmp = Path(tempfile.mkdtemp(prefix="bps-ssh-"))
         self.cluster = netns.EmulatedCluster(3, 1, 0)
         self.hosts = {h.name: h for h in self.cluster.hosts}
@@ -214,21 +227,13 @@ def hosts():
 
 @pytest.fixture
 def clean(hosts):
-    """Fails the test if a job left a process on a host; kills such leftovers either way."""
+    """Fails the test if a job left a process on a host (kills such leftovers either way) or
+    ssh touched the user's own ~/.ssh."""
     yield hosts
     left = hosts.wait_clean()
     hosts.kill_leftovers()
     assert not left, f"processes left on the hosts: {left}"
-
-
-def secrets_on_command_lines(hosts: SshHosts) -> tuple[str, list[str]]:
-    """The job secret (from a job process's environment) and the command lines containing it."""
-    secret = ""
-    for pid in hosts.job_processes():
-        secret = proc_env(pid).get("BYTEPS_SECRET", "") or secret
-    assert secret, "no job process with BYTEPS_SECRET found on the hosts"
-    procs = [pid for h in hosts.hosts.values() for pid in netns_pids(h.netns)]
-    return secret, [proc_text(p, "cmdline") for p in procs if secret in proc_text(p, "cmdline")]
+    assert home_ssh_state() == hosts.home_ssh
 
 
 class Job:
@@ -374,3 +379,36 @@ def test_ctrl_c_stops_every_host(clean):
     assert rc == 130, job.output[-6000:]
     assert not clean.wait_clean(), clean.job_processes()
     print(f"ctrl-c: bpslaunch exited 130 after {took:.1f} s")
+
+
+def test_launcher_sigkilled_leaves_nothing(clean):
+    """bpslaunch itself SIGKILLed: its ssh clients die with it (PR_SET_PDEATHSIG), the remote
+    runners see their lifeline end and stop their processes."""
+    job = Job(clean.launch(["--hosts", "w1,w2", PY, WORKER, "loop"]))
+    job.wait_for(r"^\[w\d worker \d\] READY", 2, 45)
+    os.kill(job.proc.pid, signal.SIGKILL)
+    assert job.finish(10) == -signal.SIGKILL
+    assert not clean.wait_clean(), clean.job_processes()
+
+
+def test_scheduler_port_in_use_and_unknown_host(clean):
+    """Errors, not hangs: a taken --port fails the scheduler with the core's message; a host
+    ssh cannot reach fails with ssh's message and exit code 255, naming the host."""
+    blocker = clean.cluster.spawn("w0", [PY, "-c", "import socket, time; s = socket.socket(); "
+                                         "s.bind(('0.0.0.0', 23456)); s.listen(); time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        job = Job(clean.launch(["--hosts", "w0,w1", "--port", "23456", "--grace", "1",
+                                PY, WORKER, "loop"]))
+        assert job.finish(30) == 1, job.output[-6000:]
+        assert "[w0 scheduler] byteps server/scheduler: cannot bind w0:23456" in job.output
+        assert "bpslaunch: w0 scheduler (ssh pid " in job.output
+    finally:
+        blocker.kill()
+        blocker.wait()
+    job = Job(clean.launch(["--hosts", "w0,nosuchhost", "--grace", "1", PY, WORKER, "loop"]))
+    assert job.finish(30) == 255, job.output[-6000:]
+    assert re.search(r"^\[nosuchhost (server 1|worker 1)\] ssh: Could not resolve hostname",
+                     job.output, re.M), job.output[-6000:]
+    assert re.search(r"^bpslaunch: nosuchhost (server|worker) 1 \(ssh pid \d+\) exited with "
+                     r"code 255 \(ssh failed", job.output, re.M), job.output[-6000:]

@@ -369,9 +369,13 @@ def test_killed_remote_worker_stops_every_host(clean):
 
 
 def test_ctrl_c_stops_every_host(clean):
-    """SIGINT to bpslaunch: exit 130, every remote process stopped."""
-    job = Job(clean.launch(["--hosts", "w0:2,w2:2", "--server-hosts", "s0", PY, WORKER, "loop"]))
-    job.wait_for(r"^\[w\d worker \d\] READY", 4, 45)
+    """SIGINT to bpslaunch: exit 130, every remote process stopped. Hosts given as
+    ``user@host`` (the scheduler's address is the host part)."""
+    job = Job(clean.launch(["--hosts", "root@w0:2,root@w2:2", "--server-hosts", "root@s0",
+                            PY, WORKER, "loop"]))
+    job.wait_for(r"^\[root@w\d worker \d\] READY", 4, 45)
+    (_, env), = job_env(clean, "w0", "scheduler")
+    assert env["DMLC_PS_ROOT_URI"] == "w0"
     t0 = time.monotonic()
     os.kill(job.proc.pid, signal.SIGINT)
     rc = job.finish(15)

@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Mapping, Optional, Sequence
 
-from . import _core
+from . import _core, torchrun_launch
 from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
 from .telemetry import get_pushpull_speed, get_telemetry  # noqa: F401  (re-exported)
 
@@ -51,10 +51,22 @@ def init(lazy: bool = True) -> None:
             (raised before any thread or socket starts).
         byteps.errors.BytePSTimeoutError: the scheduler did not answer within ``BYTEPS_TIMEOUT``.
         byteps.errors.PeerLostError: a peer failed during rendezvous.
+        byteps.torchrun_env.TorchrunEnvError (a ``ConfigError``): a torchrun-style environment
+            (``RANK``, ``WORLD_SIZE``... without ``DMLC_*``) that describes no byteps job.
+
+    Without a ``DMLC_*`` job description, a torchrun-style environment is mapped onto one and
+    this node's scheduler/server are started (:mod:`byteps.torchrun_launch`).
     """
     global _atexit_registered
     with _lock:
-        _core.init()
+        if not _core.is_initialized() and torchrun_launch.is_torchrun_env(os.environ):
+            knobs = _core.knob_values(dict(os.environ))
+            torchrun_launch.activate(timeout=float(knobs["BYTEPS_TIMEOUT"]))
+        try:
+            _core.init()
+        except BaseException:
+            torchrun_launch.deactivate(wait_s=0)
+            raise
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
@@ -63,10 +75,15 @@ def init(lazy: bool = True) -> None:
 def shutdown() -> None:
     """Stop the core: finish with the servers, join every thread, release shared memory.
 
-    Safe to call twice or without ``init()``.
+    Safe to call twice or without ``init()``. Then stops the scheduler/server a torchrun-style
+    ``init()`` started, once they have ended by themselves (every worker shut down) or after
+    ``byteps.torchrun_launch.STOP_WAIT`` seconds.
     """
     with _lock:
-        _core.shutdown()
+        try:
+            _core.shutdown()
+        finally:
+            torchrun_launch.deactivate()
 
 
 _suspended_names: list[str] = []

@@ -154,7 +154,9 @@ def parse_hostfile_text(text: str, source: str = "hostfile") -> list[HostSlots]:
         if ":" in head:
             if rest:
                 raise LaunchError(f"{where}: give either host:N or host slots=N, not both")
-            hosts += parse_hosts(head)
+            name, _, count = head.rpartition(":")
+            hosts.append(HostSlots(_check_host(name if ":" not in name else head, where),
+                                   _slots(count, where)))
             continue
         slots = 1
         for field in rest:

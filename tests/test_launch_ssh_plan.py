@@ -69,7 +69,8 @@ def test_parse_hostfile():
     ("a slots=2\nb max_slots=4\n", "line 2: unknown field 'max_slots=4'"),
     ("a slots=0\n", "line 1: slots must be"), ("a slots\n", "unknown field"),
     ("a:2 slots=2\n", "not both"), ("# nothing\n\n", "lists no hosts"),
-    ("a;b slots=1\n", "not a host name"),
+    ("a;b slots=1\n", "not a host name"), ("a:1\nb:0\n", "hostfile line 2: slots must be"),
+    ("fe80::1:2\n", "IPv6"),
 ])
 def test_parse_hostfile_errors(text, word):
     with pytest.raises(LaunchError, match=word):

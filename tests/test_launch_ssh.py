@@ -110,6 +110,7 @@ class SshHosts:
         self.hosts = {h.name: h for h in self.cluster.hosts}
         self.etc_dirs: list[Path] = []
         self.made_run_sshd = False
+        self.made_etc_netns = not os.path.isdir("/etc/netns")
         self.daemons: dict[str, subprocess.Popen] = {}
         try:
             self._start()
@@ -210,6 +211,9 @@ class SshHosts:
         finally:
             for d in self.etc_dirs:
                 shutil.rmtree(d, ignore_errors=True)
+            if self.made_etc_netns:  # only if empty: other tests may use it meanwhile
+                with contextlib.suppress(OSError):
+                    os.rmdir("/etc/netns")
             if self.made_run_sshd:
                 with contextlib.suppress(OSError):
                     os.rmdir("/run/sshd")

@@ -11,6 +11,8 @@ framework), ``NotImplementedError`` from the abstract ``Compressor`` methods (fo
 override), and the command line tools' own usage errors (``bpslaunch``: ``LaunchError``).
 """
 
+from typing import Optional
+
 
 class BytePSError(RuntimeError):
     """Base class of every error raised by byteps."""
@@ -78,6 +80,30 @@ class InternalError(BytePSError):
     """An OS error or a bug in byteps; the message says which."""
 
 
+class JobFailedError(BytePSError):
+    """A process of a job that byteps started through an engine (:mod:`byteps.ray`) failed.
+
+    A worker died (its Ray actor was killed or its process exited) or the function it ran
+    raised, or a server or the scheduler exited with a non-zero status. The message names the
+    role, the rank (a worker's global rank, a server's index), the node's address and what
+    happened.
+
+    Attributes:
+        role (str | None): ``"worker"``, ``"server"`` or ``"scheduler"``.
+        rank (int | None): the worker's global rank or the server's index (``None`` for the
+            scheduler).
+        cause (BaseException | None): the exception the worker's function raised (also the
+            ``__cause__``); ``None`` when the process died or exited.
+    """
+
+    def __init__(self, message: str, role: Optional[str] = None, rank: Optional[int] = None,
+                 cause: Optional[BaseException] = None) -> None:
+        super().__init__(message)
+        self.role = role
+        self.rank = rank
+        self.cause = cause
+
+
 #: Core status code name -> exception class (used by the C++ exception translator).
 STATUS_CLASSES = {
     "INVALID_ARGUMENT": InvalidArgumentError,
@@ -100,4 +126,5 @@ __all__ = [
     "BytePSTimeoutError",
     "NotInitializedError",
     "InternalError",
+    "JobFailedError",
 ]

@@ -12,6 +12,7 @@ from .errors import (  # noqa: F401
     InternalError,
     InvalidArgumentError,
     InvalidTypeError,
+    JobFailedError,
     MismatchError,
     NotInitializedError,
     PeerLostError,

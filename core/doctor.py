@@ -12,6 +12,8 @@ It reports, without starting anything or sending a packet:
   rate), which an RDMA-capable van needs;
 * the summation kernels: the instruction set in use on this CPU and the others it supports;
 * the framework versions installed (read from package metadata: nothing is imported);
+* CUDA: whether this process could reduce CUDA tensors (the runtime loaded at run time, its
+  devices), and why not; NCCL's version or why it was not found;
 * the network: every interface with an IPv4 address, and the address this process would
   advertise as a node of the job its ``DMLC_*`` variables describe (``DMLC_NODE_HOST``, else
   ``DMLC_INTERFACE``'s address, else the local address on the route to ``DMLC_PS_ROOT_URI``,
@@ -34,7 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
-from byteps import __version__, _core
+from byteps import __version__, _core, cuda
 from byteps.errors import BytePSError, ConfigError
 
 #: Distributions whose versions are reported (first installed name of each group wins).
@@ -141,7 +143,7 @@ def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
     """The whole report as a dict: byteps, vans, van (the one this environment selects, or the
     error text for a value no van answers to), ucx (None in a build without UCX, else {version,
     tls, net_devices, resources, error}), rdma_devices, summation, frameworks, network,
-    environment, problems (list of text; empty when nothing is wrong)."""
+    environment, cuda and nccl (byteps.cuda.cuda_status / nccl_status), problems (list of text; empty when nothing is wrong)."""
     env = dict(os.environ) if env is None else dict(env)
     advertised = advertised_address(env)
     environment = environment_notices(env)
@@ -156,6 +158,8 @@ def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
         "summation": {"active_isa": _core.reduce.active_isa(),
                       "available_isas": list(_core.reduce.available_isas())},
         "frameworks": framework_versions(),
+        "cuda": cuda.cuda_status(),
+        "nccl": cuda.nccl_status(),
         "network": {"interfaces": [list(p) for p in _core.doctor.interface_addresses()],
                     "advertised": advertised},
         "environment": environment,
@@ -189,6 +193,10 @@ def render(report: Dict) -> str:
     fw = report["frameworks"]
     lines.append("frameworks: " + ", ".join(f"{k} {v}" if v else f"{k} not installed"
                                            for k, v in fw.items()))
+    lines.append(cuda.describe(report["cuda"]))
+    nccl = report["nccl"]
+    lines.append(f"NCCL: {nccl['version']} ({nccl['library']})" if nccl["available"]
+                 else f"NCCL: not loaded: {nccl['reason']}")
     net = report["network"]
     lines.append("interfaces: " + ", ".join(f"{n} {a}" for n, a in net["interfaces"]))
     adv = net["advertised"]

@@ -117,19 +117,20 @@ def _enum_names(header: Path, enum: str, name_file: Path, kind: str):
     return [names[m] for m in members]
 
 
-def _stage_rows():
-    """(name, [slot per layout]) of every row of the stage table, in order."""
+def _stage_rows(device=False):
+    """(name, [slot per layout], compressed_only) of every row of the stage table, in order;
+    the rows of device tensors only (device_only) with ``device``."""
     text = (CPP / "pipeline" / "stage_table.cc").read_text()
     text = text[text.index("StageTable::rows[kStageCount] = {"):]
     rows = re.findall(r'\{Stage::k\w+, "(\w+)",([^{}]*)\{([^{}]*)\}\},', text)
     return [(name, [s.strip() for s in slots.split(",")], "compressed_only=*/true" in middle)
-            for name, middle, slots in rows]
+            for name, middle, slots in rows if device or "device_only=*/true" not in middle]
 
 
 def test_stage_list_matches_the_code():
-    rows = _stage_rows()
+    rows = _stage_rows(device=True)
     stages = [name for name, _, _ in rows]
-    assert stages[:2] == ["COPY_IN", "LOCAL_REDUCE"]  # the parser found the table
+    assert stages[:3] == ["COPY_D2H", "COPY_IN", "LOCAL_REDUCE"]  # the parser found the table
     table = re.findall(r"^\s*\| `(\w+)` \|", _section(3), re.M)
     assert table == stages, f"§3 stage table {table} != the stage table's rows {stages}"
 
@@ -137,7 +138,8 @@ def test_stage_list_matches_the_code():
 def test_stage_layouts_match_the_code():
     """§3's layout table is the stage table read by column: the stages of each layout's plan and
     the gates in front of them (a gate already passed earlier in a plan is not waited for
-    again), and a row of its own for a compressed tensor where its plan differs."""
+    again), and a row of its own for a compressed tensor where its plan differs. A device
+    tensor's plan is the same between COPY_D2H and COPY_H2D (test below)."""
     rows = _stage_rows()
     doc = re.findall(r"^\s*\| ([^`|][^|]*?) \| `([A-Z_]+(?: → [A-Z_]+)*)` \| ([^|]*?) \|$",
                      _section(3), re.M)
@@ -163,6 +165,19 @@ def test_stage_layouts_match_the_code():
         assert layout.endswith(", compressed tensor") == compressed, (layout, plan)
         assert doc_stages == plan, (layout, plan)
         assert doc_gates == gates, (layout, gates)
+
+
+def test_device_stages_frame_every_plan():
+    """The device-only rows are COPY_D2H, first in every layout's plan, and COPY_H2D, last;
+    §3 says so."""
+    host = {name for name, _, _ in _stage_rows()}
+    device = [(name, slots) for name, slots, _ in _stage_rows(device=True) if name not in host]
+    assert [name for name, _ in device] == ["COPY_D2H", "COPY_H2D"]
+    rows = _stage_rows(device=True)
+    assert rows[0][0] == "COPY_D2H" and rows[-1][0] == "COPY_H2D"
+    assert all(slot == "kQueue" for _, slots in device for slot in slots)
+    assert ("A device tensor's plan is the layout's plan with `COPY_D2H` first and `COPY_H2D` "
+            "last") in " ".join(_section(3).split())
 
 
 def test_message_types_match_the_code():

@@ -14,6 +14,7 @@
 #include "comm/connection.h"
 #include "common/dtype.h"
 #include "compress/compressor.h"
+#include "device/device.h"
 #include "pipeline/stage_table.h"
 #include "pipeline/timeline.h"
 #include "ps/ps_client.h"
@@ -60,6 +61,9 @@ struct PartTask {
   std::vector<char> received;
   // The stage times of the operation being traced (TensorContext::traced; docs/timeline.md).
   TaskTrace trace;
+  // A device tensor: the event recorded after this partition's copy (COPY_D2H, then COPY_H2D),
+  // made at the first copy and reused (docs/gpu.md).
+  device::Event copied = nullptr;
 };
 
 struct TensorContext {
@@ -87,6 +91,21 @@ struct TensorContext {
   bool declared = false;
   bool declare_sent = false;
   bool waiting_for_declare = false;
+
+  // A device tensor (docs/gpu.md; null `device`: host memory): the backend and device of its
+  // memory, fixed by the first use; the pinned host buffer every stage between COPY_D2H and
+  // COPY_H2D works in (allocated once, reused every round: input and output point into it); the
+  // device buffers of the operation in flight and the event its producer recorded, which
+  // COPY_D2H waits for (null: none).
+  device::Kind device_kind = device::Kind::kHost;
+  int device_id = 0;
+  device::Device* device = nullptr;
+  device::PinnedBuffer staging;
+  char* device_input = nullptr;
+  char* device_output = nullptr;
+  device::Event ready_event = nullptr;
+  // Which of the worker's stage plans the tensor walks: +1 compressed, +2 on a device.
+  int plan() const { return (compressed ? 1 : 0) + (device ? 2 : 0); }
 
   // Local reduce (BYTEPS_LOCAL_SIZE > 1): slots [0, L) then aggregates [L, L+2) of `region`.
   std::unique_ptr<ShmSegment> shm;

@@ -6,10 +6,11 @@
 // machine layout, whether the stage is part of that layout's plan and how a partition enters
 // it: queued for the stage's thread (behind a gate, on a multi-process machine), run at once by
 // the thread that finished the previous stage, or awaited. Stages marked compressed_only are
-// left out of the plan of a tensor that is not compressed. WorkerCore::BuildStagePlan turns the
-// column of its layout into the two stage plans (a gate already passed earlier in a plan is not
-// waited for again); Dispatch, the stage loops and the watchdog read the
-// rows and know no stage by name.
+// left out of the plan of a tensor that is not compressed, those marked device_only out of the
+// plan of a tensor in host memory. WorkerCore::BuildStagePlan turns the column of its layout
+// into the four stage plans of a plain, a compressed, a device and a compressed device tensor
+// (a gate already passed earlier in a plan is not waited for again); Dispatch, the stage loops
+// and the watchdog read the rows and know no stage by name.
 #pragma once
 #include <cstdint>
 
@@ -21,6 +22,7 @@ struct PartTask;
 // Row ids, in pipeline order: StageTable::rows[i].id == i. A task's plan (StageList) is a list
 // of these.
 enum class Stage : uint8_t {
+  kCopyD2H,      // a device tensor: copy the partition into the tensor's pinned host buffer
   kCopyIn,       // copy my input into my slot of the shared-memory buffer
   kLocalReduce,  // sum my shard of every local slot into the aggregate buffer
   kCompress,     // a compressed tensor: encode the partition (docs/compression.md)
@@ -28,6 +30,7 @@ enum class Stage : uint8_t {
   kPull,         // wait for the server's sum, received straight into place
   kDecompress,   // a compressed tensor: decode the pulled sum into place
   kCopyOut,      // copy to the output, divide when averaging, finish
+  kCopyH2D,      // a device tensor: copy the result from the pinned host buffer to the device
   kCount,
 };
 constexpr int kStageCount = static_cast<int>(Stage::kCount);
@@ -86,6 +89,8 @@ struct StageRow {
   Waits waits;
   // Only in the plan of a compressed tensor (WorkerCore builds a plan with and one without).
   bool compressed_only;
+  // Only in the plan of a device tensor (docs/gpu.md).
+  bool device_only;
   StageSlot where[kLayoutCount];  // indexed by Layout
 };
 

@@ -18,6 +18,7 @@
 #include "common/knobs.h"
 #include "pipeline/autotune.h"
 #include "pipeline/context.h"
+#include "pipeline/device_waiter.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
 #include "pipeline/telemetry.h"
@@ -37,6 +38,12 @@ struct PushPullArgs {
   bool average = true;
   bool has_priority = false;
   int64_t priority = 0;
+  // A device tensor (docs/gpu.md): input and output are device memory of `device_kind`
+  // (kCuda, or the tests' kFake) on device `device_id`; `ready_event`, if not null, is an event
+  // the producer recorded on its stream after writing the input (COPY_D2H waits for it).
+  device::Kind device_kind = device::Kind::kHost;
+  int device_id = 0;
+  device::Event ready_event = nullptr;
   // Optional: called with the outcome instead of keeping the handle for a wait (engine_bridge).
   DoneCallback on_done;
 };
@@ -152,6 +159,16 @@ class WorkerCore : public PullSink {
   void RunLocalReduce(PartTask* t);
   void RunPush(PartTask* t);
   void RunCopyOut(PartTask* t);
+  // --- device tensors (worker_device.cc; docs/gpu.md) ---
+  void RunCopyD2H(PartTask* t);
+  void RunCopyH2D(PartTask* t);
+  // InitContext of a device tensor: its backend and pinned host buffer, the copy threads.
+  Status InitDevice(TensorContext* ctx, const PushPullArgs& a);
+  // Before a failed device operation is reported: its copies still queued on the device are
+  // waited for (no late copy into memory the caller may free).
+  void DrainDeviceCopies(TensorContext* ctx);
+  // A copy stage's event completed (or its copy failed): the next stage, or Fatal.
+  void OnCopied(PartTask* t, const Status& st);
   // --- compressed tensors (worker_compress.cc; docs/compression.md) ---
   void RunCompress(PartTask* t);
   void RunDecompress(PartTask* t);
@@ -205,10 +222,11 @@ class WorkerCore : public PullSink {
 
   // stage plan (from this process's layout column of the stage table): the list every task
   // walks, how a task enters each stage, and the gate in front of it
-  // [0]: a plain tensor's plan, [1]: a compressed tensor's (with COMPRESS and DECOMPRESS).
-  StageList plans_[2];
+  // Indexed by TensorContext::plan(): [0] a plain tensor's plan, [1] a compressed tensor's
+  // (with COMPRESS and DECOMPRESS), [2] and [3] the same on a device (with COPY_D2H, COPY_H2D).
+  StageList plans_[4];
   Entry entry_[kStageCount] = {};
-  Gate* gate_before_[2][kStageCount] = {};
+  Gate* gate_before_[4][kStageCount] = {};
   std::unique_ptr<Gate> written_gate_, reduced_gate_, pulled_gate_;
   std::unique_ptr<ScheduledQueue> queues_[kStageCount];
   std::vector<std::thread> threads_;
@@ -221,6 +239,10 @@ class WorkerCore : public PullSink {
   std::unique_ptr<PsClient> ps_;
 
   std::unique_ptr<AutotuneState> tune_;  // BYTEPS_AUTOTUNE only
+
+  // Device tensors: the threads that wait for the copies' events, one per direction, started
+  // with the first device tensor.
+  DeviceWaiter d2h_waiter_, h2d_waiter_;
 };
 
 }  // namespace byteps

@@ -136,16 +136,19 @@ void WorkerCore::BuildStagePlan() {
   Gate* const gates[kGateCount] = {nullptr, written_gate_.get(), reduced_gate_.get(),
                                    pulled_gate_.get()};  // by GateKind
   const int layout = static_cast<int>(LayoutOf(L, cfg_.distributed, cfg_.is_root()));
-  for (int compressed = 0; compressed < 2; ++compressed) {
-    StageList& plan = plans_[compressed];
+  for (int variant = 0; variant < 4; ++variant) {  // TensorContext::plan()
+    const bool compressed = variant & 1, on_device = variant & 2;
+    StageList& plan = plans_[variant];
     bool passed[kGateCount] = {};  // a gate already waited for earlier in this plan
     for (const StageRow& row : StageTable::rows) {
       const StageSlot& slot = row.where[layout];
       const int s = static_cast<int>(row.id);
-      if (slot.entry == Entry::kAbsent || (row.compressed_only && !compressed)) continue;
+      if (slot.entry == Entry::kAbsent || (row.compressed_only && !compressed) ||
+          (row.device_only && !on_device))
+        continue;
       plan.stages[plan.size++] = row.id;
       const int g = static_cast<int>(slot.gate);
-      if (!passed[g]) gate_before_[compressed][s] = gates[g];
+      if (!passed[g]) gate_before_[variant][s] = gates[g];
       passed[g] = g != static_cast<int>(GateKind::kNone);
     }
   }
@@ -167,15 +170,15 @@ Status WorkerCore::Start() {
   }
   StartThreads();
   StartAutotune();
-  std::string stages;
-  for (int i = 0; i < plans_[0].size; ++i)
-    stages += std::string(i ? " -> " : "") + StageName(plans_[0].stages[i]);
-  if (plans_[1].size != plans_[0].size) {
-    stages += " (compressed tensors: ";
-    for (int i = 0; i < plans_[1].size; ++i)
-      stages += std::string(i ? " -> " : "") + StageName(plans_[1].stages[i]);
-    stages += ")";
-  }
+  auto plan_text = [this](int v) {
+    std::string text;
+    for (int i = 0; i < plans_[v].size; ++i)
+      text += std::string(i ? " -> " : "") + StageName(plans_[v].stages[i]);
+    return text;
+  };
+  std::string stages = plan_text(0);
+  if (plans_[1].size != plans_[0].size) stages += " (compressed tensors: " + plan_text(1) + ")";
+  stages += " (device tensors: " + plan_text(2) + ")";
   BPS_LOG(INFO) << "rank " << cfg_.rank << "/" << cfg_.size << " (worker machine "
                 << cfg_.worker_id << "/" << cfg_.num_worker << ", local " << cfg_.local_rank << "/"
                 << cfg_.local_size << "), " << (cfg_.distributed ? "distributed" : "single machine")
@@ -304,6 +307,8 @@ void WorkerCore::Stop() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
+  d2h_waiter_.Stop();  // after the stage threads: nothing adds to them any more
+  h2d_waiter_.Stop();
   if (ps_) ps_->Close();
   channel_.Close();
   timeline_.Finish();  // the window never closed: write what was recorded

@@ -85,6 +85,7 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
+  BPS_RETURN_IF_ERROR(InitDevice(ctx, a));
   uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
   uint8_t dt = static_cast<uint8_t>(a.dtype);
   h = Fnv1a(h, &dt, 1);
@@ -161,11 +162,23 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    DTypeName(ctx->dtype) + ShapeString(ctx->shape) +
                                    " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
   }
+  if (ctx->device_kind != a.device_kind || ctx->device_id != a.device_id)
+    return Status::InvalidArgument(
+        "tensor '" + a.name + "' was first used on " + device::KindName(ctx->device_kind) +
+        (ctx->device ? ":" + std::to_string(ctx->device_id) : "") + " and is now on " +
+        device::KindName(a.device_kind) +
+        (a.device_kind != device::Kind::kHost ? ":" + std::to_string(a.device_id) : ""));
   ctx->in_flight = true;
   ctx->handle = handles_.Create(a.on_done);
   ctx->round++;
   ctx->input = a.input;
   ctx->output = a.output;
+  if (ctx->device) {  // the stages between the copies work in the pinned host buffer
+    ctx->device_input = a.input;
+    ctx->device_output = a.output;
+    ctx->input = ctx->output = ctx->staging.data();
+    ctx->ready_event = a.ready_event;
+  }
   ctx->average = a.average;
   ctx->priority = a.has_priority ? a.priority : -static_cast<int64_t>(ctx->declared_key);
   ctx->remaining = static_cast<int>(ctx->parts.size());
@@ -191,7 +204,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   }
   lk.unlock();
   for (auto& t : ctx->parts) {
-    t->stages = plans_[ctx->compressed];
+    t->stages = plans_[ctx->plan()];
     Dispatch(t.get());
   }
   return Status::OK();
@@ -209,7 +222,7 @@ void WorkerCore::Dispatch(PartTask* t) {
     case Entry::kInline: return (this->*StageTable::rows[s].run)(t);
     default: break;
   }
-  Gate* g = gate_before_[t->ctx->compressed][s];
+  Gate* g = gate_before_[t->ctx->plan()][s];
   if (g) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
@@ -288,6 +301,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
         queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(
             PushBytes(static_cast<PartTask*>(p->arg)));
     }
+    DrainDeviceCopies(ctx);
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }
   handles_.MarkDone(h, st);

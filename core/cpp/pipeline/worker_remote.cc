@@ -64,7 +64,7 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
   if (!st.ok()) return FailOpOnMachine(ctx, st);
   if (!dispatch) return;
   for (auto& t : ctx->parts) {
-    t->stages = plans_[ctx->compressed];
+    t->stages = plans_[ctx->plan()];
     Dispatch(t.get());
   }
 }

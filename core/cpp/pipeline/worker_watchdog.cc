@@ -33,7 +33,7 @@ std::string WorkerCore::StallWhere(TensorContext* c) {
     Stage s = t->stages.current();
     const StageRow& row = StageTable::Row(s);
     std::string name = row.name;
-    if (gate_before_[c->compressed][static_cast<int>(s)])
+    if (gate_before_[c->plan()][static_cast<int>(s)])
       name += " (waiting for the other local processes)";
     else if (row.waits == Waits::kServer)
       name += " (waiting for server " + std::to_string(t->server) + ")";
@@ -66,7 +66,7 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
   for (auto& t : c->parts) {
     if (t->stages.pos >= t->stages.size) continue;
     Stage s = t->stages.current();
-    Gate* g = gate_before_[c->compressed][static_cast<int>(s)];
+    Gate* g = gate_before_[c->plan()][static_cast<int>(s)];
     if (g == pulled_gate_.get() && g) {
       root_waits = true;  // the local root waits for the servers: it knows who is missing
     } else if (g) {

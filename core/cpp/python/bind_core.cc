@@ -136,17 +136,23 @@ void BindCore(py::module_& m) {
       "push_pull_async",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
          const std::string& dtype, std::vector<int64_t> shape, bool average, py::object priority,
-         int version) {
+         int version, const std::string& device, int device_id, uintptr_t ready_event) {
         PushPullArgs a = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
                                    priority);
         (void)version;
+        // A device tensor (docs/gpu.md): "cuda", or "fake" (the tests' fake device).
+        if (!device::ParseKind(device, &a.device_kind))
+          ThrowInvalidType("unsupported device '" + device + "' (cpu, cuda, fake)");
+        a.device_id = device_id;
+        a.ready_event = reinterpret_cast<device::Event>(ready_event);
         int64_t handle = 0;
         Check(Require()->Enqueue(a, &handle));
         return handle;
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
-      py::arg("version") = 0);
+      py::arg("version") = 0, py::arg("device") = "cpu", py::arg("device_id") = 0,
+      py::arg("ready_event") = 0);
   m.def(
       "engine_op",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,

@@ -33,6 +33,7 @@ void BindCompressTesting(pybind11::module_& testing);  // testing.Compressor (co
 void BindTelemetry(pybind11::module_& m);  // get_pushpull_speed, per-tensor counters, trace
 void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doctor
 void BindUcxTesting(pybind11::module_& m);  // testing.UcxTestPeer (UCX builds), ucx_available
+void BindDevice(pybind11::module_& m);  // device (CUDA loader, counters), testing.fake_device
 
 }  // namespace python
 }  // namespace byteps

@@ -39,4 +39,5 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindUcxTesting(m);
   byteps::python::BindDoctor(m);
   byteps::python::BindTelemetry(m);
+  byteps::python::BindDevice(m);  // after BindTesting: adds testing.fake_device
 }

@@ -1,0 +1,113 @@
+// The device seam (docs/gpu.md): what the worker pipeline needs from an accelerator to move a
+// device tensor through the summation service: asynchronous copies device -> host and host ->
+// device on a stream, events (recorded on a stream, waited for by another stream or by a host
+// thread) and pinned host memory. Two backends: CUDA (cuda_device.cc, through the runtime
+// loaded at run time, cuda_api.h) and the fake device (fake_device.cc: "device memory" is host
+// memory and every stream is a thread of its own, so copies really are asynchronous and a
+// missing wait shows as a wrong sum in tests).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+
+namespace byteps {
+namespace device {
+
+// Where a tensor's memory is: host memory, a CUDA device, or the fake device of the tests.
+enum class Kind : uint8_t { kHost, kCuda, kFake };
+const char* KindName(Kind k);                     // "cpu", "cuda", "fake"
+bool ParseKind(const std::string& s, Kind* out);  // the same names
+
+using Stream = void*;  // cudaStream_t, or the fake device's stream
+using Event = void*;   // cudaEvent_t, or the fake device's event
+enum class CopyDir : uint8_t { kDeviceToHost, kHostToDevice };
+
+// Counters of one backend since the process started (read by tests and benchmarks: no
+// allocation per push_pull in steady state).
+struct Stats {
+  std::atomic<uint64_t> host_allocs{0}, host_frees{0}, host_bytes{0};
+  std::atomic<uint64_t> streams{0}, events{0}, copies{0}, copy_bytes{0}, stream_waits{0};
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual Kind kind() const = 0;
+  // How many devices this backend has.
+  virtual int count() const = 0;
+
+  // Makes `device` the calling thread's current device (CUDA: cudaSetDevice).
+  virtual Status Use(int device) = 0;
+  // The copy stream of `device` for one direction: created at its first use, kept for the
+  // process (the D2H and H2D copies of every tensor run on these two streams).
+  Status CopyStream(int device, CopyDir dir, Stream* out);
+
+  // Counted wrappers of the backend's operations (Stats). CreateStream makes a stream of
+  // `device` and leaves the calling thread's current device as it was.
+  Status CreateStream(int device, Stream* out);
+  Status CreateEvent(Event* out);
+  void DestroyEvent(Event e) { DoDestroyEvent(e); }
+  // Copies n bytes on stream s, after everything queued there before.
+  Status CopyAsync(void* dst, const void* src, size_t n, CopyDir dir, Stream s);
+  // Marks the point of stream s reached so far.
+  Status Record(Event e, Stream s) { return DoRecord(e, s); }
+  // Stream s waits for the work recorded in e (at the time of this call) before its next work.
+  Status StreamWait(Stream s, Event e);
+  // The calling thread waits until the work recorded in e is complete.
+  Status Synchronize(Event e) { return DoSynchronize(e); }
+  // Pinned (page-locked) host memory the device copies to and from at full speed.
+  Status HostAlloc(size_t n, void** out);
+  void HostFree(void* p, size_t n);
+  const Stats& stats() const { return stats_; }
+
+ protected:
+  virtual Status DoCreateStream(int device, Stream* out) = 0;
+  virtual Status DoCreateEvent(Event* out) = 0;
+  virtual void DoDestroyEvent(Event e) = 0;
+  virtual Status DoCopyAsync(void* dst, const void* src, size_t n, CopyDir dir, Stream s) = 0;
+  virtual Status DoRecord(Event e, Stream s) = 0;
+  virtual Status DoStreamWait(Stream s, Event e) = 0;
+  virtual Status DoSynchronize(Event e) = 0;
+  virtual Status DoHostAlloc(size_t n, void** out) = 0;
+  virtual void DoHostFree(void* p) = 0;
+
+ private:
+  Stats stats_;
+  std::mutex mu_;
+  std::map<std::pair<int, int>, Stream> copy_streams_;  // (device, direction)
+};
+
+// The process-wide backend of `kind` (kCuda: only after device::LoadCuda succeeded,
+// cuda_api.h; else an InvalidArgument error saying so). kHost has none.
+Status GetDevice(Kind kind, Device** out);
+
+// Pinned host memory of one tensor, allocated once and reused every round.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { Release(); }
+  Status Allocate(Device* d, size_t n);
+  void Release();
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Device* device_ = nullptr;
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The fake device's test hooks (fake_device.cc): a delay before each copy it makes
+// (microseconds, default 0), and a producer that writes `src` into `dst` on stream s after
+// `delay_us` (what a kernel still running at push_pull time looks like).
+void SetFakeCopyDelay(int64_t us);
+Status FakeWriteAsync(Stream s, void* dst, const void* src, size_t n, int64_t delay_us);
+
+}  // namespace device
+}  // namespace byteps

@@ -1,0 +1,87 @@
+// Device tensors in the worker pipeline (docs/gpu.md): COPY_D2H brings each partition from
+// device memory into the tensor's pinned host buffer, after the producer's event; every stage
+// after it works in that buffer as in a host tensor's memory; COPY_H2D takes the result back to
+// the device. Each copy runs on the device's copy stream of its direction; the stage's thread
+// queues it and records the task's event, and the direction's DeviceWaiter proceeds when the
+// event completes, so copies of later partitions are queued while earlier ones run and
+// overlap the pushes and pulls of the partitions before them.
+#include "common/logging.h"
+#include "pipeline/worker.h"
+
+namespace byteps {
+
+Status WorkerCore::InitDevice(TensorContext* ctx, const PushPullArgs& a) {
+  ctx->device_kind = a.device_kind;
+  ctx->device_id = a.device_id;
+  if (a.device_kind == device::Kind::kHost) return Status::OK();
+  device::Device* d = nullptr;
+  BPS_RETURN_IF_ERROR(device::GetDevice(a.device_kind, &d));
+  if (a.device_id < 0 || a.device_id >= d->count())
+    return Status::InvalidArgument("tensor '" + a.name + "': " + device::KindName(a.device_kind) +
+                                   " device " + std::to_string(a.device_id) +
+                                   " does not exist (this process sees " +
+                                   std::to_string(d->count()) + ")");
+  BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
+  ctx->device = d;
+  auto done = [this](PartTask* t, const Status& st) { OnCopied(t, st); };
+  d2h_waiter_.Start(done);
+  h2d_waiter_.Start(done);
+  return Status::OK();
+}
+
+namespace {
+
+// Queues one partition's copy on the device's stream of `dir` (after the producer's event for
+// COPY_D2H) and records the task's event behind it.
+Status QueueCopy(PartTask* t, device::CopyDir dir) {
+  TensorContext* ctx = t->ctx;
+  device::Device* d = ctx->device;
+  BPS_RETURN_IF_ERROR(d->Use(ctx->device_id));
+  device::Stream s;
+  BPS_RETURN_IF_ERROR(d->CopyStream(ctx->device_id, dir, &s));
+  if (!t->copied) BPS_RETURN_IF_ERROR(d->CreateEvent(&t->copied));
+  const size_t off = t->part.offset, len = t->part.length;
+  if (dir == device::CopyDir::kDeviceToHost) {
+    if (ctx->ready_event) BPS_RETURN_IF_ERROR(d->StreamWait(s, ctx->ready_event));
+    BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->staging.data() + off, ctx->device_input + off, len,
+                                     dir, s));
+  } else {
+    BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->device_output + off, ctx->staging.data() + off, len,
+                                     dir, s));
+  }
+  return d->Record(t->copied, s);
+}
+
+}  // namespace
+
+void WorkerCore::RunCopyD2H(PartTask* t) {
+  Status st = QueueCopy(t, device::CopyDir::kDeviceToHost);
+  if (!st.ok()) return OnCopied(t, st);
+  d2h_waiter_.Add(t->ctx->device, t->copied, t);
+}
+
+void WorkerCore::RunCopyH2D(PartTask* t) {
+  Status st = QueueCopy(t, device::CopyDir::kHostToDevice);
+  if (!st.ok()) return OnCopied(t, st);
+  h2d_waiter_.Add(t->ctx->device, t->copied, t);
+}
+
+void WorkerCore::OnCopied(PartTask* t, const Status& st) {
+  if (!st.ok()) {
+    // A device error is the job's: every rank's operations fail with it (docs/gpu.md).
+    if (!stopping_)
+      Fatal(Status(st.code(), StageName(t->stages.current()) + std::string(" of '") +
+                                  t->ctx->name + "': " + st.message()));
+    return;
+  }
+  if (!t->ctx->in_flight) return;  // the operation failed meanwhile
+  Proceed(t);
+}
+
+void WorkerCore::DrainDeviceCopies(TensorContext* ctx) {
+  if (!ctx->device) return;
+  for (auto& t : ctx->parts)
+    if (t->copied) ctx->device->Synchronize(t->copied);
+}
+
+}  // namespace byteps

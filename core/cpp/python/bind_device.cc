@@ -1,0 +1,152 @@
+// byteps._core.device: the CUDA runtime and NCCL loaded at run time, the device backends'
+// counters (docs/gpu.md); byteps._core.testing.fake_device: the fake device's hooks for tests.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "device/cuda_api.h"
+#include "device/device.h"
+
+namespace py = pybind11;
+
+namespace byteps {
+namespace python {
+namespace {
+
+device::Device* Backend(const std::string& kind) {
+  device::Kind k;
+  if (!device::ParseKind(kind, &k) || k == device::Kind::kHost)
+    ThrowInvalidArgument("unknown device kind '" + kind + "' (cuda or fake)");
+  device::Device* d = nullptr;
+  Check(device::GetDevice(k, &d));
+  return d;
+}
+
+device::Device* Fake() { return Backend("fake"); }
+
+}  // namespace
+
+void BindDevice(py::module_& m) {
+  py::module_ d = m.def_submodule("device", "CUDA and NCCL loaded at run time; device counters.");
+  d.def(
+      "cuda_status",
+      [](const std::vector<std::string>& candidates, bool system) {
+        std::string why;
+        const device::CudaApi* api;
+        {
+          py::gil_scoped_release nogil;
+          api = device::LoadCuda(candidates, &why, system);
+        }
+        py::dict out;
+        out["available"] = api != nullptr;
+        out["reason"] = api ? py::object(py::none()) : py::object(py::str(why));
+        out["library"] = api ? py::object(py::str(api->library)) : py::object(py::none());
+        out["runtime_version"] = api ? api->runtime_version : 0;
+        out["driver_version"] = api ? api->driver_version : 0;
+        out["device_count"] = api ? api->device_count : 0;
+        return out;
+      },
+      py::arg("candidates"), py::arg("system") = true,
+      "Loads the CUDA runtime (once per process: the first success is kept; cuda_api.h): one "
+      "already loaded, then the `candidates` (full paths), then the system library path "
+      "(system=False: only the candidates). "
+      "Returns {available: bool, reason: why not (str) or None, library, runtime_version, "
+      "driver_version (CUDA's int encoding, e.g. 12040), device_count}.");
+  d.def(
+      "nccl_status",
+      [](const std::vector<std::string>& candidates, bool system) {
+        std::string why;
+        const device::NcclApi* api;
+        {
+          py::gil_scoped_release nogil;
+          api = device::LoadNccl(candidates, &why, system);
+        }
+        py::dict out;
+        out["available"] = api != nullptr;
+        out["reason"] = api ? py::object(py::none()) : py::object(py::str(why));
+        out["library"] = api ? py::object(py::str(api->library)) : py::object(py::none());
+        out["version"] = api ? api->version : 0;
+        return out;
+      },
+      py::arg("candidates"), py::arg("system") = true,
+      "Loads NCCL as cuda_status loads the runtime: {available, reason, library, version}.");
+  d.def(
+      "stats",
+      [](const std::string& kind) {
+        const device::Stats& s = Backend(kind)->stats();
+        py::dict out;
+        out["host_allocs"] = s.host_allocs.load();
+        out["host_frees"] = s.host_frees.load();
+        out["host_bytes"] = s.host_bytes.load();
+        out["streams"] = s.streams.load();
+        out["events"] = s.events.load();
+        out["copies"] = s.copies.load();
+        out["copy_bytes"] = s.copy_bytes.load();
+        out["stream_waits"] = s.stream_waits.load();
+        return out;
+      },
+      py::arg("kind"),
+      "Counters of the backend `kind` ('cuda' or 'fake') since the process started: "
+      "{host_allocs, host_frees, host_bytes (pinned bytes held now), streams, events, copies, "
+      "copy_bytes, stream_waits}. Raises InvalidArgumentError for 'cuda' while CUDA is off.");
+  d.def(
+      "copy_stream",
+      [](const std::string& kind, int device_id) {
+        device::Device* dev = Backend(kind);
+        device::Stream s = nullptr;
+        Check(dev->CopyStream(device_id, device::CopyDir::kDeviceToHost, &s));
+        return reinterpret_cast<uintptr_t>(s);
+      },
+      py::arg("kind"), py::arg("device_id"),
+      "The stream (address of the cudaStream_t) COPY_D2H copies device `device_id`'s tensors "
+      "on: what a DLPack producer is asked to order its work before (__dlpack__(stream=...)).");
+
+  py::module_ testing = m.attr("testing");
+  py::module_ f = testing.def_submodule(
+      "fake_device", "The fake device of the device-path tests (device/device.h): host memory, "
+                     "a thread per stream.");
+  f.def("set_copy_delay", &device::SetFakeCopyDelay, py::arg("us"),
+        "Delay (microseconds) before each copy the fake device makes; 0 by default.");
+  f.def("create_stream", []() {
+    device::Stream s = nullptr;
+    Check(Fake()->CreateStream(0, &s));
+    return reinterpret_cast<uintptr_t>(s);
+  });
+  f.def("create_event", []() {
+    device::Event e = nullptr;
+    Check(Fake()->CreateEvent(&e));
+    return reinterpret_cast<uintptr_t>(e);
+  });
+  f.def(
+      "record",
+      [](uintptr_t event, uintptr_t stream) {
+        Check(Fake()->Record(reinterpret_cast<device::Event>(event),
+                             reinterpret_cast<device::Stream>(stream)));
+      },
+      py::arg("event"), py::arg("stream"));
+  f.def(
+      "synchronize",
+      [](uintptr_t event) {
+        device::Device* dev = Fake();
+        Status st;
+        {
+          py::gil_scoped_release nogil;
+          st = dev->Synchronize(reinterpret_cast<device::Event>(event));
+        }
+        Check(st);
+      },
+      py::arg("event"));
+  f.def(
+      "write_async",
+      [](uintptr_t stream, uintptr_t dst, py::buffer src, int64_t delay_us) {
+        py::buffer_info info = src.request();
+        Check(device::FakeWriteAsync(reinterpret_cast<device::Stream>(stream),
+                                     reinterpret_cast<void*>(dst), info.ptr,
+                                     static_cast<size_t>(info.size * info.itemsize), delay_us));
+      },
+      py::arg("stream"), py::arg("dst"), py::arg("src"), py::arg("delay_us"),
+      "Queues on `stream`: wait `delay_us`, then write the bytes of `src` (copied now) to the "
+      "address `dst`: a producer kernel still running when push_pull is called.");
+}
+
+}  // namespace python
+}  // namespace byteps

@@ -1,0 +1,161 @@
+"""Device tensors without a GPU: CUDA loaded at run time (and the reasons it is off), and the
+device stages of the pipeline (COPY_D2H ... COPY_H2D) on the fake device (docs/gpu.md).
+
+The fake device's "device memory" is host memory and each of its streams is a thread with a
+delay before every copy, so a stage that forgets to wait for an event sums or returns data
+that is not there yet, and these tests see a wrong value. The same worker script runs on CUDA
+in tests/test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from error_checks import single_process_job
+from jobs import (
+    PY,
+    REPO,
+    TESTS,
+    LiveJob,
+    assert_ok,
+    kill_and_check,
+    launch_config,
+    run_job,
+    worker_lines,
+)
+
+import byteps
+from byteps import _core, basics, cuda
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+
+WORKER = str(TESTS / "workers" / "device_worker.py")
+ENV = ["BYTEPS_PARTITION_BYTES=65536"]
+
+# ------------------------------------------------------------------- CUDA at run time --
+
+
+def test_status_says_why_cuda_is_off():
+    s = byteps.cuda_status()
+    assert set(s) >= {"available", "reason", "library", "runtime_version", "driver_version",
+                      "device_count"}
+    assert byteps.cuda_available() == s["available"]
+    if s["available"]:
+        assert s["device_count"] >= 1 and s["reason"] is None
+    else:
+        assert re.match(r"(libcudart\.so .* not found|no CUDA device)", s["reason"]), s
+    assert cuda.describe(s).startswith("CUDA: on" if s["available"] else "CUDA: off: ")
+
+
+def test_runtime_not_found_names_what_was_tried(tmp_path):
+    if byteps.cuda_available():
+        pytest.skip("CUDA is loaded in this process: the loader keeps it")
+    junk = tmp_path / "libcudart.so.99"
+    junk.write_text("not a library")
+    missing = str(tmp_path / "nothing" / "libcudart.so.12")
+    s = _core.device.cuda_status([missing, str(junk)], system=False)
+    assert not s["available"] and s["library"] is None
+    assert "libcudart.so (the CUDA runtime) not found in 2 candidate file(s)" in s["reason"]
+    assert missing in s["reason"] and str(junk) in s["reason"]
+    assert "No such file" in s["reason"]
+    n = _core.device.nccl_status([missing], system=False)
+    assert not n["available"] and "libnccl.so (NCCL) not found" in n["reason"]
+
+
+def test_candidates_prefer_newer_sonames():
+    paths = ["d/libcudart.so", "d/libcudart.so.12.4.127", "d/libcudart.so.13"]
+    assert sorted(paths, key=cuda._version_key) == [paths[2], paths[1], paths[0]]
+    for path in cuda.library_candidates("libcudart"):
+        assert re.search(r"/libcudart\.so(\.\d+)*$", path), path
+
+
+def test_importing_byteps_loads_no_cuda():
+    code = ("import sys, byteps, byteps.basics, byteps.errors\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print('cudart' in maps, 'byteps.cuda' in sys.modules, 'byteps.dlpack' in "
+            "sys.modules)\n")
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_cuda_tensor_refused_with_the_reason_when_off():
+    if byteps.cuda_available():
+        pytest.skip("CUDA is on here")
+    with single_process_job(basics.shutdown):
+        basics.init()
+        x = np.zeros(4, np.float32)
+        with pytest.raises(InvalidArgumentError, match="CUDA support is off"):
+            _core.push_pull_async("c", x.ctypes.data, x.ctypes.data, x.nbytes, "float32", [4],
+                                  False, device="cuda")
+
+
+# --------------------------------------------------------- fake device through the pipeline --
+
+LAYOUTS = {
+    "one-process": launch_config(1),
+    "distributed": launch_config(2, 1),
+    "local-group": launch_config(1, local_size=2),
+    "distributed-local": launch_config(2, 1, local_size=2),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_fake_device_sums_every_dtype_around_partition_bounds(layout):
+    cfg = LAYOUTS[layout]
+    rc, out, _ = run_job(cfg, "sums", env=ENV, timeout=240, script=WORKER)
+    assert_ok(rc, out, 2 if layout != "one-process" else 1, min_cases=448)
+
+
+@pytest.mark.parametrize("layout", ["one-process", "distributed", "distributed-local"])
+def test_fake_device_waits_for_the_producer(layout):
+    cfg = LAYOUTS[layout]
+    rc, out, _ = run_job(cfg, "producer", env=ENV, timeout=120, script=WORKER)
+    assert_ok(rc, out, 1 if layout == "one-process" else 2, min_cases=3)
+
+
+def test_fake_device_no_allocation_in_steady_state():
+    cfg = LAYOUTS["distributed"]
+    rc, out, _ = run_job(cfg, "steady", "6", env=ENV, timeout=120, script=WORKER)
+    assert_ok(rc, out, 2, min_cases=18)
+    for rank in (0, 1):
+        line = [x for x in worker_lines(out, rank) if x.startswith("ALLOCS ")][-1]
+        counts = json.loads(line[len("ALLOCS "):])
+        first, last = counts["first"], counts["last"]
+        # One pinned buffer per tensor, two copy streams, one event per partition: all made in
+        # the first round and reused.
+        assert first["host_allocs"] == 3 and first["streams"] == 2, first
+        for key in ("host_allocs", "host_frees", "host_bytes", "streams", "events"):
+            assert last[key] == first[key], (key, first, last)
+        assert last["copies"] == 6 * first["copies"], (first, last)
+
+
+def test_device_arguments_are_checked():
+    with single_process_job(basics.shutdown):
+        basics.init()
+        x = np.arange(8, dtype=np.float32)
+        with pytest.raises(InvalidTypeError, match="unsupported device 'tpu'"):
+            _core.push_pull_async("d", x.ctypes.data, x.ctypes.data, x.nbytes, "float32", [8],
+                                  False, device="tpu")
+        with pytest.raises(InvalidArgumentError, match="fake device 1 does not exist"):
+            _core.push_pull_async("d", x.ctypes.data, x.ctypes.data, x.nbytes, "float32", [8],
+                                  False, device="fake", device_id=1)
+        basics.wait(_core.push_pull_async("d", x.ctypes.data, x.ctypes.data, x.nbytes,
+                                          "float32", [8], False, device="fake"))
+        assert np.array_equal(x, np.arange(8, dtype=np.float32))
+        with pytest.raises(InvalidArgumentError, match="first used on fake:0 and is now on cpu"):
+            basics.push_pull_async("d", x.ctypes.data, x.ctypes.data, x.nbytes, "float32", [8],
+                                   False)
+
+
+@pytest.mark.timeout(200)
+def test_fake_device_worker_killed_mid_push_pull_fails_every_rank():
+    """kill -9 one of two worker machines while device push_pulls run: the other gets
+    PeerLostError naming the operation, the launcher exits non-zero, nothing is left."""
+    with LiveJob(LAYOUTS["distributed"], "loop", env=ENV + ["BYTEPS_TIMEOUT=100"], grace=40,
+                 script=WORKER) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        kill_and_check(job, job.find("worker", 1), survivors=[0])

@@ -1,0 +1,218 @@
+"""Worker script of tests/test_device.py: ``python device_worker.py MODE [ARGS...]`` under
+``python -m byteps.launcher``; log, fail, values/expected/compare and the start-up are
+bps_worker's.
+
+Device tensors through the real pipeline (COPY_D2H ... COPY_H2D) on the fake device (host
+memory, a thread per stream, a delay before each copy), or on CUDA with ``--cuda`` (torch
+tensors on ``cuda:<local_rank % device_count>``). Modes:
+
+* ``sums``: every dtype, sizes around the partition bound (``BYTEPS_PARTITION_BYTES``, which
+  the test sets), sum and average, in place and out of place, two rounds of each name; each
+  result compared exactly (float averages within one unit in the last place).
+* ``producer``: the input is written by a producer still running when push_pull is called
+  (fake: a write queued on a stream of its own after a delay, then an event; CUDA: a kernel
+  queued behind a long ``torch.cuda._sleep``); push_pull waits for that event.
+* ``steady N``: N rounds of three tensors; prints ``ALLOCS <json>``: the backend's counters
+  after the first round and after the last (pinned allocations, streams, events must not grow).
+* ``dlpack``: ``byteps.push_pull`` of NumPy arrays (the DLPack front), every dtype NumPy has
+  (not bfloat16), in place and with ``out=``, sum and average, sizes around the bound.
+* ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
+  ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bps_worker (which adds tests/)
+import bps_worker as w
+from bps_worker import DTYPES, bps, compare, expected, fail, log, make, values
+
+from byteps import _core, errors
+
+CUDA = "--cuda" in sys.argv
+if CUDA:
+    sys.argv.remove("--cuda")
+KIND = "cuda" if CUDA else "fake"
+
+
+class Buffers:
+    """A "device" array of the test's backend: NumPy memory for the fake device, a torch CUDA
+    tensor for CUDA (filled from / read back to NumPy through torch)."""
+
+    def __init__(self, host: np.ndarray):
+        self.host_dtype, self.shape = host.dtype, host.shape
+        if CUDA:
+            import torch
+
+            dev = torch.device("cuda", bps.local_rank() % torch.cuda.device_count())
+            flat = torch.from_numpy(host.reshape(-1).view(np.uint8).copy())
+            self.t = flat.to(dev)
+            self.ptr = self.t.data_ptr()
+            self.device_id = dev.index
+        else:
+            self.arr = host.copy()
+            self.ptr = self.arr.ctypes.data
+            self.device_id = 0
+
+    def read(self) -> np.ndarray:
+        if CUDA:
+            raw = self.t.cpu().numpy()
+        else:
+            raw = self.arr.reshape(-1).view(np.uint8)
+        return raw.view(self.host_dtype).reshape(self.shape).copy()
+
+
+def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=0):
+    nbytes = int(np.prod(inp.shape)) * inp.host_dtype.itemsize
+    return _core.push_pull_async(name, inp.ptr, out.ptr, nbytes, dtype, list(inp.shape), average,
+                                 None, 0, device=KIND, device_id=inp.device_id,
+                                 ready_event=ready_event)
+
+
+def sizes(dtype: str):
+    """Element counts around the partition bound: below, at, above, several bounds + 1."""
+    per = BOUND // np.dtype(w.np_dtype(dtype)).itemsize
+    return (0, 1, 17, per - 1, per, per + 1, 3 * per + 1)
+
+
+BOUND = 65536  # BYTEPS_PARTITION_BYTES of the job (set in __main__)
+
+
+def mode_sums(args) -> int:
+    size, count, case = bps.size(), 0, 0
+    for dtype in DTYPES:
+        for n in sizes(dtype):
+            for average in (False, True):
+                for inplace in (True, False):
+                    case += 1
+                    name = f"d{case}.{dtype}.{n}.{int(average)}{int(inplace)}"
+                    for rnd in range(2):
+                        host = make(values(case, w.RANK, n, dtype, rnd), dtype, (n,))
+                        inp = Buffers(host)
+                        out = inp if inplace else Buffers(np.zeros_like(host))
+                        bps.wait(start_op(name, inp, out, dtype, average))
+                        what = f"{name} round {rnd}"
+                        compare(what, out.read(), expected(case, n, dtype, (n,), size, average,
+                                                           rnd), dtype, average)
+                        if not inplace and not np.array_equal(inp.read(), host):
+                            fail(f"{what}: the input was modified by an out-of-place push_pull")
+                        count += 1
+    return count
+
+
+def mode_producer(args) -> int:
+    """The input is still being written when push_pull is called."""
+    size, count = bps.size(), 0
+    n = 3 * BOUND // 4 + 5  # several partitions
+    for rnd in range(3):
+        want = expected(7000, n, "float32", (n,), size, False, rnd)
+        final = make(values(7000, w.RANK, n, "float32", rnd), "float32", (n,))
+        stale = np.full(n, -1.0e6, np.float32)  # what a push that did not wait would sum
+        buf = Buffers(stale)
+        if CUDA:
+            import torch
+
+            src = torch.from_numpy(final).to(buf.t.device)
+            stream = torch.cuda.Stream(buf.t.device)
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the write
+                buf.t.copy_(src.view(torch.uint8))
+                ev = torch.cuda.Event()
+                ev.record(stream)
+            h = start_op(f"prod.{rnd}", buf, buf, "float32", False, ready_event=ev.cuda_event)
+        else:
+            fd = _core.testing.fake_device
+            stream, ev = fd.create_stream(), fd.create_event()
+            fd.write_async(stream, buf.ptr, final, 200_000)  # 0.2 s later
+            fd.record(ev, stream)
+            h = start_op(f"prod.{rnd}", buf, buf, "float32", False, ready_event=ev)
+        bps.wait(h)
+        compare(f"producer round {rnd}", buf.read(), want, "float32", False)
+        count += 1
+    return count
+
+
+def mode_steady(args) -> int:
+    rounds = int(args[0]) if args else 5
+    size, counts = bps.size(), []
+    tensors = [("s.a", 1000), ("s.b", 3 * BOUND // 4 + 1), ("s.c", 40_000)]
+    bufs = {name: Buffers(np.zeros(n, np.float32)) for name, n in tensors}
+    for rnd in range(rounds):
+        for i, (name, n) in enumerate(tensors):
+            host = make(values(8000 + i, w.RANK, n, "float32", rnd), "float32", (n,))
+            b = bufs[name]
+            if CUDA:
+                import torch
+
+                b.t.copy_(torch.from_numpy(host.view(np.uint8)).to(b.t.device))
+            else:
+                b.arr[:] = host
+            bps.wait(start_op(name, b, b, "float32", False))
+            compare(f"{name} round {rnd}", b.read(),
+                    expected(8000 + i, n, "float32", (n,), size, False, rnd), "float32", False)
+        if rnd == 0:
+            counts.append(dict(_core.device.stats(KIND)))
+    counts.append(dict(_core.device.stats(KIND)))
+    log("ALLOCS " + json.dumps({"first": counts[0], "last": counts[-1]}))
+    return rounds * len(tensors)
+
+
+def mode_dlpack(args) -> int:
+    import byteps
+
+    size, count, case = bps.size(), 0, 9000
+    for dtype in DTYPES:
+        if dtype == "bfloat16":
+            continue
+        for n in sizes(dtype):
+            for average in (False, True):
+                case += 1
+                x = make(values(case, w.RANK, n, dtype), dtype, (n,))
+                want = expected(case, n, dtype, (n,), size, average)
+                got = byteps.push_pull(x, average=average, name=f"dl.{case}")
+                if got is not x:
+                    fail(f"dl.{case}: push_pull returned another object than its input")
+                compare(f"dl.{case} {dtype} n={n}", x, want, dtype, average)
+                ro = make(values(case, w.RANK, n, dtype), dtype, (n,))
+                ro.flags.writeable = False
+                out = np.empty_like(ro)
+                byteps.push_pull(ro, average=average, name=f"dl.{case}.out", out=out)
+                compare(f"dl.{case}.out {dtype} n={n}", out, want, dtype, average)
+                count += 2
+    return count
+
+
+def mode_loop(args) -> int:
+    n = 3 * BOUND // 4 + 5
+    buf = Buffers(make(values(6000, w.RANK, n, "float32"), "float32", (n,)))
+    ready, start = False, time.monotonic()
+    while time.monotonic() - start < 120:
+        try:
+            bps.wait(start_op("loop", buf, buf, "float32", False))
+        except errors.PeerLostError as exc:
+            log(f"CAUGHT-PEERLOST {time.time():.3f} {exc}")
+            return 1
+        except Exception as exc:
+            fail(f"expected PeerLostError, got {type(exc).__name__}: {exc}")
+        if not ready:
+            log(f"READY pid={os.getpid()}")
+            ready = True
+        time.sleep(0.01)
+    fail("no error within 120 s")
+    return 0
+
+
+if __name__ == "__main__":
+    BOUND = int(os.environ.get("BYTEPS_PARTITION_BYTES", "65536"))
+    if not CUDA:
+        _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
+                                                                    "300")))
+    w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
+            "loop": mode_loop, "dlpack": mode_dlpack})

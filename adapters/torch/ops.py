@@ -16,8 +16,12 @@ Differences from upstream (fixes):
 * non-contiguous tensors are accepted (a contiguous copy is reduced; in-place operations copy
   the result back) instead of raising ``ValueError``;
 * int8 and bfloat16 are supported; unsupported dtypes raise ``InvalidTypeError`` (a
-  ``TypeError``) naming the supported ones; GPU tensors raise ``InvalidTypeError`` too (this
-  build reduces CPU tensors only; GPU tensors are not yet supported).
+  ``TypeError``) naming the supported ones.
+* CUDA tensors go through the core's device stages (docs/gpu.md): an event recorded on the
+  tensor's current stream after its producer's work is what the core's first copy waits for,
+  and :func:`synchronize` returns once the result is in device memory (no device-wide
+  synchronize). Without CUDA support in this process (``byteps.cuda_status()``) a CUDA tensor
+  raises ``InvalidTypeError`` with the reason.
 * averaging is done by the core (floor division for integer dtypes, as upstream on
   torch >= 1.5), not in a Python callback.
 """
@@ -29,6 +33,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from byteps import _core
 from byteps import basics as _b
 from byteps.basics import (  # re-exported as-is
     is_initialized,
@@ -149,10 +154,17 @@ def _check_tensor(tensor: Any, fn: str) -> str:
     """Validate ``tensor`` for the core; returns the core's dtype name."""
     if not isinstance(tensor, torch.Tensor):
         raise InvalidTypeError(f"{fn}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if tensor.device.type == "cuda":
+        from byteps.cuda import cuda_status
+
+        status = cuda_status()
+        if not status["available"]:
+            raise InvalidTypeError(f"{fn}: tensor is on {tensor.device}, but CUDA support is off "
+                                   f"in byteps: {status['reason']}")
+    elif tensor.device.type != "cpu":
         raise InvalidTypeError(
-            f"{fn}: tensor is on device {tensor.device}; this build of byteps.torch reduces "
-            "CPU tensors only (GPU tensors are not yet supported): pass tensor.cpu()"
+            f"{fn}: tensor is on device {tensor.device}; byteps.torch reduces CPU and CUDA "
+            "tensors: pass tensor.cpu()"
         )
     if tensor.layout != torch.strided:
         raise InvalidTypeError(
@@ -196,16 +208,36 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
         keep: Tuple[Any, ...] = (tensor, buf)
     else:
         inp = src.contiguous()  # no copy if already contiguous
-        out = torch.empty(shape, dtype=src.dtype)
+        out = torch.empty(shape, dtype=src.dtype, device=src.device)
         result = out
         keep = (tensor, inp, out)
     nbytes = inp.numel() * inp.element_size()
-    handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, shape,
-                                bool(average), priority=prio, version=version)
+    if src.device.type == "cuda":
+        handle, event = _start_cuda(name, inp, out, nbytes, dtype, shape, average, prio, version)
+        keep = keep + (event,)
+    else:
+        handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, shape,
+                                    bool(average), priority=prio, version=version)
     # Nobody else knows the handle before we return it, so registering afterwards is race-free.
     with _ops_lock:
         _ops[handle] = _Op(name, result, keep, writeback, inplace)
     return handle
+
+
+def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dtype: str,
+                shape, average: bool, prio: Optional[int], version: int):
+    """Start a CUDA tensor's push_pull on the core's device stages: the core's first copy
+    waits for an event recorded now on the tensor's current stream (after its producer's
+    kernels and the contiguous copy, if any). Returns (handle, the event: kept alive until
+    synchronize)."""
+    _b._require_init()
+    stream = torch.cuda.current_stream(inp.device)
+    event = torch.cuda.Event()
+    event.record(stream)
+    handle = int(_core.push_pull_async(
+        name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, list(shape), bool(average), prio,
+        version, device="cuda", device_id=inp.device.index, ready_event=event.cuda_event))
+    return handle, event
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,7 +252,7 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
     with the input's shape and dtype, returned by :func:`synchronize`.
 
     Args:
-        tensor: a CPU tensor of any shape (including 0-d and empty) with a dtype in
+        tensor: a CPU or CUDA tensor of any shape (including 0-d and empty) with a dtype in
             :data:`SUPPORTED_DTYPES` (float16, bfloat16, float32, float64, int8, uint8, int32,
             int64). Non-contiguous tensors are copied to a contiguous buffer first.
         average: divide the sum by :func:`size` (floor division for integer dtypes, as upstream
@@ -238,8 +270,10 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
         an integer handle for :func:`poll` and :func:`synchronize`.
 
     Raises:
-        InvalidTypeError (a TypeError): not a tensor, GPU/sparse tensor, or unsupported dtype (e.g.
-            bool, int16, complex); the message lists the supported dtypes.
+        InvalidTypeError (a TypeError): not a tensor, a sparse tensor or one on another device
+            than CPU or CUDA, a CUDA tensor while CUDA support is off (the message says why),
+            or an unsupported dtype (e.g. bool, int16, complex); the message lists the
+            supported dtypes.
         InvalidArgumentError (a ValueError): an operation with the same name is already in flight,
             an empty name, or (in-place variants) a tensor whose elements share memory
             (``expand()``).

@@ -69,7 +69,23 @@ class Buffers:
         return raw.view(self.host_dtype).reshape(self.shape).copy()
 
 
-def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=0):
+_events = []  # the last CUDA events passed to the core (alive until their operation ends)
+
+
+def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=None):
+    """Start the push_pull of a device tensor. ``ready_event``: the producer's event; None:
+    on CUDA, an event recorded now on the current stream (the tensors were filled there, as
+    byteps.torch does), on the fake device none (its buffers are written by the host)."""
+    if ready_event is None:
+        ready_event = 0
+        if CUDA:
+            import torch
+
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(inp.t.device))
+            _events.append(ev)
+            del _events[:-16]  # each mode waits for its operation before starting the next
+            ready_event = ev.cuda_event
     nbytes = int(np.prod(inp.shape)) * inp.host_dtype.itemsize
     return _core.push_pull_async(name, inp.ptr, out.ptr, nbytes, dtype, list(inp.shape), average,
                                  None, 0, device=KIND, device_id=inp.device_id,
@@ -211,7 +227,18 @@ def mode_loop(args) -> int:
 
 if __name__ == "__main__":
     BOUND = int(os.environ.get("BYTEPS_PARTITION_BYTES", "65536"))
-    if not CUDA:
+    if CUDA:
+        import torch
+
+        import byteps
+
+        # The core reduces CUDA tensors once byteps.cuda has loaded the runtime.
+        if not byteps.cuda_available():
+            print(f"FAIL CUDA off: {byteps.cuda_status()['reason']}", flush=True)
+            sys.exit(1)
+        torch.cuda.set_device(int(os.environ.get("BYTEPS_LOCAL_RANK", "0")) %
+                              torch.cuda.device_count())
+    else:
         _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
                                                                     "300")))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,

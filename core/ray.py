@@ -65,7 +65,6 @@ from .errors import (
     BytePSTimeoutError,
     InvalidTypeError,
     JobFailedError,
-    PeerLostError,
     UsageError,
 )
 from .launcher import default_server_argv, find_free_port
@@ -85,7 +84,7 @@ _log = logging.getLogger("byteps.ray")
 #: Seconds between checks of the servers' and scheduler's processes while a run is in flight.
 _POLL_S = 0.5
 #: After the first failure, seconds to collect failures arriving with it (the root cause, e.g. a
-#: killed worker, is preferred over the peers' "peer lost" errors that it causes).
+#: killed worker, is preferred over the errors it causes on the other workers).
 _CAUSE_WINDOW_S = 0.5
 #: After a failure, seconds the other workers get to return (their servers are stopped, so they
 #: fail fast with PeerLostError) before their actors are killed.
@@ -163,10 +162,9 @@ class _Worker:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.label = f"byteps worker (actor {index})"
 
-    def __repr__(self) -> str:
-        return self.label
+    def __repr__(self) -> str:  # Ray's prefix of this actor's output lines
+        return f"byteps worker (actor {self.index})"
 
     def node(self) -> tuple[str, str, int]:
         return _here()
@@ -177,7 +175,6 @@ class _Worker:
     def execute(self, fn: Callable, args: Sequence, kwargs: Mapping, spec: ClusterSpec,
                 worker_id: int, local_rank: int, extra_env: Mapping[str, str]) -> Any:
         """Set this worker's environment, call ``fn(*args, **kwargs)``, stop byteps after it."""
-        self.label = f"byteps worker {spec.rank(worker_id, local_rank)}"
         env = role_env(spec, "worker", worker_id=worker_id, local_rank=local_rank,
                        node_host=ray.util.get_node_ip_address(), base={**os.environ, **extra_env})
         gpus = ray.get_gpu_ids()
@@ -334,8 +331,11 @@ class RayExecutor:
             return ray.get(refs, timeout=self.timeout_s)
         except GetTimeoutError:
             raise BytePSTimeoutError(
-                f"RayExecutor: the {what} did not start within {self.timeout_s:g} s (cluster "
+                f"RayExecutor: the {what} did not answer within {self.timeout_s:g} s (cluster "
                 f"resources free: {ray.available_resources()})") from None
+        except RayError as err:  # an actor died, or failed to start (e.g. no byteps there)
+            raise JobFailedError(f"byteps.ray: one of the {what} failed: {_summary(err)}",
+                                 role="worker" if what.startswith("worker") else None) from err
 
     def __enter__(self) -> RayExecutor:
         self.start()
@@ -400,10 +400,12 @@ class RayExecutor:
                 again).
             byteps.errors.InvalidTypeError: ``fn`` is not callable.
             byteps.errors.JobFailedError: a worker died or ``fn`` raised on it, or a server or
-                the scheduler exited non-zero: names the first (a dead worker before the
-                "peer lost" errors it causes on the others). The other workers are stopped
-                (their actors killed if they do not return within 10 s); the executor must be
-                shut down and started again.
+                the scheduler exited non-zero or its actor died. Names the root cause, in this
+                order: a dead worker, a server or the scheduler, an exception of ``fn`` that is
+                not a byteps error, a byteps error (what the others raise when a peer fails);
+                the lowest rank first. ``rank``, ``role`` and ``cause`` (``fn``'s exception)
+                are attributes. The other workers are stopped (their actors killed if they do
+                not return within 10 s); the executor must be shut down and started again.
             byteps.errors.BytePSTimeoutError: the servers did not start within ``timeout_s``.
         """
         self._require_started("run")
@@ -420,7 +422,11 @@ class RayExecutor:
                                         local_rank, self._env)
             pending[ref] = actor
         results: dict[int, Any] = {}
-        failures = self._supervise(pending, results)
+        try:
+            failures = self._supervise(pending, results)
+        except BaseException:  # e.g. KeyboardInterrupt: the workers still run; shutdown() ends
+            self._failed = "interrupted"
+            raise
         if failures:
             self._abort(pending)
             raise self._error(failures)
@@ -467,7 +473,7 @@ class RayExecutor:
             except RayTaskError as err:
                 failures.append(self._raised(actor, rank, err))
             except RayError as err:  # the actor died (killed, crashed, its node lost)
-                failures.append((0, rank, self._where(actor) + f" died: {_first_line(err)}",
+                failures.append((0, rank, self._where(actor) + f" died: {_summary(err)}",
                                  "worker", None))
         return failures
 
@@ -480,21 +486,27 @@ class RayExecutor:
         if cause is None:
             cause = err
         text = f"{type(cause).__name__}: {_first_line(cause)}"
-        # A peer's death shows on the survivors as PeerLostError / timeouts: a consequence.
-        order = 3 if isinstance(cause, (PeerLostError, BytePSTimeoutError)) else 2
+        # A worker that fails makes the others fail in byteps (PeerLostError, a timeout, a
+        # MismatchError naming the rank that left): their errors come second to its own.
+        order = 3 if isinstance(cause, BytePSError) else 2
         return (order, rank, self._where(actor) + f" raised {text}", "worker", cause)
 
     def _service_failures(self) -> list:
-        if not self._services:
-            return []
-        codes = self._get([a.poll.remote() for *_, a in self._services], "servers and scheduler")
         failures = []
-        for (label, role, index, _), code in zip(self._services, codes):
-            if code:  # None (running) and 0 are not failures
-                ip, _, _ = self._service_info[label]
-                failures.append((1, index if index is not None else -1,
-                                 f"{label} (node {ip}, pid {self._children.get(label)}) exited "
-                                 f"with code {code}", role, None))
+        polls = [(label, role, index, actor.poll.remote())
+                 for label, role, index, actor in self._services]
+        for label, role, index, ref in polls:
+            ip, _, pid = self._service_info[label]
+            try:
+                code = ray.get(ref, timeout=self.timeout_s)
+            except RayError as err:  # its actor died (killed, its node lost) or hangs
+                text = f"{label} (node {ip}, actor pid {pid}) died: {_summary(err)}"
+            else:
+                if not code:  # None (running) and 0 are not failures
+                    continue
+                text = (f"{label} (node {ip}, pid {self._children.get(label)}) exited with "
+                        f"code {code}")
+            failures.append((1, -1 if index is None else index, text, role, None))
         return failures
 
     def _error(self, failures: list) -> JobFailedError:
@@ -575,3 +587,12 @@ class RayExecutor:
 def _first_line(err: BaseException) -> str:
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(err).__name__
+
+
+def _summary(err: BaseException) -> str:
+    """The first line of ``err``'s text, and its last when they differ (Ray's actor errors put
+    the remote exception, e.g. ``ModuleNotFoundError: No module named 'byteps'``, last)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return lines[0] if len(lines) == 1 or lines[-1] == lines[0] else f"{lines[0]} ... {lines[-1]}"

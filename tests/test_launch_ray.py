@@ -142,6 +142,19 @@ def _sum_ranks() -> tuple:
     return bps.rank(), bps.size(), bps.local_rank(), bps.local_size(), total.item()
 
 
+def _raise_on_rank1() -> str:
+    """Rank 1 raises a user error; rank 0 waits in a push_pull rank 1 never joins."""
+    import torch
+
+    import byteps.torch as bps
+
+    bps.init()
+    if bps.rank() == 1:
+        raise ValueError("bad batch on rank 1")
+    bps.push_pull(torch.ones(4), name="never.completes")
+    return "unreachable"
+
+
 def _push_pull_until_killed(marker_dir: str, seconds: float) -> int:
     """push_pull in a loop for ``seconds``; a marker file per rank once the loop is going."""
     import torch
@@ -242,17 +255,39 @@ def test_digits_on_two_nodes(cluster):
     assert _wait_gone(pids) == []
 
 
-def test_packed_workers_share_machines(cluster):
-    """4 workers PACKed on two 2-CPU nodes: 2 worker machines of local size 2."""
-    ex = RayExecutor(4)
+@pytest.mark.parametrize("workers", [2, 4])
+def test_packed_workers_share_machines(cluster, workers):
+    """PACKed on two 2-CPU nodes: 2 workers are one machine of local size 2 (no servers: a
+    one-machine job), 4 workers are 2 machines of local size 2 with a server each."""
+    ex = RayExecutor(workers)
     ex.start(extra_env_vars=FAST_FAIL)
     try:
         assert ex.local_size == 2
         out = ex.run(_sum_ranks)
-        assert out == [(r, 4, r % 2, 2, 10.0) for r in range(4)]
+        total = workers * (workers + 1) / 2
+        assert out == [(r, workers, r % 2, 2, total) for r in range(workers)]
         procs = ex.processes()
-        by_rank = {p["rank"]: p["node_id"] for p in procs if p["role"] == "worker"}
-        assert by_rank[0] == by_rank[1] != by_rank[2] == by_rank[3]
+        node = [p["node_id"] for p in procs if p["role"] == "worker"]  # by rank
+        assert node[0] == node[1] and (workers == 2 or node[1] != node[2] == node[3])
+        assert sum(p["role"] == "server" for p in procs) == (0 if workers == 2 else 2)
+        pids = _job_pids(ex)
+    finally:
+        ex.shutdown()
+    assert _wait_gone(pids) == []
+
+
+def test_fn_raising_names_the_rank(cluster):
+    ex = RayExecutor(2, placement_strategy="STRICT_SPREAD")
+    ex.start(extra_env_vars=FAST_FAIL)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(JobFailedError, match=r"worker rank 1 .* raised ValueError: bad "
+                           r"batch on rank 1") as info:
+            ex.run(_raise_on_rank1)
+        assert time.monotonic() - t0 < 25
+        err = info.value
+        assert err.rank == 1 and err.role == "worker"
+        assert isinstance(err.cause, ValueError) and err.__cause__ is err.cause
         pids = _job_pids(ex)
     finally:
         ex.shutdown()

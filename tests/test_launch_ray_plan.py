@@ -7,6 +7,10 @@ checks.
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+
 import pytest
 
 from byteps.errors import InvalidArgumentError
@@ -93,3 +97,17 @@ def test_good_options():
     check_options(3, 2, 0.5, True, 0.5, "STRICT_SPREAD")
     check_options(1, None, 1, False, None, "SPREAD")
     assert isinstance(plan_machines(["a"]), MachinePlan)
+
+
+def test_without_ray_the_import_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # "import ray" raises ImportError
+    monkeypatch.delitem(sys.modules, "byteps.ray", raising=False)
+    with pytest.raises(ImportError, match=r"needs Ray.*pip install 'byteps\[engines\]'"):
+        importlib.import_module("byteps.ray")
+
+
+def test_a_shadowing_ray_module_is_refused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))  # no ray.remote
+    monkeypatch.delitem(sys.modules, "byteps.ray", raising=False)
+    with pytest.raises(ImportError, match="is not the Ray package"):
+        importlib.import_module("byteps.ray")

@@ -110,15 +110,14 @@ def _env_list(env: Mapping[str, str], refs: Mapping[str, dict]) -> list[dict]:
     """``env`` as a container's ``env``: the names in ``refs`` become ``valueFrom`` entries,
     the others plain values (``$`` escaped)."""
     missing = set(refs) - set(env)
-    if missing:  # role_env no longer sets a variable this module turns into a reference
-        raise AssertionError(f"no {sorted(missing)} in the role's environment")
+    # an internal invariant: role_env sets every variable this module turns into a reference
+    assert not missing, f"no {sorted(missing)} in the role's environment"
     out = []
     for key, value in env.items():
         if key in refs:
             out.append({"name": key, "valueFrom": refs[key]})
         else:
-            if value == _POD_IP:
-                raise AssertionError(f"{key} kept the pod-IP placeholder")
+            assert value != _POD_IP, f"{key} kept the pod-IP placeholder"
             out.append({"name": key, "value": escape_dollars(value)})
     return out
 

@@ -401,9 +401,10 @@ class RayExecutor:
             byteps.errors.InvalidTypeError: ``fn`` is not callable.
             byteps.errors.JobFailedError: a worker died or ``fn`` raised on it, or a server or
                 the scheduler exited non-zero or its actor died. Names the root cause, in this
-                order: a dead worker, a server or the scheduler, an exception of ``fn`` that is
-                not a byteps error, a byteps error (what the others raise when a peer fails);
-                the lowest rank first. ``rank``, ``role`` and ``cause`` (``fn``'s exception)
+                order: a dead worker; a server or the scheduler killed by a signal or whose
+                actor died; an exception of ``fn`` that is not a byteps error; a server or the
+                scheduler that exited non-zero; a byteps error of ``fn`` (what the others raise
+                when a peer fails); the lowest rank (the scheduler before server 0) first. ``rank``, ``role`` and ``cause`` (``fn``'s exception)
                 are attributes. The other workers are stopped (their actors killed if they do
                 not return within 10 s); the executor must be shut down and started again.
             byteps.errors.BytePSTimeoutError: the servers did not start within ``timeout_s``.
@@ -458,9 +459,15 @@ class RayExecutor:
             failures += self._collect(ready, pending, results)
             if not failures:
                 failures += self._service_failures()
-        if failures and pending:  # the root cause may arrive just after its consequences
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_CAUSE_WINDOW_S)
-            failures += self._collect(ready, pending, results)
+        if failures:  # the root cause may show just after its consequences
+            if pending:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending),
+                                    timeout=_CAUSE_WINDOW_S)
+                failures += self._collect(ready, pending, results)
+            else:
+                time.sleep(_CAUSE_WINDOW_S)
+            if not any(f[3] != "worker" for f in failures):
+                failures += self._service_failures()
         return failures
 
     def _collect(self, ready: list, pending: dict, results: dict) -> list:
@@ -488,7 +495,7 @@ class RayExecutor:
         text = f"{type(cause).__name__}: {_first_line(cause)}"
         # A worker that fails makes the others fail in byteps (PeerLostError, a timeout, a
         # MismatchError naming the rank that left): their errors come second to its own.
-        order = 3 if isinstance(cause, BytePSError) else 2
+        order = 4 if isinstance(cause, BytePSError) else 2
         return (order, rank, self._where(actor) + f" raised {text}", "worker", cause)
 
     def _service_failures(self) -> list:
@@ -500,13 +507,16 @@ class RayExecutor:
             try:
                 code = ray.get(ref, timeout=self.timeout_s)
             except RayError as err:  # its actor died (killed, its node lost) or hangs
-                text = f"{label} (node {ip}, actor pid {pid}) died: {_summary(err)}"
+                order, text = 1, f"{label} (node {ip}, actor pid {pid}) died: {_summary(err)}"
             else:
                 if not code:  # None (running) and 0 are not failures
                     continue
+                # killed by a signal (128 + n): a cause; exit status 1 is also how a server
+                # or the scheduler ends when another process of the job failed
+                order = 1 if code > 128 else 3
                 text = (f"{label} (node {ip}, pid {self._children.get(label)}) exited with "
                         f"code {code}")
-            failures.append((1, -1 if index is None else index, text, role, None))
+            failures.append((order, -1 if index is None else index, text, role, None))
         return failures
 
     def _error(self, failures: list) -> JobFailedError:
@@ -536,7 +546,11 @@ class RayExecutor:
         """Give the servers and scheduler a moment to exit after the workers, then stop them."""
         deadline = time.monotonic() + _EXIT_GRACE_S
         while self._services and time.monotonic() < deadline:
-            codes = self._get([a.poll.remote() for *_, a in self._services], "servers")
+            try:
+                codes = self._get([a.poll.remote() for *_, a in self._services], "servers")
+            except BytePSError as err:  # the workers' results stand; report and stop the rest
+                _log.warning("byteps.ray: after the workers finished: %s", err)
+                break
             if all(code is not None for code in codes):
                 for (label, *_), code in zip(self._services, codes):
                     if code:

@@ -7,7 +7,8 @@ worker machine and one colocated server per node) to >= 0.95 with bit-identical 
 contract in every worker's environment, a second run of the same executor (a fresh job); 4
 packed workers grouped into 2 machines of local size 2; a worker actor killed mid-run ->
 ``JobFailedError`` naming its rank within seconds, after which ``shutdown()`` leaves none of
-the job's processes (every PID checked); ``run`` before ``start``; a GPU request the cluster
+the job's processes (every PID checked); ``fn`` raising on one rank; a server's process or its
+actor killed -> the error names that server; ``run`` before ``start``; a GPU request the cluster
 cannot hold -> a timeout naming the request.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -328,6 +330,39 @@ def test_killed_worker_fails_run_and_shutdown_cleans_up(cluster, tmp_path):
     assert _wait_gone(seen["pids"]) == []
     with pytest.raises(UsageError):
         ex.run(_sum_ranks)
+
+
+@pytest.mark.parametrize("target", ["child", "actor"])
+def test_killed_server_fails_run(cluster, tmp_path, target):
+    """SIGKILL to server 1's ``python -m byteps.server`` (its actor reports the exit) or to its
+    actor's process (Ray reports the actor dead; the child dies with it)."""
+    ex = RayExecutor(2, placement_strategy="STRICT_SPREAD")
+    ex.start(extra_env_vars=FAST_FAIL)
+    seen: dict = {}
+
+    def kill_server1():
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "rank0").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["pids"] = _job_pids(ex)
+        server = next(p for p in ex.processes() if p["role"] == "server" and p["rank"] == 1)
+        seen["killed_at"] = time.monotonic()
+        os.kill(server["child_pid" if target == "child" else "pid"], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_server1, daemon=True)
+    try:
+        killer.start()
+        with pytest.raises(JobFailedError) as info:
+            ex.run(_push_pull_until_killed, args=(str(tmp_path), 90.0))
+        took = time.monotonic() - seen["killed_at"]
+        killer.join(5)
+        err = info.value
+        print(f"failed {took:.1f} s after the kill: {err}")
+        assert err.role == "server" and err.rank == 1 and took < 20
+        assert ("exited with code 137" if target == "child" else "died") in str(err)
+    finally:
+        ex.shutdown()
+    assert _wait_gone(seen["pids"]) == []
 
 
 def test_gpu_request_the_cluster_cannot_hold(cluster):

@@ -174,3 +174,23 @@ def test_services_without_a_forced_worker_fail_with_a_timeout():
     assert "never registered" in out and "BYTEPS_FORCE_DISTRIBUTED=1" in out, out[-4000:]
     # the scheduler names who is missing, and only that (the server did register)
     assert "workers [0] never registered" in out and "servers never registered" not in out, out
+
+
+def test_unresolvable_scheduler_name_is_retried_then_named():
+    """A scheduler name that does not resolve (yet) is retried like a refused connection (a
+    cluster's DNS may publish it late: a Kubernetes Service, a Slurm node), then the worker
+    fails with a ConfigError naming the host once BYTEPS_TIMEOUT has passed."""
+    env = {**clean_job_env(), "DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "2",
+           "DMLC_NUM_SERVER": "1", "DMLC_WORKER_ID": "0",
+           "DMLC_PS_ROOT_URI": "no-such-host.invalid", "DMLC_PS_ROOT_PORT": "1234",
+           "BYTEPS_TIMEOUT": "2", "BYTEPS_SECRET": "ab" * 32}
+    code = ("import byteps.basics as bps\n"
+            "try:\n    bps.init(lazy=False)\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    t0 = time.monotonic()
+    res = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("ConfigError"), res.stdout + res.stderr
+    assert "cannot resolve host 'no-such-host.invalid'" in res.stdout
+    assert 2.0 <= elapsed < 30, elapsed

@@ -44,12 +44,22 @@ bool Resolve(const std::string& host, sockaddr_in* addr) {
 
 Status ConnectWithRetry(const std::string& host, int port, double timeout_s, int* fd_out) {
   sockaddr_in addr;
-  if (!Resolve(host, &addr)) return Status::Config("cannot resolve host '" + host + "'");
-  addr.sin_port = htons(static_cast<uint16_t>(port));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::string last;
   int delay_ms = 10;
+  bool resolved = false;
   while (true) {
+    // A name that does not resolve yet is retried like a refused connection: a cluster's DNS
+    // (a Kubernetes Service, a Slurm node) may publish the peer's name after the peer starts.
+    if (!resolved && !(resolved = Resolve(host, &addr))) {
+      if (std::chrono::steady_clock::now() >= deadline)
+        return Status::Config("cannot resolve host '" + host + "' (retried for " +
+                              std::to_string(static_cast<int>(timeout_s)) + " s)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      delay_ms = std::min(delay_ms * 2, 200);
+      continue;
+    }
+    addr.sin_port = htons(static_cast<uint16_t>(port));
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return Status::Internal(Errno("socket"));
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {

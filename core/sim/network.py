@@ -149,11 +149,19 @@ class Sim:
             self.events += 1
             if flow is not None and t_net <= t_ev:
                 self._advance(t_net)
-                self._finish(flow)
+                # every flow ending now (symmetric traffic ends in batches): one recompute
+                eps = 1e-12 + 1e-9 * t_net
+                ending = [f for f in self._flows
+                          if f.rate > 0 and max(f.left, 0.0) / f.rate <= eps]
+                for f in ending or [flow]:
+                    self._finish(f)
             else:
                 t, _, fn, args = heapq.heappop(self._heap)
                 self._advance(t)
                 fn(*args)
+                while self._heap and self._heap[0][0] <= t:  # the same instant: no recompute
+                    _, _, fn, args = heapq.heappop(self._heap)
+                    fn(*args)
 
 
 class Conn:

@@ -1,0 +1,54 @@
+"""The emulated cluster's measured numbers the simulator is validated against.
+
+Copied from docs/performance.md (the architecture table and the scheduling workload), with
+the commit each was measured at. Times: seconds (medians of the slowest process); goodput:
+the measured TCP goodput of one link, Mbit/s (10^6 bit/s), rounded as the page prints it.
+"""
+
+#: The architecture table ("Emulated cluster: the architecture table"), default settings
+#: (256 KiB partitions, credit 4), TCP van, links shaped to 800 Mbit/s.
+TABLE1 = {
+    "commit": "9709bfd",
+    "measured": "2026-11-22 20:57, python -m benchmarks",
+    # (n, k, M bytes, goodput Mbit/s, byteps default s, gloo s)
+    "rows": [
+        (2, 0, 4 << 20, 765, 0.042, 0.043),
+        (2, 2, 4 << 20, 763, 0.046, 0.041),
+        (4, 0, 4 << 20, 765, 0.066, 0.066),
+        (4, 2, 4 << 20, 765, 0.057, 0.067),
+        (4, 4, 4 << 20, 765, 0.050, 0.066),
+        (2, 0, 64 << 20, 765, 0.702, 0.699),
+        (2, 2, 64 << 20, 763, 0.708, 0.699),
+        (4, 0, 64 << 20, 765, 1.062, 1.056),
+        (4, 2, 64 << 20, 765, 0.876, 1.053),
+        (4, 4, 64 << 20, 765, 0.733, 1.055),
+        (2, 0, 256 << 20, 765, 2.921, 2.813),
+        (2, 2, 256 << 20, 763, 2.854, 2.812),
+        (4, 0, 256 << 20, 765, 4.356, 4.318),
+        (4, 2, 256 << 20, 765, 3.473, 4.308),
+        (4, 4, 256 << 20, 765, 2.905, 4.259),
+    ],
+}
+
+#: The scheduling workload ("Scheduling: a training-shaped workload"): n = 2, k = 0, links
+#: shaped to 800 Mbit/s, compute per iteration = 1 x t_opt of the model's gradients.
+SCHED = {
+    "commit": "4fe2ef2",
+    "measured": "2026-11-23 03:39, python -m benchmarks --only sched",
+    "n": 2, "k": 0, "goodput_mbit": 765, "compute_ratio": 1.0,
+    # model -> [(mode, partition bytes, credit, iteration s)]; fifo: unlimited credit
+    "rows": {
+        "vgg16": [("fifo", 262144, 0, 7.727), ("priority", 131072, 8, 5.981),
+                  ("priority", 262144, 4, 5.894), ("priority", 262144, 8, 5.833),
+                  ("priority", 524288, 4, 5.838), ("priority", 1048576, 4, 5.904),
+                  ("priority", 4096000, 4, 6.262)],
+        "resnet50": [("fifo", 262144, 0, 1.440), ("priority", 131072, 8, 1.105),
+                     ("priority", 262144, 4, 1.110), ("priority", 262144, 8, 1.137),
+                     ("priority", 524288, 4, 1.126), ("priority", 1048576, 4, 1.181),
+                     ("priority", 4096000, 4, 1.440)],
+    },
+}
+
+#: Latency of the emulated cluster's links: no delay is added (veth pairs behind a bridge);
+#: the simulator takes 50 µs per message (kernel and thread hand-offs), an assumption.
+EMULATED_LATENCY_S = 50e-6

@@ -1,0 +1,83 @@
+"""The emulated cluster's configurations, simulated: the architecture table and the
+scheduling workload, side by side with measured times (:mod:`byteps.sim.recorded`, or a
+fresh run's, as ``benchmarks/sim_validate.py`` passes them).
+
+Each function returns rows ``{"label", "measured_s", "simulated_s", "ratio"}`` (ratio =
+simulated / measured).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from . import recorded
+from .profiles import from_architecture
+from .simulate import Cluster, Scheme, simulate, single_tensor, t_opt
+
+#: Allowed |simulated / measured - 1|.
+TOLERANCE = 0.10
+
+
+def table1_row(n: int, k: int, nbytes: int, goodput_Bps: float,
+               scheme: str = "byteps") -> float:
+    """Simulated push_pull of one ``nbytes`` tensor on the emulated cluster (default
+    settings), seconds; ``scheme="ring"`` for gloo's all_reduce."""
+    cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
+    return simulate(single_tensor(nbytes), cl, Scheme(scheme)).iteration_s
+
+
+def sched_row(model: str, n: int, k: int, goodput_Bps: float, mode: str, partition: int,
+              credit: int, compute_ratio: float = 1.0) -> float:
+    """Simulated iteration of the scheduling workload (benchmarks/sched.py), seconds."""
+    base = from_architecture(model)
+    prof = base.scaled(compute_ratio * t_opt(n, k, base.nbytes, goodput_Bps))
+    sch = Scheme(partition_bytes=partition, credit=credit)
+    if mode == "fifo":
+        sch = Scheme(partition_bytes=partition).fifo()
+    cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
+    return simulate(prof, cl, sch).iteration_s
+
+
+def _row(label: str, measured: float, simulated: float, **extra) -> Dict:
+    return {"label": label, "measured_s": measured, "simulated_s": simulated,
+            "ratio": simulated / measured if measured else float("nan"), **extra}
+
+
+def table1(rows: Optional[List] = None, gloo: bool = True) -> List[Dict]:
+    """The architecture table: ``rows`` as :data:`recorded.TABLE1` ``["rows"]``."""
+    out = []
+    for n, k, m, mbit, byteps_s, gloo_s in rows or recorded.TABLE1["rows"]:
+        B = mbit * 1e6 / 8
+        tag = f"n={n} k={k} {m >> 20} MiB"
+        out.append(_row(f"byteps {tag}", byteps_s, table1_row(n, k, m, B), kind="byteps",
+                        t_opt_s=t_opt(n, k, m, B)))
+        if gloo and gloo_s:
+            out.append(_row(f"gloo (ring) {tag}", gloo_s, table1_row(n, k, m, B, "ring"),
+                            kind="gloo", t_opt_s=t_opt(n, k, m, B)))
+    return out
+
+
+def sched(spec: Optional[Dict] = None) -> List[Dict]:
+    """The scheduling workload: ``spec`` as :data:`recorded.SCHED`."""
+    spec = spec or recorded.SCHED
+    B = spec["goodput_mbit"] * 1e6 / 8
+    out = []
+    for model, rows in spec["rows"].items():
+        for mode, part, credit, meas in rows:
+            sim_s = sched_row(model, spec["n"], spec["k"], B, mode, part, credit,
+                              spec.get("compute_ratio", 1.0))
+            label = f"{model} {'FIFO' if mode == 'fifo' else 'priority + credit'} " \
+                    f"{part >> 10} KiB" + ("" if mode == "fifo" else f" credit {credit}")
+            out.append(_row(label, meas, sim_s, kind="sched"))
+    return out
+
+
+def markdown(rows: List[Dict]) -> str:
+    """A Markdown table of measured vs simulated rows."""
+    lines = ["| configuration | measured (s) | simulated (s) | simulated / measured | "
+             "within 10 % |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        ok = abs(r["ratio"] - 1) <= TOLERANCE
+        lines.append(f"| {r['label']} | {r['measured_s']:.3f} | {r['simulated_s']:.3f} | "
+                     f"{r['ratio']:.2f} | {'yes' if ok else '**no**'} |")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""byteps.sim: the what-if simulator against the emulated cluster's recorded times, the model
+table's convention, the profiles and the CLI."""
+
+import json
+
+import pytest
+
+from byteps import sim
+from byteps.errors import InvalidArgumentError
+from byteps.sim import models, profiles, recorded, report, validate
+
+#: Rows known to miss 10 %, with why (docs/simulator.md): the n = 4, k = 2 4 MiB push_pull,
+#: 64 KiB partitions with a 1 MiB credit, where the fluid model's fill and drain costs more
+#: than the emulated cluster measured (1.13 x).
+KNOWN_MISSES = {"byteps n=4 k=2 4 MiB": 0.15}
+
+
+@pytest.fixture(scope="module")
+def validation_rows():
+    return validate.table1() + validate.sched()
+
+
+def test_recorded_data_names_its_commits():
+    assert recorded.TABLE1["commit"] and recorded.SCHED["commit"]
+    assert len(recorded.TABLE1["rows"]) == 15
+    assert sum(len(v) for v in recorded.SCHED["rows"].values()) == 14
+
+
+def test_simulated_within_10_percent_of_measured(validation_rows):
+    assert len(validation_rows) == 44
+    bad = [(r["label"], round(r["ratio"], 3)) for r in validation_rows
+           if abs(r["ratio"] - 1) > KNOWN_MISSES.get(r["label"], validate.TOLERANCE)]
+    assert not bad, bad
+    within = sum(abs(r["ratio"] - 1) <= validate.TOLERANCE for r in validation_rows)
+    assert within >= len(validation_rows) - len(KNOWN_MISSES)
+
+
+def test_scheduling_beats_fifo_and_t_opt_is_a_floor(validation_rows):
+    for r in validation_rows:
+        if "t_opt_s" in r and r["kind"] == "byteps":
+            assert r["simulated_s"] >= 0.99 * r["t_opt_s"], r
+    B = 765e6 / 8
+    fifo = validate.sched_row("resnet50", 2, 0, B, "fifo", 262144, 0)
+    prio = validate.sched_row("resnet50", 2, 0, B, "priority", 262144, 4)
+    assert fifo / prio > 1.2  # measured: 1.30
+
+
+def test_architectures_match_published_counts_and_the_benchmark():
+    counts = {k: sum(t.numel for t in f()) for k, f in models.ARCHITECTURES.items()}
+    assert counts["resnet50"] == 25_557_032
+    assert counts["vgg16"] == 138_357_544
+    assert counts["bert_base"] == 109_482_240
+    assert counts["bert_large"] == 335_141_888
+    assert counts["e2e_cnn"] == 2_598_746
+    assert 60e6 < counts["transformer"] < 66e6
+    bm = pytest.importorskip("benchmarks.models")
+    for name in ("vgg16", "resnet50"):
+        assert [tuple(t) for t in bm.MODELS[name]()] == \
+            [tuple(t) for t in models.ARCHITECTURES[name]()]
+
+
+def test_seed_table_convention():
+    """fp32 gradient bits over 100 x 10^9 bit/s, one direction. ResNet-50 (26 M, its rounded
+    published count), VGG-16 and the Transformer come within 4 % from the exact counts; the
+    BERT times imply 74 M and 193.5 M parameters, no consistent convention reaches them from
+    110 M and 335 M."""
+    rows = {r["model"]: r for r in report.model_table()}
+    assert report.ideal_comm_ms(26_000_000) == pytest.approx(8.32)
+    assert rows["resnet50"]["comm_ms"] == pytest.approx(8.32, rel=0.02)
+    assert rows["vgg16"]["comm_ms"] == pytest.approx(44.6, rel=0.01)
+    assert rows["transformer"]["comm_ms"] == pytest.approx(19.52, rel=0.04)
+    for name in ("bert_base", "bert_large"):
+        ratio = rows[name]["comm_ms"] / report.SEED_COMM_MS[name]
+        assert ratio > 1.4  # not reproducible: 2^30, push+pull or fp16 each move it by 2x
+    assert rows["bert_base"]["seed_params"] == pytest.approx(74e6)
+
+
+def test_profile_json_roundtrip_and_errors(tmp_path):
+    p = profiles.from_architecture("resnet50")
+    path = tmp_path / "r.json"
+    profiles.save(p, str(path))
+    q = profiles.load(str(path))
+    assert q.nbytes == p.nbytes == 4 * 25_557_032
+    assert q.compute_s == pytest.approx(p.compute_s)
+    doc = {"name": "x", "layers": [{"name": "a", "params": 10, "fwd_ms": 1, "bwd_ms": 2}]}
+    assert profiles.from_json(doc).layers[0].nbytes == 40
+    with pytest.raises(InvalidArgumentError):
+        profiles.from_json({"layers": [{"name": "a"}]})
+    with pytest.raises(InvalidArgumentError):
+        sim.Scheme("ring", compression=4).check()
+    with pytest.raises(InvalidArgumentError):
+        sim.parse_rate("fast")
+    assert sim.parse_rate("100Gbps") == 12.5e9
+    assert sim.parse_rate("12.5GB/s") == 12.5e9
+
+
+def test_compute_bound_and_network_bound():
+    prof = profiles.from_architecture("resnet50")
+    fast = sim.simulate(prof, sim.Cluster(4, 4, bandwidth=sim.parse_rate("100Gbps")),
+                        sim.Scheme())
+    assert fast.bound == "compute" and fast.efficiency > 0.95
+    slow = sim.simulate(prof, sim.Cluster(4, 0, bandwidth=sim.parse_rate("1Gbps")),
+                        sim.Scheme())
+    assert slow.bound.startswith("w") and (".tx" in slow.bound or ".rx" in slow.bound)
+    assert slow.efficiency < 0.2
+    comp = sim.simulate(prof, sim.Cluster(4, 0, bandwidth=sim.parse_rate("1Gbps")),
+                        sim.Scheme(compression=8))
+    assert comp.iteration_s < slow.iteration_s / 4
+    ring = sim.simulate(prof, sim.Cluster(4, 0, bandwidth=sim.parse_rate("1Gbps")),
+                        sim.Scheme("ring"))
+    assert ring.iteration_s == pytest.approx(slow.iteration_s, rel=0.15)
+
+
+def test_cpu_machines_help_as_the_formula_says():
+    M = 64 << 20
+    B = 1e9 / 8
+    t = {k: sim.simulate(sim.single_tensor(M), sim.Cluster(4, k, bandwidth=B),
+                         sim.Scheme()).iteration_s for k in (0, 4)}
+    assert t[0] / t[4] == pytest.approx(1.5, rel=0.05)  # (n^2+kn-2k)/n^2 at n = k = 4
+
+
+def test_cli_whatif_and_run(capsys):
+    from byteps.sim.__main__ import main
+
+    assert main(["whatif", "--profile", "resnet50", "--machines", "4", "--gpus-per-machine",
+                 "2", "--bandwidth", "10Gbps", "--cpu-machines", "2", "--ratios", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "ring all-reduce" in out and "compression 4x" in out and "BytePS, 2 CPU" in out
+    assert main(["run", "--profile", "vgg16", "--machines", "2", "--scheme", "tree",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["iteration_s"] > res["compute_s"] > 0

@@ -1,0 +1,97 @@
+"""The what-if simulator against the emulated cluster, in one run: the architecture table's
+and the scheduling workload's configurations are measured (:mod:`benchmarks.table1`,
+:mod:`benchmarks.sched`) and simulated (:mod:`byteps.sim.validate`) with the goodput the
+run measured; the section shows them side by side (target: within 10 %).
+
+Hooked into ``python -m benchmarks`` as ``sim`` (``--only sim``); alone:
+``python -m benchmarks.sim_validate [--quick]`` (quick: n = 2 and 4 at k = 0 and 4, 16 MiB;
+ResNet-50 FIFO vs the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from . import sched, table1
+from .report import run_standalone
+
+TOLERANCE = 0.10
+
+
+def bench_settings(quick: bool) -> dict:
+    t = table1.bench_settings(quick, configs=[[2, 0], [4, 4]] if quick else None, gloo=True,
+                              vans=["tcp"])
+    return {"quick": quick, "table1": t, "sched": sched.bench_settings(quick, autotune=False),
+            "unavailable": t["unavailable"]}
+
+
+def bench_steps(plan: dict) -> int:
+    return table1.bench_steps(plan["table1"]) + sched.bench_steps(plan["sched"])
+
+
+def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) -> dict:
+    """Measure both workloads on the emulated cluster, then simulate them."""
+    from byteps.sim import validate
+
+    res = {"plan": plan, "table1": table1.bench_run(plan["table1"], progress),
+           "sched": sched.bench_run(plan["sched"], progress)}
+    rows = []
+    for r in res["table1"].get("rows", []):
+        meas = (r.get("default") or {}).get("time_s")
+        if meas:
+            rows.append(validate._row(f"byteps n={r['n']} k={r['k']} {r['bytes'] >> 20} MiB",
+                                      meas, validate.table1_row(r["n"], r["k"], r["bytes"],
+                                                                r["goodput_Bps"])))
+        g = (r.get("gloo") or {}).get("time_s")
+        if g:
+            rows.append(validate._row(f"gloo (ring) n={r['n']} k={r['k']} "
+                                      f"{r['bytes'] >> 20} MiB", g, validate.table1_row(
+                                          r["n"], r["k"], r["bytes"], r["goodput_Bps"], "ring")))
+    s, sp = res["sched"], plan["sched"]
+    for name, row in s.get("models", {}).items():
+        for j in row["jobs"]:
+            if "time_s" not in j or j["mode"] not in ("fifo", "priority"):
+                continue
+            sim_s = validate.sched_row(name, sp["n"], sp["k"], s["goodput_Bps"], j["mode"],
+                                       j["partition"], j["credit"], sp["compute_ratio"])
+            rows.append(validate._row(f"{name} {j['mode']} {j['partition'] >> 10} KiB credit "
+                                      f"{j['credit']}", j["time_s"], sim_s))
+    res["rows"] = rows
+    return res
+
+
+def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
+    from byteps.sim import validate
+
+    from .report import target
+
+    md = ["## The what-if simulator against the emulated cluster", ""]
+    if res["plan"].get("unavailable"):
+        return "\n".join(md + [f"Not measured: {res['plan']['unavailable']}."]), []
+    rows = res.get("rows", [])
+    md += ["The architecture table's and the scheduling workload's configurations, measured "
+           "in this run and simulated by `byteps.sim` (docs/simulator.md) with the goodput "
+           "this run measured.", "", validate.markdown(rows), ""]
+    worst = max(rows, key=lambda r: abs(r["ratio"] - 1), default=None)
+    targets = []
+    if worst:
+        inside = sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows)
+        targets.append(target("simulator within 10 % of the emulated cluster (info)",
+                               "rows within 10 %", f"{inside} of {len(rows)}; worst "
+                               f"{worst['label']}: {worst['ratio']:.2f}",
+                               inside / len(rows), None))
+    return "\n".join(md), targets
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sim_validate", description=__doc__)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", help="also write the raw results here")
+    a = p.parse_args(argv)
+    return run_standalone(bench_settings(a.quick), bench_run, bench_markdown, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -45,7 +45,8 @@ from . import ROOT, micro, report, sumbench
 
 #: section order in the report: plugins first (the emulated cluster is the headline).
 PLUGINS = {"e2e": f"{__package__}.e2e", "cluster": f"{__package__}.table1",
-           "sched": f"{__package__}.sched", "compression": f"{__package__}.compression"}
+           "sched": f"{__package__}.sched", "compression": f"{__package__}.compression",
+           "sim": f"{__package__}.sim_validate"}
 
 
 class Bench:

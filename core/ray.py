@@ -240,7 +240,7 @@ class RayExecutor:
                  gpus_per_worker: Optional[float] = None, placement_strategy: str = "PACK",
                  timeout_s: float = 100.0) -> None:
         check_options(num_workers, num_servers, cpus_per_worker, use_gpu, gpus_per_worker,
-                      placement_strategy)
+                      placement_strategy, timeout_s)
         self.num_workers = num_workers
         self.num_servers = num_servers
         self.cpus_per_worker = cpus_per_worker
@@ -279,9 +279,15 @@ class RayExecutor:
 
         Raises:
             byteps.errors.UsageError: already started.
+            byteps.errors.InvalidTypeError: ``extra_env_vars`` holds a key or value that is not
+                a ``str``.
             byteps.errors.BytePSTimeoutError: the cluster cannot hold the placement group or the
                 actors did not start within ``timeout_s`` (the message gives the request and
                 the cluster's free resources).
+            byteps.errors.JobFailedError: an actor failed to start (e.g. byteps is not
+                importable on its node: the message ends with the remote error).
+
+        Whatever fails, the actors and placement group created so far are released.
         """
         if self._workers:
             raise UsageError("RayExecutor.start(): already started (call shutdown() first)")

@@ -35,14 +35,15 @@ def _positive(value, what: str, integer: bool) -> None:
 
 
 def check_options(num_workers, num_servers, cpus_per_worker, use_gpu, gpus_per_worker,
-                  placement_strategy) -> None:
+                  placement_strategy, timeout_s=100.0) -> None:
     """Validate :class:`byteps.ray.RayExecutor`'s arguments.
 
     Raises:
         byteps.errors.InvalidArgumentError: ``num_workers`` not an integer >= 1,
             ``num_servers`` neither ``None`` nor an integer >= 1, ``cpus_per_worker`` or
             ``gpus_per_worker`` not a number > 0, ``gpus_per_worker`` without ``use_gpu``, or an
-            unknown ``placement_strategy`` (one of :data:`STRATEGIES`).
+            unknown ``placement_strategy`` (one of :data:`STRATEGIES`), ``timeout_s`` not a
+            number > 0.
     """
     _positive(num_workers, "num_workers", integer=True)
     if num_servers is not None:
@@ -55,6 +56,7 @@ def check_options(num_workers, num_servers, cpus_per_worker, use_gpu, gpus_per_w
     if placement_strategy not in STRATEGIES:
         raise InvalidArgumentError(f"RayExecutor: placement_strategy must be one of "
                                    f"{', '.join(STRATEGIES)}, got {placement_strategy!r}")
+    _positive(timeout_s, "timeout_s", integer=False)
 
 
 def worker_bundles(num_workers: int, cpus_per_worker: float = 1, use_gpu: bool = False,

@@ -87,6 +87,7 @@ def test_bundles():
     ((2, None, 1, False, 1, "PACK"), "gpus_per_worker is set but use_gpu is False"),
     ((2, None, 1, True, -1, "PACK"), "gpus_per_worker"),
     ((2, None, 1, False, None, "pack"), "placement_strategy must be one of PACK, SPREAD"),
+    ((2, None, 1, False, None, "PACK", 0), "timeout_s must be a positive number"),
 ])
 def test_bad_options(args, match):
     with pytest.raises(InvalidArgumentError, match=match):

@@ -183,6 +183,7 @@ class Services:
         self.rank = rank
         self._stopping = threading.Event()
         self._spawned = threading.Event()
+        self._settled = threading.Event()  # start() has returned or raised
         self._spawn_error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -203,13 +204,18 @@ class Services:
                                         daemon=True)
         self._thread.start()
         self._spawned.wait()
-        if self._spawn_error is not None:
+        try:
+            if self._spawn_error is not None:
+                raise InternalError(f"rank {self.rank}: could not start the byteps scheduler/"
+                                    f"server: {self._spawn_error}") from self._spawn_error
+            for child in self.children:
+                if child.label == "scheduler":
+                    self._wait_listening(child)
+        except BaseException:
+            self._settled.set()
             self.stop(0)
-            raise InternalError(f"rank {self.rank}: could not start the byteps scheduler/server: "
-                                f"{self._spawn_error}") from self._spawn_error
-        for child in self.children:
-            if child.label == "scheduler":
-                self._wait_listening(child)
+            raise
+        self._settled.set()
 
     def _spawn(self) -> None:
         preexec = make_preexec(os.getpid())
@@ -230,22 +236,22 @@ class Services:
             self._spawn_error = exc
         finally:
             self._spawned.set()
-        while any(c.proc is not None and c.proc.poll() is None for c in self.children):
-            for child in self.children:
-                code = child.proc.poll() if child.proc is not None else None
-                if code and not child.reported and not self._stopping.is_set():
-                    child.reported = True
-                    self._say(f"byteps: rank {self.rank}: {child.describe()} "
-                              f"{_exit_text(code)} while the job was running{child.last_output()}"
-                              "; the job's operations fail with PeerLostError")
+        # Failures are reported once start() is over (it reports its own) and until stop().
+        while not self._settled.is_set() or self._report_failures():
             time.sleep(0.05)
-        # A child that failed in the last poll interval before the loop ended.
+
+    def _report_failures(self) -> bool:
+        """Report children that failed since the last call; True while any is running."""
+        running = False
         for child in self.children:
-            code = child.proc.returncode if child.proc is not None else None
+            code = child.proc.poll() if child.proc is not None else None
+            running |= child.proc is not None and code is None
             if code and not child.reported and not self._stopping.is_set():
                 child.reported = True
                 self._say(f"byteps: rank {self.rank}: {child.describe()} {_exit_text(code)} "
-                          f"while the job was running{child.last_output()}")
+                          f"while the job was running{child.last_output()}; the job's "
+                          "operations fail with PeerLostError")
+        return running
 
     def _say(self, message: str) -> None:
         with _stderr_lock:

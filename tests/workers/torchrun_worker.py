@@ -26,9 +26,15 @@ from byteps import torchrun_launch
 from byteps.errors import BytePSError
 
 
+def say(line: str) -> None:
+    """One line in one write(2): the ranks of a node share torchrun's stdout, and print()'s
+    separate write of the newline lets their lines interleave."""
+    os.write(1, (line + "\n").encode())
+
+
 def check(cond: bool, what: str) -> None:
     if not cond:
-        print(f"FAIL rank {os.environ.get('RANK')}: {what}", flush=True)
+        say(f"FAIL rank {os.environ.get('RANK')}: {what}")
         sys.exit(2)
 
 
@@ -54,15 +60,15 @@ def main() -> int:
     check(bps.size() == int(os.environ["WORLD_SIZE"]), f"size {bps.size()}")
     check(bps.local_rank() == int(os.environ["LOCAL_RANK"]), f"local rank {bps.local_rank()}")
     check(bps.local_size() == int(os.environ["LOCAL_WORLD_SIZE"]), "local size")
-    print(f"SERVICES {rank} {','.join(map(str, torchrun_launch.service_pids()))}", flush=True)
+    say(f"SERVICES {rank} {','.join(map(str, torchrun_launch.service_pids()))}")
     if mode == "sums":
         rounds(5, "t")
         bps.shutdown()
-        print(f"TORCHRUN-OK {rank}", flush=True)
+        say(f"TORCHRUN-OK {rank}")
         return 0
     rounds(1, "f")
     if rank == bps.size() - 1:
-        print(f"EXITING {rank}", flush=True)
+        say(f"EXITING {rank}")
         return 3
     deadline = time.monotonic() + 60
     i = 0
@@ -71,9 +77,9 @@ def main() -> int:
             bps.push_pull(torch.ones(1000), average=False, name=f"loop.{i % 4}")
             i += 1
     except BytePSError as exc:
-        print(f"CAUGHT {rank} {type(exc).__name__} {exc}", flush=True)
+        say(f"CAUGHT {rank} {type(exc).__name__} {exc}")
         return 1
-    print(f"NO-ERROR {rank}", flush=True)
+    say(f"NO-ERROR {rank}")
     return 0
 
 

@@ -53,7 +53,6 @@ def cluster():
     mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     mp.setattr(ray._private.ray_constants, "ENABLE_RAY_CLUSTER", False)
     mp.setenv("RAY_TMPDIR", tmp)
-    mp.setenv("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))  # byteps for the actors
     cl = None
     try:
         args = {"num_cpus": 2, "include_dashboard": False, "object_store_memory": 80 << 20}

@@ -7,9 +7,13 @@ rank 0 of each node starts that node's server and global rank 0 the scheduler
 
 * known tensors summed across the 4 ranks, ranks checked against torchrun's, both torchruns exit
   0, and no process is left in either namespace (``ip netns pids``), the scheduler and servers
-  included (by the pids the workers report);
+  included (by the pids the workers report); with torchrun's default static rendezvous and with
+  its elastic c10d rendezvous (``MASTER_ADDR``/``MASTER_PORT`` then name the store of the rank-0
+  agent, which byteps shares the secret through as well);
 * the digits example (``examples/torch/train_digits.py``, 6 epochs of batch 16): accuracy >=
   0.95 and parameters identical on every rank;
+* node 1's server is killed while every rank push_pulls: all 4 ranks get a ``PeerLostError``,
+  both torchruns exit non-zero, nothing left;
 * the last rank exits with code 3 after its first push_pull: the other node's workers get a
   ``PeerLostError``, both torchruns exit non-zero within 60 s, nothing left.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -65,21 +70,40 @@ def job_env() -> dict[str, str]:
     return env
 
 
-def run_torchrun(cluster, port: int, script: list[str], timeout: float = 60.0):
+def static_rdzv(node: int, port: int) -> list[str]:
+    """torchrun's default (static) rendezvous: node rank and master given."""
+    return ["--node-rank", str(node), "--master-addr", MASTER, "--master-port", str(port)]
+
+
+def c10d_rdzv(node: int, port: int) -> list[str]:
+    """torchrun's elastic c10d rendezvous at w0:port. ``--local-addr`` (the address the agent
+    advertises) and ``is_host`` (w0 hosts the store) because the namespaces share one host name,
+    which torchrun would otherwise resolve and compare."""
+    return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{MASTER}:{port}", "--rdzv-id",
+            "c10djob", "--local-addr", f"10.77.0.{11 + node}", "--rdzv-conf",
+            f"is_host={'true' if node == 0 else 'false'}"]
+
+
+def run_torchrun(cluster, port: int, script: list[str], timeout: float = 60.0,
+                 rdzv=static_rdzv, on_line=None):
     """torchrun on w0 and w1 (node ranks 0 and 1); returns ([rc0, rc1], [out0, out1], seconds).
 
-    A torchrun still running after ``timeout`` seconds is killed and the test fails."""
+    ``on_line(line)`` sees every output line as it comes. A torchrun still running after
+    ``timeout`` seconds is killed and the test fails."""
     procs, outs = [], ["", ""]
     t0 = time.monotonic()
     for node in (0, 1):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                "--nproc-per-node", "2", "--node-rank", str(node), "--master-addr", MASTER,
-                "--master-port", str(port), *script]
+                "--nproc-per-node", "2", *rdzv(node, port), *script]
         procs.append(cluster.spawn(f"w{node}", argv, env=job_env(), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, cwd=str(ROOT)))
 
     def read(i: int) -> None:
-        outs[i] = procs[i].stdout.read().decode(errors="replace")
+        for raw in procs[i].stdout:
+            line = raw.decode(errors="replace")
+            outs[i] += line
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
 
     readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in (0, 1)]
     for r in readers:
@@ -135,9 +159,11 @@ def dump(outs: list[str]) -> str:
     return "\n".join(f"--- w{i}\n{o[-6000:]}" for i, o in enumerate(outs))
 
 
-def test_push_pull_sums_under_torchrun(cluster):
-    rcs, outs, elapsed = run_torchrun(cluster, 29500, [WORKER, "sums"])
-    print(f"torchrun sums: {elapsed:.1f} s")
+@pytest.mark.parametrize("rdzv, port", [(static_rdzv, 29500), (c10d_rdzv, 29400)],
+                         ids=["static", "c10d"])
+def test_push_pull_sums_under_torchrun(cluster, rdzv, port):
+    rcs, outs, elapsed = run_torchrun(cluster, port, [WORKER, "sums"], rdzv=rdzv)
+    print(f"torchrun sums ({rdzv.__name__}): {elapsed:.1f} s")
     assert rcs == [0, 0], dump(outs)
     text = "".join(outs)
     assert sorted(int(r) for r in re.findall(r"^TORCHRUN-OK (\d+)$", text, re.M)) == [0, 1, 2, 3]
@@ -159,6 +185,37 @@ def test_digits_example_under_torchrun(cluster):
     print(f"digits accuracy after 6 epochs: {accuracy:.3f}")
     assert accuracy >= 0.95, dump(outs)
     assert_nothing_left(cluster, [])
+
+
+def test_killed_server_fails_every_worker(cluster):
+    """SIGKILL node 1's server while all 4 ranks push_pull: every rank raises PeerLostError,
+    the worker that started it reports it, both torchruns exit non-zero, nothing left."""
+    pids: dict[int, list[int]] = {}
+    ready: set[int] = set()
+    killed: list[float] = []
+    lock = threading.Lock()
+
+    def on_line(line: str) -> None:
+        with lock:
+            if m := re.match(r"SERVICES (\d+) ([\d,]*)$", line):
+                pids[int(m.group(1))] = [int(p) for p in m.group(2).split(",") if p]
+            elif m := re.match(r"READY (\d+)$", line):
+                ready.add(int(m.group(1)))
+            if len(ready) == 4 and not killed and pids.get(2):
+                os.kill(pids[2][0], signal.SIGKILL)  # rank 2 = local rank 0 of node 1
+                killed.append(time.monotonic())
+
+    rcs, outs, elapsed = run_torchrun(cluster, 29800, [WORKER, "loop"], on_line=on_line)
+    assert killed, dump(outs)
+    print(f"torchrun server killed: {elapsed:.1f} s, exit codes {rcs}")
+    assert rcs[0] != 0 and rcs[1] != 0, dump(outs)
+    text = "".join(outs)
+    caught = dict(re.findall(r"^CAUGHT (\d) (\w+) ", text, re.M))
+    assert caught == {str(r): "PeerLostError" for r in range(4)}, dump(outs)
+    assert re.search(r"byteps: rank 2: the byteps server of node 1 \(pid \d+\) this process "
+                     r"started exited with code 137 \(signal 9\) while the job was running",
+                     outs[1]), dump(outs)
+    assert_nothing_left(cluster, [p for ps in pids.values() for p in ps])
 
 
 def test_failed_worker_fails_both_torchruns(cluster):

@@ -11,6 +11,8 @@ Modes:
 * ``fail``: after one checked push_pull, the last rank exits with code 3; the others push_pull
   until an error reaches them, print ``CAUGHT <rank> <exception class> <message>`` and exit 1
   (``NO-ERROR <rank>`` and exit 0 if none came within 60 s).
+* ``loop``: after one checked push_pull every rank prints ``READY <rank>`` and push_pulls until
+  an error reaches it (the test kills a server), then as ``fail``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ def main() -> int:
         say(f"TORCHRUN-OK {rank}")
         return 0
     rounds(1, "f")
-    if rank == bps.size() - 1:
+    if mode == "loop":
+        say(f"READY {rank}")
+    elif rank == bps.size() - 1:
         say(f"EXITING {rank}")
         return 3
     deadline = time.monotonic() + 60

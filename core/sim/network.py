@@ -5,8 +5,21 @@
 * :class:`Port`: one direction of a NIC (or a machine's local bus), capacity in bytes/s.
 * :class:`Conn`: a FIFO channel from one port to another (a TCP connection, one direction):
   its messages leave one at a time, in order; a message in flight is a *flow* that gets a
-  max-min fair share of both ports (progressive filling, recomputed whenever a flow starts or
-  ends), and is delivered ``latency`` seconds after its last byte left.
+  max-min fair share of both ports (progressive filling, recomputed whenever the set of
+  flows changes), and is delivered ``latency`` seconds after its last byte left.
+
+How it stays fast at many machines (the result is the same max-min allocation):
+
+* flows with the same ports (a *path*) get the same max-min rate, so rates are computed per
+  path, with its flow count as a weight;
+* a recompute covers only the ports connected (through flows) to a path whose flow count
+  changed: a machine's loopback or GPU bus is a component of its own, so its traffic does not
+  recompute the NICs' shares;
+* a message that follows another on the same connection at the instant the first ends
+  changes no count: no recompute at all;
+* progressive filling takes the port with the smallest fair share from a heap;
+* each flow's end is an entry in a heap, re-scheduled only when its rate changes, and bytes
+  are settled per flow when its rate changes (not every flow at every event).
 
 Units: seconds, bytes, bytes/s.
 """
@@ -14,9 +27,12 @@ Units: seconds, bytes, bytes/s.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+_ids = itertools.count()
 
 
 class Port:
@@ -25,10 +41,11 @@ class Port:
     Attributes:
         name (str): e.g. ``w0.tx`` (worker machine 0's uplink), ``c1.rx``, ``w0.local``.
         capacity (float): bytes/s.
-        bytes (float): bytes moved so far; ``bytes / capacity`` is its busy time, seconds.
+        bytes (float): bytes of the flows through it that have ended; at the end of a run,
+            ``bytes / capacity`` is its busy time, seconds.
     """
 
-    __slots__ = ("name", "capacity", "bytes", "flows")
+    __slots__ = ("name", "capacity", "bytes", "paths", "id")
 
     def __init__(self, name: str, capacity: float):
         if not capacity > 0:
@@ -37,7 +54,8 @@ class Port:
             raise InvalidArgumentError(f"port {name}: capacity must be > 0 bytes/s, "
                                        f"got {capacity}")
         self.name, self.capacity, self.bytes = name, float(capacity), 0.0
-        self.flows: List[_Flow] = []
+        self.paths: Dict[_Path, None] = {}  # paths with flows now (an ordered set)
+        self.id = next(_ids)
 
     @property
     def busy_s(self) -> float:
@@ -45,12 +63,25 @@ class Port:
         return self.bytes / self.capacity
 
 
-class _Flow:
-    __slots__ = ("conn", "left", "rate", "ports", "done")
+class _Path:
+    """The flows between the same ports: one max-min rate, ``count`` flows."""
 
-    def __init__(self, conn: Conn, nbytes: float, done: Callable[[], None]):
-        self.conn, self.left, self.rate, self.done = conn, float(nbytes), 0.0, done
-        self.ports = tuple(p for p in (conn.src, conn.dst) if p is not None)
+    __slots__ = ("ports", "count", "rated_count", "rate", "flows")
+
+    def __init__(self, ports: Tuple[Port, ...]):
+        self.ports = ports
+        self.count = 0
+        self.rated_count = 0  # count when ``rate`` was computed
+        self.rate = 0.0
+        self.flows: Dict[_Flow, None] = {}
+
+
+class _Flow:
+    __slots__ = ("conn", "size", "left", "rate", "t", "ver", "path", "done")
+
+    def __init__(self, conn: Conn, nbytes: float, path: _Path, done: Callable[[], None]):
+        self.conn, self.size, self.left, self.done = conn, float(nbytes), float(nbytes), done
+        self.rate, self.t, self.ver, self.path = 0.0, 0.0, 0, path
 
 
 class Sim:
@@ -60,9 +91,12 @@ class Sim:
         self.now = 0.0
         self._heap: List[Tuple[float, int, Callable, tuple]] = []
         self._seq = 0
-        self._flows: List[_Flow] = []
-        self._dirty = False
+        self._ends: List[Tuple[float, int, int, _Flow]] = []  # (end, seq, version, flow)
+        self._paths: Dict[Tuple[Optional[Port], Optional[Port]], _Path] = {}
+        self._changed: Dict[_Path, None] = {}
+        self._unrated: List[_Flow] = []
         self.events = 0
+        self.recomputes = 0
 
     # ------------------------------------------------------------------------- events --
     def at(self, t: float, fn: Callable, *args) -> None:
@@ -75,92 +109,135 @@ class Sim:
         self.at(self.now + dt, fn, *args)
 
     # ------------------------------------------------------------------------ network --
-    def _start(self, flow: _Flow) -> None:
-        self._flows.append(flow)
-        for p in flow.ports:
-            p.flows.append(flow)
-        self._dirty = True
-
-    def _rates(self) -> None:
-        """Max-min fair rates by progressive filling."""
-        for f in self._flows:
-            f.rate = -1.0
-        cap: Dict[Port, float] = {}
-        cnt: Dict[Port, int] = {}
-        for f in self._flows:
-            for p in f.ports:
-                if p not in cap:
-                    cap[p], cnt[p] = p.capacity, len(p.flows)
-        left = len(self._flows)
-        while left:
-            best, share = None, math.inf
-            for p, c in cnt.items():
-                if c > 0 and cap[p] / c < share:
-                    best, share = p, cap[p] / c
-            if best is None:
-                break
-            for f in best.flows:
-                if f.rate < 0:
-                    f.rate = share
-                    left -= 1
-                    for q in f.ports:
-                        cap[q] -= share
-                        cnt[q] -= 1
-        self._dirty = False
-
-    def _advance(self, t: float) -> None:
-        dt = t - self.now
-        if dt > 0:
-            for f in self._flows:
-                moved = f.rate * dt
-                f.left -= moved
-                for p in f.ports:
-                    p.bytes += moved
-        self.now = t
-
-    def _next_flow_end(self) -> Tuple[float, Optional[_Flow]]:
-        if self._dirty:
-            self._rates()
-        best, t = None, math.inf
-        for f in self._flows:
-            if f.rate > 0:
-                e = self.now + max(f.left, 0.0) / f.rate
-                if e < t:
-                    best, t = f, e
-        return t, best
+    def _start(self, conn: Conn, nbytes: float, done: Callable[[], None]) -> None:
+        key = (conn.src, conn.dst)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = _Path(tuple(p for p in key if p is not None))
+        flow = _Flow(conn, nbytes, path, done)
+        flow.t = self.now
+        path.flows[flow] = None
+        if path.count == 0:
+            for p in path.ports:
+                p.paths[path] = None
+        path.count += 1
+        self._changed[path] = None
+        self._unrated.append(flow)
 
     def _finish(self, flow: _Flow) -> None:
-        self._flows.remove(flow)
-        for p in flow.ports:
-            p.flows.remove(flow)
+        path = flow.path
+        del path.flows[flow]
+        path.count -= 1
+        if path.count == 0:
+            for p in path.ports:
+                del p.paths[path]
+        self._changed[path] = None
+        flow.ver += 1
         flow.left = 0.0
-        self._dirty = True
+        for p in path.ports:
+            p.bytes += flow.size
         flow.conn._flow_done(flow)
+
+    def _schedule(self, flow: _Flow) -> None:
+        flow.ver += 1
+        self._seq += 1
+        heapq.heappush(self._ends, (flow.t + flow.left / flow.rate, self._seq, flow.ver, flow))
+
+    def _rates(self) -> None:
+        """Max-min fair rates of the paths connected to a changed one (progressive filling,
+        smallest fair share first), then the flows whose rate changed are re-scheduled."""
+        changed = [p for p in self._changed if p.count != p.rated_count]
+        self._changed.clear()
+        if changed:
+            self.recomputes += 1
+            # the component: ports reachable from the changed paths through paths with flows
+            seen: Dict[Port, None] = {}
+            stack = [q for p in changed for q in p.ports]
+            while stack:
+                q = stack.pop()
+                if q in seen:
+                    continue
+                seen[q] = None
+                for path in q.paths:
+                    for r in path.ports:
+                        if r not in seen:
+                            stack.append(r)
+            for p in changed:
+                p.rated_count = p.count
+            cap: Dict[Port, float] = {}
+            cnt: Dict[Port, int] = {}
+            for q in seen:
+                c = 0
+                for path in q.paths:
+                    c += path.count
+                cap[q], cnt[q] = q.capacity, c
+            heap = [(q.capacity / c, q.id, q) for q, c in cnt.items() if c > 0]
+            heapq.heapify(heap)
+            fixed: Dict[_Path, None] = {}
+            now = self.now
+            while heap:
+                share, _, q = heapq.heappop(heap)
+                c = cnt[q]
+                if c <= 0:
+                    continue
+                cur = cap[q] / c
+                if cur > share:  # stale: shares only grow as paths are fixed
+                    heapq.heappush(heap, (cur, q.id, q))
+                    continue
+                for path in q.paths:
+                    if path in fixed:
+                        continue
+                    fixed[path] = None
+                    path.rated_count = path.count
+                    for r in path.ports:
+                        cap[r] -= cur * path.count
+                        cnt[r] -= path.count
+                    if path.rate != cur:
+                        path.rate = cur
+                        for f in path.flows:
+                            if f.rate > 0:  # running: settle at the old rate
+                                f.left -= f.rate * (now - f.t)
+                                f.t = now
+                                f.rate = cur
+                                self._schedule(f)
+        for f in self._unrated:
+            if f.ver == 0:  # not finished in the meantime
+                f.rate = f.path.rate
+                self._schedule(f)
+        self._unrated.clear()
 
     def run(self, until: float = math.inf) -> float:
         """Run until nothing is left to do (or ``until`` seconds); returns the time."""
+        ends, heap = self._ends, self._heap
         while True:
-            t_net, flow = self._next_flow_end()
-            t_ev = self._heap[0][0] if self._heap else math.inf
-            if min(t_net, t_ev) > until or (flow is None and not self._heap):
+            if self._changed or self._unrated:
+                self._rates()
+            while ends and ends[0][2] != ends[0][3].ver:  # superseded
+                heapq.heappop(ends)
+            t_net = ends[0][0] if ends else math.inf
+            t_ev = heap[0][0] if heap else math.inf
+            if min(t_net, t_ev) > until or (not ends and not heap):
                 if until < math.inf:
-                    self._advance(until)
+                    self.now = max(self.now, until)
                 return self.now
             self.events += 1
-            if flow is not None and t_net <= t_ev:
-                self._advance(t_net)
+            if t_net <= t_ev:
+                self.now = max(self.now, t_net)
                 # every flow ending now (symmetric traffic ends in batches): one recompute
                 eps = 1e-12 + 1e-9 * t_net
-                ending = [f for f in self._flows
-                          if f.rate > 0 and max(f.left, 0.0) / f.rate <= eps]
-                for f in ending or [flow]:
+                batch = []
+                while ends and ends[0][0] <= t_net + eps:
+                    _, _, ver, f = heapq.heappop(ends)
+                    if ver == f.ver:
+                        batch.append(f)
+                for f in batch:
                     self._finish(f)
             else:
-                t, _, fn, args = heapq.heappop(self._heap)
-                self._advance(t)
+                t, _, fn, args = heapq.heappop(heap)
+                self.now = max(self.now, t)
                 fn(*args)
-                while self._heap and self._heap[0][0] <= t:  # the same instant: no recompute
-                    _, _, fn, args = heapq.heappop(self._heap)
+                while heap and heap[0][0] <= t:  # the same instant: no recompute
+                    _, _, fn, args = heapq.heappop(heap)
                     fn(*args)
 
 
@@ -195,7 +272,7 @@ class Conn:
             self.sim.after(self.latency, cb)
             self._next()
             return
-        self.sim._start(_Flow(self, nbytes, cb))
+        self.sim._start(self, nbytes, cb)
 
     def _flow_done(self, flow: _Flow) -> None:
         self.sim.after(self.latency, flow.done)

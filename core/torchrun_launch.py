@@ -63,13 +63,16 @@ def _true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def store_key(placement: TorchrunPlacement) -> str:
-    """The key of the job secret in torchrun's store: ``byteps/<run id>/<restart>/secret``."""
-    return f"byteps/{placement.run_id}/{placement.restart_count}/secret"
+def store_key(placement: TorchrunPlacement, generation: int = 0) -> str:
+    """The key of the job secret in torchrun's store:
+    ``byteps/<run id>/<restart>/<generation>/secret``; ``generation`` counts this process's
+    earlier activations (an ``init()`` after ``shutdown()`` starts a new job: every rank counts
+    alike)."""
+    return f"byteps/{placement.run_id}/{placement.restart_count}/{generation}/secret"
 
 
 def resolve_secret(placement: TorchrunPlacement, env: Mapping[str, str],
-                   timeout: float) -> str:
+                   timeout: float, generation: int = 0) -> str:
     """The job secret every process of the job must share (``BYTEPS_SECRET``).
 
     In order: ``BYTEPS_SECRET`` from ``env`` (export the same value on every node); "" for a
@@ -98,7 +101,7 @@ def resolve_secret(placement: TorchrunPlacement, env: Mapping[str, str],
         except ImportError:
             TCPStore = None
         if TCPStore is not None:
-            return _secret_through_store(TCPStore, placement, timeout)
+            return _secret_through_store(TCPStore, placement, timeout, generation)
     if _true(env.get("BYTEPS_ALLOW_UNAUTHENTICATED")):
         return ""
     raise TorchrunEnvError(
@@ -109,9 +112,10 @@ def resolve_secret(placement: TorchrunPlacement, env: Mapping[str, str],
         "BYTEPS_ALLOW_UNAUTHENTICATED=1 to run without authentication")
 
 
-def _secret_through_store(TCPStore, placement: TorchrunPlacement, timeout: float) -> str:
+def _secret_through_store(TCPStore, placement: TorchrunPlacement, timeout: float,
+                          generation: int) -> str:
     where = f"{placement.master_addr}:{placement.master_port}"
-    key = store_key(placement)
+    key = store_key(placement, generation)
     try:
         store = TCPStore(placement.master_addr, placement.master_port, is_master=False,
                          timeout=timedelta(seconds=timeout), wait_for_workers=False)
@@ -351,6 +355,7 @@ class _Session:
 
 
 _session: _Session | None = None
+_generation = 0  # activations of this process so far
 
 
 def plan(placement: TorchrunPlacement, identity: JobIdentity, env: Mapping[str, str],
@@ -418,14 +423,14 @@ def activate(environ: MutableMapping[str, str] | None = None, timeout: float = 1
             :func:`byteps.torchrun_env.placement_from_env`, :func:`resolve_secret`,
             :meth:`Services.start`; ``environ`` is left as it was.
     """
-    global _session
+    global _session, _generation
     env = os.environ if environ is None else environ
     if _session is not None or not is_torchrun_env(env):
         return False
     placement = placement_from_env(env)
     fallback = "" if placement.run_id or placement.master_port else f"p{os.getppid()}"
     identity = JobIdentity(env.get("BYTEPS_JOB_ID") or derive_job_id(placement, fallback),
-                           resolve_secret(placement, env, timeout))
+                           resolve_secret(placement, env, timeout, _generation))
     worker, children = plan(placement, identity, dict(env), server_argv)
     services = Services(children, placement.rank) if children else None
     if services is not None:
@@ -437,6 +442,7 @@ def activate(environ: MutableMapping[str, str] | None = None, timeout: float = 1
         else:
             env.pop(name, None)
     _session = _Session(placement, saved, services)
+    _generation += 1
     log.info("rank %d: torchrun environment mapped: machine %d of %d, local rank %d of %d, "
              "%s", placement.rank, placement.worker_id, placement.num_machines,
              placement.local_rank, placement.local_size,

@@ -22,9 +22,11 @@ torchrun-style environment and no ``DMLC_*`` job description (:mod:`byteps.torch
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import threading
@@ -57,6 +59,16 @@ SCHEDULER_START_WAIT = 10.0
 TAIL_LINES = 20
 
 _stderr_lock = threading.Lock()
+
+
+def _say(message: str) -> None:
+    """One line on this process's stderr (shared with the children's prefixed output)."""
+    with _stderr_lock:
+        try:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _true(value: str | None) -> bool:
@@ -258,12 +270,7 @@ class Services:
         return running
 
     def _say(self, message: str) -> None:
-        with _stderr_lock:
-            try:
-                sys.stderr.write(message + "\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
+        _say(message)
 
     def _wait_listening(self, child: _Child) -> None:
         deadline = time.monotonic() + SCHEDULER_START_WAIT
@@ -306,6 +313,25 @@ class Services:
         for child in self.children:
             for pump in child.pumps:
                 pump.join(2.0)
+
+
+def loopback_warning(master_addr: str) -> str | None:
+    """A warning when ``master_addr`` resolves to a loopback address on this host (Debian's
+    ``/etc/hosts`` maps the host's own name to 127.0.1.1): the scheduler binds the address its
+    name resolves to, so the other machines could not reach it. None otherwise (also when the
+    name does not resolve: the scheduler then says so)."""
+    try:
+        infos = socket.getaddrinfo(master_addr, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    addresses = sorted({info[4][0] for info in infos})
+    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback
+                                for a in addresses):
+        return None
+    return (f"byteps: warning: MASTER_ADDR={master_addr} resolves to {', '.join(addresses)} on "
+            "global rank 0's host: the scheduler listens there, where the other machines "
+            "cannot reach it; give MASTER_ADDR as this host's network address (or fix its "
+            "/etc/hosts entry)")
 
 
 def _exit_text(code: int) -> str:
@@ -432,6 +458,10 @@ def activate(environ: MutableMapping[str, str] | None = None, timeout: float = 1
     identity = JobIdentity(env.get("BYTEPS_JOB_ID") or derive_job_id(placement, fallback),
                            resolve_secret(placement, env, timeout, _generation))
     worker, children = plan(placement, identity, dict(env), server_argv)
+    if placement.starts_scheduler and placement.num_machines > 1:
+        warning = loopback_warning(placement.master_addr)
+        if warning:
+            _say(warning)
     services = Services(children, placement.rank) if children else None
     if services is not None:
         services.start()

@@ -122,3 +122,10 @@ def test_activate_ignores_dmlc_descriptions_and_plain_environments():
     assert tl.activate({"DMLC_ROLE": "worker", "RANK": "0", "WORLD_SIZE": "2"}) is False
     assert tl.activate({"PATH": "/bin"}) is False
     assert not tl.active()
+
+
+def test_loopback_master_addr_is_warned_about():
+    assert "resolves to 127.0.0.1" in tl.loopback_warning("127.0.0.1")
+    assert "cannot reach it" in tl.loopback_warning("localhost")
+    assert tl.loopback_warning("10.77.0.11") is None
+    assert tl.loopback_warning("no-such-host.invalid") is None

@@ -8,7 +8,7 @@ torchrun-style environment and no ``DMLC_*`` job description (:mod:`byteps.torch
    unless exported) and the job secret (:func:`resolve_secret`);
 3. in a distributed job, starts the node's server (local rank 0 of every node) and the
    scheduler (global rank 0) as children, ``python -m byteps.server`` with
-   :func:`byteps.cluster_env.role_env`, their output prefixed ``[byteps server <node>] `` /
+   :func:`byteps.cluster_env.role_env`, their output prefixed ``[byteps server of node N] `` /
    ``[byteps scheduler] `` on this process's stderr; they die with this process
    (``PR_SET_PDEATHSIG``), and one that fails while the job runs is reported on stderr (the
    core fails the job's operations with ``PeerLostError``); a scheduler that exits before it
@@ -107,7 +107,7 @@ def resolve_secret(placement: TorchrunPlacement, env: Mapping[str, str],
     given = env.get("BYTEPS_SECRET", "")
     if given or not placement.distributed:
         return given
-    if _true(env.get("TORCHELASTIC_USE_AGENT_STORE")):
+    if _true(env.get("TORCHELASTIC_USE_AGENT_STORE")) and placement.master_port:
         try:
             from torch.distributed import TCPStore
         except ImportError:

@@ -21,7 +21,8 @@ workers (``status.podIP``) and the scheduler's own ``DMLC_PS_ROOT_URI`` (``statu
 address the Service name resolves to, so the scheduler binds without waiting for DNS);
 ``BYTEPS_LOCAL_RANK`` is left to the worker pod's ``bpslaunch``. Server and worker pods first run
 an init container that waits (up to ``BYTEPS_TIMEOUT``, default 120 s) until the Service name
-resolves, since their pods may start before the scheduler's DNS record exists.
+resolves, since their pods may start before the scheduler's DNS record exists (the core would
+retry the name too; the init container makes the wait visible as the pod's Init state).
 
 Lifetime: every pod has ``restartPolicy: Never`` and every Job ``backoffLimit: 0`` (a byteps job
 cannot survive a lost member). When every worker has called ``shutdown()`` the scheduler tells

@@ -378,9 +378,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local-size", type=int, metavar="L",
                    help="local mode: worker processes per worker machine (default 1)")
     p.add_argument("--port", type=int, metavar="P",
-                   help="local mode: scheduler port (default: a free port)")
+                   help="scheduler port (local mode: default a free port; the other modes say theirs)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VAL",
-                   help="local mode: extra environment variable for every process (repeatable)")
+                   help="extra environment variable for every process (repeatable; not in upstream mode)")
     p.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
                    help="after the first failure, seconds the other processes get to exit "
                    f"before SIGTERM (default {DEFAULT_GRACE:g})")

@@ -17,17 +17,18 @@ KNOWN_MISSES = {"byteps n=4 k=2 4 MiB": 0.15}
 
 @pytest.fixture(scope="module")
 def validation_rows():
-    return validate.table1() + validate.sched()
+    return validate.all_rows()
 
 
 def test_recorded_data_names_its_commits():
     assert recorded.TABLE1["commit"] and recorded.SCHED["commit"]
     assert len(recorded.TABLE1["rows"]) == 15
     assert sum(len(v) for v in recorded.SCHED["rows"].values()) == 14
+    assert recorded.TABLE1_MIXED["commit"] and len(recorded.TABLE1_MIXED["rows"]) == 1
 
 
 def test_simulated_within_10_percent_of_measured(validation_rows):
-    assert len(validation_rows) == 44
+    assert len(validation_rows) == 46
     bad = [(r["label"], round(r["ratio"], 3)) for r in validation_rows
            if abs(r["ratio"] - 1) > KNOWN_MISSES.get(r["label"], validate.TOLERANCE)]
     assert not bad, bad
@@ -117,6 +118,12 @@ def test_cpu_machines_help_as_the_formula_says():
     t = {k: sim.simulate(sim.single_tensor(M), sim.Cluster(4, k, bandwidth=B),
                          sim.Scheme()).iteration_s for k in (0, 4)}
     assert t[0] / t[4] == pytest.approx(1.5, rel=0.05)  # (n^2+kn-2k)/n^2 at n = k = 4
+    for n in (2, 4):  # k = n/2 (mixed placement): near t_opt (measured 1.03, 1.06), below k = 0
+        tk = sim.simulate(sim.single_tensor(M), sim.Cluster(n, n // 2, bandwidth=B),
+                          sim.Scheme()).iteration_s
+        t0 = sim.simulate(sim.single_tensor(M), sim.Cluster(n, 0, bandwidth=B),
+                          sim.Scheme()).iteration_s
+        assert tk <= 1.08 * sim.t_opt(n, n // 2, M, B) and tk <= t0 * 1.02, (n, tk, t0)
 
 
 def test_cli_whatif_and_run(capsys):

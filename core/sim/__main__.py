@@ -118,7 +118,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif a.cmd == "models":
         print(report.model_markdown(report.model_table(a.tflops)))
     elif a.cmd == "validate":
-        rows = validate.table1() + validate.sched()
+        rows = validate.all_rows()
         print(validate.markdown(rows))
         bad = [r for r in rows if abs(r["ratio"] - 1) > validate.TOLERANCE]
         print(f"\n{len(rows) - len(bad)} of {len(rows)} within "

@@ -30,6 +30,17 @@ TABLE1 = {
     ],
 }
 
+#: One CPU machine beside two worker machines (k = n/2 at n = 2, where t_opt is the same as
+#: at k = 0), measured to check the mixed placement: same setup and settings as TABLE1.
+TABLE1_MIXED = {
+    "commit": "f40c557",
+    "measured": "2026-11-23 05:40, python -m benchmarks.table1 --sizes-mib 64 "
+                "--configs 2,0 2,1 4,0 4,2 --vans tcp",
+    "rows": [
+        (2, 1, 64 << 20, 765, 0.720, 0.701),
+    ],
+}
+
 #: The scheduling workload ("Scheduling: a training-shaped workload"): n = 2, k = 0, links
 #: shaped to 800 Mbit/s, compute per iteration = 1 x t_opt of the model's gradients.
 SCHED = {

@@ -57,6 +57,12 @@ def table1(rows: Optional[List] = None, gloo: bool = True) -> List[Dict]:
     return out
 
 
+def all_rows() -> List[Dict]:
+    """Every recorded configuration: the architecture table, the mixed-placement check
+    (:data:`recorded.TABLE1_MIXED`) and the scheduling workload."""
+    return table1() + table1(recorded.TABLE1_MIXED["rows"]) + sched()
+
+
 def sched(spec: Optional[Dict] = None) -> List[Dict]:
     """The scheduling workload: ``spec`` as :data:`recorded.SCHED`."""
     spec = spec or recorded.SCHED

@@ -117,6 +117,36 @@ class ClusterSpec:
         return worker_id * self.local_size + local_rank
 
 
+def env_int(env: Mapping[str, str], name: str, low: int, high: int | None,
+            errors: list[str]) -> int | None:
+    """Read the integer variable ``name`` of ``env`` for a launcher's validation.
+
+    Args:
+        env (Mapping[str, str]): the environment.
+        name (str): the variable.
+        low (int): smallest accepted value.
+        high (int | None): largest accepted value (None: no bound).
+        errors (list[str]): a message naming the variable and its value is appended when it
+            is not an integer or out of range.
+
+    Returns:
+        int | None: the value; None when it is unset or was reported in ``errors``.
+    """
+    raw = env.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        errors.append(f"{name}={raw!r} is not an integer")
+        return None
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in {low}..{high}"
+        errors.append(f"{name}={raw!r} is out of range (must be {bound})")
+        return None
+    return value
+
+
 def role_env(
     spec: ClusterSpec,
     role: str,

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from .cluster_env import ClusterSpec, JobIdentity, role_env
-from .launcher import LOCAL_MODE_VARS, LaunchError, parse_env_pairs
+from .launcher import LOCAL_MODE_VARS, LaunchError, check_job_shape, parse_env_pairs
 
 #: Scheduler port when ``--port`` is not given (every server pod also listens on it).
 DEFAULT_PORT = 9000
@@ -175,14 +175,7 @@ def build_manifests(
     _check_name("--name", name, _DNS1035, MAX_NAME)
     if namespace is not None:
         _check_name("--namespace", namespace, _DNS1123, 63)
-    if workers < 1:
-        raise LaunchError(f"--workers must be >= 1, got {workers}")
-    if servers < 0:
-        raise LaunchError(f"--servers must be >= 0, got {servers}")
-    if local_size < 1:
-        raise LaunchError(f"--local-size must be >= 1, got {local_size}")
-    if not 1 <= port <= 65535:
-        raise LaunchError(f"--port must be in 1..65535, got {port}")
+    check_job_shape(workers, servers, local_size, port)
     if not image or image != image.strip() or any(c.isspace() for c in image):
         raise LaunchError(f"--image {image!r} must be a non-empty image reference without spaces")
     if not command:

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .cluster_env import ClusterSpec, JobIdentity, role_env
+from .cluster_env import ClusterSpec, JobIdentity, env_int, role_env
 from .knobs import report_environment
 from .launcher_output import run_job
 
@@ -136,6 +136,22 @@ def _is_true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def check_job_shape(workers: int, servers: int, local_size: int, port: int | None) -> None:
+    """Check ``--workers``, ``--servers``, ``--local-size`` and ``--port`` (None: unset).
+
+    Raises:
+        LaunchError: naming the first option out of range.
+    """
+    if workers < 1:
+        raise LaunchError(f"--workers must be >= 1, got {workers}")
+    if servers < 0:
+        raise LaunchError(f"--servers must be >= 0, got {servers}")
+    if local_size < 1:
+        raise LaunchError(f"--local-size must be >= 1, got {local_size}")
+    if port is not None and not 1 <= port <= 65535:
+        raise LaunchError(f"--port must be in 1..65535, got {port}")
+
+
 def build_local_plan(
     workers: int,
     servers: int,
@@ -174,14 +190,7 @@ def build_local_plan(
     Raises:
         LaunchError: a count is out of range, the command is empty, or K == 0 while distributed.
     """
-    if workers < 1:
-        raise LaunchError(f"--workers must be >= 1, got {workers}")
-    if servers < 0:
-        raise LaunchError(f"--servers must be >= 0, got {servers}")
-    if local_size < 1:
-        raise LaunchError(f"--local-size must be >= 1, got {local_size}")
-    if port is not None and not 1 <= port <= 65535:
-        raise LaunchError(f"--port must be in 1..65535, got {port}")
+    check_job_shape(workers, servers, local_size, port)
     if not command:
         raise LaunchError("no COMMAND given (usage: bpslaunch --workers N [options] COMMAND ...)")
     parent = dict(os.environ if base_env is None else base_env)
@@ -220,22 +229,6 @@ def build_local_plan(
                 env["BYTEPS_TRACE_DIR"] = os.path.join(trace_dir, f"worker{w}")
             specs.append(ChildSpec("worker", cluster.rank(w, lr), list(command), env))
     return specs
-
-
-def _int_var(env: Mapping[str, str], name: str, low: int, high: int | None, errors: list[str]):
-    raw = env.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        errors.append(f"{name}={raw!r} is not an integer")
-        return None
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in {low}..{high}"
-        errors.append(f"{name}={raw!r} is out of range (must be {bound})")
-        return None
-    return value
 
 
 def upstream_is_distributed(env: Mapping[str, str]) -> bool:
@@ -287,15 +280,15 @@ def validate_upstream_env(env: Mapping[str, str]) -> list[str]:
     for name in required:
         if name not in env:
             errors.append(f"{name} is not set (required for a {kind} process)")
-    num_worker = _int_var(env, "DMLC_NUM_WORKER", 1, None, errors)
-    _int_var(env, "DMLC_NUM_SERVER", 1 if distributed else 0, None, errors)
-    _int_var(env, "DMLC_PS_ROOT_PORT", 1, 65535, errors)
-    _int_var(env, "BYTEPS_LOCAL_SIZE", 1, None, errors)
+    num_worker = env_int(env, "DMLC_NUM_WORKER", 1, None, errors)
+    env_int(env, "DMLC_NUM_SERVER", 1 if distributed else 0, None, errors)
+    env_int(env, "DMLC_PS_ROOT_PORT", 1, 65535, errors)
+    env_int(env, "BYTEPS_LOCAL_SIZE", 1, None, errors)
     if "DMLC_PS_ROOT_URI" in env and not env["DMLC_PS_ROOT_URI"].strip():
         errors.append("DMLC_PS_ROOT_URI='' is empty")
     high = num_worker - 1 if num_worker is not None else None
     if role == "worker" or "DMLC_WORKER_ID" in env:
-        _int_var(env, "DMLC_WORKER_ID", 0, high, errors)
+        env_int(env, "DMLC_WORKER_ID", 0, high, errors)
     return errors
 
 

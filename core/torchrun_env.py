@@ -40,6 +40,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .cluster_env import env_int
 from .errors import ConfigError
 
 #: Any of these makes the environment a ``DMLC_*`` job description: the mapping stays off.
@@ -125,23 +126,6 @@ def is_torchrun_env(env: Mapping[str, str]) -> bool:
     return "RANK" in env and "WORLD_SIZE" in env
 
 
-def _int(env: Mapping[str, str], name: str, low: int, high: int | None,
-         errors: list[str]) -> int | None:
-    raw = env.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        errors.append(f"{name}={raw!r} is not an integer")
-        return None
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in {low}..{high}"
-        errors.append(f"{name}={raw!r} is out of range (must be {bound})")
-        return None
-    return value
-
-
 def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
     """Map a torchrun-style environment onto byteps' placement (module docstring's table).
 
@@ -166,8 +150,8 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
     for name in ("RANK", "WORLD_SIZE"):
         if name not in env:
             errors.append(f"{name} is not set (a torchrun-style job needs RANK and WORLD_SIZE)")
-    world = _int(env, "WORLD_SIZE", 1, None, errors)
-    rank = _int(env, "RANK", 0, None if world is None else world - 1, errors)
+    world = env_int(env, "WORLD_SIZE", 1, None, errors)
+    rank = env_int(env, "RANK", 0, None if world is None else world - 1, errors)
     has_lr, has_lws = "LOCAL_RANK" in env, "LOCAL_WORLD_SIZE" in env
     if has_lr != has_lws:
         missing = "LOCAL_WORLD_SIZE" if has_lr else "LOCAL_RANK"
@@ -176,8 +160,8 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
                       "them) or neither (one process per node)")
         local_size = local_rank = None
     elif has_lws:
-        local_size = _int(env, "LOCAL_WORLD_SIZE", 1, None, errors)
-        local_rank = _int(env, "LOCAL_RANK", 0,
+        local_size = env_int(env, "LOCAL_WORLD_SIZE", 1, None, errors)
+        local_rank = env_int(env, "LOCAL_RANK", 0,
                           None if local_size is None else local_size - 1, errors)
     else:
         local_size, local_rank = 1, 0
@@ -192,7 +176,7 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
     high = None if machines is None else machines - 1
     for name in ("GROUP_RANK", "NODE_RANK"):
         if name in env:
-            worker_id = _int(env, name, 0, high, errors)
+            worker_id = env_int(env, name, 0, high, errors)
             break
     else:
         if rank is not None and local_size is not None:
@@ -214,7 +198,7 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
         errors.append(f"BYTEPS_GLOBAL_RANK={raw!r} contradicts RANK={rank}; unset it")
     distributed = (machines or 1) > 1 or _true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
     master_addr = env.get("MASTER_ADDR", "").strip()
-    master_port = _int(env, "MASTER_PORT", 1, 65535, errors)
+    master_port = env_int(env, "MASTER_PORT", 1, 65535, errors)
     scheduler_port = None
     if distributed:
         why = f"({machines} machines)" if (machines or 1) > 1 else "(BYTEPS_FORCE_DISTRIBUTED)"
@@ -225,7 +209,7 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
             errors.append(f"MASTER_PORT is not set: a distributed job {why} derives the "
                           "scheduler's port from it (or give DMLC_PS_ROOT_PORT)")
         if "DMLC_PS_ROOT_PORT" in env:
-            scheduler_port = _int(env, "DMLC_PS_ROOT_PORT", 1, 65535, errors)
+            scheduler_port = env_int(env, "DMLC_PS_ROOT_PORT", 1, 65535, errors)
         elif master_port is not None:
             scheduler_port = master_port + SCHEDULER_PORT_OFFSET
             if scheduler_port > 65535:
@@ -233,7 +217,7 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
                               f"{SCHEDULER_PORT_OFFSET} is above 65535; choose a lower "
                               "MASTER_PORT or set DMLC_PS_ROOT_PORT")
                 scheduler_port = None
-    restart = _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None, errors)
+    restart = env_int(env, "TORCHELASTIC_RESTART_COUNT", 0, None, errors)
     if errors:
         who = f"rank {rank}" if rank is not None else "this process"
         raise TorchrunEnvError(f"torchrun-style environment of {who}: " + "; ".join(errors))

@@ -20,8 +20,8 @@ hard-coded but the architecture: the counts come out of the layer arithmetic, an
 * **e2e_cnn**: the end-to-end benchmark's CNN of this repository
   (``benchmarks/e2e_worker.py``, ``make_model``): 2 598 746 parameters, 3 x 32 x 32 images.
 
-The scheduling benchmark (``benchmarks/sched.py``) runs ``vgg16`` and ``resnet50``: the same
-tensors as ``benchmarks/models.py`` (the test compares them tensor by tensor).
+The scheduling benchmark (``benchmarks/sched.py``) runs ``vgg16`` and ``resnet50`` from here
+(``benchmarks/models.py`` imports them).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ hosts with every link shaped to :data:`BANDWIDTH_MBIT`, in these configurations:
 * n workers with no communication at all, on the worker hosts at once: what the machine's
   cores allow n workers (every process shares them; see the report).
 
-Per job: images/s = sum over the workers of batch / median step time (after the warm-up);
+Per job: images/s = sum over the workers of batch x timed steps / their total time (after
+the warm-up);
 scaling efficiency = images/s(n) / (n x images/s(1)); the workers' parameters must end
 bit-identical. One byteps configuration is run once more with ``BYTEPS_TRACE_ON=1`` and its
 traced iteration rendered (``benchmarks/timeline_plot.py``) into the report's image directory
@@ -42,7 +43,6 @@ import random
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,6 +111,8 @@ def bench_settings(quick: bool, **override) -> dict:
         "shared": True,
         "warmup": 2 if quick else 3,
         "steps": 4 if quick else 20,
+        # each compared configuration runs this many times, interleaved; rows are the means
+        "rounds": 1 if quick else 2,
         "batch": 16,
         "widths": list(WIDTHS),
         "hidden": HIDDEN,
@@ -131,9 +133,10 @@ def bench_steps(plan: dict) -> int:
     steps = 1 if plan["single"] else 0
     if plan["unavailable"] is not None:
         return steps + 1
-    steps += len(plan["ks"]) * (1 + len(plan["modes"]))
+    rounds = plan.get("rounds", 1)
+    steps += len(plan["ks"]) * (1 + rounds * len(plan["modes"]))
     if plan["ks"]:
-        steps += int(plan["baseline"]) + int(plan["shared"])
+        steps += rounds * int(plan["baseline"]) + int(plan["shared"])
     steps += int(bool(plan.get("autotune")) and plan["autotune"]["k"] in plan["ks"])
     return steps + sum(1 for tr in plan.get("traces") or [] if tr["k"] in plan["ks"])
 
@@ -221,15 +224,18 @@ def run_byteps(cluster: bc.EmulatedCluster, plan: dict, mode: str,
 
 
 def summarize(reports: Sequence[dict]) -> dict:
-    """A job's row: images/s (sum over workers of batch / median step), the median of the
-    slowest worker's step time, the losses of rank 0, and whether the parameters agree."""
+    """A job's row: images/s (sum over workers of batch x steps / their time), the slowest
+    worker's mean step time, the losses of rank 0, and whether the parameters agree."""
     reports = sorted(reports, key=lambda r: r["rank"])
-    slowest = [max(ts) for ts in zip(*(r["times"] for r in reports))]
     return {
         "images_per_s": sum(r["images_per_s"] for r in reports),
         "per_worker": [r["images_per_s"] for r in reports],
-        "step_s": statistics.median(slowest),
+        "step_s": max(sum(r["times"]) / len(r["times"]) for r in reports),
         "times": [r["times"] for r in reports],
+        # mean seconds per step of (forward, backward, optimizer step) over workers and steps
+        **({"phases_s": [sum(v) / len(v) for v in zip(*(ph for r in reports
+                                                          for ph in r["phases"]))]}
+           if all(r.get("phases") for r in reports) else {}),
         "loss_first": reports[0]["loss_first"], "loss_last": reports[0]["loss_last"],
         "identical": len({r["digest"] for r in reports}) == 1,
         "grad_bytes": reports[0]["grad_bytes"], "params": reports[0]["params"],
@@ -249,14 +255,44 @@ def error_line(text: str) -> str:
     return lines[0].rstrip(":") + (f": {found[-1]}" if found else "")
 
 
-def _attempt(rows: dict, key: str, fn: Callable[[], list[dict]]) -> None:
+def _attempt(rows: dict, key: str, fn: Callable[[], list[dict]], append: bool = False) -> None:
+    """``rows[key]`` = the job's row (``append``: appended to the list ``rows[key]``)."""
     try:
-        rows[key] = summarize(fn())
+        row = summarize(fn())
     except (RuntimeError, subprocess.SubprocessError, OSError, ValueError) as exc:
         log.warning("e2e %s failed: %s", key, exc)
-        rows[key] = {"error": error_line(str(exc)), "detail": str(exc)[-3000:]}
-    log.info("e2e %s: %s", key, {k: v for k, v in rows[key].items()
-                                 if k not in ("times", "detail")})
+        row = {"error": error_line(str(exc)), "detail": str(exc)[-3000:]}
+    if append:
+        rows.setdefault(key, []).append(row)
+    else:
+        rows[key] = row
+    log.info("e2e %s: %s", key, {k: v for k, v in row.items() if k not in ("times", "detail")})
+
+
+def combine_rounds(rows: Sequence[dict]) -> dict:
+    """One row from the rounds of a configuration: the first failed round's row if any failed;
+    else images/s, per-worker images/s, step and phases averaged over the rounds, ``rounds``
+    = each round's images/s, parameters identical only if they were in every round."""
+    failed = [r for r in rows if "images_per_s" not in r]
+    if failed:
+        return failed[0]
+
+    def mean(values):
+        values = list(values)
+        return sum(values) / len(values)
+
+    out = dict(rows[0])
+    out.update({
+        "images_per_s": mean(r["images_per_s"] for r in rows),
+        "per_worker": [mean(v) for v in zip(*(r["per_worker"] for r in rows))],
+        "step_s": mean(r["step_s"] for r in rows),
+        "times": [t for r in rows for t in r["times"]],
+        "identical": all(r.get("identical") for r in rows),
+        "rounds": [r["images_per_s"] for r in rows],
+    })
+    if all("phases_s" in r for r in rows):
+        out["phases_s"] = [mean(v) for v in zip(*(r["phases_s"] for r in rows))]
+    return out
 
 
 # ----------------------------------------------------------------------------------- trace --
@@ -344,14 +380,19 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
             good = bc.table_goodput(c, plan["link_seconds"])
             entry = {"n": n, "k": k, "goodput_Bps": good, "network": c.network_info(),
                      "jobs": {}}
-            for mode in plan["modes"]:
-                progress(f"e2e n={n} k={k}: {mode}")
-                if mode in modes:
-                    _attempt(entry["jobs"], mode, lambda m=mode: run_byteps(c, plan, m))
-            # the baseline and the no-communication job use the worker hosts only: once
-            if k == plan["ks"][0] and plan["baseline"]:
-                progress(f"e2e n={n}: torch DDP (gloo)")
-                _attempt(entry["jobs"], BASELINE, lambda: run_torch_ddp(c, plan))
+            # Every compared configuration runs `rounds` times, interleaved (A B C A B C), so
+            # a slow phase of the shared machine hits all of them alike; the row is the mean.
+            runs: dict[str, list[dict]] = {}
+            for r in range(plan.get("rounds", 1)):
+                for mode in plan["modes"]:
+                    progress(f"e2e n={n} k={k}: {mode} (round {r + 1})")
+                    if mode in modes:
+                        _attempt(runs, mode, lambda m=mode: run_byteps(c, plan, m), append=True)
+                # the baseline uses the worker hosts only: in the first cluster
+                if k == plan["ks"][0] and plan["baseline"]:
+                    progress(f"e2e n={n}: torch DDP (gloo) (round {r + 1})")
+                    _attempt(runs, BASELINE, lambda: run_torch_ddp(c, plan), append=True)
+            entry["jobs"].update({key: combine_rounds(rows) for key, rows in runs.items()})
             at = plan.get("autotune")
             if at and at["k"] == k and at["mode"] in modes:
                 progress(f"e2e n={n} k={k}: {at['mode']} with BYTEPS_AUTOTUNE=1")
@@ -392,10 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--modes", help=f"comma-separated byteps modes, of {', '.join(BYTEPS_MODES)}")
     p.add_argument("--bandwidth", type=float, help=f"Mbit/s (default {BANDWIDTH_MBIT:g})")
     p.add_argument("--steps", type=int, help="timed steps per job")
+    p.add_argument("--batch", type=int, help="images per worker per step (default 16)")
     p.add_argument("--json", help="also write the raw results here")
     args = p.parse_args(argv)
     plan = bench_settings(args.quick, n=args.workers, ks=args.ks, bandwidth_mbit=args.bandwidth,
-                          modes=args.modes.split(",") if args.modes else None, steps=args.steps)
+                          modes=args.modes.split(",") if args.modes else None, steps=args.steps,
+                          batch=args.batch)
     return run_standalone(plan, bench_run, bench_markdown, args.json)
 
 

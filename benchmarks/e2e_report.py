@@ -276,10 +276,17 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         "CPU-server hosts only. **torch DDP**: `torch.nn.parallel.DistributedDataParallel`, "
         "gloo backend, `env://` rendezvous at w0's address, `GLOO_SOCKET_IFNAME=eth0`, on the "
         "same worker hosts and links (default buckets). Every setting is the library's "
-        f"default. images/s: the sum over the workers of {plan['batch']} / the worker's median "
-        f"step time over {plan['steps']} timed steps (after {plan['warmup']} warm-up; a step "
-        "is forward, backward, communication and update, start to start); step: the median "
-        "of the slowest worker's step times. Scaling efficiency = images/s(n) / (n × "
+        f"default. images/s: the sum over the workers of {plan['batch']} × {plan['steps']} "
+        f"timed steps / the worker's time for them (after {plan['warmup']} warm-up; a step "
+        "is forward, backward, communication and update, start to start); step: the slowest "
+        "worker's mean step time; forward / backward / step: where a step's time goes, "
+        "measured around `model(x)` and the loss, `loss.backward()` and `optimizer.step()` "
+        "(mean over workers and steps: a DistributedOptimizer waits for the reductions in "
+        "`step()`, torch DDP at the end of `backward()`, CrossBarrier in the forward pass, "
+        "module by module, for the updates it needs)"
+        + (f"; every compared configuration ran {plan['rounds']} times, interleaved, and its "
+           "row is the mean" if plan.get("rounds", 1) > 1 else "")
+        + ". Scaling efficiency = images/s(n) / (n × "
         "images/s(1 worker alone)"
         + (f", the best of {single['repeats']} runs" if single.get("repeats", 1) > 1 else "")
         + "). Every job checks that the workers end with bit-identical "
@@ -287,21 +294,22 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     md.append("")
     base = _ips(_baseline(res))
     s1 = _ips(single)
-    header = ["configuration", "k", "images/s", "per worker", "step (s)", "comm. bound (s)",
-              "step − bound (s)", "vs torch DDP", "scaling efficiency", "loss first → last",
-              "identical"]
+    header = ["configuration", "k", "images/s", "per worker", "step (s)",
+              "forward / backward / step (s)", "comm. bound (s)", "step − bound (s)",
+              "vs torch DDP", "scaling efficiency", "loss first → last", "identical"]
     body = []
 
     def row(label: str, k: str, job: dict | None, bound: float | None, workers: int,
             compare: bool = True) -> None:
         job = job or {}
         if "error" in job or "images_per_s" not in job:
-            body.append([label, k, "failed" if "error" in job else "not run"] + [""] * 8)
+            body.append([label, k, "failed" if "error" in job else "not run"] + [""] * 9)
             return
         v = job["images_per_s"]
         vs = (_f(v / base, ".2f") + ("×" if math.isfinite(v / base) else "")) if compare else "—"
         body.append([
             label, k, f"{v:.1f}", f"{v / workers:.1f}", f"{job['step_s']:.3f}",
+            " / ".join(f"{x:.3f}" for x in job["phases_s"]) if job.get("phases_s") else "—",
             _f(bound, ".3f", "—"),
             _f(None if bound is None else job["step_s"] - bound, ".3f", "—"), vs,
             _f(v / (workers * s1), ".2f"), f"{job['loss_first']:.2f} → {job['loss_last']:.2f}",
@@ -322,12 +330,12 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
                 row(LABELS[mode], str(k), c["jobs"][mode],
                     t_opt(n, k, gb, c["goodput_Bps"]) if gb else None, n)
             else:
-                body.append([LABELS[mode], str(k), _why(res, k, mode)] + [""] * 8)
+                body.append([LABELS[mode], str(k), _why(res, k, mode)] + [""] * 9)
         if "autotune" in c["jobs"]:
             row(LABELS["autotune"], str(k), c["jobs"]["autotune"],
                 t_opt(n, k, gb, c["goodput_Bps"]) if gb else None, n)
     md += [f"### n = {n} worker hosts, {mbit:g} Mbit/s links", "",
-           _table(header, body, "llrrrrrrrrl"), ""]
+           _table(header, body, "llrrrrrrrrrl"), ""]
     if good:
         md.append(
             "comm. bound: the gradients' transfer time at the measured link goodput ("
@@ -336,8 +344,8 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
             "`2(n−1)M / (nB)` for gloo; a step cannot be shorter unless the transfer overlaps "
             "the compute. step − bound: what the step holds beyond that (compute the "
             "transfer does not overlap, and communication slower than the bound). "
-            "CrossBarrier's last step waits for every update in flight; the median leaves "
-            "that drain out, as it leaves out no other step's work.")
+            "CrossBarrier's last step waits for every update in flight; that wait counts, "
+            "as every other step's communication does.")
         md.append("")
     md += autotune_lines(res)
     if res.get("skipped_modes"):

@@ -21,7 +21,8 @@ per worker host, since every host's worker has local rank 0).
 Every rank draws its own images (seed ``seed * 1000 + rank``; class templates plus noise, so
 the loss falls) and starts from the same weights (seed ``seed``). ``RESULT`` holds the seconds
 of every timed step (``times``: step start to step start, after ``warmup`` untimed steps;
-forward, backward, communication and update), ``images_per_s`` = batch / median step time,
+forward, backward, communication and update), ``images_per_s`` = batch x timed steps / their
+total time (a mean, not a median: CrossBarrier's steps alternate long and short),
 the first and last loss, the SHA-256 of the parameters at the end (``digest``: equal on every
 rank when the gradients really were averaged) and the gradient bytes per step.
 
@@ -34,7 +35,6 @@ import argparse
 import hashlib
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -173,7 +173,7 @@ def train(args: argparse.Namespace) -> dict:
     total = args.warmup + args.steps
     net, opt, rank, size, shutdown = setup(args.mode, model, args.lr, total)
     data = synthetic_data(args.batch, args.batches, args.seed, rank)
-    losses, marks = [], []
+    losses, marks, phases = [], [], []
     t_start = None
     for i in range(total):
         if i == args.warmup:
@@ -182,16 +182,22 @@ def train(args: argparse.Namespace) -> dict:
         x, y = data[i % len(data)]
         opt.zero_grad()
         loss = F.cross_entropy(net(x), y)
+        t_fwd = time.perf_counter()
         loss.backward()
+        t_bwd = time.perf_counter()
         opt.step()
         losses.append(float(loss.detach()))
+        phases.append((marks[-1], t_fwd, t_bwd, time.perf_counter()))
     # (CrossBarrier: the num_steps-th step, the last, waited for the updates in flight)
     marks.append(time.perf_counter())
     t_end = time.monotonic()
     times = [b - a for a, b in zip(marks[args.warmup:], marks[args.warmup + 1:])]
     result = {
         "mode": args.mode, "rank": rank, "size": size, "batch": args.batch,
-        "times": times, "images_per_s": args.batch / statistics.median(times),
+        "times": times, "images_per_s": args.batch * len(times) / sum(times),
+        # per timed step: zero_grad + forward (with CrossBarrier's waits for updates),
+        # backward, step (DistributedOptimizer: the wait for the reductions and the update)
+        "phases": [[b - a, c - b, d - c] for a, b, c, d in phases[args.warmup:]],
         "loss_first": losses[0], "loss_last": losses[-1], "digest": digest(model),
         "grad_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "params": sum(p.numel() for p in model.parameters()),

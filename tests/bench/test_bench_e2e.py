@@ -46,8 +46,10 @@ def test_hooks_are_wired():
     assert full["autotune"]["k"] == 0 and quick["autotune"] is None
     assert full["autotune"]["env"]["BYTEPS_AUTOTUNE"] == "1"
     netns_full = full["unavailable"] is None
-    # the full plan: per k build + 3 modes, torch DDP, no communication, autotune, 2 traces
-    assert e2e.bench_steps(full) == (1 + 2 * 4 + 2 + 1 + 2 if netns_full else 2)
+    # the full plan: per k build + 2 rounds of 3 modes, 2 rounds of torch DDP, no
+    # communication, autotune, 2 traces
+    assert full["rounds"] == 2 and quick["rounds"] == 1
+    assert e2e.bench_steps(full) == (1 + 2 * (1 + 2 * 3) + 2 + 1 + 1 + 2 if netns_full else 2)
     assert [(t["mode"], t["k"]) for t in full["traces"]] == [("optimizer", 4), ("optimizer", 0)]
     assert cli.parse_args(["--e2e"]).e2e is True
     argv = e2e.worker_argv(full, "torch-ddp")
@@ -159,3 +161,17 @@ def test_targets_at_n4():
     ddp = [t for t in targets if "DistributedDataParallel" in t["name"]]
     assert all("not in this build" in t["measured"] for t in ddp)
     assert "| byteps DistributedOptimizer | 4 | 93.0 |" in md
+
+
+def test_rounds_are_averaged_and_a_failed_round_fails_the_row():
+    a = {"images_per_s": 40.0, "per_worker": [10.0, 30.0], "step_s": 1.5, "times": [[1.5]],
+         "identical": True, "phases_s": [0.1, 0.2, 1.2], "loss_first": 2.3}
+    b = dict(a, images_per_s=44.0, per_worker=[12.0, 32.0], step_s=1.3, identical=True,
+             phases_s=[0.1, 0.2, 1.0])
+    row = e2e.combine_rounds([a, b])
+    assert row["images_per_s"] == 42.0 and row["per_worker"] == [11.0, 31.0]
+    assert row["step_s"] == pytest.approx(1.4) and row["rounds"] == [40.0, 44.0]
+    assert row["phases_s"] == pytest.approx([0.1, 0.2, 1.1]) and row["identical"]
+    assert not e2e.combine_rounds([a, dict(b, identical=False)])["identical"]
+    failed = {"error": "boom"}
+    assert e2e.combine_rounds([a, failed]) is failed

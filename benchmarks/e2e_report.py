@@ -344,8 +344,10 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
             "`2(n−1)M / (nB)` for gloo; a step cannot be shorter unless the transfer overlaps "
             "the compute. step − bound: what the step holds beyond that (compute the "
             "transfer does not overlap, and communication slower than the bound). "
-            "CrossBarrier's last step waits for every update in flight; that wait counts, "
-            "as every other step's communication does.")
+            "Every timed step runs from its start to the start of the next, and one untimed "
+            "step follows the timed ones, so each mode's timed window holds one reduction per "
+            "step (CrossBarrier's final wait for the updates in flight, once per training, "
+            "falls outside it).")
         md.append("")
     md += autotune_lines(res)
     if res.get("skipped_modes"):

@@ -20,7 +20,8 @@ per worker host, since every host's worker has local rank 0).
 
 Every rank draws its own images (seed ``seed * 1000 + rank``; class templates plus noise, so
 the loss falls) and starts from the same weights (seed ``seed``). ``RESULT`` holds the seconds
-of every timed step (``times``: step start to step start, after ``warmup`` untimed steps;
+of every timed step (``times``: step start to step start, after ``warmup`` untimed steps and
+before one untimed cool-down step;
 forward, backward, communication and update), ``images_per_s`` = batch x timed steps / their
 total time (a mean, not a median: CrossBarrier's steps alternate long and short),
 the first and last loss, the SHA-256 of the parameters at the end (``digest``: equal on every
@@ -170,14 +171,20 @@ def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     model = make_model(tuple(args.widths), args.hidden)
-    total = args.warmup + args.steps
+    # One untimed cool-down step after the timed ones: every timed step then runs start to
+    # start of the next, with one reduction each, in every mode (CrossBarrier's last step
+    # also waits for the updates still in flight: a once-per-training drain, not a step).
+    end = args.warmup + args.steps
+    total = end + 1
     net, opt, rank, size, shutdown = setup(args.mode, model, args.lr, total)
     data = synthetic_data(args.batch, args.batches, args.seed, rank)
     losses, marks, phases = [], [], []
-    t_start = None
+    t_start = t_end = None
     for i in range(total):
         if i == args.warmup:
             t_start = time.monotonic()
+        if i == end:
+            t_end = time.monotonic()
         marks.append(time.perf_counter())
         x, y = data[i % len(data)]
         opt.zero_grad()
@@ -188,16 +195,13 @@ def train(args: argparse.Namespace) -> dict:
         opt.step()
         losses.append(float(loss.detach()))
         phases.append((marks[-1], t_fwd, t_bwd, time.perf_counter()))
-    # (CrossBarrier: the num_steps-th step, the last, waited for the updates in flight)
-    marks.append(time.perf_counter())
-    t_end = time.monotonic()
-    times = [b - a for a, b in zip(marks[args.warmup:], marks[args.warmup + 1:])]
+    times = [b - a for a, b in zip(marks[args.warmup:end], marks[args.warmup + 1:end + 1])]
     result = {
         "mode": args.mode, "rank": rank, "size": size, "batch": args.batch,
         "times": times, "images_per_s": args.batch * len(times) / sum(times),
         # per timed step: zero_grad + forward (with CrossBarrier's waits for updates),
         # backward, step (DistributedOptimizer: the wait for the reductions and the update)
-        "phases": [[b - a, c - b, d - c] for a, b, c, d in phases[args.warmup:]],
+        "phases": [[b - a, c - b, d - c] for a, b, c, d in phases[args.warmup:end]],
         "loss_first": losses[0], "loss_last": losses[-1], "digest": digest(model),
         "grad_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "params": sum(p.numel() for p in model.parameters()),

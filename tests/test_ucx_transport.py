@@ -141,3 +141,20 @@ def test_benchmark_64mib(tls):
     gbs = r["size"] / r["median_s"] / 1e9
     print(f"\nUCX_TLS={tls}: 64 MiB in {r['median_s'] * 1e3:.1f} ms median "
           f"({gbs:.2f} GB/s, best {r['min_s'] * 1e3:.1f} ms), rendezvous frames {r['rndv']}")
+
+
+@pytest.mark.parametrize("user_tls, expected", [(None, "sm,self"), ("tcp", "tcp")])
+def test_default_transports_apply_only_where_ucx_tls_is_not_chosen(user_tls, expected):
+    """A context's default transport list (the colocated van's "sm,self") replaces UCX's own
+    default, and never a UCX_TLS the user set."""
+    env = clean_job_env()
+    env.pop("UCX_TLS", None)
+    if user_tls is not None:
+        env["UCX_TLS"] = user_tls
+    code = ("from byteps import _core\n"
+            "p = _core.testing.UcxTestPeer('tls', default_tls='sm,self')\n"
+            "print(p.config_summary)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"UCX_TLS={expected}," in proc.stdout, proc.stdout

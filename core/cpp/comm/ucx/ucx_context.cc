@@ -39,14 +39,17 @@ Status UcxContext::Init(const std::string& default_tls) {
   if (s != UCS_OK)
     return Status::Config(std::string("UCX could not read its UCX_* configuration: ") +
                           ucs_status_string(s));
-  if (!default_tls.empty() && !getenv("UCX_TLS")) {
+  std::string tls, devices;
+  ReadUcxConfig(config, &tls, &devices);
+  // UCX read its own UCX_* variables above; a TLS still at UCX's default ("all") is one the
+  // user did not choose, so the caller's default applies.
+  if (!default_tls.empty() && tls == "all") {
     s = ucp_config_modify(config, "TLS", default_tls.c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
       return Status::Config("UCX refused UCX_TLS=" + default_tls + ": " + ucs_status_string(s));
     }
   }
-  std::string tls, devices;
   ReadUcxConfig(config, &tls, &devices);
   config_summary_ = "UCX_TLS=" + tls + ", UCX_NET_DEVICES=" + devices;
   ucp_params_t params{};

@@ -80,8 +80,9 @@ class UcxContext {
   // Creates the UCP context, its worker and the progress thread. `name` appears in UCX's logs
   // and in error messages. A UCX that cannot start (e.g. UCX_TLS names no available transport)
   // is a Status::Config naming UCX and the UCX_TLS / UCX_NET_DEVICES values in force.
-  // `default_tls`, when not empty, is the transport list used where the environment sets no
-  // UCX_TLS (the van's shared-memory-only context for colocated peers: "sm,self").
+  // `default_tls`, when not empty, is the transport list used where UCX's own configuration
+  // leaves UCX_TLS at its default "all" (the van's shared-memory-only context for colocated
+  // peers: "sm,self"); an explicit UCX_TLS=all counts as the default.
   static Status Create(const std::string& name, std::unique_ptr<UcxContext>* out,
                        const std::string& default_tls = "");
   ~UcxContext();  // Shutdown()

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional
@@ -59,7 +57,7 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
-from .cluster_env import CONTRACT_VARS, ClusterSpec, JobIdentity, role_env
+from .cluster_env import CONTRACT_VARS, ClusterSpec, JobIdentity
 from .errors import (
     BytePSError,
     BytePSTimeoutError,
@@ -67,8 +65,9 @@ from .errors import (
     JobFailedError,
     UsageError,
 )
-from .launcher import default_server_argv, find_free_port
-from .launcher_output import exit_code_of, make_preexec
+from .ray_actors import TERM_GRACE_S as _TERM_GRACE_S
+from .ray_actors import ServiceActor as _ServiceActor
+from .ray_actors import WorkerActor as _WorkerActor
 from .ray_placement import (
     check_options,
     is_distributed,
@@ -91,109 +90,6 @@ _CAUSE_WINDOW_S = 0.5
 _ABORT_GRACE_S = 10.0
 #: After every worker returned, seconds the servers and scheduler get to exit by themselves.
 _EXIT_GRACE_S = 5.0
-#: Seconds a server or scheduler gets after SIGTERM before SIGKILL.
-_TERM_GRACE_S = 3.0
-
-
-def _here() -> tuple[str, str, int]:
-    """(node IP, Ray node id, pid) of the calling actor."""
-    return (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id(), os.getpid())
-
-
-class _Service:
-    """A Ray actor running the scheduler or one server as its child process."""
-
-    def __init__(self, role: str, index: Optional[int]) -> None:
-        self.role, self.index = role, index
-        self.child: Optional[subprocess.Popen] = None
-
-    def __repr__(self) -> str:  # Ray's prefix of this actor's output lines
-        return f"byteps {self.role}" + ("" if self.index is None else f" {self.index}")
-
-    def node(self) -> tuple[str, str, int]:
-        return _here()
-
-    def free_port(self) -> int:
-        return find_free_port(ray.util.get_node_ip_address())
-
-    def spawn(self, spec: ClusterSpec, extra_env: Mapping[str, str]) -> int:
-        """Start ``python -m byteps.server`` for ``spec`` (stopping a previous one); its pid."""
-        self.stop()
-        env = role_env(spec, self.role, node_host=ray.util.get_node_ip_address(),
-                       base={**os.environ, **extra_env})
-        self.child = subprocess.Popen(default_server_argv(), env=env, stdin=subprocess.DEVNULL,
-                                      preexec_fn=make_preexec(os.getpid()))
-        return self.child.pid
-
-    def poll(self) -> Optional[int]:
-        """The child's exit code (shell style), ``None`` while it runs or when there is none."""
-        code = None if self.child is None else self.child.poll()
-        return None if code is None else exit_code_of(code)
-
-    def stop(self) -> Optional[int]:
-        """Stop the child (SIGTERM, then SIGKILL after a grace period) and reap it."""
-        child, self.child = self.child, None
-        if child is None:
-            return None
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(_TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        return exit_code_of(child.returncode)
-
-
-def _stop_core(quiet: bool) -> None:
-    """Shut byteps down in this process if ``fn`` left it initialised."""
-    basics = sys.modules.get("byteps.basics")
-    if basics is None or not basics.is_initialized():
-        return
-    try:
-        basics.shutdown()
-    except BytePSError:
-        if not quiet:
-            raise
-
-
-class _Worker:
-    """A Ray actor running ``fn`` as one byteps worker process."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __repr__(self) -> str:  # Ray's prefix of this actor's output lines
-        return f"byteps worker (actor {self.index})"
-
-    def node(self) -> tuple[str, str, int]:
-        return _here()
-
-    def free_port(self) -> int:
-        return find_free_port(ray.util.get_node_ip_address())
-
-    def execute(self, fn: Callable, args: Sequence, kwargs: Mapping, spec: ClusterSpec,
-                worker_id: int, local_rank: int, extra_env: Mapping[str, str]) -> Any:
-        """Set this worker's environment, call ``fn(*args, **kwargs)``, stop byteps after it."""
-        env = role_env(spec, "worker", worker_id=worker_id, local_rank=local_rank,
-                       node_host=ray.util.get_node_ip_address(), base={**os.environ, **extra_env})
-        gpus = ray.get_gpu_ids()
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-        for name in CONTRACT_VARS:
-            os.environ.pop(name, None)
-        os.environ.update(env)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException:
-            _stop_core(quiet=True)
-            raise
-        _stop_core(quiet=False)
-        return result
-
-
-_ServiceActor = ray.remote(_Service)
-_WorkerActor = ray.remote(_Worker)
 
 
 def _forwarded_env(extra_env_vars: Optional[Mapping[str, str]]) -> dict[str, str]:

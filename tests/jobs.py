@@ -13,6 +13,7 @@ children are ever signalled (the launcher's children die with it: ``PR_SET_PDEAT
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import signal
@@ -171,6 +172,23 @@ def assert_ok(rc, out, size, min_cases=1):
         assert oks, f"worker {r} printed no 'OK <n> cases' line (rc={rc}); output:\n{out[-6000:]}"
         assert int(oks[-1].group(1)) >= min_cases, f"worker {r}: {oks[-1].group(0)}"
     assert rc == 0, f"launcher exited {rc}; output:\n{out[-6000:]}"
+
+
+def assert_no_steady_device_allocations(out, ranks):
+    """Every rank's last ``ALLOCS {"first": ..., "last": ...}`` line (the device counters after
+    the first round and after the last, ``tests/workers/device_worker.py steady``) shows one
+    pinned buffer per tensor and two copy streams made in the first round, and no pinned
+    buffer, stream or event made or freed after it. Returns ``{rank: (first, last)}``."""
+    seen = {}
+    for rank in ranks:
+        line = [x for x in worker_lines(out, rank) if x.startswith("ALLOCS ")][-1]
+        counts = json.loads(line[len("ALLOCS "):])
+        first, last = counts["first"], counts["last"]
+        assert first["host_allocs"] == 3 and first["streams"] == 2, first
+        for key in ("host_allocs", "host_frees", "host_bytes", "streams", "events"):
+            assert last[key] == first[key], (key, first, last)
+        seen[rank] = first, last
+    return seen
 
 
 def assert_marker(result, marker, count):

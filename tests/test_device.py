@@ -9,7 +9,6 @@ in tests/test_gpu.py.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 
@@ -21,11 +20,11 @@ from jobs import (
     REPO,
     TESTS,
     LiveJob,
+    assert_no_steady_device_allocations,
     assert_ok,
     kill_and_check,
     launch_config,
     run_job,
-    worker_lines,
 )
 
 import byteps
@@ -121,15 +120,9 @@ def test_fake_device_no_allocation_in_steady_state():
     cfg = LAYOUTS["distributed"]
     rc, out, _ = run_job(cfg, "steady", "6", env=ENV, timeout=120, script=WORKER)
     assert_ok(rc, out, 2, min_cases=18)
-    for rank in (0, 1):
-        line = [x for x in worker_lines(out, rank) if x.startswith("ALLOCS ")][-1]
-        counts = json.loads(line[len("ALLOCS "):])
-        first, last = counts["first"], counts["last"]
-        # One pinned buffer per tensor, two copy streams, one event per partition: all made in
-        # the first round and reused.
-        assert first["host_allocs"] == 3 and first["streams"] == 2, first
-        for key in ("host_allocs", "host_frees", "host_bytes", "streams", "events"):
-            assert last[key] == first[key], (key, first, last)
+    # One pinned buffer per tensor, two copy streams, one event per partition: all made in the
+    # first round and reused.
+    for first, last in assert_no_steady_device_allocations(out, (0, 1)).values():
         assert last["copies"] == 6 * first["copies"], (first, last)
 
 

@@ -14,18 +14,17 @@ session).
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 from jobs import (
     FRAMEWORK_ENV,
     TESTS,
     LiveJob,
+    assert_no_steady_device_allocations,
     assert_ok,
     kill_and_check,
     launch_config,
     run_job,
-    worker_lines,
 )
 
 import byteps
@@ -75,13 +74,7 @@ def test_cuda_no_allocation_in_steady_state():
     rc, out, _ = run_job(LAYOUTS["two-machines"], "steady", "6", "--cuda", env=ENV, timeout=200,
                          script=DEVICE_WORKER)
     assert_ok(rc, out, 2, min_cases=18)
-    for rank in (0, 1):
-        line = [x for x in worker_lines(out, rank) if x.startswith("ALLOCS ")][-1]
-        counts = json.loads(line[len("ALLOCS "):])
-        first, last = counts["first"], counts["last"]
-        assert first["host_allocs"] == 3 and first["streams"] == 2, first
-        for key in ("host_allocs", "host_frees", "host_bytes", "streams", "events"):
-            assert last[key] == first[key], (key, first, last)
+    assert_no_steady_device_allocations(out, (0, 1))
 
 
 @needs_torch

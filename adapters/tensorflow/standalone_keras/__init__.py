@@ -17,7 +17,7 @@ from __future__ import annotations
 import keras
 
 from byteps.telemetry import get_pushpull_speed, get_telemetry
-from byteps.tensorflow import _keras
+from byteps.tensorflow._keras.front import make_front
 from byteps.tensorflow.compression import Compression
 from byteps.tensorflow.ops import (
     Adasum,
@@ -44,39 +44,9 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
            "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks"]
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                         compression=Compression.none, sparse_as_dense=False,
-                         backward_passes_per_step=1, op=Average, compression_params=None):
-    """A distributed copy of the Keras 3 ``optimizer`` (same class, config and state) whose
-    ``apply``/``apply_gradients`` first averages the gradients across workers; see
-    :func:`byteps.tensorflow._keras.create_distributed_optimizer` for the arguments and
-    errors (``device_dense``/``device_sparse`` are accepted for compatibility;
-    ``compression_params``: gradient compression by the core, upstream's MXNet dict)."""
-    return _keras.create_distributed_optimizer(keras, optimizer, name, compression,
-                                               sparse_as_dense, backward_passes_per_step, op,
-                                               compression_params)
-
-
-def broadcast_global_variables(model_or_variables, root_rank=0):
-    """Broadcast a model's (and its optimizer's) variables, or a list of variables, from
-    ``root_rank``; see :func:`byteps.tensorflow._keras.broadcast_global_variables`."""
-    return _keras.broadcast_global_variables(model_or_variables, root_rank)
-
-
-def push_pull(value, name=None, average=True):
-    """Average (or sum) ``value`` across workers; returns a NumPy array. See
-    :func:`byteps.tensorflow._keras.push_pull`."""
-    return _keras.push_pull(value, name, average)
-
-
-def broadcast(value, root_rank, name=None):
-    """``root_rank``'s ``value`` on every rank, as a NumPy array. See
-    :func:`byteps.tensorflow._keras.broadcast`."""
-    return _keras.broadcast(value, root_rank, name)
-
-
-def load_model(filepath, custom_optimizers=None, custom_objects=None,
-               compression=Compression.none):
-    """Load a Keras model whose optimizer is distributed (state restored). See
-    :func:`byteps.tensorflow._keras.load_model`."""
-    return _keras.load_model(keras, filepath, custom_optimizers, custom_objects, compression)
+_front = make_front(keras)
+DistributedOptimizer = _front.DistributedOptimizer
+broadcast_global_variables = _front.broadcast_global_variables
+push_pull = _front.push_pull
+broadcast = _front.broadcast
+load_model = _front.load_model

@@ -18,36 +18,9 @@ from __future__ import annotations
 from typing import Any, Tuple
 
 import tensorflow as tf
+from byteps.compressor_interface import Compressor, NoneCompressor
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
-
-
-class Compressor:
-    """Interface for compressing and decompressing a tensor around push_pull."""
-
-    @staticmethod
-    def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
-        """Compress ``tensor``; returns ``(compressed_tensor, ctx)``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        """Undo :meth:`compress` given the ``ctx`` it returned."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """No compression: ``compress`` returns the tensor itself (same object) and ``None``."""
-
-    @staticmethod
-    def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
-        """Return ``(tensor, None)``."""
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        """Return ``tensor`` unchanged."""
-        return tensor
 
 
 class FP16Compressor(Compressor):

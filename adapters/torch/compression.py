@@ -19,35 +19,9 @@ from typing import Any, Tuple
 
 import torch
 
+from byteps.compressor_interface import Compressor, NoneCompressor
+
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
-
-
-class Compressor:
-    """Interface for compressing and decompressing a tensor around push_pull."""
-
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
-        """Compress ``tensor``; returns ``(compressed_tensor, ctx)``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        """Undo :meth:`compress` given the ``ctx`` it returned."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """No compression: ``compress`` returns the tensor itself (same object) and ``None``."""
-
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
-        """Return ``(tensor, None)``."""
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        """Return ``tensor`` unchanged."""
-        return tensor
 
 
 class FP16Compressor(Compressor):

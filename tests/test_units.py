@@ -176,16 +176,32 @@ class TestPartitioner:
 
     def test_tensor_partition_bound(self):
         job = 256 << 10
-        # 4 MiB over 4 worker machines: 1/64 of it per partition.
-        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == 64 << 10
-        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == 128 << 10
-        # Large tensors keep the job's bound; small ones stop at 64 KiB.
+        small = 60 << 10  # a partition + its frame header within one 64 KiB GSO packet
+        # A tensor that would give fewer than 16 n job-bound partitions is cut small.
+        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == small
+        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == small
+        assert T.tensor_partition_bound(4096, job, 8, 1) == small
+        assert T.tensor_partition_bound((16 * 4 * job) - 1, job, 4, 1) == small
+        # Large tensors keep the job's bound.
         assert T.tensor_partition_bound(64 << 20, job, 4, 1) == job
-        assert T.tensor_partition_bound(4096, job, 8, 1) == 64 << 10
-        # A job bound below the floor wins; rounding keeps local shards page-aligned.
+        assert T.tensor_partition_bound(16 * 4 * job, job, 4, 1) == job
+        # A job bound below the small one wins; whole local_size pages, rounded down.
         assert T.tensor_partition_bound(4 << 20, 16 << 10, 4, 1) == 16 << 10
-        b = T.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3)
-        assert b % (3 * 4096) == 0 and (3 << 20) // (16 * 2) <= b <= 3 * 4096 * 100
+        assert T.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3) == 5 * 3 * 4096
+        assert T.tensor_partition_bound(4 << 20, job, 4, 2) == 56 << 10
+        assert T.tensor_partition_bound(4 << 20, job, 4, 32) == 32 * 4096
+
+    def test_small_partition_credit(self):
+        job, small = 256 << 10, 60 << 10
+        # Partitions cut with the job's bound take their bytes; small ones as many credit
+        # partitions as a large one: 4 of them fill a window of 4 job-bound partitions.
+        assert T.small_partition_credit(job, job, job) == job
+        assert T.small_partition_credit(1000, job, job) == 1000
+        assert T.small_partition_credit(small, small, job) == job
+        assert 4 * T.small_partition_credit(small, small, job) <= 4 * job
+        assert 5 * T.small_partition_credit(small, small, job) > 4 * job
+        assert T.small_partition_credit(4096, small, job) == 4096 * job // small
+        assert T.small_partition_credit(small, 0, job) == small  # no bound recorded: unscaled
 
     @FAST
     @given(st.integers(0, 300), st.integers(0, 1000))

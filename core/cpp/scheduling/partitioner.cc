@@ -33,9 +33,10 @@ Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vecto
 
 size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size) {
   const size_t want = nbytes / (kPipelineDepth * static_cast<size_t>(std::max(num_worker, 1)));
-  const size_t bound = PartitionBound(
-      static_cast<int64_t>(std::max(want, kMinAdaptiveBytes)), local_size);
-  return std::min(bound, job_bound);
+  if (want >= job_bound) return job_bound;
+  const size_t unit = kPageBytes * static_cast<size_t>(std::max(local_size, 1));
+  const size_t small = std::max(unit, kSmallPartitionBytes / unit * unit);
+  return std::min(small, job_bound);
 }
 
 void ShardRange(size_t count, int parts, int i, size_t* begin, size_t* end) {

@@ -344,6 +344,19 @@ def test_error_feedback_learning_rate_correction():
     assert any(not np.array_equal(u, v) for u, v in zip(a, b))
 
 
+def test_fp16_large_output_streamed_exactly():
+    """Outputs of 4 MiB and more take the non-temporal-store path: still NumPy's rounding,
+    specials included, whatever the element count's remainder."""
+    n = (1 << 21) + 13
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(n) * 1e3).astype(np.float32)
+    x[:6] = [np.inf, -np.inf, np.nan, 65520.0, 6e-8, -0.0]
+    x[-3:] = [1e-30, 70000.0, 2.0 ** -14]
+    core = T.Compressor({"compressor_type": "fp16"}, "worker", "float32", n)
+    enc = core.compress(x)
+    assert enc == x.astype(np.float16).tobytes()
+
+
 def test_learning_rate_value():
     before = T.learning_rate()
     try:

@@ -7,6 +7,7 @@ package holds what all adapters share: the basics (:mod:`byteps.basics`), the er
 launcher (``bpslaunch``).
 """
 
+from . import cost_model  # noqa: F401  (callable: byteps.cost_model() is cost_model.get)
 from .errors import (  # noqa: F401
     BytePSError,
     BytePSTimeoutError,

@@ -1,0 +1,372 @@
+"""The α-β-γ cost model that picks the synchronisation scheme of ``BYTEPS_SYNC=auto``.
+
+Three parameters describe the job's machines: **α**, the latency of one message (seconds),
+**β**, the time of one byte on one link direction (seconds per byte, 1 / bandwidth), and
+**γ**, the time to sum one byte (seconds per byte). Each is measured at start-up
+(:mod:`byteps.cost_measure`: push_pulls through the summation service for α and β, the core's
+summation kernel for γ, averaged over every rank) or taken from ``BYTEPS_COST_ALPHA``,
+``BYTEPS_COST_BETA``, ``BYTEPS_COST_GAMMA``. With them every scheme's cost for a tensor of S
+bytes is the closed form of :mod:`byteps.cost_formulas` (the simulator's too), and
+:meth:`CostModel.choose` gives the cheapest of ``ps``, ``ring``, ``tree``, ``hips`` (ties go to
+the earlier of that order). Costs are linear in S, so the choice changes only at a few sizes:
+:attr:`CostModel.intervals` lists them exactly. docs/schemes.md ("The cost model").
+
+The module is callable: ``byteps.cost_model()`` is :func:`get`::
+
+    import byteps, byteps.basics as bps
+    bps.init()
+    model = byteps.cost_model()          # measures once (collective: every rank calls it)
+    model.choose(4 << 20)                # 'ps' | 'ring' | 'tree' | 'hips'
+    model.as_dict()                      # parameters, sources, intervals, table per size
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import operator
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+from . import cost_formulas
+from .cost_formulas import SCHEMES
+from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
+
+log = logging.getLogger("byteps.cost_model")
+
+#: the parameters and the variables that set them
+VARIABLES = {"alpha": "BYTEPS_COST_ALPHA", "beta": "BYTEPS_COST_BETA",
+             "gamma": "BYTEPS_COST_GAMMA"}
+#: knobs of the schemes' shapes, read when the registry has them (else the defaults below)
+TREE_WIDTH_KNOB = "BYTEPS_TREE_WIDTH"
+HIPS_GROUP_KNOB = "BYTEPS_HIPS_GROUP"
+#: FlexTree width when no knob says otherwise (1: a binary tree, the simulator's default)
+DEFAULT_TREE_WIDTH = 1
+#: HiPS group size when no knob says otherwise (0: max(2, round(sqrt(n))))
+DEFAULT_HIPS_GROUP = 0
+#: size classes of :meth:`CostModel.table`: 1 B, 2 B, 4 B ... 16 GiB
+TABLE_SIZES = tuple(1 << i for i in range(35))
+#: largest tensor size the intervals cover exactly (bytes)
+MAX_BYTES = 1 << 63
+#: where a parameter came from, when not from its variable
+MEASURED = "measured"
+NO_NETWORK = "not measured (one worker machine)"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Tensor sizes ``lo <= nbytes < hi`` (``hi`` None: no upper end) get ``scheme``."""
+
+    lo: int
+    hi: Optional[int]
+    scheme: str
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The parameters, the job's shape and the choice of scheme per tensor size.
+
+    Attributes:
+        alpha (float): seconds per message (>= 0).
+        beta (float): seconds per byte on one link direction (>= 0).
+        gamma (float): seconds per byte summed (>= 0).
+        workers (int): n, worker machines (``DMLC_NUM_WORKER``).
+        servers (int): k of the summation service's formula (``DMLC_NUM_SERVER``: taken as
+            CPU-only servers beside the ones the formula puts on every worker machine).
+        tree_width (int): FlexTree width w (``tree``), clipped to [1, n].
+        hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
+        sources (dict[str, str]): per parameter, ``"measured"``, the variable that set it,
+            or ``"not measured (one worker machine)"``.
+        measure_seconds (float): wall time of the measurement (0.0: none), seconds.
+        intervals (tuple[Interval, ...]): the choice, from 0 bytes up, in order (derived).
+
+    Raises (constructor):
+        byteps.errors.InvalidArgumentError: a parameter negative or not finite, workers < 1,
+            servers < 0, tree_width < 1 or hips_group < 0.
+    """
+
+    alpha: float
+    beta: float
+    gamma: float
+    workers: int
+    servers: int = 0
+    tree_width: int = DEFAULT_TREE_WIDTH
+    hips_group: int = DEFAULT_HIPS_GROUP
+    sources: Mapping[str, str] = field(default_factory=dict)
+    measure_seconds: float = 0.0
+    intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < 0:
+                raise InvalidArgumentError(f"cost model: {name} must be a finite number >= 0 "
+                                           f"(seconds{' per byte' if name != 'alpha' else ''})"
+                                           f", got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 1), ("hips_group", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
+                                           f"got {v!r}")
+        object.__setattr__(self, "sources", dict(self.sources))
+        object.__setattr__(self, "intervals", _envelope(self))
+
+    # ---------------------------------------------------------------------------- costs --
+    def scheme_costs(self) -> Dict[str, cost_formulas.SchemeCost]:
+        """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape."""
+        return {s: cost_formulas.scheme_cost(s, self.workers, self.servers, self.tree_width,
+                                             self.hips_group) for s in SCHEMES}
+
+    def cost(self, scheme: str, nbytes: int) -> float:
+        """Seconds one synchronisation of ``nbytes`` bytes costs with ``scheme``.
+
+        Raises:
+            byteps.errors.InvalidArgumentError: an unknown scheme, a negative size.
+            byteps.errors.InvalidTypeError: ``nbytes`` not an int.
+        """
+        nbytes = _size(nbytes, "cost")
+        c = cost_formulas.scheme_cost(scheme, self.workers, self.servers, self.tree_width,
+                                      self.hips_group)
+        return c.seconds(nbytes, self.alpha, self.beta, self.gamma)
+
+    def costs(self, nbytes: int) -> Dict[str, float]:
+        """{scheme: seconds} for a tensor of ``nbytes`` bytes."""
+        nbytes = _size(nbytes, "costs")
+        return {s: c.seconds(nbytes, self.alpha, self.beta, self.gamma)
+                for s, c in self.scheme_costs().items()}
+
+    def choose(self, nbytes: int) -> str:
+        """The scheme for a tensor of ``nbytes`` bytes: ``"ps"``, ``"ring"``, ``"tree"`` or
+        ``"hips"``, the cheapest (ties: the earliest in that order), from :attr:`intervals`.
+
+        Raises:
+            byteps.errors.InvalidTypeError: ``nbytes`` not an int.
+            byteps.errors.InvalidArgumentError: ``nbytes`` negative.
+        """
+        nbytes = _size(nbytes, "choose")
+        los = [iv.lo for iv in self.intervals]
+        return self.intervals[bisect.bisect_right(los, nbytes) - 1].scheme
+
+    def table(self, sizes: Sequence[int] = TABLE_SIZES) -> Dict[int, str]:
+        """{size in bytes: scheme} for ``sizes`` (default: powers of two, 1 B to 16 GiB)."""
+        return {int(s): self.choose(s) for s in sizes}
+
+    # ------------------------------------------------------------------------- reporting --
+    def as_dict(self) -> dict:
+        """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
+        byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
+        ``measure_seconds``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
+        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
+                "sources": dict(self.sources), "workers": self.workers,
+                "servers": self.servers, "tree_width": self.tree_width,
+                "hips_group": self.hips_group, "measure_seconds": self.measure_seconds,
+                "intervals": [{"from_bytes": iv.lo, "to_bytes": iv.hi, "scheme": iv.scheme}
+                              for iv in self.intervals],
+                "table": {str(k): v for k, v in self.table().items()}}
+
+    def describe(self) -> str:
+        """One line: the parameters, where each came from, and the choice per size range."""
+        src = self.sources
+        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', '?')})",
+                 f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
+                 f"({src.get('beta', '?')})",
+                 f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
+                 f"({src.get('gamma', '?')})"]
+        ranges = ", ".join(f"{iv.scheme} from {_bytes(iv.lo)}" if iv.lo else
+                           f"{iv.scheme} from 0 B" for iv in self.intervals)
+        took = f"; measured in {self.measure_seconds * 1e3:.1f} ms" if self.measure_seconds \
+            else ""
+        return (f"cost model: {self.workers} worker machine(s), {self.servers} server(s), tree "
+                f"width {self.tree_width}, HiPS group "
+                f"{cost_formulas.hips_group(self.workers, self.hips_group)}; "
+                + "; ".join(parts) + f"; choice: {ranges}{took}")
+
+
+def _size(nbytes, fn: str) -> int:
+    """``nbytes`` as an int >= 0 (Python or NumPy integer; bool and float refused)."""
+    if isinstance(nbytes, bool):
+        raise InvalidTypeError(f"cost model {fn}: nbytes must be an int, got bool")
+    try:
+        v = operator.index(nbytes)
+    except TypeError:
+        raise InvalidTypeError(f"cost model {fn}: nbytes must be an int, got "
+                               f"{type(nbytes).__name__}") from None
+    if v < 0:
+        raise InvalidArgumentError(f"cost model {fn}: nbytes must be >= 0, got {v}")
+    return int(v)
+
+
+def _rate(spb: float) -> str:
+    return f"{1.0 / spb / 1e9:.3g} GB/s" if spb > 0 else "unlimited"
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
+
+
+def _envelope(model: CostModel) -> Tuple[Interval, ...]:
+    """The cheapest scheme over every integer size in [0, MAX_BYTES): the lower envelope of
+    the cost lines ``a + b·S``. The argmin can change only between floor(x) and floor(x) + 1
+    for a crossing x of two lines, so it is evaluated at 0 and at those integers; equal
+    neighbours merge."""
+    lines = []
+    for i, (s, c) in enumerate(model.scheme_costs().items()):
+        lines.append((s, c.messages * model.alpha, c.wire * model.beta + c.summed * model.gamma,
+                      i))
+    points = {0}
+    for i in range(len(lines)):
+        for j in range(i + 1, len(lines)):
+            (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
+            if bi == bj:
+                continue
+            x = (aj - ai) / (bi - bj)
+            if 0 <= x < MAX_BYTES - 1:
+                points.update((int(math.floor(x)), int(math.floor(x)) + 1))
+
+    def best(size: int) -> str:
+        return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
+
+    out = []
+    for p in sorted(points):
+        s = best(p)
+        if not out or out[-1][1] != s:
+            out.append((p, s))
+    return tuple(Interval(lo, out[i + 1][0] if i + 1 < len(out) else None, s)
+                 for i, (lo, s) in enumerate(out))
+
+
+# ---------------------------------------------------------------------------- the job's model --
+
+_lock = threading.Lock()
+_cached: Optional[Tuple[tuple, CostModel]] = None
+
+
+def overrides(values: Mapping[str, str]) -> Dict[str, float]:
+    """{parameter: value} for each ``BYTEPS_COST_*`` set in ``values`` (the knob registry's
+    validated values, ``byteps._core.knob_values()``)."""
+    return {p: float(values[v]) for p, v in VARIABLES.items() if values.get(v, "") != ""}
+
+
+def _knob_int(values: Mapping[str, str], name: str, default: int) -> int:
+    text = values.get(name, "")
+    return int(text) if text != "" else default
+
+
+def _job_key(values: Mapping[str, str]) -> tuple:
+    names = ("BYTEPS_JOB_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "BYTEPS_LOCAL_SIZE",
+             TREE_WIDTH_KNOB, HIPS_GROUP_KNOB, *VARIABLES.values())
+    return tuple(values.get(n, "") for n in names)
+
+
+def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int] = None,
+            hips_group: Optional[int] = None, servers: Optional[int] = None) -> CostModel:
+    """Build the job's :class:`CostModel`: measure α, β, γ (collective) unless the
+    ``BYTEPS_COST_*`` variables set all three, then apply the ones set. Logs the choice once
+    (logger ``byteps.cost_model``, INFO) and keeps the model for :func:`get`.
+
+    Args:
+        env: variables to read instead of the process environment (a dict); only when all three
+            ``BYTEPS_COST_*`` are in it (nothing to measure).
+        tree_width, hips_group: the schemes' shapes; default: the ``BYTEPS_TREE_WIDTH`` /
+            ``BYTEPS_HIPS_GROUP`` knobs where the registry has them, else 1 and sqrt(n).
+        servers: k of the summation service's formula; default ``DMLC_NUM_SERVER``.
+
+    Raises:
+        byteps.errors.ConfigError: a ``BYTEPS_COST_*`` (or another knob) malformed or out of
+            range; the message names the variable.
+        byteps.errors.NotInitializedError: something to measure before ``init()``.
+        byteps.errors.InvalidArgumentError: ``env`` given without all three variables.
+        byteps.errors.BytePSTimeoutError, PeerLostError: a rank did not take part.
+    """
+    global _cached
+    from . import _core
+
+    values = _core.knob_values(None if env is None else dict(env))
+    over = overrides(values)
+    n = int(values["DMLC_NUM_WORKER"])
+    k = int(values["DMLC_NUM_SERVER"]) if servers is None else servers
+    w = _knob_int(values, TREE_WIDTH_KNOB, DEFAULT_TREE_WIDTH) if tree_width is None \
+        else tree_width
+    g = _knob_int(values, HIPS_GROUP_KNOB, DEFAULT_HIPS_GROUP) if hips_group is None \
+        else hips_group
+    sources = {p: VARIABLES[p] for p in over}
+    took = 0.0
+    if len(over) < len(VARIABLES):
+        if env is not None:
+            raise InvalidArgumentError(
+                "cost model: measure(env=...) needs all of " + ", ".join(VARIABLES.values()) +
+                " in env (the measurement reads the running job, not env)")
+        if not _core.is_initialized():
+            missing = ", ".join(v for p, v in VARIABLES.items() if p not in over)
+            raise NotInitializedError(f"cost model: call init() first: {missing} not set, so "
+                                      "it is measured through the job")
+        from . import cost_measure
+
+        n = int(_core.num_worker())
+        local = int(_core.local_size())
+        unit = 4096 * local
+        bound = (int(values["BYTEPS_PARTITION_BYTES"]) + unit - 1) // unit * unit \
+            if values.get("BYTEPS_PARTITION_BYTES") else 262144
+        t0 = time.perf_counter()
+        m = cost_measure.run(n, int(_core.size()), bound)
+        took = time.perf_counter() - t0
+        params = {"alpha": m.alpha, "beta": m.beta, "gamma": m.gamma}
+        for p in ("alpha", "beta"):
+            sources.setdefault(p, MEASURED if n > 1 else NO_NETWORK)
+        sources.setdefault("gamma", MEASURED)
+        if m.beta_floored and "beta" not in over:
+            log.warning("cost model: a %d-byte push_pull was no slower than a tiny one on some "
+                        "rank; beta raised to %g s/B there (set BYTEPS_COST_BETA to override)",
+                        m.large_bytes, cost_measure.BETA_FLOOR)
+        params.update(over)
+    else:
+        params = over
+    model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
+                      took)
+    log.info("%s", model.describe())
+    with _lock:
+        _cached = (_job_key(values), model)
+    return model
+
+
+def get(refresh: bool = False) -> CostModel:
+    """The job's :class:`CostModel`: the one :func:`measure` made for this job (same job id,
+    shape and variables), else a new one (``refresh``: always a new one). Collective when it
+    measures: call it on every rank at the same point. ``byteps.cost_model()`` calls this.
+
+    Raises: as :func:`measure`.
+    """
+    from . import _core
+
+    values = _core.knob_values(None)
+    with _lock:
+        cached = _cached
+    if not refresh and cached is not None and cached[0] == _job_key(values):
+        return cached[1]
+    return measure()
+
+
+def choose(nbytes: int) -> str:
+    """``get().choose(nbytes)``: the scheme of a tensor of ``nbytes`` bytes in this job."""
+    return get().choose(nbytes)
+
+
+class _CallableModule(types.ModuleType):
+    """``byteps.cost_model()`` is :func:`get`; the module stays a module."""
+
+    def __call__(self, refresh: bool = False) -> CostModel:
+        return get(refresh)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -3,23 +3,24 @@
 * **γ** (seconds per byte summed): the core's float32 summation kernel
   (``byteps._core.reduce.sum_into``, the kernel the servers use, docs/architecture.md §7) timed
   on a 1 MiB buffer in this process: the fastest of :data:`GAMMA_REPS` runs after a warm-up.
-* **α** (seconds per message) and **β** (seconds per byte on one link direction): push_pulls
-  through the summation service, over the job's own connections. A push_pull of one partition
-  is two messages one after the other, the push and the pull response. A tiny one (8 bytes)
-  costs ``t₀ = 2α``. A larger one of L bytes (:data:`LARGE_BYTES` = 64 KiB, or the partition
-  bound when smaller: the largest tensor the core never cuts) goes to one server, which receives
-  the n workers' pushes over its one link, sums n - 1 of them and sends n responses:
-  ``t_L = 2α + 2nLβ + (n-1)Lγ``. So ``α = t₀ / 2`` and
-  ``β = (t_L - t₀ - (n-1)(L-8)γ) / (2n(L-8))``. Each time is the fastest of :data:`ROUNDS`
-  rounds (tiny and large alternate), which drops the rounds a busy host or a late peer
-  slowed. Both include the core's own overhead per operation, which the schemes pay too.
+* **α** (seconds per message): a tiny push_pull (8 bytes, one partition) is two messages one
+  after the other, the push and the pull response: ``t₀ = 2α``, the fastest of
+  :data:`ROUNDS`.
+* **β** (seconds per byte on one link direction): a larger push_pull of M = 1 MiB through the
+  summation service, over the job's own connections, cut into partitions of b bytes by the
+  core's rule and pipelined: the summation service's own formula (``cost_formulas.ps``, with
+  the pipeline's fill of docs/architecture.md §4) says it takes
+  ``t_M = 2α + wire·(M + n·b)·β + summed·M·γ``, so
+  ``β = (t_M - t₀ - summed·M·γ) / (wire·(M + n·b))``: the β with which the cost model predicts
+  the measured push_pull. The fastest of :data:`LARGE_ROUNDS`. Both times include the core's
+  own overhead per operation, which the schemes pay too.
 * **Agreement.** Every rank then push_pulls the vector of its measurements (float64, summed by
   the service) and divides by the number of ranks: every rank gets the same bytes, so every
   rank computes the same choice.
 
 Everything here is collective: every worker process calls :func:`run` at the same point (the
-tensors ``__byteps_cost_model__.*`` are declared in the same order on every rank). It takes a
-few milliseconds on a local network (the two declarations are most of it).
+tensors ``__byteps_cost_model__.*`` are declared in the same order on every rank). The fastest
+of several rounds drops the rounds a busy host or a late peer slowed.
 """
 
 from __future__ import annotations
@@ -34,16 +35,18 @@ NAME_LARGE = "__byteps_cost_model__.large"
 NAME_COMBINE = "__byteps_cost_model__.params"
 #: priority of the measurement's push_pulls (above every default priority)
 PRIORITY = 1 << 62
-#: rounds of (tiny, large) push_pulls timed; each time is the fastest round
+#: rounds of the tiny push_pull timed (the fastest counts)
 ROUNDS = 10
+#: rounds of the larger push_pull timed (the fastest counts)
+LARGE_ROUNDS = 4
 #: bytes of the tiny push_pull (two float32)
 TINY_BYTES = 8
-#: bytes of the larger push_pull: the core's smallest adaptive partition (one partition)
-LARGE_BYTES = 64 << 10
+#: bytes of the larger push_pull
+LARGE_BYTES = 1 << 20
 #: bytes of the buffer the summation kernel is timed on, and how many times
 GAMMA_BYTES = 1 << 20
 GAMMA_REPS = 5
-#: smallest β kept (s/B, 10 TB/s): a larger push_pull measured no slower than a tiny one
+#: smallest β kept (s/B, 10 TB/s): the larger push_pull measured hardly slower than a tiny one
 BETA_FLOOR = 1e-13
 
 
@@ -97,47 +100,57 @@ def _push_pull(name: str, buf) -> None:
     basics.wait(h)
 
 
-def large_bytes(partition_bound: int) -> int:
-    """Bytes of the larger push_pull for a job whose partition bound is ``partition_bound``:
-    :data:`LARGE_BYTES`, or the bound when smaller (one partition either way)."""
-    return max(TINY_BYTES * 2, min(LARGE_BYTES, int(partition_bound)) // 4 * 4)
-
-
-def network(workers: int, nbytes: int, gamma: float, rounds: int = ROUNDS):
+def network(workers: int, servers: int, part_bytes: int, gamma: float,
+            nbytes: int = LARGE_BYTES, rounds: int = ROUNDS, large_rounds: int = LARGE_ROUNDS):
     """Time tiny and ``nbytes``-byte push_pulls (collective); returns
-    ``(alpha, beta, tiny_s, large_s, floored)`` for ``workers`` worker machines."""
+    ``(alpha, beta, tiny_s, large_s, floored)``.
+
+    Args:
+        workers, servers: n and k of the summation service's formula (``cost_formulas.ps``).
+        part_bytes: the core's partition bound of the larger tensor (its pipeline's fill).
+        gamma: seconds per byte summed.
+        nbytes: the larger push_pull's bytes.
+    """
     import numpy as np
+
+    from .cost_formulas import ps
 
     tiny = np.zeros(TINY_BYTES // 4, dtype=np.float32)
     large = np.zeros(nbytes // 4, dtype=np.float32)
     _push_pull(NAME_TINY, tiny)  # declares; the servers make the keys
     _push_pull(NAME_LARGE, large)
     t_tiny = t_large = math.inf
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        _push_pull(NAME_TINY, tiny)
-        t1 = time.perf_counter()
-        _push_pull(NAME_LARGE, large)
-        t2 = time.perf_counter()
-        t_tiny, t_large = min(t_tiny, t1 - t0), min(t_large, t2 - t1)
-    alpha = t_tiny / 2
-    d = float(large.nbytes - tiny.nbytes)
-    beta = (t_large - t_tiny - (workers - 1) * d * gamma) / (2 * workers * d)
+    for i in range(max(rounds, large_rounds)):
+        if i < rounds:
+            t0 = time.perf_counter()
+            _push_pull(NAME_TINY, tiny)
+            t_tiny = min(t_tiny, time.perf_counter() - t0)
+        if i < large_rounds:
+            t0 = time.perf_counter()
+            _push_pull(NAME_LARGE, large)
+            t_large = min(t_large, time.perf_counter() - t0)
+    cost = ps(workers, servers)
+    m = float(large.nbytes)
+    beta = (t_large - t_tiny - cost.summed * m * gamma) / (
+        cost.wire * (m + workers * part_bytes))
     floored = beta < BETA_FLOOR
-    return alpha, max(beta, BETA_FLOOR), t_tiny, t_large, floored
+    return t_tiny / 2, max(beta, BETA_FLOOR), t_tiny, t_large, floored
 
 
-def run(workers: int, size: int, partition_bound: int, rounds: int = ROUNDS) -> Measurement:
+def run(workers: int, servers: int, size: int, local_size: int, partition_bytes: int,
+        rounds: int = ROUNDS) -> Measurement:
     """Measure α, β, γ on this rank and average them over the ``size`` ranks (collective).
 
     Args:
         workers: worker machines (``DMLC_NUM_WORKER``); with 1 there is no network to measure
             and α = β = 0.
+        servers: k of the summation service's formula (``DMLC_NUM_SERVER``).
         size: worker processes of the job (``byteps.basics.size()``); with 1, nothing is
             exchanged.
-        partition_bound: the job's partition bound, bytes (the larger push_pull stays one
-            partition).
-        rounds: timed rounds.
+        local_size: worker processes per machine (``BYTEPS_LOCAL_SIZE``).
+        partition_bytes: ``BYTEPS_PARTITION_BYTES`` (the job's partition bound before
+            rounding).
+        rounds: timed rounds of the tiny push_pull.
 
     Raises:
         byteps.errors.NotInitializedError: before ``init()``.
@@ -145,10 +158,14 @@ def run(workers: int, size: int, partition_bound: int, rounds: int = ROUNDS) -> 
     """
     import numpy as np
 
+    from .sim.ps_sim import partition_bound, tensor_partition_bound
+
     gamma = gamma_local()
-    nbytes = large_bytes(partition_bound)
     if workers > 1:
-        alpha, beta, t_tiny, t_large, floored = network(workers, nbytes, gamma, rounds)
+        part = tensor_partition_bound(LARGE_BYTES, partition_bound(partition_bytes, local_size),
+                                      workers, local_size)
+        alpha, beta, t_tiny, t_large, floored = network(workers, servers, part, gamma,
+                                                        LARGE_BYTES, rounds)
     else:
         alpha = beta = t_tiny = t_large = 0.0
         floored = False
@@ -161,4 +178,4 @@ def run(workers: int, size: int, partition_bound: int, rounds: int = ROUNDS) -> 
         basics.wait(h)
         vec = vec / float(size)
     a, b, g, t0, tl, fl = (float(x) for x in vec)
-    return Measurement(a, b, g, t0, tl, nbytes, fl > 0)
+    return Measurement(a, b, g, t0, tl, LARGE_BYTES, fl > 0)

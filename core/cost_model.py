@@ -82,7 +82,11 @@ class CostModel:
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
         sources (dict[str, str]): per parameter, ``"measured"``, the variable that set it,
             or ``"not measured (one worker machine)"``.
-        measure_seconds (float): wall time of the measurement (0.0: none), seconds.
+        measure_seconds (float): wall time of the measurement on this rank (0.0: none),
+            seconds.
+        timings (dict[str, float]): what was timed, averaged over the ranks (empty: nothing
+            measured): ``tiny_s`` and ``large_s`` (the 8-byte and the larger push_pull,
+            seconds; 0.0 with one worker machine), ``large_bytes``.
         intervals (tuple[Interval, ...]): the choice, from 0 bytes up, in order (derived).
 
     Raises (constructor):
@@ -99,6 +103,7 @@ class CostModel:
     hips_group: int = DEFAULT_HIPS_GROUP
     sources: Mapping[str, str] = field(default_factory=dict)
     measure_seconds: float = 0.0
+    timings: Mapping[str, float] = field(default_factory=dict)
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +121,7 @@ class CostModel:
                 raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
                                            f"got {v!r}")
         object.__setattr__(self, "sources", dict(self.sources))
+        object.__setattr__(self, "timings", dict(self.timings))
         object.__setattr__(self, "intervals", _envelope(self))
 
     # ---------------------------------------------------------------------------- costs --
@@ -162,12 +168,13 @@ class CostModel:
     def as_dict(self) -> dict:
         """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
-        ``measure_seconds``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
         ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
         return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
                 "servers": self.servers, "tree_width": self.tree_width,
                 "hips_group": self.hips_group, "measure_seconds": self.measure_seconds,
+                "timings": dict(self.timings),
                 "intervals": [{"from_bytes": iv.lo, "to_bytes": iv.hi, "scheme": iv.scheme}
                               for iv in self.intervals],
                 "table": {str(k): v for k, v in self.table().items()}}
@@ -175,13 +182,15 @@ class CostModel:
     def describe(self) -> str:
         """One line: the parameters, where each came from, and the choice per size range."""
         src = self.sources
-        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', '?')})",
+        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', 'given')})",
                  f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
-                 f"({src.get('beta', '?')})",
+                 f"({src.get('beta', 'given')})",
                  f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
-                 f"({src.get('gamma', '?')})"]
-        ranges = ", ".join(f"{iv.scheme} from {_bytes(iv.lo)}" if iv.lo else
-                           f"{iv.scheme} from 0 B" for iv in self.intervals)
+                 f"({src.get('gamma', 'given')})"]
+        ivs = self.intervals
+        ranges = f"{ivs[0].scheme} for every size" if len(ivs) == 1 else ", ".join(
+            f"{iv.scheme} below {_bytes(iv.hi)}" if iv.lo == 0 else
+            f"{iv.scheme} from {_bytes(iv.lo)}" for iv in ivs)
         took = f"; measured in {self.measure_seconds * 1e3:.1f} ms" if self.measure_seconds \
             else ""
         return (f"cost model: {self.workers} worker machine(s), {self.servers} server(s), tree "
@@ -302,6 +311,7 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
         else hips_group
     sources = {p: VARIABLES[p] for p in over}
     took = 0.0
+    timings: Dict[str, float] = {}
     if len(over) < len(VARIABLES):
         if env is not None:
             raise InvalidArgumentError(
@@ -314,26 +324,24 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
         from . import cost_measure
 
         n = int(_core.num_worker())
-        local = int(_core.local_size())
-        unit = 4096 * local
-        bound = (int(values["BYTEPS_PARTITION_BYTES"]) + unit - 1) // unit * unit \
-            if values.get("BYTEPS_PARTITION_BYTES") else 262144
         t0 = time.perf_counter()
-        m = cost_measure.run(n, int(_core.size()), bound)
+        m = cost_measure.run(n, k, int(_core.size()), int(_core.local_size()),
+                             int(values["BYTEPS_PARTITION_BYTES"]))
         took = time.perf_counter() - t0
         params = {"alpha": m.alpha, "beta": m.beta, "gamma": m.gamma}
+        timings = {"tiny_s": m.tiny_s, "large_s": m.large_s, "large_bytes": m.large_bytes}
         for p in ("alpha", "beta"):
             sources.setdefault(p, MEASURED if n > 1 else NO_NETWORK)
         sources.setdefault("gamma", MEASURED)
         if m.beta_floored and "beta" not in over:
-            log.warning("cost model: a %d-byte push_pull was no slower than a tiny one on some "
-                        "rank; beta raised to %g s/B there (set BYTEPS_COST_BETA to override)",
-                        m.large_bytes, cost_measure.BETA_FLOOR)
+            log.warning("cost model: on some rank a %d-byte push_pull measured hardly slower "
+                        "than a tiny one; beta raised to %g s/B there (set BYTEPS_COST_BETA to "
+                        "override)", m.large_bytes, cost_measure.BETA_FLOOR)
         params.update(over)
     else:
         params = over
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
-                      took)
+                      took, timings)
     log.info("%s", model.describe())
     with _lock:
         _cached = (_job_key(values), model)

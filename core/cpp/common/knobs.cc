@@ -95,8 +95,8 @@ std::vector<KnobSpec> BuildTable() {
             "service) and averaged over the workers. Every worker must set it alike."),
       Float("BYTEPS_COST_BETA", "", 0, 1, "worker",
             "Cost model: beta, seconds per byte on one link direction (1 / bandwidth). Unset: "
-            "measured at start-up (a 64 KiB push_pull against the tiny ones) and averaged over "
-            "the workers. Every worker must set it alike."),
+            "measured at start-up (a 1 MiB push_pull through the summation service, read through "
+            "its cost formula) and averaged over the workers. Every worker must set it alike."),
       Float("BYTEPS_COST_GAMMA", "", 0, 1, "worker",
             "Cost model: gamma, seconds per byte summed. Unset: the core's float32 summation "
             "kernel timed on a 1 MiB buffer at start-up, averaged over the workers. Every "

@@ -100,6 +100,13 @@ def tree_width(n: int, width: int) -> int:
     return max(1, min(int(width or 1), n))
 
 
+def default_tree_width(n: int) -> int:
+    """The core's FlexTree width for ``n`` machines when ``BYTEPS_TREE_WIDTH`` is 0: the largest
+    divisor of n not above ceil(sqrt(n)) (``ResolveTreeWidth``)."""
+    target = math.isqrt(n - 1) + 1 if n > 1 else 1  # ceil(sqrt(n))
+    return max(d for d in range(1, target + 1) if n % d == 0)
+
+
 def tree(n: int, width: int = 1) -> SchemeCost:
     """FlexTree all-reduce of width ``width`` among ``n`` machines (1: binary tree)."""
     n = _check(n, "tree: machines")

@@ -19,7 +19,8 @@
   rank computes the same choice.
 
 Everything here is collective: every worker process calls :func:`run` at the same point (the
-tensors ``__byteps_cost_model__.*`` are declared in the same order on every rank). The fastest
+tensors ``__byteps_cost_model__.*`` are declared in the same order on every rank, for the
+summation service: :func:`declare_ps`). The fastest
 of several rounds drops the rounds a busy host or a late peer slowed.
 """
 
@@ -92,6 +93,18 @@ def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
     return best / dst.nbytes
 
 
+def declare_ps(name: str) -> None:
+    """Declare ``name`` for the summation service (``sync="ps"``) where the core takes a scheme
+    per tensor, so that ``BYTEPS_SYNC=auto`` never asks the cost model about its own
+    measurement; a core without per-tensor schemes sends every tensor through the service."""
+    from . import _core
+
+    if "sync" in (_core.declare.__doc__ or ""):
+        _core.declare(name, "", "ps")
+    else:
+        _core.declare(name, "")
+
+
 def _push_pull(name: str, buf) -> None:
     from . import basics
 
@@ -117,7 +130,9 @@ def network(workers: int, servers: int, part_bytes: int, gamma: float,
 
     tiny = np.zeros(TINY_BYTES // 4, dtype=np.float32)
     large = np.zeros(nbytes // 4, dtype=np.float32)
-    _push_pull(NAME_TINY, tiny)  # declares; the servers make the keys
+    declare_ps(NAME_TINY)
+    declare_ps(NAME_LARGE)
+    _push_pull(NAME_TINY, tiny)  # the first: the servers make the keys
     _push_pull(NAME_LARGE, large)
     t_tiny = t_large = math.inf
     for i in range(max(rounds, large_rounds)):
@@ -173,6 +188,7 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
     if size > 1:
         from . import basics
 
+        declare_ps(NAME_COMBINE)
         h = basics.push_pull_async(NAME_COMBINE, vec.ctypes.data, vec.ctypes.data, vec.nbytes,
                                    "float64", vec.shape, False, PRIORITY)
         basics.wait(h)

@@ -35,7 +35,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from . import cost_formulas
 from .cost_formulas import SCHEMES
-from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
+from .errors import InternalError, InvalidArgumentError, InvalidTypeError, NotInitializedError
 
 log = logging.getLogger("byteps.cost_model")
 
@@ -45,10 +45,13 @@ VARIABLES = {"alpha": "BYTEPS_COST_ALPHA", "beta": "BYTEPS_COST_BETA",
 #: knobs of the schemes' shapes, read when the registry has them (else the defaults below)
 TREE_WIDTH_KNOB = "BYTEPS_TREE_WIDTH"
 HIPS_GROUP_KNOB = "BYTEPS_HIPS_GROUP"
-#: FlexTree width when no knob says otherwise (1: a binary tree, the simulator's default)
-DEFAULT_TREE_WIDTH = 1
+#: FlexTree width when no knob says otherwise (0: the core's default, the largest divisor of n
+#: not above ceil(sqrt(n)), ``cost_formulas.default_tree_width``)
+DEFAULT_TREE_WIDTH = 0
 #: HiPS group size when no knob says otherwise (0: max(2, round(sqrt(n))))
 DEFAULT_HIPS_GROUP = 0
+#: the schemes the choice is made among, unless measure()/get() are given others
+CANDIDATES = SCHEMES
 #: size classes of :meth:`CostModel.table`: 1 B, 2 B, 4 B ... 16 GiB
 TABLE_SIZES = tuple(1 << i for i in range(35))
 #: largest tensor size the intervals cover exactly (bytes)
@@ -78,8 +81,11 @@ class CostModel:
         workers (int): n, worker machines (``DMLC_NUM_WORKER``).
         servers (int): k of the summation service's formula (``DMLC_NUM_SERVER``: taken as
             CPU-only servers beside the ones the formula puts on every worker machine).
-        tree_width (int): FlexTree width w (``tree``), clipped to [1, n].
+        tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
+            the core's default, the largest divisor of n not above ceil(sqrt(n)).
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
+        schemes (tuple[str, ...]): the schemes the choice is made among (default: all of
+            ``ps``, ``ring``, ``tree``, ``hips``), kept in that order (the order of ties).
         sources (dict[str, str]): per parameter, ``"measured"``, the variable that set it,
             or ``"not measured (one worker machine)"``.
         measure_seconds (float): wall time of the measurement on this rank (0.0: none),
@@ -91,7 +97,7 @@ class CostModel:
 
     Raises (constructor):
         byteps.errors.InvalidArgumentError: a parameter negative or not finite, workers < 1,
-            servers < 0, tree_width < 1 or hips_group < 0.
+            servers < 0, tree_width or hips_group < 0, no scheme or an unknown one.
     """
 
     alpha: float
@@ -104,6 +110,7 @@ class CostModel:
     sources: Mapping[str, str] = field(default_factory=dict)
     measure_seconds: float = 0.0
     timings: Mapping[str, float] = field(default_factory=dict)
+    schemes: Tuple[str, ...] = SCHEMES
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -115,20 +122,29 @@ class CostModel:
                                            f"(seconds{' per byte' if name != 'alpha' else ''})"
                                            f", got {v!r}")
             object.__setattr__(self, name, float(v))
-        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 1), ("hips_group", 0)):
+        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 0), ("hips_group", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
                                            f"got {v!r}")
         object.__setattr__(self, "sources", dict(self.sources))
         object.__setattr__(self, "timings", dict(self.timings))
+        if self.tree_width == 0:
+            object.__setattr__(self, "tree_width", cost_formulas.default_tree_width(self.workers))
+        chosen = tuple(self.schemes) if not isinstance(self.schemes, str) else (self.schemes,)
+        unknown = [x for x in chosen if x not in SCHEMES]
+        if unknown or not chosen:
+            raise InvalidArgumentError(f"cost model: schemes must be a non-empty subset of "
+                                       f"{', '.join(SCHEMES)}, got {chosen!r}")
+        object.__setattr__(self, "schemes", tuple(x for x in SCHEMES if x in chosen))
         object.__setattr__(self, "intervals", _envelope(self))
 
     # ---------------------------------------------------------------------------- costs --
     def scheme_costs(self) -> Dict[str, cost_formulas.SchemeCost]:
-        """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape."""
+        """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape, for each
+        of :attr:`schemes`."""
         return {s: cost_formulas.scheme_cost(s, self.workers, self.servers, self.tree_width,
-                                             self.hips_group) for s in SCHEMES}
+                                             self.hips_group) for s in self.schemes}
 
     def cost(self, scheme: str, nbytes: int) -> float:
         """Seconds one synchronisation of ``nbytes`` bytes costs with ``scheme``.
@@ -143,14 +159,15 @@ class CostModel:
         return c.seconds(nbytes, self.alpha, self.beta, self.gamma)
 
     def costs(self, nbytes: int) -> Dict[str, float]:
-        """{scheme: seconds} for a tensor of ``nbytes`` bytes."""
+        """{scheme: seconds} for a tensor of ``nbytes`` bytes, for each of :attr:`schemes`."""
         nbytes = _size(nbytes, "costs")
         return {s: c.seconds(nbytes, self.alpha, self.beta, self.gamma)
                 for s, c in self.scheme_costs().items()}
 
     def choose(self, nbytes: int) -> str:
         """The scheme for a tensor of ``nbytes`` bytes: ``"ps"``, ``"ring"``, ``"tree"`` or
-        ``"hips"``, the cheapest (ties: the earliest in that order), from :attr:`intervals`.
+        ``"hips"`` (one of :attr:`schemes`), the cheapest (ties: the earliest in that order),
+        from :attr:`intervals`.
 
         Raises:
             byteps.errors.InvalidTypeError: ``nbytes`` not an int.
@@ -173,7 +190,8 @@ class CostModel:
         return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
                 "servers": self.servers, "tree_width": self.tree_width,
-                "hips_group": self.hips_group, "measure_seconds": self.measure_seconds,
+                "hips_group": self.hips_group, "schemes": list(self.schemes),
+                "measure_seconds": self.measure_seconds,
                 "timings": dict(self.timings),
                 "intervals": [{"from_bytes": iv.lo, "to_bytes": iv.hi, "scheme": iv.scheme}
                               for iv in self.intervals],
@@ -259,6 +277,7 @@ def _envelope(model: CostModel) -> Tuple[Interval, ...]:
 
 _lock = threading.Lock()
 _cached: Optional[Tuple[tuple, CostModel]] = None
+_state = threading.local()  # .measuring: this thread is inside measure()
 
 
 def overrides(values: Mapping[str, str]) -> Dict[str, float]:
@@ -279,17 +298,21 @@ def _job_key(values: Mapping[str, str]) -> tuple:
 
 
 def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int] = None,
-            hips_group: Optional[int] = None, servers: Optional[int] = None) -> CostModel:
+            hips_group: Optional[int] = None, servers: Optional[int] = None,
+            schemes: Optional[Sequence[str]] = None) -> CostModel:
     """Build the job's :class:`CostModel`: measure α, β, γ (collective) unless the
     ``BYTEPS_COST_*`` variables set all three, then apply the ones set. Logs the choice once
-    (logger ``byteps.cost_model``, INFO) and keeps the model for :func:`get`.
+    (logger ``byteps.cost_model``, INFO) and, measuring this job, keeps the model for
+    :func:`get`. The measurement's own tensors are declared for the summation service.
 
     Args:
         env: variables to read instead of the process environment (a dict); only when all three
             ``BYTEPS_COST_*`` are in it (nothing to measure).
         tree_width, hips_group: the schemes' shapes; default: the ``BYTEPS_TREE_WIDTH`` /
-            ``BYTEPS_HIPS_GROUP`` knobs where the registry has them, else 1 and sqrt(n).
+            ``BYTEPS_HIPS_GROUP`` knobs where the registry has them, else 0 (the core's
+            default width) and 0 (sqrt(n)).
         servers: k of the summation service's formula; default ``DMLC_NUM_SERVER``.
+        schemes: the schemes to choose among; default :data:`CANDIDATES` (all four).
 
     Raises:
         byteps.errors.ConfigError: a ``BYTEPS_COST_*`` (or another knob) malformed or out of
@@ -297,7 +320,22 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
         byteps.errors.NotInitializedError: something to measure before ``init()``.
         byteps.errors.InvalidArgumentError: ``env`` given without all three variables.
         byteps.errors.BytePSTimeoutError, PeerLostError: a rank did not take part.
+        byteps.errors.InternalError: called again from inside a measurement (a push_pull of the
+            measurement asked ``BYTEPS_SYNC=auto``'s choice: its tensors are declared with
+            ``sync="ps"`` so that it never should).
     """
+    if getattr(_state, "measuring", False):
+        raise InternalError("cost model: asked for the cost model while measuring it (a "
+                            "push_pull of the measurement went through BYTEPS_SYNC=auto's "
+                            "choice)")
+    _state.measuring = True
+    try:
+        return _measure(env, tree_width, hips_group, servers, schemes)
+    finally:
+        _state.measuring = False
+
+
+def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     global _cached
     from . import _core
 
@@ -341,10 +379,11 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
     else:
         params = over
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
-                      took, timings)
+                      took, timings, CANDIDATES if schemes is None else tuple(schemes))
     log.info("%s", model.describe())
-    with _lock:
-        _cached = (_job_key(values), model)
+    if env is None:
+        with _lock:
+            _cached = (_job_key(values), model)
     return model
 
 

@@ -142,6 +142,24 @@ def test_boundary_where_hips_overtakes_ps():
     check_consistent(m, range(0, 1 << 20, 4093))
 
 
+def test_candidate_schemes_and_tree_width_default():
+    a, b, g = 1e-5, 1e-11, 1e-9
+    full = cost_model.CostModel(a, b, g, 4, 1, 1, 2)
+    no_hips = cost_model.CostModel(a, b, g, 4, 1, 1, 2, schemes=("ring", "ps", "tree"))
+    assert no_hips.schemes == ("ps", "ring", "tree")  # the order of ties, whatever was given
+    assert "hips" in {iv.scheme for iv in full.intervals}
+    assert "hips" not in {iv.scheme for iv in no_hips.intervals}
+    assert set(no_hips.costs(1)) == {"ps", "ring", "tree"}
+    check_consistent(no_hips, range(0, 1 << 24, 65521))
+    assert cost_model.CostModel(a, b, g, 4, schemes=("ring",)).choose(1) == "ring"
+    for bad in ((), ("ps", "mesh")):
+        with pytest.raises(InvalidArgumentError, match="schemes"):
+            cost_model.CostModel(a, b, g, 4, schemes=bad)
+    # width 0: the core's default, the largest divisor of n not above ceil(sqrt(n))
+    widths = {n: cost_model.CostModel(a, b, g, n).tree_width for n in (1, 2, 7, 8, 9, 12, 16)}
+    assert widths == {1: 1, 2: 2, 7: 1, 8: 2, 9: 3, 12: 4, 16: 4}
+
+
 def test_ties_are_deterministic():
     # n = 2, k = 0: ps and ring cost the same at every size; the order of SCHEMES decides
     m = cost_model.CostModel(3e-5, 1e-10, 5e-11, 2, 0)
@@ -196,6 +214,17 @@ def test_bad_variable_is_a_config_error_naming_it(var, bad):
     env[var] = bad
     with pytest.raises(ConfigError, match=var):
         cost_model.measure(env)
+
+
+def test_no_measurement_inside_a_measurement():
+    env = job_env(BYTEPS_COST_ALPHA="2e-5", BYTEPS_COST_BETA="8e-11", BYTEPS_COST_GAMMA="3e-11")
+    cost_model._state.measuring = True
+    try:
+        with pytest.raises(byteps.InternalError, match="while measuring"):
+            cost_model.measure(env)
+    finally:
+        cost_model._state.measuring = False
+    assert cost_model.measure(env).alpha == 2e-5
 
 
 def test_measuring_needs_init_and_the_job():

@@ -27,8 +27,13 @@ BETA = "2.5e-10"
 
 def mode_measure(args) -> int:
     import byteps
+    from byteps import _core, cost_measure
 
     model = byteps.cost_model()
+    names = list(_core.declared_names())
+    want = [cost_measure.NAME_TINY, cost_measure.NAME_LARGE, cost_measure.NAME_COMBINE]
+    if names[:3] != want:
+        fail(f"the measurement declared {names}, expected {want} first")
     log("COSTMODEL " + json.dumps(model.as_dict(), sort_keys=True))
     if byteps.cost_model() is not model:
         fail("a second byteps.cost_model() measured again")

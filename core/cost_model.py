@@ -50,7 +50,7 @@ HIPS_GROUP_KNOB = "BYTEPS_HIPS_GROUP"
 DEFAULT_TREE_WIDTH = 0
 #: HiPS group size when no knob says otherwise (0: max(2, round(sqrt(n))))
 DEFAULT_HIPS_GROUP = 0
-#: the schemes the choice is made among, unless measure()/get() are given others
+#: the schemes the choice is made among, unless measure() is given others
 CANDIDATES = SCHEMES
 #: size classes of :meth:`CostModel.table`: 1 B, 2 B, 4 B ... 16 GiB
 TABLE_SIZES = tuple(1 << i for i in range(35))
@@ -275,7 +275,7 @@ def _envelope(model: CostModel) -> Tuple[Interval, ...]:
 
 # ---------------------------------------------------------------------------- the job's model --
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # one measurement at a time; guards _cached
 _cached: Optional[Tuple[tuple, CostModel]] = None
 _state = threading.local()  # .measuring: this thread is inside measure()
 
@@ -328,11 +328,12 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
         raise InternalError("cost model: asked for the cost model while measuring it (a "
                             "push_pull of the measurement went through BYTEPS_SYNC=auto's "
                             "choice)")
-    _state.measuring = True
-    try:
-        return _measure(env, tree_width, hips_group, servers, schemes)
-    finally:
-        _state.measuring = False
+    with _lock:
+        _state.measuring = True
+        try:
+            return _measure(env, tree_width, hips_group, servers, schemes)
+        finally:
+            _state.measuring = False
 
 
 def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
@@ -382,8 +383,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
                       took, timings, CANDIDATES if schemes is None else tuple(schemes))
     log.info("%s", model.describe())
     if env is None:
-        with _lock:
-            _cached = (_job_key(values), model)
+        _cached = (_job_key(values), model)
     return model
 
 
@@ -397,11 +397,10 @@ def get(refresh: bool = False) -> CostModel:
     from . import _core
 
     values = _core.knob_values(None)
-    with _lock:
-        cached = _cached
-    if not refresh and cached is not None and cached[0] == _job_key(values):
-        return cached[1]
-    return measure()
+    with _lock:  # a second thread waits for the first one's measurement
+        if not refresh and _cached is not None and _cached[0] == _job_key(values):
+            return _cached[1]
+        return measure()
 
 
 def choose(nbytes: int) -> str:

@@ -3,10 +3,12 @@
 Use a framework adapter: ``import byteps.torch as bps``, or, for any array with ``__dlpack__``
 (NumPy, CuPy, JAX, torch), ``byteps.push_pull(array)`` after ``byteps.basics.init()``. This
 package holds what all adapters share: the basics (:mod:`byteps.basics`), the errors
-(:mod:`byteps.errors`), CUDA support loaded at run time (``byteps.cuda_available()``) and the
-launcher (``bpslaunch``).
+(:mod:`byteps.errors`), CUDA support loaded at run time (``byteps.cuda_available()``), the
+cost model that picks a synchronisation scheme per tensor size (``byteps.cost_model()``,
+docs/schemes.md) and the launcher (``bpslaunch``).
 """
 
+from . import cost_model  # noqa: F401  (callable: byteps.cost_model() is cost_model.get)
 from .errors import (  # noqa: F401
     BytePSError,
     BytePSTimeoutError,

@@ -4,7 +4,8 @@ Gradients are fused into buckets in the order the backward pass produces them (`
 torch DDP's 25 MiB by default); a bucket starts when its last gradient is ready and the
 previous bucket has finished (one collective at a time, as NCCL's stream and Horovod's
 background thread run them). A bucket of S bytes takes, on n machines with NIC bandwidth B,
-per-message latency α and L GPUs per machine (the α-β-γ model):
+per-message latency α and L GPUs per machine (the α-β-γ model, defined once in
+:mod:`byteps.cost_formulas`, which the cost model of ``BYTEPS_SYNC=auto`` uses too):
 
 * local phases, L > 1 (hierarchical all-reduce): reduce-scatter and all-gather inside the
   machine, ``2 (L-1)/L · S / gpu_bus``;
@@ -23,38 +24,31 @@ Busy time is charged to every machine's NIC ports (bytes / B) and to the engine 
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List, Optional, Sequence
 
+from .. import cost_formulas
 from .network import Port, Sim
 
 
 def bucket_time(scheme, cluster, nbytes: float) -> Dict[str, float]:
     """Seconds of one bucket of ``nbytes`` bytes: ``{"total", "net", "local", "sum"}`` and
-    the bytes each NIC direction carries (``"nic_bytes"``, the busiest machine's)."""
+    the bytes each NIC direction carries (``"nic_bytes"``, the busiest machine's).
+
+    The network and summation terms are :mod:`byteps.cost_formulas`' (the cost model's
+    definition) with β = 1 / bandwidth; summation on the GPU is free (γ = 0) for ``ring`` and
+    ``tree``, and ``hips`` sums on the servers' CPUs at γ = 1 / (server_threads · sum_rate)."""
     n, L, B, a = cluster.machines, cluster.gpus_per_machine, cluster.bandwidth, cluster.latency
     S = float(nbytes)
     local = 2 * (L - 1) / L * S / cluster.gpu_bus_bandwidth if L > 1 else 0.0
     net = nic = summ = 0.0
-    if n > 1:
-        if scheme.name == "ring":
-            net = 2 * (n - 1) * a + 2 * (n - 1) / n * S / B
-            nic = 2 * (n - 1) / n * S
-        elif scheme.name == "tree":
-            w = max(1, min(scheme.tree_width or 1, n))
-            g = math.ceil(n / w)
-            c = min(g - 1, 2)
-            net = (2 * (w - 1) * a + 2 * (w - 1) / w * S / B
-                   + (2 * math.ceil(math.log2(g)) * a + 2 * c * S / (w * B) if g > 1 else 0.0))
-            nic = 2 * (w - 1) / w * S + c * S / w
-        elif scheme.name == "hips":
-            g = scheme.hips_group or max(2, round(math.sqrt(n)))
-            g = min(g, n)
-            G = math.ceil(n / g)
-            net = 4 * a + 2 * (g - 1) / g * S / B + 2 * (G - 1) / G * S / (g * B)
-            nic = 2 * (g - 1) / g * S + 2 * (G - 1) / G * S / g
-            summ = ((g - 1) / g + (G - 1) / (g * G)) * S / (cluster.server_threads *
-                                                            cluster.sum_rate)
+    if n > 1 and scheme.name in ("ring", "tree", "hips"):
+        cost = cost_formulas.scheme_cost(scheme.name, n, width=scheme.tree_width or 1,
+                                         group=scheme.hips_group)
+        gamma = 1.0 / (cluster.server_threads * cluster.sum_rate) if scheme.name == "hips" \
+            else 0.0
+        net = cost.latency_seconds(a) + cost.wire_seconds(S, 1.0 / B)
+        nic = cost.nic * S
+        summ = cost.sum_seconds(S, gamma)
     return {"total": local + net + summ, "net": net, "local": local, "sum": summ,
             "nic_bytes": nic}
 

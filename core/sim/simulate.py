@@ -209,9 +209,10 @@ def parse_rate(text: str) -> float:
 
 def t_opt(n: int, k: int, nbytes: float, bandwidth: float) -> float:
     """The summation service's optimum ``2n(n-1) M / ((n^2 + kn - 2k) B)``, seconds
-    (docs/architecture.md §4; ``OptimalCommTime``)."""
-    d = n * n + k * n - 2 * k
-    return 2 * n * (n - 1) * nbytes / (d * bandwidth) if d > 0 else 0.0
+    (docs/architecture.md §4; ``OptimalCommTime``): :func:`byteps.cost_formulas.t_opt`."""
+    from ..cost_formulas import t_opt as formula
+
+    return formula(n, k, nbytes, bandwidth)
 
 
 def single_tensor(nbytes: int) -> Profile:

@@ -90,6 +90,18 @@ std::vector<KnobSpec> BuildTable() {
       Int("BYTEPS_AUTOTUNE_MAX_SAMPLES", "16", 1, 64, "worker",
           "BYTEPS_AUTOTUNE: most points tried (the coordinate search of docs/autotune.md "
           "tries at most 14)."),
+      Float("BYTEPS_COST_ALPHA", "", 0, 10, "worker",
+            "Cost model (BYTEPS_SYNC=auto, docs/schemes.md): alpha, the latency of one message, "
+            "seconds. Unset: measured at start-up (a few tiny push_pulls through the summation "
+            "service) and averaged over the workers. Every worker must set it alike."),
+      Float("BYTEPS_COST_BETA", "", 0, 1, "worker",
+            "Cost model: beta, seconds per byte on one link direction (1 / bandwidth). Unset: "
+            "measured at start-up (a 1 MiB push_pull through the summation service, read through "
+            "its cost formula) and averaged over the workers. Every worker must set it alike."),
+      Float("BYTEPS_COST_GAMMA", "", 0, 1, "worker",
+            "Cost model: gamma, seconds per byte summed. Unset: the core's float32 summation "
+            "kernel timed on a 1 MiB buffer at start-up, averaged over the workers. Every "
+            "worker must set it alike."),
       Int("BYTEPS_MIN_COMPRESS_BYTES", "65536", 0, 1LL << 40, "worker",
           "Tensors smaller than this many bytes are not compressed even when declared with a "
           "compressor (upstream's threshold and default; docs/compression.md). Every worker "

@@ -1,0 +1,197 @@
+"""The start-up measurement of the cost model's α, β and γ (:mod:`byteps.cost_model`).
+
+* **γ** (seconds per byte summed): the core's float32 summation kernel
+  (``byteps._core.reduce.sum_into``, the kernel the servers use, docs/architecture.md §7) timed
+  on a 1 MiB buffer in this process: the fastest of :data:`GAMMA_REPS` runs after a warm-up.
+* **α** (seconds per message): a tiny push_pull (8 bytes, one partition) is two messages one
+  after the other, the push and the pull response: ``t₀ = 2α``, the fastest of
+  :data:`ROUNDS`.
+* **β** (seconds per byte on one link direction): a larger push_pull of M = 1 MiB through the
+  summation service, over the job's own connections, cut into partitions of b bytes by the
+  core's rule and pipelined: the summation service's own formula (``cost_formulas.ps``, with
+  the pipeline's fill of docs/architecture.md §4) says it takes
+  ``t_M = 2α + wire·(M + n·b)·β + summed·M·γ``, so
+  ``β = (t_M - t₀ - summed·M·γ) / (wire·(M + n·b))``: the β with which the cost model predicts
+  the measured push_pull. The fastest of :data:`LARGE_ROUNDS`. Both times include the core's
+  own overhead per operation, which the schemes pay too.
+* **Agreement.** Every rank then push_pulls the vector of its measurements (float64, summed by
+  the service) and divides by the number of ranks: every rank gets the same bytes, so every
+  rank computes the same choice.
+
+Everything here is collective: every worker process calls :func:`run` at the same point (the
+tensors ``__byteps_cost_model__.*`` are declared in the same order on every rank, for the
+summation service: :func:`declare_ps`). The fastest
+of several rounds drops the rounds a busy host or a late peer slowed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+#: tensor names of the measurement (declared in this order on every rank)
+NAME_TINY = "__byteps_cost_model__.tiny"
+NAME_LARGE = "__byteps_cost_model__.large"
+NAME_COMBINE = "__byteps_cost_model__.params"
+#: priority of the measurement's push_pulls (above every default priority)
+PRIORITY = 1 << 62
+#: rounds of the tiny push_pull timed (the fastest counts)
+ROUNDS = 10
+#: rounds of the larger push_pull timed (the fastest counts)
+LARGE_ROUNDS = 4
+#: bytes of the tiny push_pull (two float32)
+TINY_BYTES = 8
+#: bytes of the larger push_pull
+LARGE_BYTES = 1 << 20
+#: bytes of the buffer the summation kernel is timed on, and how many times
+GAMMA_BYTES = 1 << 20
+GAMMA_REPS = 5
+#: smallest β kept (s/B, 10 TB/s): the larger push_pull measured hardly slower than a tiny one
+BETA_FLOOR = 1e-13
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What :func:`run` measured, averaged over every rank.
+
+    Attributes:
+        alpha (float): seconds per message (0.0 with one worker machine: no network).
+        beta (float): seconds per byte on one link direction (0.0 with one worker machine).
+        gamma (float): seconds per byte summed (float32).
+        tiny_s (float): the tiny push_pull's time, seconds (0.0 with one worker machine).
+        large_s (float): the larger push_pull's time, seconds (0.0 with one worker machine).
+        large_bytes (int): the larger push_pull's bytes.
+        beta_floored (bool): β came out below :data:`BETA_FLOOR` on some rank and was raised
+            to it there.
+    """
+
+    alpha: float
+    beta: float
+    gamma: float
+    tiny_s: float
+    large_s: float
+    large_bytes: int
+    beta_floored: bool
+
+
+def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
+    """Seconds per byte of the core's float32 summation kernel (``dst += src`` on ``nbytes``
+    bytes), the fastest of ``reps`` timed runs after one warm-up. Local, not collective."""
+    import numpy as np
+
+    from . import _core
+
+    dst = np.ones(nbytes // 4, dtype=np.float32)
+    src = np.full(nbytes // 4, 0.5, dtype=np.float32)
+    _core.reduce.sum_into(dst, src)  # warm-up: page faults, caches
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        _core.reduce.sum_into(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return best / dst.nbytes
+
+
+def declare_ps(name: str) -> None:
+    """Declare ``name`` for the summation service (``sync="ps"``) where the core takes a scheme
+    per tensor, so that ``BYTEPS_SYNC=auto`` never asks the cost model about its own
+    measurement; a core without per-tensor schemes sends every tensor through the service."""
+    from . import _core
+
+    if "sync" in (_core.declare.__doc__ or ""):
+        _core.declare(name, "", "ps")
+    else:
+        _core.declare(name, "")
+
+
+def _push_pull(name: str, buf) -> None:
+    from . import basics
+
+    h = basics.push_pull_async(name, buf.ctypes.data, buf.ctypes.data, buf.nbytes, "float32",
+                               buf.shape, False, PRIORITY)
+    basics.wait(h)
+
+
+def network(workers: int, servers: int, part_bytes: int, gamma: float,
+            nbytes: int = LARGE_BYTES, rounds: int = ROUNDS, large_rounds: int = LARGE_ROUNDS):
+    """Time tiny and ``nbytes``-byte push_pulls (collective); returns
+    ``(alpha, beta, tiny_s, large_s, floored)``.
+
+    Args:
+        workers, servers: n and k of the summation service's formula (``cost_formulas.ps``).
+        part_bytes: the core's partition bound of the larger tensor (its pipeline's fill).
+        gamma: seconds per byte summed.
+        nbytes: the larger push_pull's bytes.
+    """
+    import numpy as np
+
+    from .cost_formulas import ps
+
+    tiny = np.zeros(TINY_BYTES // 4, dtype=np.float32)
+    large = np.zeros(nbytes // 4, dtype=np.float32)
+    declare_ps(NAME_TINY)
+    declare_ps(NAME_LARGE)
+    _push_pull(NAME_TINY, tiny)  # the first: the servers make the keys
+    _push_pull(NAME_LARGE, large)
+    t_tiny = t_large = math.inf
+    for i in range(max(rounds, large_rounds)):
+        if i < rounds:
+            t0 = time.perf_counter()
+            _push_pull(NAME_TINY, tiny)
+            t_tiny = min(t_tiny, time.perf_counter() - t0)
+        if i < large_rounds:
+            t0 = time.perf_counter()
+            _push_pull(NAME_LARGE, large)
+            t_large = min(t_large, time.perf_counter() - t0)
+    cost = ps(workers, servers)
+    m = float(large.nbytes)
+    beta = (t_large - t_tiny - cost.summed * m * gamma) / (
+        cost.wire * (m + workers * part_bytes))
+    floored = beta < BETA_FLOOR
+    return t_tiny / 2, max(beta, BETA_FLOOR), t_tiny, t_large, floored
+
+
+def run(workers: int, servers: int, size: int, local_size: int, partition_bytes: int,
+        rounds: int = ROUNDS) -> Measurement:
+    """Measure α, β, γ on this rank and average them over the ``size`` ranks (collective).
+
+    Args:
+        workers: worker machines (``DMLC_NUM_WORKER``); with 1 there is no network to measure
+            and α = β = 0.
+        servers: k of the summation service's formula (``DMLC_NUM_SERVER``).
+        size: worker processes of the job (``byteps.basics.size()``); with 1, nothing is
+            exchanged.
+        local_size: worker processes per machine (``BYTEPS_LOCAL_SIZE``).
+        partition_bytes: ``BYTEPS_PARTITION_BYTES`` (the job's partition bound before
+            rounding).
+        rounds: timed rounds of the tiny push_pull.
+
+    Raises:
+        byteps.errors.NotInitializedError: before ``init()``.
+        byteps.errors.BytePSTimeoutError, PeerLostError: a rank did not take part.
+    """
+    import numpy as np
+
+    from .sim.ps_sim import partition_bound, tensor_partition_bound
+
+    gamma = gamma_local()
+    if workers > 1:
+        part = tensor_partition_bound(LARGE_BYTES, partition_bound(partition_bytes, local_size),
+                                      workers, local_size)
+        alpha, beta, t_tiny, t_large, floored = network(workers, servers, part, gamma,
+                                                        LARGE_BYTES, rounds)
+    else:
+        alpha = beta = t_tiny = t_large = 0.0
+        floored = False
+    vec = np.array([alpha, beta, gamma, t_tiny, t_large, float(floored)], dtype=np.float64)
+    if size > 1:
+        from . import basics
+
+        declare_ps(NAME_COMBINE)
+        h = basics.push_pull_async(NAME_COMBINE, vec.ctypes.data, vec.ctypes.data, vec.nbytes,
+                                   "float64", vec.shape, False, PRIORITY)
+        basics.wait(h)
+        vec = vec / float(size)
+    a, b, g, t0, tl, fl = (float(x) for x in vec)
+    return Measurement(a, b, g, t0, tl, LARGE_BYTES, fl > 0)

@@ -1,0 +1,418 @@
+"""The α-β-γ cost model that picks the synchronisation scheme of ``BYTEPS_SYNC=auto``.
+
+Three parameters describe the job's machines: **α**, the latency of one message (seconds),
+**β**, the time of one byte on one link direction (seconds per byte, 1 / bandwidth), and
+**γ**, the time to sum one byte (seconds per byte). Each is measured at start-up
+(:mod:`byteps.cost_measure`: push_pulls through the summation service for α and β, the core's
+summation kernel for γ, averaged over every rank) or taken from ``BYTEPS_COST_ALPHA``,
+``BYTEPS_COST_BETA``, ``BYTEPS_COST_GAMMA``. With them every scheme's cost for a tensor of S
+bytes is the closed form of :mod:`byteps.cost_formulas` (the simulator's too), and
+:meth:`CostModel.choose` gives the cheapest of ``ps``, ``ring``, ``tree``, ``hips`` (ties go to
+the earlier of that order). Costs are linear in S, so the choice changes only at a few sizes:
+:attr:`CostModel.intervals` lists them exactly. docs/schemes.md ("The cost model").
+
+The module is callable: ``byteps.cost_model()`` is :func:`get`::
+
+    import byteps, byteps.basics as bps
+    bps.init()
+    model = byteps.cost_model()          # measures once (collective: every rank calls it)
+    model.choose(4 << 20)                # 'ps' | 'ring' | 'tree' | 'hips'
+    model.as_dict()                      # parameters, sources, intervals, table per size
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import operator
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+from . import cost_formulas
+from .cost_formulas import SCHEMES
+from .errors import InternalError, InvalidArgumentError, InvalidTypeError, NotInitializedError
+
+log = logging.getLogger("byteps.cost_model")
+
+#: the parameters and the variables that set them
+VARIABLES = {"alpha": "BYTEPS_COST_ALPHA", "beta": "BYTEPS_COST_BETA",
+             "gamma": "BYTEPS_COST_GAMMA"}
+#: knobs of the schemes' shapes, read when the registry has them (else the defaults below)
+TREE_WIDTH_KNOB = "BYTEPS_TREE_WIDTH"
+HIPS_GROUP_KNOB = "BYTEPS_HIPS_GROUP"
+#: FlexTree width when no knob says otherwise (0: the core's default, the largest divisor of n
+#: not above ceil(sqrt(n)), ``cost_formulas.default_tree_width``)
+DEFAULT_TREE_WIDTH = 0
+#: HiPS group size when no knob says otherwise (0: max(2, round(sqrt(n))))
+DEFAULT_HIPS_GROUP = 0
+#: the schemes the choice is made among, unless measure() is given others
+CANDIDATES = SCHEMES
+#: size classes of :meth:`CostModel.table`: 1 B, 2 B, 4 B ... 16 GiB
+TABLE_SIZES = tuple(1 << i for i in range(35))
+#: largest tensor size the intervals cover exactly (bytes)
+MAX_BYTES = 1 << 63
+#: where a parameter came from, when not from its variable
+MEASURED = "measured"
+NO_NETWORK = "not measured (one worker machine)"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Tensor sizes ``lo <= nbytes < hi`` (``hi`` None: no upper end) get ``scheme``."""
+
+    lo: int
+    hi: Optional[int]
+    scheme: str
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The parameters, the job's shape and the choice of scheme per tensor size.
+
+    Attributes:
+        alpha (float): seconds per message (>= 0).
+        beta (float): seconds per byte on one link direction (>= 0).
+        gamma (float): seconds per byte summed (>= 0).
+        workers (int): n, worker machines (``DMLC_NUM_WORKER``).
+        servers (int): k of the summation service's formula (``DMLC_NUM_SERVER``: taken as
+            CPU-only servers beside the ones the formula puts on every worker machine).
+        tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
+            the core's default, the largest divisor of n not above ceil(sqrt(n)).
+        hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
+        schemes (tuple[str, ...]): the schemes the choice is made among (default: all of
+            ``ps``, ``ring``, ``tree``, ``hips``), kept in that order (the order of ties).
+        sources (dict[str, str]): per parameter, ``"measured"``, the variable that set it,
+            or ``"not measured (one worker machine)"``.
+        measure_seconds (float): wall time of the measurement on this rank (0.0: none),
+            seconds.
+        timings (dict[str, float]): what was timed, averaged over the ranks (empty: nothing
+            measured): ``tiny_s`` and ``large_s`` (the 8-byte and the larger push_pull,
+            seconds; 0.0 with one worker machine), ``large_bytes``.
+        intervals (tuple[Interval, ...]): the choice, from 0 bytes up, in order (derived).
+
+    Raises (constructor):
+        byteps.errors.InvalidArgumentError: a parameter negative or not finite, workers < 1,
+            servers < 0, tree_width or hips_group < 0, no scheme or an unknown one.
+    """
+
+    alpha: float
+    beta: float
+    gamma: float
+    workers: int
+    servers: int = 0
+    tree_width: int = DEFAULT_TREE_WIDTH
+    hips_group: int = DEFAULT_HIPS_GROUP
+    sources: Mapping[str, str] = field(default_factory=dict)
+    measure_seconds: float = 0.0
+    timings: Mapping[str, float] = field(default_factory=dict)
+    schemes: Tuple[str, ...] = SCHEMES
+    intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < 0:
+                raise InvalidArgumentError(f"cost model: {name} must be a finite number >= 0 "
+                                           f"(seconds{' per byte' if name != 'alpha' else ''})"
+                                           f", got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 0), ("hips_group", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
+                                           f"got {v!r}")
+        object.__setattr__(self, "sources", dict(self.sources))
+        object.__setattr__(self, "timings", dict(self.timings))
+        if self.tree_width == 0:
+            object.__setattr__(self, "tree_width", cost_formulas.default_tree_width(self.workers))
+        chosen = tuple(self.schemes) if not isinstance(self.schemes, str) else (self.schemes,)
+        unknown = [x for x in chosen if x not in SCHEMES]
+        if unknown or not chosen:
+            raise InvalidArgumentError(f"cost model: schemes must be a non-empty subset of "
+                                       f"{', '.join(SCHEMES)}, got {chosen!r}")
+        object.__setattr__(self, "schemes", tuple(x for x in SCHEMES if x in chosen))
+        object.__setattr__(self, "intervals", _envelope(self))
+
+    # ---------------------------------------------------------------------------- costs --
+    def scheme_costs(self) -> Dict[str, cost_formulas.SchemeCost]:
+        """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape, for each
+        of :attr:`schemes`."""
+        return {s: cost_formulas.scheme_cost(s, self.workers, self.servers, self.tree_width,
+                                             self.hips_group) for s in self.schemes}
+
+    def cost(self, scheme: str, nbytes: int) -> float:
+        """Seconds one synchronisation of ``nbytes`` bytes costs with ``scheme``.
+
+        Raises:
+            byteps.errors.InvalidArgumentError: an unknown scheme, a negative size.
+            byteps.errors.InvalidTypeError: ``nbytes`` not an int.
+        """
+        nbytes = _size(nbytes, "cost")
+        c = cost_formulas.scheme_cost(scheme, self.workers, self.servers, self.tree_width,
+                                      self.hips_group)
+        return c.seconds(nbytes, self.alpha, self.beta, self.gamma)
+
+    def costs(self, nbytes: int) -> Dict[str, float]:
+        """{scheme: seconds} for a tensor of ``nbytes`` bytes, for each of :attr:`schemes`."""
+        nbytes = _size(nbytes, "costs")
+        return {s: c.seconds(nbytes, self.alpha, self.beta, self.gamma)
+                for s, c in self.scheme_costs().items()}
+
+    def choose(self, nbytes: int) -> str:
+        """The scheme for a tensor of ``nbytes`` bytes: ``"ps"``, ``"ring"``, ``"tree"`` or
+        ``"hips"`` (one of :attr:`schemes`), the cheapest (ties: the earliest in that order),
+        from :attr:`intervals`.
+
+        Raises:
+            byteps.errors.InvalidTypeError: ``nbytes`` not an int.
+            byteps.errors.InvalidArgumentError: ``nbytes`` negative.
+        """
+        nbytes = _size(nbytes, "choose")
+        los = [iv.lo for iv in self.intervals]
+        return self.intervals[bisect.bisect_right(los, nbytes) - 1].scheme
+
+    def table(self, sizes: Sequence[int] = TABLE_SIZES) -> Dict[int, str]:
+        """{size in bytes: scheme} for ``sizes`` (default: powers of two, 1 B to 16 GiB)."""
+        return {int(s): self.choose(s) for s in sizes}
+
+    # ------------------------------------------------------------------------- reporting --
+    def as_dict(self) -> dict:
+        """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
+        byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
+        ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
+        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
+                "sources": dict(self.sources), "workers": self.workers,
+                "servers": self.servers, "tree_width": self.tree_width,
+                "hips_group": self.hips_group, "schemes": list(self.schemes),
+                "measure_seconds": self.measure_seconds,
+                "timings": dict(self.timings),
+                "intervals": [{"from_bytes": iv.lo, "to_bytes": iv.hi, "scheme": iv.scheme}
+                              for iv in self.intervals],
+                "table": {str(k): v for k, v in self.table().items()}}
+
+    def describe(self) -> str:
+        """One line: the parameters, where each came from, and the choice per size range."""
+        src = self.sources
+        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', 'given')})",
+                 f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
+                 f"({src.get('beta', 'given')})",
+                 f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
+                 f"({src.get('gamma', 'given')})"]
+        ivs = self.intervals
+        ranges = f"{ivs[0].scheme} for every size" if len(ivs) == 1 else ", ".join(
+            f"{iv.scheme} below {_bytes(iv.hi)}" if iv.lo == 0 else
+            f"{iv.scheme} from {_bytes(iv.lo)}" for iv in ivs)
+        took = f"; measured in {self.measure_seconds * 1e3:.1f} ms" if self.measure_seconds \
+            else ""
+        return (f"cost model: {self.workers} worker machine(s), {self.servers} server(s), tree "
+                f"width {self.tree_width}, HiPS group "
+                f"{cost_formulas.hips_group(self.workers, self.hips_group)}; "
+                + "; ".join(parts) + f"; choice: {ranges}{took}")
+
+
+def _size(nbytes, fn: str) -> int:
+    """``nbytes`` as an int >= 0 (Python or NumPy integer; bool and float refused)."""
+    if isinstance(nbytes, bool):
+        raise InvalidTypeError(f"cost model {fn}: nbytes must be an int, got bool")
+    try:
+        v = operator.index(nbytes)
+    except TypeError:
+        raise InvalidTypeError(f"cost model {fn}: nbytes must be an int, got "
+                               f"{type(nbytes).__name__}") from None
+    if v < 0:
+        raise InvalidArgumentError(f"cost model {fn}: nbytes must be >= 0, got {v}")
+    return int(v)
+
+
+def _rate(spb: float) -> str:
+    return f"{1.0 / spb / 1e9:.3g} GB/s" if spb > 0 else "unlimited"
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
+
+
+def _envelope(model: CostModel) -> Tuple[Interval, ...]:
+    """The cheapest scheme over every integer size in [0, MAX_BYTES): the lower envelope of
+    the cost lines ``a + b·S``. The argmin can change only between floor(x) and floor(x) + 1
+    for a crossing x of two lines, so it is evaluated at 0 and at those integers; equal
+    neighbours merge."""
+    lines = []
+    for i, (s, c) in enumerate(model.scheme_costs().items()):
+        lines.append((s, c.messages * model.alpha, c.wire * model.beta + c.summed * model.gamma,
+                      i))
+    points = {0}
+    for i in range(len(lines)):
+        for j in range(i + 1, len(lines)):
+            (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
+            if bi == bj:
+                continue
+            x = (aj - ai) / (bi - bj)
+            if 0 <= x < MAX_BYTES - 1:
+                points.update((int(math.floor(x)), int(math.floor(x)) + 1))
+
+    def best(size: int) -> str:
+        return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
+
+    out = []
+    for p in sorted(points):
+        s = best(p)
+        if not out or out[-1][1] != s:
+            out.append((p, s))
+    return tuple(Interval(lo, out[i + 1][0] if i + 1 < len(out) else None, s)
+                 for i, (lo, s) in enumerate(out))
+
+
+# ---------------------------------------------------------------------------- the job's model --
+
+_lock = threading.RLock()  # one measurement at a time; guards _cached
+_cached: Optional[Tuple[tuple, CostModel]] = None
+_state = threading.local()  # .measuring: this thread is inside measure()
+
+
+def overrides(values: Mapping[str, str]) -> Dict[str, float]:
+    """{parameter: value} for each ``BYTEPS_COST_*`` set in ``values`` (the knob registry's
+    validated values, ``byteps._core.knob_values()``)."""
+    return {p: float(values[v]) for p, v in VARIABLES.items() if values.get(v, "") != ""}
+
+
+def _knob_int(values: Mapping[str, str], name: str, default: int) -> int:
+    text = values.get(name, "")
+    return int(text) if text != "" else default
+
+
+def _job_key(values: Mapping[str, str]) -> tuple:
+    names = ("BYTEPS_JOB_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "BYTEPS_LOCAL_SIZE",
+             TREE_WIDTH_KNOB, HIPS_GROUP_KNOB, *VARIABLES.values())
+    return tuple(values.get(n, "") for n in names)
+
+
+def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int] = None,
+            hips_group: Optional[int] = None, servers: Optional[int] = None,
+            schemes: Optional[Sequence[str]] = None) -> CostModel:
+    """Build the job's :class:`CostModel`: measure α, β, γ (collective) unless the
+    ``BYTEPS_COST_*`` variables set all three, then apply the ones set. Logs the choice once
+    (logger ``byteps.cost_model``, INFO) and, measuring this job, keeps the model for
+    :func:`get`. The measurement's own tensors are declared for the summation service.
+
+    Args:
+        env: variables to read instead of the process environment (a dict); only when all three
+            ``BYTEPS_COST_*`` are in it (nothing to measure).
+        tree_width, hips_group: the schemes' shapes; default: the ``BYTEPS_TREE_WIDTH`` /
+            ``BYTEPS_HIPS_GROUP`` knobs where the registry has them, else 0 (the core's
+            default width) and 0 (sqrt(n)).
+        servers: k of the summation service's formula; default ``DMLC_NUM_SERVER``.
+        schemes: the schemes to choose among; default :data:`CANDIDATES` (all four).
+
+    Raises:
+        byteps.errors.ConfigError: a ``BYTEPS_COST_*`` (or another knob) malformed or out of
+            range; the message names the variable.
+        byteps.errors.NotInitializedError: something to measure before ``init()``.
+        byteps.errors.InvalidArgumentError: ``env`` given without all three variables.
+        byteps.errors.BytePSTimeoutError, PeerLostError: a rank did not take part.
+        byteps.errors.InternalError: called again from inside a measurement (a push_pull of the
+            measurement asked ``BYTEPS_SYNC=auto``'s choice: its tensors are declared with
+            ``sync="ps"`` so that it never should).
+    """
+    if getattr(_state, "measuring", False):
+        raise InternalError("cost model: asked for the cost model while measuring it (a "
+                            "push_pull of the measurement went through BYTEPS_SYNC=auto's "
+                            "choice)")
+    with _lock:
+        _state.measuring = True
+        try:
+            return _measure(env, tree_width, hips_group, servers, schemes)
+        finally:
+            _state.measuring = False
+
+
+def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
+    global _cached
+    from . import _core
+
+    values = _core.knob_values(None if env is None else dict(env))
+    over = overrides(values)
+    n = int(values["DMLC_NUM_WORKER"])
+    k = int(values["DMLC_NUM_SERVER"]) if servers is None else servers
+    w = _knob_int(values, TREE_WIDTH_KNOB, DEFAULT_TREE_WIDTH) if tree_width is None \
+        else tree_width
+    g = _knob_int(values, HIPS_GROUP_KNOB, DEFAULT_HIPS_GROUP) if hips_group is None \
+        else hips_group
+    sources = {p: VARIABLES[p] for p in over}
+    took = 0.0
+    timings: Dict[str, float] = {}
+    if len(over) < len(VARIABLES):
+        if env is not None:
+            raise InvalidArgumentError(
+                "cost model: measure(env=...) needs all of " + ", ".join(VARIABLES.values()) +
+                " in env (the measurement reads the running job, not env)")
+        if not _core.is_initialized():
+            missing = ", ".join(v for p, v in VARIABLES.items() if p not in over)
+            raise NotInitializedError(f"cost model: call init() first: {missing} not set, so "
+                                      "it is measured through the job")
+        from . import cost_measure
+
+        n = int(_core.num_worker())
+        t0 = time.perf_counter()
+        m = cost_measure.run(n, k, int(_core.size()), int(_core.local_size()),
+                             int(values["BYTEPS_PARTITION_BYTES"]))
+        took = time.perf_counter() - t0
+        params = {"alpha": m.alpha, "beta": m.beta, "gamma": m.gamma}
+        timings = {"tiny_s": m.tiny_s, "large_s": m.large_s, "large_bytes": m.large_bytes}
+        for p in ("alpha", "beta"):
+            sources.setdefault(p, MEASURED if n > 1 else NO_NETWORK)
+        sources.setdefault("gamma", MEASURED)
+        if m.beta_floored and "beta" not in over:
+            log.warning("cost model: on some rank a %d-byte push_pull measured hardly slower "
+                        "than a tiny one; beta raised to %g s/B there (set BYTEPS_COST_BETA to "
+                        "override)", m.large_bytes, cost_measure.BETA_FLOOR)
+        params.update(over)
+    else:
+        params = over
+    model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
+                      took, timings, CANDIDATES if schemes is None else tuple(schemes))
+    log.info("%s", model.describe())
+    if env is None:
+        _cached = (_job_key(values), model)
+    return model
+
+
+def get(refresh: bool = False) -> CostModel:
+    """The job's :class:`CostModel`: the one :func:`measure` made for this job (same job id,
+    shape and variables), else a new one (``refresh``: always a new one). Collective when it
+    measures: call it on every rank at the same point. ``byteps.cost_model()`` calls this.
+
+    Raises: as :func:`measure`.
+    """
+    from . import _core
+
+    values = _core.knob_values(None)
+    with _lock:  # a second thread waits for the first one's measurement
+        if not refresh and _cached is not None and _cached[0] == _job_key(values):
+            return _cached[1]
+        return measure()
+
+
+def choose(nbytes: int) -> str:
+    """``get().choose(nbytes)``: the scheme of a tensor of ``nbytes`` bytes in this job."""
+    return get().choose(nbytes)
+
+
+class _CallableModule(types.ModuleType):
+    """``byteps.cost_model()`` is :func:`get`; the module stays a module."""
+
+    def __call__(self, refresh: bool = False) -> CostModel:
+        return get(refresh)
+
+
+sys.modules[__name__].__class__ = _CallableModule

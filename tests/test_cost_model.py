@@ -1,0 +1,262 @@
+"""The α-β-γ cost model (byteps.cost_model, byteps.cost_formulas; docs/schemes.md "The cost
+model"): the formulas against hand-computed values, the simulator and the core's
+``OptimalCommTime``; the choice per size (boundaries, ties, consistency with the costs); the
+variables and their errors; the measurement on a real 2-worker loopback job."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from jobs import TESTS, assert_ok, run_job, worker_lines
+
+import byteps
+from byteps import _core, cost_formulas, cost_model, sim
+from byteps.errors import ConfigError, InvalidArgumentError, InvalidTypeError, NotInitializedError
+from byteps.sim import collectives
+
+WORKER = str(TESTS / "workers" / "cost_model_worker.py")
+VARS = ("BYTEPS_COST_ALPHA", "BYTEPS_COST_BETA", "BYTEPS_COST_GAMMA")
+
+# ----------------------------------------------------------------------------- the formulas --
+
+
+def coeffs(c):
+    return (c.messages, c.wire, c.summed, c.nic)
+
+
+def test_formulas_hand_computed():
+    ap = pytest.approx
+    assert coeffs(cost_formulas.ring(4)) == ap((6, 1.5, 0.75, 1.5))
+    # FlexTree n = 8, w = 2: 4 groups, 2 children per inner node, log2(4) = 2 levels
+    assert coeffs(cost_formulas.tree(8, 2)) == ap((2 + 4, 1 + 2, 0.5 + 1, 1 + 1))
+    # width n is the ring; width 1 a binary tree (n = 5: ceil(log2 5) = 3 levels)
+    assert coeffs(cost_formulas.tree(8, 8)) == ap(coeffs(cost_formulas.ring(8)))
+    assert coeffs(cost_formulas.tree(5, 1)) == ap((6, 4, 2, 2))
+    # HiPS n = 9, g = 3: 3 groups; n = 16 default group round(sqrt(16)) = 4
+    assert coeffs(cost_formulas.hips(9, 3)) == ap((4, 4 / 3 + 4 / 9, 2 / 3 + 2 / 9, 16 / 9))
+    assert cost_formulas.hips_group(16) == 4 and cost_formulas.hips_group(3) == 2
+    # the summation service: n = 4 with k = 0, 2, 4 CPU-only servers, and k = 8 > n (capped)
+    assert coeffs(cost_formulas.ps(4, 0)) == ap((2, 1.5, 0.75, 1.5))
+    assert coeffs(cost_formulas.ps(4, 2)) == ap((2, 24 / 20, 3 * 6 / 20, 24 / 20))
+    assert coeffs(cost_formulas.ps(4, 4)) == ap((2, 1.0, 0.75, 1.0))
+    assert coeffs(cost_formulas.ps(4, 8)) == ap((2, 1.0, 3 / 8, 1.0))
+    for s in cost_formulas.SCHEMES:  # one machine: no network, nothing summed
+        assert coeffs(cost_formulas.scheme_cost(s, 1, 3, 2, 2)) == (0, 0, 0, 0)
+    # the ring of the brief: 2(N-1)α + 2(N-1)S/N β + (N-1)S/N γ at N = 4, S = 1e6
+    a, b, g, S = 1e-5, 1e-10, 2e-11, 1e6
+    assert cost_formulas.ring(4).seconds(S, a, b, g) == ap(6 * a + 1.5 * S * b + 0.75 * S * g)
+    with pytest.raises(InvalidArgumentError, match="unknown scheme 'mesh'"):
+        cost_formulas.scheme_cost("mesh", 4)
+    with pytest.raises(InvalidArgumentError, match="machines"):
+        cost_formulas.ring(0)
+
+
+def test_ps_formula_is_the_cores_optimum_and_shares():
+    for n in range(2, 12):
+        for k in range(0, n + 1):
+            c = cost_formulas.ps(n, k)
+            assert c.wire_seconds(1e9, 1 / 3e9) == pytest.approx(
+                _core.testing.optimal_comm_time(n, k, 1e9, 3e9), rel=1e-12)
+            assert sim.t_opt(n, k, 1e9, 3e9) == pytest.approx(c.wire_seconds(1e9, 1 / 3e9))
+            shares = _core.testing.server_shares(n, [True] * n + [False] * k)
+            cpu, colocated = cost_formulas.ps_shares(n, k)
+            assert shares[:n] == pytest.approx([colocated] * n)
+            assert shares[n:] == pytest.approx([cpu] * k)
+            assert c.summed == pytest.approx((n - 1) * max(shares))
+
+
+def test_simulator_uses_the_same_formulas():
+    """collectives.bucket_time is the formulas with β = 1/B (GPU summation free for ring and
+    tree, hips summing at 1 / (threads · rate)), and the message-level PS simulation of one
+    large tensor lands on the ps formula."""
+    for n in (2, 3, 4, 8, 16, 33):
+        for name, w, g in (("ring", 1, 0), ("tree", 1, 0), ("tree", 4, 0), ("hips", 1, 0),
+                           ("hips", 1, 3)):
+            cl = sim.Cluster(n, bandwidth=5e9, latency=7e-6, server_threads=3, sum_rate=2e10)
+            S = 25 << 20
+            got = collectives.bucket_time(sim.Scheme(name, tree_width=w, hips_group=g), cl, S)
+            c = cost_formulas.scheme_cost(name, n, width=w, group=g)
+            gamma = 1 / (3 * 2e10) if name == "hips" else 0.0
+            assert got["total"] == pytest.approx(c.seconds(S, 7e-6, 1 / 5e9, gamma), rel=1e-12)
+            assert got["nic_bytes"] == pytest.approx(c.nic * S)
+    B = 1e9 / 8
+    for n, k in ((2, 0), (4, 0), (4, 2), (4, 4)):
+        cl = sim.Cluster(n, k, bandwidth=B, latency=20e-6)
+        M = 64 << 20
+        simulated = sim.simulate(sim.single_tensor(M), cl, sim.Scheme()).iteration_s
+        formula = cost_formulas.ps(n, k).seconds(M, 20e-6, 1 / B,
+                                                  1 / (cl.server_threads * cl.sum_rate))
+        assert simulated == pytest.approx(formula, rel=0.1), (n, k)
+
+
+# ------------------------------------------------------------------------------- the choice --
+
+
+def check_consistent(m: cost_model.CostModel, sizes):
+    """choose() is a cheapest scheme at every size, and the intervals tile [0, inf)."""
+    ivs = m.intervals
+    assert ivs[0].lo == 0 and ivs[-1].hi is None
+    for a, b in zip(ivs, ivs[1:]):
+        assert a.hi == b.lo and a.scheme != b.scheme
+    for s in sizes:
+        costs = m.costs(s)
+        best = min(costs.values())
+        assert costs[m.choose(s)] <= best * (1 + 1e-9) + 1e-300, (s, costs, m.choose(s))
+    for iv in ivs[1:]:  # at each boundary the choice changes, by the costs
+        assert m.choose(iv.lo) == iv.scheme and m.choose(iv.lo - 1) != iv.scheme
+
+
+def test_tiny_tensors_fewest_messages_huge_least_bytes():
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(2, 64)
+        m = cost_model.CostModel(10 ** rng.uniform(-7, -3), 10 ** rng.uniform(-12, -8),
+                                 10 ** rng.uniform(-12, -8), n, rng.randint(0, n),
+                                 rng.randint(1, n), rng.choice([0, 2, 3, 4]))
+        costs = m.scheme_costs()
+        order = list(cost_formulas.SCHEMES)
+        fewest = min(order, key=lambda s: (costs[s].messages, order.index(s)))
+        assert m.choose(0) == fewest
+        per_byte = {s: c.wire * m.beta + c.summed * m.gamma for s, c in costs.items()}
+        assert per_byte[m.choose(cost_model.MAX_BYTES - 1)] <= min(per_byte.values()) * (
+            1 + 1e-12)
+        check_consistent(m, [0, 1, 1000, 1 << 20, 1 << 30, 1 << 40]
+                         + [rng.randrange(1 << 36) for _ in range(20)])
+
+
+def test_boundary_where_hips_overtakes_ps():
+    """n = 4, one CPU-only server, summation slow against the wire: ps (2 messages) for small
+    tensors, hips (4 messages, fewer bytes summed) from the crossing 2α / (b_ps - b_hips)."""
+    a, b, g = 1e-5, 1e-11, 1e-9
+    m = cost_model.CostModel(a, b, g, 4, 1, 1, 2)
+    ps, hp = cost_formulas.ps(4, 1), cost_formulas.hips(4, 2)
+    assert (ps.messages, hp.messages) == (2, 4)
+    x = (hp.messages - ps.messages) * a / ((ps.wire - hp.wire) * b + (ps.summed - hp.summed) * g)
+    assert [iv.scheme for iv in m.intervals] == ["ps", "hips"]
+    assert m.intervals[1].lo == math.floor(x) + 1
+    assert m.choose(math.floor(x)) == "ps" and m.choose(math.floor(x) + 1) == "hips"
+    assert m.table([1 << 10, 1 << 20]) == {1 << 10: "ps", 1 << 20: "hips"}
+    check_consistent(m, range(0, 1 << 20, 4093))
+
+
+def test_candidate_schemes_and_tree_width_default():
+    a, b, g = 1e-5, 1e-11, 1e-9
+    full = cost_model.CostModel(a, b, g, 4, 1, 1, 2)
+    no_hips = cost_model.CostModel(a, b, g, 4, 1, 1, 2, schemes=("ring", "ps", "tree"))
+    assert no_hips.schemes == ("ps", "ring", "tree")  # the order of ties, whatever was given
+    assert "hips" in {iv.scheme for iv in full.intervals}
+    assert "hips" not in {iv.scheme for iv in no_hips.intervals}
+    assert set(no_hips.costs(1)) == {"ps", "ring", "tree"}
+    check_consistent(no_hips, range(0, 1 << 24, 65521))
+    assert cost_model.CostModel(a, b, g, 4, schemes=("ring",)).choose(1) == "ring"
+    for bad in ((), ("ps", "mesh")):
+        with pytest.raises(InvalidArgumentError, match="schemes"):
+            cost_model.CostModel(a, b, g, 4, schemes=bad)
+    # width 0: the core's default, the largest divisor of n not above ceil(sqrt(n))
+    widths = {n: cost_model.CostModel(a, b, g, n).tree_width for n in (1, 2, 7, 8, 9, 12, 16)}
+    assert widths == {1: 1, 2: 2, 7: 1, 8: 2, 9: 3, 12: 4, 16: 4}
+
+
+def test_ties_are_deterministic():
+    # n = 2, k = 0: ps and ring cost the same at every size; the order of SCHEMES decides
+    m = cost_model.CostModel(3e-5, 1e-10, 5e-11, 2, 0)
+    assert m.costs(1 << 20)["ps"] == pytest.approx(m.costs(1 << 20)["ring"])
+    assert [iv.scheme for iv in m.intervals] == ["ps"]
+    for args in ((0.0, 0.0, 0.0, 8, 2), (1e-5, 1e-10, 1e-11, 1, 0)):  # all free / one machine
+        assert cost_model.CostModel(*args).choose(123) == "ps"
+
+
+def test_choose_argument_errors_and_dict():
+    m = cost_model.CostModel(1e-5, 1e-10, 1e-11, 4, 1)
+    with pytest.raises(InvalidTypeError):
+        m.choose(1.5)
+    with pytest.raises(InvalidTypeError):
+        m.choose(True)
+    with pytest.raises(InvalidArgumentError, match=">= 0"):
+        m.choose(-1)
+    with pytest.raises(InvalidArgumentError, match="beta"):
+        cost_model.CostModel(1e-5, -1.0, 1e-11, 4)
+    with pytest.raises(InvalidArgumentError, match="workers"):
+        cost_model.CostModel(1e-5, 1e-10, 1e-11, 0)
+    d = json.loads(json.dumps(m.as_dict()))
+    assert d["table"][str(1 << 20)] == m.choose(1 << 20)
+    assert d["intervals"][0]["from_bytes"] == 0 and d["intervals"][-1]["to_bytes"] is None
+    assert "choice: ps" in m.describe()
+
+
+# ------------------------------------------------------------------------------ variables --
+
+
+def job_env(**extra):
+    return {"DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "2", **extra}
+
+
+def test_variables_set_everything_without_measuring(caplog):
+    env = job_env(BYTEPS_COST_ALPHA="2e-5", BYTEPS_COST_BETA="8e-11", BYTEPS_COST_GAMMA="3e-11")
+    with caplog.at_level("INFO", logger="byteps.cost_model"):
+        m = cost_model.measure(env)
+    assert (m.alpha, m.beta, m.gamma) == (2e-5, 8e-11, 3e-11)
+    assert m.sources == {"alpha": "BYTEPS_COST_ALPHA", "beta": "BYTEPS_COST_BETA",
+                         "gamma": "BYTEPS_COST_GAMMA"}
+    assert (m.workers, m.servers, m.measure_seconds) == (4, 2, 0.0)
+    assert m.intervals == cost_model.CostModel(2e-5, 8e-11, 3e-11, 4, 2).intervals
+    assert [r.getMessage() for r in caplog.records] == [m.describe()]  # logged once
+    assert cost_model.measure(env, servers=0, tree_width=4, hips_group=2).tree_width == 4
+
+
+@pytest.mark.parametrize("var", VARS)
+@pytest.mark.parametrize("bad", ["fast", "-1", "nan", "", "1e400"])
+def test_bad_variable_is_a_config_error_naming_it(var, bad):
+    env = job_env(BYTEPS_COST_ALPHA="2e-5", BYTEPS_COST_BETA="8e-11", BYTEPS_COST_GAMMA="3e-11")
+    env[var] = bad
+    with pytest.raises(ConfigError, match=var):
+        cost_model.measure(env)
+
+
+def test_no_measurement_inside_a_measurement():
+    env = job_env(BYTEPS_COST_ALPHA="2e-5", BYTEPS_COST_BETA="8e-11", BYTEPS_COST_GAMMA="3e-11")
+    cost_model._state.measuring = True
+    try:
+        with pytest.raises(byteps.InternalError, match="while measuring"):
+            cost_model.measure(env)
+    finally:
+        cost_model._state.measuring = False
+    assert cost_model.measure(env).alpha == 2e-5
+
+
+def test_measuring_needs_init_and_the_job():
+    with pytest.raises(InvalidArgumentError, match="needs all of"):
+        cost_model.measure(job_env(BYTEPS_COST_ALPHA="2e-5"))
+    if not _core.is_initialized():
+        with pytest.raises(NotInitializedError, match="init"):
+            byteps.cost_model(refresh=True)
+
+
+# ----------------------------------------------------------------------- a real 2-worker job --
+
+
+def test_measured_on_a_two_worker_job_same_on_both_ranks():
+    rc, out, _ = run_job(["--workers", "2", "--servers", "1"], "measure", script=WORKER,
+                         timeout=90)
+    assert_ok(rc, out, 2, min_cases=3)
+    got = {}
+    for r in (0, 1):
+        lines = worker_lines(out, r)
+        got[r] = {tag: json.loads(line.split(" ", 1)[1]) for line in lines
+                  for tag in ("COSTMODEL", "COSTMODEL_BETA") if line.startswith(tag + " ")}
+    for tag in ("COSTMODEL", "COSTMODEL_BETA"):
+        a, b = dict(got[0][tag]), dict(got[1][tag])
+        ta, tb = a.pop("measure_seconds"), b.pop("measure_seconds")
+        assert a == b, tag  # bit-identical parameters, choice and table on both ranks
+        assert 0 < ta < 5 and 0 < tb < 5, (ta, tb)
+        assert 0 < a["alpha"] < 0.05, a  # seconds per message
+        assert 1e-13 <= a["beta"] < 1e-6, a  # s/B: above 1 MB/s, at most 10 TB/s
+        assert 0 < a["gamma"] < 1e-7, a  # s/B: the kernel sums above 10 MB/s
+        assert (a["workers"], a["servers"]) == (2, 1)
+    first, second = got[0]["COSTMODEL"], got[0]["COSTMODEL_BETA"]
+    assert first["sources"] == {"alpha": "measured", "beta": "measured", "gamma": "measured"}
+    assert second["beta"] == 2.5e-10 and second["sources"]["beta"] == "BYTEPS_COST_BETA"
+    assert second["sources"]["alpha"] == "measured"

@@ -85,7 +85,7 @@ def _address_of(data, writable: bool):
 class Op:
     """A pending send or receive of a :class:`Channel`; :meth:`wait` finishes it."""
 
-    def __init__(self, channel: "Channel", op_id: int, keep, out):
+    def __init__(self, channel: Channel, op_id: int, keep, out):
         self._ch = channel
         self._id = op_id
         self._keep = keep
@@ -156,7 +156,7 @@ class Channel:
         return f"{self.host}:{self.port}"
 
     @classmethod
-    def for_job(cls, timeout: Optional[float] = None, **kwargs) -> "Channel":
+    def for_job(cls, timeout: Optional[float] = None, **kwargs) -> Channel:
         """A channel of rank ``byteps.rank()`` among ``byteps.size()`` ranks, linked to every
         other rank of the job. Collective: every rank calls it, in the same order relative to
         its other push_pulls. Needs ``byteps.init()``. Raises ``BytePSTimeoutError`` when a rank

@@ -46,10 +46,10 @@ class PyChannel {
     } else {
       ThrowInvalidArgument("unknown van '" + van + "' (tcp, ucx, or '' for the job's)");
     }
-    // The job secret: already installed when byteps.init() ran; otherwise from the
-    // environment, as init() would (a channel always authenticates unless
-    // BYTEPS_ALLOW_UNAUTHENTICATED=1).
-    if (!AuthenticationEnabled()) Check(ApplyJobSecretForChannel(k));
+    // The job secret of the environment (the one init() installed, or, before init(), the
+    // one it would install); without one, the secret already installed, else none only with
+    // BYTEPS_ALLOW_UNAUTHENTICATED=1.
+    Check(ApplyJobSecretForChannel(k));
     Status st;
     {
       py::gil_scoped_release nogil;
@@ -64,7 +64,7 @@ class PyChannel {
       SetJobSecret(secret);
       return Status::OK();
     }
-    if (k.Bool("BYTEPS_ALLOW_UNAUTHENTICATED")) return Status::OK();
+    if (AuthenticationEnabled() || k.Bool("BYTEPS_ALLOW_UNAUTHENTICATED")) return Status::OK();
     return Status::Config(
         "BYTEPS_SECRET is not set: every p2p link proves knowledge of the job secret (bpslaunch "
         "generates one), or set BYTEPS_ALLOW_UNAUTHENTICATED=1 to run without authentication");

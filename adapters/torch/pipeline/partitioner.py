@@ -9,8 +9,10 @@ that minimise the pipeline's time per minibatch in steady state: the slowest of
 * a stage of layers ``i..j`` with ``m`` replicas: ``max(compute(i..j), sync(params(i..j), m))
   / m`` (the replicas take turns on minibatches and overlap their weight synchronisation with
   compute; PipeDream's T(i→j, m));
-* a boundary after layer ``l``: ``comm_factor * activation_bytes[l] / B`` (the activations
-  forward and their gradients backward; PipeDream's C_l, ``comm_factor`` 2).
+* a boundary after layer ``l``: ``comm_factor * activation_bytes[l] / B`` (PipeDream's C_l).
+  The activations go forward and their gradients, as large, backward: on full-duplex links
+  the two directions overlap, so the default ``comm_factor`` is 1; PipeDream's paper counts
+  both on one link (``comm_factor=2``).
 
 The recursion is PipeDream's::
 
@@ -107,7 +109,7 @@ class CostModel:
     check of the tests so both optimise exactly the same objective."""
 
     def __init__(self, layers: Sequence[LayerProfile], workers: int, bandwidth: float,
-                 sync_time: Optional[SyncFn] = None, comm_factor: float = 2.0):
+                 sync_time: Optional[SyncFn] = None, comm_factor: float = 1.0):
         if not layers:
             raise InvalidArgumentError("partition: an empty profile")
         if workers < 1:
@@ -151,7 +153,7 @@ class CostModel:
 
 
 def partition(layers: Sequence[LayerProfile], workers: int, bandwidth: float, *,
-              sync_time: Optional[SyncFn] = None, comm_factor: float = 2.0,
+              sync_time: Optional[SyncFn] = None, comm_factor: float = 1.0,
               max_stages: Optional[int] = None) -> Plan:
     """PipeDream's optimal partition of ``layers`` over ``workers`` workers.
 
@@ -160,7 +162,7 @@ def partition(layers: Sequence[LayerProfile], workers: int, bandwidth: float, *,
         workers: N, every one of which the plan uses (int >= 1).
         bandwidth: bytes/s of each worker's link.
         sync_time: ``sync(param_bytes, replicas) -> s`` (default :func:`byteps_sync_time`).
-        comm_factor: multiplies ``activation_bytes / bandwidth`` at a boundary (default 2).
+        comm_factor: multiplies ``activation_bytes / bandwidth`` at a boundary (default 1).
         max_stages: at most this many stages (default: no limit but N and the layer count).
 
     Returns:

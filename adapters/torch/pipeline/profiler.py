@@ -68,7 +68,8 @@ def profile(model: Union[nn.Module, Sequence[nn.Module]], sample: torch.Tensor,
 
     Each layer runs on the previous layer's output: its forward is timed alone, then its
     backward alone (``torch.autograd.backward`` of its output with a gradient of ones, into
-    its input, which requires grad from layer 1 on, and its parameters); the median of
+    its input, which requires grad from layer 1 on, and into fresh parameter gradients, as
+    the runtime computes them: accumulating into existing ones costs far more); the median of
     ``repeats`` runs after ``warmup`` untimed ones. The model is left as it was (gradients
     cleared). Returns one :class:`LayerProfile` per layer, in order.
 
@@ -104,6 +105,8 @@ def profile(model: Union[nn.Module, Sequence[nn.Module]], sample: torch.Tensor,
             grad = torch.ones_like(y)
             times = []
             for k in range(warmup + repeats):
+                for p in params:  # fresh gradients, as the runtime's (no accumulation)
+                    p.grad = None
                 _, yk = forward()
                 t0 = time.perf_counter()
                 torch.autograd.backward(yk, grad)

@@ -129,8 +129,9 @@ class PipelineTrainer:
         schedule. Runs the largest multiple of lcm(replicas) minibatches not above
         ``len(batches)``.
 
-        Returns ``{"minibatches": n, "seconds": wall time, "losses": {m: loss}}`` (losses of
-        this rank's minibatches on the last stage, else empty).
+        Returns ``{"minibatches": n, "seconds": wall time, "losses": {m: loss},
+        "backward_done": {m: seconds since the epoch's start}}`` (losses of this rank's
+        minibatches on the last stage, else empty; when each of this rank's backwards ended).
 
         Raises:
             byteps.errors.PeerLostError: a rank of the job was lost (its process died, its
@@ -147,8 +148,9 @@ class PipelineTrainer:
         try:
             for s, z in self._zero.items():
                 z.start(n // self.replicas[s])
+            done: Dict[int, float] = {}
             losses = self._run_ops(sched.ops(self.stage, self.replica, self.replicas, n),
-                                   batches)
+                                   batches, done, t0)
             self._reap(block=True)
             for z in self._zero.values():
                 z.join(self.timeout)
@@ -156,9 +158,10 @@ class PipelineTrainer:
             self.close(flush_timeout=0)
             raise
         self._epoch_base += n
-        return {"minibatches": n, "seconds": time.perf_counter() - t0, "losses": losses}
+        return {"minibatches": n, "seconds": time.perf_counter() - t0, "losses": losses,
+                "backward_done": done}
 
-    def _run_ops(self, ops, batches) -> Dict[int, float]:
+    def _run_ops(self, ops, batches, done: Dict[int, float], t0: float) -> Dict[int, float]:
         stash: Dict[int, tuple] = {}
         losses: Dict[int, float] = {}
         updates = 0
@@ -169,6 +172,7 @@ class PipelineTrainer:
                 self._backward(m, stash.pop(m), batches)
                 updates += 1
                 self._update(updates * self.replicas[self.stage])
+                done[m] = time.perf_counter() - t0
             self._reap()
         return losses
 

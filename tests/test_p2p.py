@@ -194,8 +194,8 @@ def test_bound_peer_with_an_out_of_bounds_header_is_lost():
 PEER = textwrap.dedent("""
     import sys, time
     from byteps.p2p import Channel
-    host, port = sys.argv[1], int(sys.argv[2])
-    ch = Channel(1, 3, "127.0.0.1", timeout=20)
+    host, port, van = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    ch = Channel(1, 3, "127.0.0.1", timeout=20, van=van)
     print(ch.address, flush=True)
     ch.connect(0, f"{host}:{port}")
     ch.wait_inbound([0])
@@ -204,11 +204,13 @@ PEER = textwrap.dedent("""
 """)
 
 
-def test_killed_peer_fails_every_pending_operation():
-    chans = [Channel(0, 3, "127.0.0.1", timeout=20), None, Channel(2, 3, "127.0.0.1", timeout=20)]
+@pytest.mark.parametrize("van", van_params(["tcp", "ucx"]))
+def test_killed_peer_fails_every_pending_operation(van):
+    chans = [Channel(0, 3, "127.0.0.1", timeout=20, van=van), None,
+             Channel(2, 3, "127.0.0.1", timeout=20, van=van)]
     env = clean_job_env({"BYTEPS_SECRET": SECRET, "PYTHONPATH": os.environ.get("PYTHONPATH",
                                                                                "")})
-    proc = subprocess.Popen([sys.executable, "-c", PEER, "127.0.0.1", str(chans[0].port)],
+    proc = subprocess.Popen([sys.executable, "-c", PEER, "127.0.0.1", str(chans[0].port), van],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         peer_addr = proc.stdout.readline().strip()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobs import PY, assert_marker, framework_env, launch_config, launch_job
+from jobs import PY, assert_marker, framework_env, launch_config, launch_job, skip_without_ucx
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
@@ -152,9 +152,9 @@ def test_tensor_header_bounds():
 
 
 # ------------------------------------------------------------------------------------ jobs --
-def launch(mode, *args, timeout=240):
+def launch(mode, *args, timeout=240, env=()):
     return launch_job(launch_config(4, 1), [PY, WORKER, mode, *args], timeout=timeout,
-                      job_env=framework_env())
+                      job_env=framework_env(), env=env)
 
 
 def test_pipelines_train_like_data_parallelism_with_pipedream_semantics():
@@ -163,9 +163,15 @@ def test_pipelines_train_like_data_parallelism_with_pipedream_semantics():
     assert job.output.count("SEMANTICS") == 12, job.output[-4000:]
 
 
-def test_a_killed_stage_fails_every_other_rank():
-    job = launch("kill", "2", timeout=120)
+@pytest.mark.parametrize("van,victim", [pytest.param("tcp", 2, id="tcp-middle-stage"),
+                                         pytest.param("ucx", 3, id="ucx-last-stage",
+                                                      marks=skip_without_ucx())])
+def test_a_killed_stage_fails_every_other_rank(van, victim):
+    env = ["DMLC_ENABLE_UCX=1"] if van == "ucx" else []
+    job = launch("kill", str(victim), timeout=120, env=env)
     assert job.returncode != 0
     lost = re.findall(r"PIPELINE_PEER_LOST rank=(\d) seconds=([\d.]+)", job.output)
-    assert sorted(int(r) for r, _ in lost) == [0, 1, 3], job.output[-4000:]
+    assert sorted(int(r) for r, _ in lost) == sorted({0, 1, 2, 3} - {victim}), \
+        job.output[-4000:]
+    assert all(float(s) < 10 for _, s in lost), lost
     assert "PIPELINE_NO_ERROR" not in job.output

@@ -168,7 +168,7 @@ def mode_kill(victim: int):
     model = make_model(seed=1)
     plan = pipeline.make_plan([(0, 1), (2, 4), (5, 6)], [2, 1, 1])
     calls = {"n": 0}
-    layer = list(model)[2 if plan.stage_of_rank(victim)[0] == 1 else 0]
+    layer = list(model)[plan.stages[plan.stage_of_rank(victim)[0]].first]
 
     def bomb(*_):
         calls["n"] += 1

@@ -38,9 +38,12 @@ class _Tensors:
         self.shapes = [list(s) for s in shapes]
         self.dtypes = list(dtypes)
 
-    def start(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> list:
+    def start(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+              index: int = 0) -> list:
+        """push_pull (sum) of tensors ``index``, ``index + 1``... from ``inputs`` into
+        ``outputs``; their handles."""
         handles = []
-        for name, shape, x, y in zip(self.names, self.shapes, inputs, outputs):
+        for name, shape, x, y in zip(self.names[index:], self.shapes[index:], inputs, outputs):
             nbytes = x.numel() * x.element_size()
             handles.append(basics.push_pull_async(name, x.data_ptr(), y.data_ptr(), nbytes,
                                                   _TORCH_DTYPE[x.dtype], shape, False))
@@ -48,7 +51,10 @@ class _Tensors:
 
 
 class ReplicaSync:
-    """The gradient sum of one replica of a replicated stage."""
+    """The gradient sum of one replica of a replicated stage. Each parameter's push_pull starts
+    as soon as the backward has produced its gradient (:meth:`start`, from a tensor hook), so
+    the summation of later layers overlaps the backward of earlier ones; :meth:`finish` starts
+    what the backward did not reach (zeros) and waits."""
 
     def __init__(self, names: Sequence[str], params: Sequence[torch.Tensor], replicas: int):
         for p in params:
@@ -58,16 +64,40 @@ class ReplicaSync:
         self._t = _Tensors(names, [p.shape for p in params], [p.dtype for p in params])
         self._bufs = [torch.zeros_like(p, memory_format=torch.contiguous_format)
                       for p in params]
+        self._handles: Dict[int, int] = {}
 
-    def average(self, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """The replicas' mean of ``grads`` (one per parameter, this replica's); blocks until
-        every worker has pushed this round."""
-        for b, g in zip(self._bufs, grads):
-            b.copy_(g)
-        handles = self._t.start(self._bufs, self._bufs)
-        for h in handles:
+    def start(self, i: int, grad: torch.Tensor) -> None:
+        """Starts summing parameter ``i``'s gradient (this replica's) of this round."""
+        if i in self._handles:  # autograd hands a leaf its summed gradient once
+            basics.wait(self._handles.pop(i))
+            raise BytePSError(f"pipeline: parameter {self._t.names[i]} got two gradients in "
+                              f"one backward")
+        self._bufs[i].copy_(grad)
+        self._handles[i] = self._t.start([self._bufs[i]], [self._bufs[i]], index=i)[0]
+
+    def hook(self, i: int):
+        """A tensor hook that starts parameter ``i``'s sum (for ``Tensor.register_hook``)."""
+        def fn(grad):
+            self.start(i, grad)
+        return fn
+
+    def finish(self) -> List[torch.Tensor]:
+        """The replicas' mean gradient of every parameter; blocks until every worker has
+        pushed this round."""
+        for i, b in enumerate(self._bufs):
+            if i not in self._handles:
+                b.zero_()
+                self._handles[i] = self._t.start([b], [b], index=i)[0]
+        handles, self._handles = self._handles, {}
+        for h in handles.values():
             basics.wait(h)
         return [b / self.replicas for b in self._bufs]
+
+    def average(self, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """The replicas' mean of ``grads`` (one per parameter, this replica's), all at once."""
+        for i, g in enumerate(grads):
+            self.start(i, g)
+        return self.finish()
 
 
 class ZeroContributor:

@@ -211,6 +211,10 @@ class PipelineTrainer:
                 y = functional_call(self.module, leaves, (x_in,))
                 if self.is_last:
                     y = self.loss_fn(y, batches[m][1])
+        hooks = []
+        if self._sync is not None:  # each gradient's sum starts as soon as it is computed
+            hooks = [leaves[n].register_hook(self._sync.hook(i))
+                     for i, (n, _) in enumerate(self._named)]
         if self.is_last:
             torch.autograd.backward(y)
         else:
@@ -223,10 +227,13 @@ class PipelineTrainer:
             gx = x_in.grad if x_in.grad is not None else torch.zeros_like(x_in)
             self._sends += send_tensor(self.channel, self._peer(self.stage - 1, m), head, data,
                                        gx)
-        grads = [leaves[n].grad if leaves[n].grad is not None else torch.zeros_like(p)
-                 for n, p in self._named]
+        for h in hooks:
+            h.remove()
         if self._sync is not None:
-            grads = self._sync.average(grads)
+            grads = self._sync.finish()
+        else:
+            grads = [leaves[n].grad if leaves[n].grad is not None else torch.zeros_like(p)
+                     for n, p in self._named]
         for (_, p), g in zip(self._named, grads):
             p.grad = g
         self.versions.release(watermark)

@@ -41,6 +41,8 @@ MAGIC = 0x31535042
 @pytest.fixture(autouse=True)
 def _secret(monkeypatch):
     monkeypatch.setenv("BYTEPS_SECRET", SECRET)  # a channel installs the environment's secret
+    yield
+    _core.testing.set_job_secret("")  # other tests expect a process without one
 
 
 def mesh(size, van="tcp", **kw):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,10 @@ def test_tensor_header_bounds():
             transport.decode_header(bad)
     with pytest.raises(InvalidArgumentError):
         transport.encode_header(torch.zeros(1, dtype=torch.complex64), 0)
+    huge = transport.encode_header(torch.zeros(0, 0), 0)[:-16] + struct.pack("<2q", 1 << 40,
+                                                                             1 << 40)
+    with pytest.raises(InvalidArgumentError, match="more than"):
+        transport.decode_header(huge)
 
 
 # ------------------------------------------------------------------------------------ jobs --

@@ -33,8 +33,9 @@ def encode_header(t: torch.Tensor, version: int) -> bytes:
         f"<{t.dim()}q", *t.shape)
 
 
-def decode_header(raw: bytes) -> Tuple[torch.dtype, List[int], int]:
-    """(dtype, shape, version) of a header; ``InvalidArgumentError`` for a malformed one."""
+def decode_header(raw: bytes, max_bytes: int = 1 << 30) -> Tuple[torch.dtype, List[int], int]:
+    """(dtype, shape, version) of a header; ``InvalidArgumentError`` for a malformed one or one
+    announcing more than ``max_bytes`` (the channel's largest message, default 1 GiB)."""
     if len(raw) < _HEAD.size:
         raise InvalidArgumentError(f"pipeline: a tensor header of {len(raw)} bytes")
     code, ndim, version = _HEAD.unpack_from(raw)
@@ -43,6 +44,12 @@ def decode_header(raw: bytes) -> Tuple[torch.dtype, List[int], int]:
     shape = list(struct.unpack_from(f"<{ndim}q", raw, _HEAD.size))
     if any(d < 0 for d in shape):
         raise InvalidArgumentError(f"pipeline: a tensor header with shape {shape}")
+    nbytes = torch.empty((), dtype=_DTYPES[code]).element_size()
+    for d in shape:
+        nbytes *= d
+        if nbytes > max_bytes:
+            raise InvalidArgumentError(f"pipeline: a tensor header announcing shape {shape} "
+                                       f"(more than {max_bytes} bytes)")
     return _DTYPES[code], shape, version
 
 

@@ -170,8 +170,11 @@ def test_pipelines_train_like_data_parallelism_with_pipedream_semantics():
 
 @pytest.mark.parametrize("van,victim", [pytest.param("tcp", 2, id="tcp-middle-stage"),
                                          pytest.param("ucx", 3, id="ucx-last-stage",
-                                                      marks=skip_without_ucx())])
+                                                      marks=[skip_without_ucx(),
+                                                             pytest.mark.slow])])
 def test_a_killed_stage_fails_every_other_rank(van, victim):
+    """(The UCX variant is in the slow session: the default one's time budget; test_p2p kills
+    a UCX peer in every session.)"""
     env = ["DMLC_ENABLE_UCX=1"] if van == "ucx" else []
     job = launch("kill", str(victim), timeout=120, env=env)
     assert job.returncode != 0

@@ -1,7 +1,7 @@
 """``python -m benchmarks``: run the benchmarks, write ``docs/performance.md`` and its plots.
 
     python -m benchmarks [--quick] [--out docs/performance.md] [--img-dir docs/img]
-                         [--only e2e,cluster,sched,compression,micro,sum] [--e2e]
+                         [--only e2e,cluster,sched,compression,pipeline,micro,sum] [--e2e]
                          [--compression [PARTS]]
                          [--json FILE | --from-json FILE [FILE ...]]
 
@@ -18,7 +18,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
 * any module listed in :data:`PLUGINS` (``e2e``: :mod:`benchmarks.e2e`, real training with
   byteps against torch DDP on the emulated cluster; ``cluster``: :mod:`benchmarks.table1`, its byteps
   jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`; ``compression``:
-  :mod:`benchmarks.compression`, its parts chosen by ``--compression``) that
+  :mod:`benchmarks.compression`, its parts chosen by ``--compression``; ``pipeline``:
+  :mod:`benchmarks.pipeline`, PipeDream's plan against data parallelism) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
@@ -46,7 +47,7 @@ from . import ROOT, micro, report, sumbench
 #: section order in the report: plugins first (the emulated cluster is the headline).
 PLUGINS = {"e2e": f"{__package__}.e2e", "cluster": f"{__package__}.table1",
            "sched": f"{__package__}.sched", "compression": f"{__package__}.compression",
-           "sim": f"{__package__}.sim_validate"}
+           "sim": f"{__package__}.sim_validate", "pipeline": f"{__package__}.pipeline"}
 
 
 class Bench:

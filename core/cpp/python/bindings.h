@@ -34,6 +34,7 @@ void BindTelemetry(pybind11::module_& m);  // get_pushpull_speed, per-tensor cou
 void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doctor
 void BindUcxTesting(pybind11::module_& m);  // testing.UcxTestPeer (UCX builds), ucx_available
 void BindDevice(pybind11::module_& m);  // device (CUDA loader, counters), testing.fake_device
+void BindP2p(pybind11::module_& m);     // P2pChannel: worker-to-worker channel (bind_p2p.cc)
 
 }  // namespace python
 }  // namespace byteps

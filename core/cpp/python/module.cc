@@ -40,4 +40,5 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindDoctor(m);
   byteps::python::BindTelemetry(m);
   byteps::python::BindDevice(m);  // after BindTesting: adds testing.fake_device
+  byteps::python::BindP2p(m);
 }

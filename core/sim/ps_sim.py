@@ -117,16 +117,8 @@ class PSBackend:
         n, k, L = cluster.machines, cluster.cpu_machines, cluster.gpus_per_machine
         self.n, self.L = n, L
         self.sizes, self.prio = list(sizes), list(priorities)
-        self.done: List[List[Optional[float]]] = [[None] * len(sizes) for _ in range(n)]
         self.ports: List[Port] = []
-        nic = {}
         names = [f"w{i}" for i in range(n)] + [f"c{j}" for j in range(k)]
-        for m, name in enumerate(names):
-            nic[m] = (self._port(f"{name}.tx", cluster.bandwidth),
-                      self._port(f"{name}.rx", cluster.bandwidth))
-        self.loop = [self._port(f"w{i}.loopback", cluster.local_bandwidth) for i in range(n)]
-        self.bus = [self._port(f"w{i}.gpu-bus", cluster.gpu_bus_bandwidth) for i in range(n)] \
-            if L > 1 else []
         if scheme.name == "ps" or (scheme.name == "byteps" and k == 0):
             placed = [(i, True) for i in range(n)]
         elif scheme.name == "byteps":
@@ -137,30 +129,45 @@ class PSBackend:
         self.servers = [_Server(names[m], m, cluster.server_threads) for m, _ in placed]
         self.planner = KeyPlanner(server_shares(n, [c for _, c in placed]) if
                                   scheme.name == "byteps" else [1.0] * len(placed))
-        lat = cluster.latency
-        self.up: List[List[Conn]] = []
-        self.down: List[List[Conn]] = []
+        #: the workers simulated (all n here; one representative in the symmetric model)
+        self.workers = n
+        self.up: List[List[Conn]] = []  # [worker][server]
+        self.down: List[List[Conn]] = []  # [worker][server]
+        self.bus_conn: List[Conn] = []  # [worker]
+        self._network(names)
+        self.done: List[List[Optional[float]]] = [[None] * len(sizes)
+                                                  for _ in range(self.workers)]
+        self.job_bound = partition_bound(scheme.partition_bytes, L)
+        self.credit_bytes = scheme.credit * self.job_bound if scheme.credit > 0 else 0
+        self.queue: List[List[tuple]] = [[] for _ in range(self.workers)]
+        self.inflight = [0] * self.workers
+        self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
+        self.left = [[0] * len(sizes) for _ in range(self.workers)]
+        self.declared = 0
+        self.nkeys = 0
+        self.on_tensor_done: Callable[[int, int], None] = lambda w, j: None
+
+    def _network(self, names: List[str]) -> None:
+        """Every machine's NIC (a tx and an rx port), each worker machine's loopback and GPU
+        bus; one connection each way per worker and server."""
+        cl, sim, n, lat = self.cl, self.sim, self.n, self.cl.latency
+        nic = [(self._port(f"{name}.tx", cl.bandwidth), self._port(f"{name}.rx", cl.bandwidth))
+               for name in names]
+        loop = [self._port(f"w{i}.loopback", cl.local_bandwidth) for i in range(n)]
+        if self.L > 1:
+            self.bus_conn = [Conn(sim, self._port(f"w{i}.gpu-bus", cl.gpu_bus_bandwidth), None,
+                                  0.0) for i in range(n)]
         for w in range(n):
             ups, downs = [], []
             for s in self.servers:
                 if s.machine == w:
-                    ups.append(Conn(sim, self.loop[w], None, 0.0))
-                    downs.append(Conn(sim, self.loop[w], None, 0.0))
+                    ups.append(Conn(sim, loop[w], None, 0.0))
+                    downs.append(Conn(sim, loop[w], None, 0.0))
                 else:
                     ups.append(Conn(sim, nic[w][0], nic[s.machine][1], lat))
                     downs.append(Conn(sim, nic[s.machine][0], nic[w][1], lat))
             self.up.append(ups)
             self.down.append(downs)
-        self.bus_conn = [Conn(sim, b, None, 0.0) for b in self.bus]
-        self.job_bound = partition_bound(scheme.partition_bytes, L)
-        self.credit_bytes = scheme.credit * self.job_bound if scheme.credit > 0 else 0
-        self.queue: List[List[tuple]] = [[] for _ in range(n)]
-        self.inflight = [0] * n
-        self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
-        self.left = [[0] * len(sizes) for _ in range(n)]
-        self.declared = 0
-        self.nkeys = 0
-        self.on_tensor_done: Callable[[int, int], None] = lambda w, j: None
 
     def _port(self, name: str, cap: float) -> Port:
         p = Port(name, cap)
@@ -194,7 +201,7 @@ class PSBackend:
         declared, self.declared = self.declared, self.declared + 1
         prio = self.prio[j] if self.sch.scheduling == "priority" else 0  # smaller first
         P = len(cuts)
-        for w in range(self.n):
+        for w in range(self.workers):
             self.left[w][j] = P
             for i, (key, b, s) in enumerate(self.parts[j]):
                 order = (prio, declared, (i + P - w % P) % P)
@@ -202,8 +209,11 @@ class PSBackend:
                     self.bus_conn[w].send(b * (self.L - 1) / self.L,
                                           lambda w=w, o=order, it=(j, key, b, s):
                                           self._enqueue(w, o, it))
-                else:
-                    self._enqueue(w, order, (j, key, b, s))
+                else:  # the whole tensor enters the push queue at once (the core's
+                    # dispatch loop), so the staggered order decides the first push too
+                    heapq.heappush(self.queue[w], (order, (j, key, b, s)))
+            if self.L == 1:
+                self._try_push(w)
 
     def _enqueue(self, w: int, order: tuple, item: tuple) -> None:
         heapq.heappush(self.queue[w], (order, item))
@@ -261,10 +271,10 @@ class PSBackend:
     def _summed(self, s: int, key: int, j: int, b: int) -> None:
         srv = self.servers[s]
         srv.summed[key] = srv.summed.get(key, 0) + 1
-        if srv.summed[key] < self.n:
+        if srv.summed[key] < self.workers:
             return
         wire = b / self.sch.compression + HEADER_BYTES
-        for w in range(self.n):
+        for w in range(self.workers):
             self.down[w][s].send(wire, lambda w=w: self._on_pull(w, j, b))
 
     # ---------------------------------------------------------------------- resources --

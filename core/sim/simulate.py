@@ -141,22 +141,42 @@ class SimResult:
             else {}
 
 
-def simulate(profile: Profile, cluster: Cluster, scheme: Scheme) -> SimResult:
+#: ``simulate(method="auto")`` uses the symmetric model for ``byteps`` from this many worker
+#: machines up (the full model's cost grows as n^4; docs/simulator.md compares the two).
+SYMMETRIC_FROM = 16
+METHODS = ("auto", "full", "symmetric")
+
+
+def simulate(profile: Profile, cluster: Cluster, scheme: Scheme,
+             method: str = "auto") -> SimResult:
     """Simulate one iteration of ``profile`` on ``cluster`` with ``scheme``.
 
+    ``method``: ``full`` (every worker, message by message), ``symmetric`` (``byteps`` only:
+    one representative worker, :mod:`byteps.sim.ps_sym`) or ``auto`` (symmetric for
+    ``byteps`` from :data:`SYMMETRIC_FROM` worker machines up, else full).
+
     Raises:
-        byteps.errors.InvalidArgumentError: an invalid cluster or scheme.
+        byteps.errors.InvalidArgumentError: an invalid cluster, scheme or method.
     """
+    from ..errors import InvalidArgumentError
     from .collectives import CollectiveBackend
     from .ps_sim import PSBackend
+    from .ps_sym import SymmetricPSBackend
 
     cluster.check()
     scheme.check()
+    if method not in METHODS:
+        raise InvalidArgumentError(f"method {method!r}: one of {', '.join(METHODS)}")
+    if method == "auto":
+        method = "symmetric" if scheme.name == "byteps" and \
+            cluster.machines >= SYMMETRIC_FROM else "full"
     layers: List[Layer] = profile.layers
     sizes = [x.nbytes for x in layers]
     backward = list(reversed(range(len(layers))))
     sim = Sim()
-    if scheme.name in ("byteps", "ps"):
+    if method == "symmetric":
+        be = SymmetricPSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
+    elif scheme.name in ("byteps", "ps"):
         be = PSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
     else:
         be = CollectiveBackend(sim, cluster, scheme, sizes, backward)

@@ -121,7 +121,8 @@ class SimResult:
         iteration_s (float): iteration time, seconds (slowest worker machine).
         compute_s (float): forward + backward compute on one GPU, seconds.
         efficiency (float): scaling efficiency = compute_s / iteration_s (1 = linear).
-        bound (str): what bounds the iteration: ``compute`` or the busiest resource.
+        bound (str): what bounds the iteration: ``compute`` (efficiency >= 0.97) or the
+            busiest resource and its busy share of the iteration (``_bound``).
         busy (dict[str, float]): busy seconds per resource (ports: bytes / capacity).
         comm_end_s (float): when the last gradient was back on every machine, seconds.
         events (int): events the simulation processed.
@@ -196,16 +197,29 @@ def simulate(profile: Profile, cluster: Cluster, scheme: Scheme,
     busy = be.busy()
     compute = profile.compute_s
     return SimResult(iteration, compute, compute / iteration if iteration > 0 else 1.0,
-                     _bound(compute, busy), busy, comm_end, sim.events)
+                     _bound(compute, iteration, busy), busy, comm_end, sim.events)
 
 
-def _bound(compute: float, busy: Dict[str, float]) -> str:
-    """``compute`` or the busiest resource (with how many others are as busy, within 1 %)."""
-    if not busy or compute >= max(busy.values()):
+#: Scaling efficiency at or above which an iteration counts as compute-bound.
+COMPUTE_BOUND_EFFICIENCY = 0.97
+
+
+def _bound(compute: float, iteration: float, busy: Dict[str, float]) -> str:
+    """``compute`` when the iteration is within 3 % of the compute alone, else the busiest
+    resource with its busy share of the iteration (and how many others are as busy, within
+    1 %); when even that one is busy less than 80 % of the iteration, the time goes to
+    communication that overlaps nothing (latency, a pipeline's fill and drain, one collective
+    at a time), and the label says so."""
+    if iteration <= 0 or not busy or compute >= COMPUTE_BOUND_EFFICIENCY * iteration:
         return "compute"
     top = max(busy, key=lambda k: busy[k])
     same = [k for k, v in busy.items() if k != top and v >= 0.99 * busy[top]]
-    return top + (f" (and {len(same)} more as busy)" if same else "")
+    frac = busy[top] / iteration
+    label = f"{top}, {100 * frac:.0f} % busy" + (f" (and {len(same)} more as busy)" if same
+                                                 else "")
+    if frac < 0.8:
+        label += "; not saturated: communication not overlapped with compute"
+    return label
 
 
 def parse_rate(text: str) -> float:

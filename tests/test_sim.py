@@ -166,3 +166,26 @@ def test_symmetric_model_close_to_the_full_one():
     with pytest.raises(InvalidArgumentError):
         sim.simulate(sim.single_tensor(1 << 20), sim.Cluster(2), sim.Scheme("ps"),
                      method="symmetric")
+
+
+def test_whatif_answers_the_16_machine_question_in_one_command(tmp_path, capsys):
+    """"With my model profile, 16 machines of 8 GPUs, 100 Gb/s and 4 spare CPU machines, what
+    do BytePS, all-reduce and compression each give me?": one command, every row with its
+    iteration, efficiency, speed-up over ring and what bounds it (about 1 s of CPU)."""
+    from byteps.sim.__main__ import main
+
+    path = tmp_path / "my.json"
+    profiles.save(profiles.from_architecture("vgg16", tflops=120), str(path))
+    assert main(["whatif", "--profile", str(path), "--machines", "16", "--gpus-per-machine",
+                 "8", "--bandwidth", "100Gbps", "--cpu-machines", "4"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ")][1:]
+    got = {r[0].strip(): r for r in rows}
+    assert set(got) == {"BytePS, 4 CPU machines", "BytePS, no CPU machines",
+                        "ring all-reduce", "native PS", "BytePS + compression 2x",
+                        "BytePS + compression 4x", "BytePS + compression 8x"}
+    for r in rows:
+        assert float(r[1]) > 0 and 0 < float(r[2]) <= 1.0 and r[4].strip()
+    # at 3 x the compute rate the all-reduce is communication-bound, and says by what
+    assert "all-reduce, one bucket at a time" in got["ring all-reduce"][4]
+    assert float(got["BytePS, 4 CPU machines"][3].split()[0]) > 1.0  # faster than ring

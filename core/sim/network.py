@@ -294,3 +294,34 @@ class Conn:
     def _flow_done(self, flow: _Flow) -> None:
         self.sim.after(self.latency, flow.done)
         self._next()
+
+
+class PriorityConn(Conn):
+    """A :class:`Conn` whose waiting messages leave smallest ``order`` first (ties in the
+    order sent) instead of first in, first out: a stage queue of the core
+    (``ScheduledQueue``), e.g. a machine's GPU bus shared by the local reduce and broadcast.
+
+    ``send(nbytes, on_delivered, order)``: ``order`` is any comparable value (a tuple).
+    """
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self, sim: Sim, src: Optional[Port], dst: Optional[Port], latency: float,
+                 name: str = ""):
+        super().__init__(sim, src, dst, latency, name)
+        self.heap: List[tuple] = []
+        self.seq = 0
+
+    def send(self, nbytes: float, on_delivered: Callable[[], None], order=()) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (order, self.seq, float(nbytes), on_delivered))
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.heap:
+            self.busy = False
+            return
+        _, _, nbytes, cb = heapq.heappop(self.heap)
+        self.busy = True
+        self.sim._start(self, nbytes, cb)

@@ -24,7 +24,8 @@ What is modelled, as the core does it (docs/architecture.md §4-§7):
   ``sum_rate`` bytes/s on the key's engine thread (keys bound to the least-loaded of
   ``server_threads``); when all n have been summed the sum goes back to every worker;
 * **GPUs per machine** (L > 1): a partition passes the machine's local bus (``gpu_bus``
-  bytes/s, one FIFO per machine) before its push (reduce, ``(L-1)/L`` of its bytes) and after
+  bytes/s, one per machine, serving the reduces and broadcasts in priority order as the
+  core's stage queues do) before its push (reduce, ``(L-1)/L`` of its bytes) and after
   its pull (broadcast, the same);
 * colocated worker-server traffic takes the machine's loopback (``local_bandwidth``), not
   its NIC; compression divides every pushed and pulled byte by the ratio.
@@ -38,7 +39,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .network import Conn, Port, Sim
+from .network import Conn, Port, PriorityConn, Sim
 
 PAGE = 4096
 PIPELINE_DEPTH = 16
@@ -142,6 +143,7 @@ class PSBackend:
         self.queue: List[List[tuple]] = [[] for _ in range(self.workers)]
         self.inflight = [0] * self.workers
         self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
+        self.order_of: Dict[int, tuple] = {}  # tensor -> (priority, declared): smaller first
         self.left = [[0] * len(sizes) for _ in range(self.workers)]
         self.declared = 0
         self.nkeys = 0
@@ -155,8 +157,8 @@ class PSBackend:
                for name in names]
         loop = [self._port(f"w{i}.loopback", cl.local_bandwidth) for i in range(n)]
         if self.L > 1:
-            self.bus_conn = [Conn(sim, self._port(f"w{i}.gpu-bus", cl.gpu_bus_bandwidth), None,
-                                  0.0) for i in range(n)]
+            self.bus_conn = [PriorityConn(sim, self._port(f"w{i}.gpu-bus", cl.gpu_bus_bandwidth),
+                                          None, 0.0) for i in range(n)]
         for w in range(n):
             ups, downs = [], []
             for s in self.servers:
@@ -182,7 +184,7 @@ class PSBackend:
             self.left[0][j] = 1
             if self.L > 1:
                 self.bus_conn[0].send(2 * size * (self.L - 1) / self.L,
-                                      lambda: self._part_done(0, j))
+                                      lambda: self._part_done(0, j), (self.prio[j], j, 0))
             else:
                 self.sim.after(0.0, self._part_done, 0, j)
             return
@@ -200,6 +202,7 @@ class PSBackend:
         self.parts[j] = [(key0 + i, b, s) for i, (b, s) in enumerate(zip(cuts, servers))]
         declared, self.declared = self.declared, self.declared + 1
         prio = self.prio[j] if self.sch.scheduling == "priority" else 0  # smaller first
+        self.order_of[j] = (prio, declared)
         P = len(cuts)
         for w in range(self.workers):
             self.left[w][j] = P
@@ -208,7 +211,7 @@ class PSBackend:
                 if self.L > 1:
                     self.bus_conn[w].send(b * (self.L - 1) / self.L,
                                           lambda w=w, o=order, it=(j, key, b, s):
-                                          self._enqueue(w, o, it))
+                                          self._enqueue(w, o, it), (prio, declared, key))
                 else:  # the whole tensor enters the push queue at once (the core's
                     # dispatch loop), so the staggered order decides the first push too
                     heapq.heappush(self.queue[w], (order, (j, key, b, s)))
@@ -235,9 +238,10 @@ class PSBackend:
         self.inflight[w] -= b
         self._try_push(w)
 
-    def _on_pull(self, w: int, j: int, b: int) -> None:
-        if self.L > 1:
-            self.bus_conn[w].send(b * (self.L - 1) / self.L, lambda: self._part_done(w, j))
+    def _on_pull(self, w: int, j: int, key: int, b: int) -> None:
+        if self.L > 1:  # the broadcast: in priority order with the reduces (stage queues)
+            self.bus_conn[w].send(b * (self.L - 1) / self.L, lambda: self._part_done(w, j),
+                                  self.order_of[j] + (key,))
         else:
             self._part_done(w, j)
 
@@ -275,7 +279,7 @@ class PSBackend:
             return
         wire = b / self.sch.compression + HEADER_BYTES
         for w in range(self.workers):
-            self.down[w][s].send(wire, lambda w=w: self._on_pull(w, j, b))
+            self.down[w][s].send(wire, lambda w=w: self._on_pull(w, j, key, b))
 
     # ---------------------------------------------------------------------- resources --
     def busy(self) -> Dict[str, float]:

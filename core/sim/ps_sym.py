@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import List
 
-from .network import Conn
+from .network import Conn, PriorityConn
 from .ps_sim import HEADER_BYTES, PSBackend
 
 
@@ -62,8 +62,8 @@ class SymmetricPSBackend(PSBackend):
             crx = self._port("CPU machines' NICs (rx)", cl.bandwidth)
         loop = self._port("worker loopback", cl.local_bandwidth)
         if self.L > 1:
-            self.bus_conn = [Conn(sim, self._port("worker GPU bus", cl.gpu_bus_bandwidth), None,
-                                  0.0)]
+            self.bus_conn = [PriorityConn(sim, self._port("worker GPU bus",
+                                                          cl.gpu_bus_bandwidth), None, 0.0)]
         ups, downs = [], []
         for s in self.servers:
             if s.machine == 0:  # worker 0's own colocated server

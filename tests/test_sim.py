@@ -182,7 +182,8 @@ def test_whatif_answers_the_16_machine_question_in_one_command(tmp_path, capsys)
     out = capsys.readouterr().out
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ")][1:]
     got = {r[0].strip(): r for r in rows}
-    assert set(got) == {"BytePS, 4 CPU machines", "BytePS, no CPU machines",
+    assert set(got) == {"BytePS, 4 CPU machines", "BytePS, 4 CPU machines, credit 16",
+                        "BytePS, no CPU machines",
                         "ring all-reduce", "native PS", "BytePS + compression 2x",
                         "BytePS + compression 4x", "BytePS + compression 8x"}
     for r in rows:

@@ -94,7 +94,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="compression ratios to try")
     p = sub.add_parser("scaling", help="BytePS vs all-reduce vs native PS, 8 to 256 GPUs")
     _cluster_args(p, many=True)
-    p.set_defaults(gpus_per_machine=8, partition_bytes=4 << 20)
+    # one model for every point of a curve (auto would switch at 16 machines)
+    p.set_defaults(gpus_per_machine=8, partition_bytes=4 << 20, method="symmetric")
     p.add_argument("--gpus", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
     p.add_argument("--plot", help="write the efficiency plot here (PNG; needs matplotlib)")
     p = sub.add_parser("models", help="the model table: parameters, compute, ideal comm.")
@@ -141,9 +142,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                       gpu_bus_bandwidth=parse_rate(a.gpu_bus),
                                       sum_rate=parse_rate(a.sum_rate),
                                       server_threads=a.server_threads)
-                title = f"{prof.name}, {bw}"
-                print(f"{title} (compute {prof.compute_s * 1e3:.1f} ms, "
-                      f"{prof.nbytes / 1e6:.1f} MB of gradients):\n")
+                title = (f"{prof.name}, {bw} (compute {prof.compute_s * 1e3:.1f} ms, "
+                         f"{prof.nbytes / 1e6:.1f} MB of gradients)")
+                print(f"{title}:\n")
                 print(report.scaling_markdown(rows) + "\n")
                 panels.append((title, rows))
         if a.plot:

@@ -116,8 +116,11 @@ def scaling_markdown(rows: List[Dict]) -> str:
 
 def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] = (2, 4, 8),
            partition_bytes: int = 262144, credit: int = 4, method: str = "auto") -> List[Dict]:
-    """BytePS (with the given CPU machines and without), ring all-reduce, native PS and
-    BytePS with each compression ratio on ``cluster``."""
+    """BytePS (with the given CPU machines and ``credit``, with 4 x the credit, and without CPU
+    machines), ring all-reduce, native PS and BytePS with each compression ratio on
+    ``cluster`` (partitions of ``partition_bytes``; ``method``: see
+    :func:`byteps.sim.simulate`). Rows ``{"config", "iteration_s", "efficiency", "bound",
+    "scheme"}``."""
     from dataclasses import replace
 
     cases = [(f"BytePS, {cluster.cpu_machines} CPU machines", cluster, Scheme("byteps")),
@@ -126,9 +129,13 @@ def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] 
              ("native PS", cluster, Scheme("ps"))]
     cases += [(f"BytePS + compression {r:g}x", cluster, Scheme("byteps", compression=r))
               for r in ratios]
+    if credit:  # the credit window (BYTEPS_SCHEDULING_CREDIT) matters at 25 Gbit/s and up
+        cases.insert(1, (f"BytePS, {cluster.cpu_machines} CPU machines, credit {4 * credit}",
+                         cluster, Scheme("byteps", credit=4 * credit)))
     out = []
     for label, cl, sch in cases:
-        sch = replace(sch, partition_bytes=partition_bytes, credit=credit)
+        sch = replace(sch, partition_bytes=partition_bytes,
+                      credit=sch.credit if "credit " in label else credit)
         r = simulate(profile, cl, sch, method=method if sch.name == "byteps" else "auto")
         out.append({"config": label, "iteration_s": r.iteration_s, "efficiency": r.efficiency,
                     "bound": r.bound, "scheme": SCHEME_NAMES[sch.name]})

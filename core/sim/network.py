@@ -258,7 +258,9 @@ class Sim:
 
 class Conn:
     """A FIFO channel from port ``src`` to port ``dst`` (either may be None: not limited
-    there) with a one-way delivery latency (seconds) after the last byte.
+    there) with a one-way delivery latency (seconds) after the last byte. ``src_weight`` /
+    ``dst_weight``: how many flows each of its flows counts as at that port (default 1; the
+    symmetric model's ports that stand for several machines).
 
     ``send(nbytes, on_delivered)``: queue a message; ``on_delivered()`` runs on arrival.
     """

@@ -130,6 +130,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{cl.gpus_per_machine} GPUs, {cl.bandwidth * 8 / 1e9:g} Gbit/s\n")
         print(report.whatif_markdown(report.whatif(prof, cl, a.ratios, a.partition_bytes,
                                                    a.credit, a.method)))
+        if a.method == "symmetric" or (a.method == "auto" and cl.machines >= SYMMETRIC_FROM):
+            print("\nBytePS rows: the symmetric model (one representative worker); it can be "
+                  "optimistic where the workers push in key order (docs/simulator.md): check "
+                  "one row with `run --method full`.")
     elif a.cmd == "scaling":
         panels = []
         for name in a.profile:

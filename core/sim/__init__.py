@@ -15,13 +15,19 @@ cluster.
                        sim.Scheme("byteps"))
     print(res.iteration_s, res.efficiency, res.bound)
 
+``simulate(..., method=...)``: ``full`` (every worker, message by message), ``symmetric``
+(BytePS with one representative worker: :mod:`byteps.sim.ps_sym`, fast at hundreds of GPUs)
+or ``auto`` (symmetric from :data:`SYMMETRIC_FROM` worker machines up).
+
 CLI: ``python -m byteps.sim --help``.
 """
 
 from .profiles import Layer, Profile, from_architecture, load, save, shipped  # noqa: F401
 from .profiles import get as profile  # noqa: F401
 from .simulate import (  # noqa: F401
+    METHODS,
     SCHEMES,
+    SYMMETRIC_FROM,
     Cluster,
     Scheme,
     SimResult,

@@ -4,7 +4,8 @@
         --bandwidth 100Gbps --cpu-machines 4
     python -m byteps.sim run --profile my.json --machines 4 --scheme ring
     python -m byteps.sim models            # the model table (ideal communication at 100 GbE)
-    python -m byteps.sim scaling --profile vgg16 --plot scaling.png
+    python -m byteps.sim scaling --profile vgg16 resnet50 --bandwidth 25Gbps 100Gbps \\
+        --plot scaling.png
     python -m byteps.sim validate          # simulated vs the emulated cluster's recorded times
     python -m byteps.sim profile resnet50 --out resnet50.json   # write a profile as JSON
 
@@ -20,21 +21,40 @@ import sys
 from typing import Optional, Sequence
 
 from . import profiles, report, validate
-from .simulate import SCHEME_NAMES, SCHEMES, Cluster, Scheme, parse_rate, simulate
+from .simulate import (
+    METHODS,
+    SCHEME_NAMES,
+    SCHEMES,
+    SYMMETRIC_FROM,
+    Cluster,
+    Scheme,
+    parse_rate,
+    simulate,
+)
 
 
-def _cluster_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="resnet50",
+def _cluster_args(p: argparse.ArgumentParser, many: bool = False) -> None:
+    nargs = "+" if many else None
+    p.add_argument("--profile", default=["resnet50"] if many else "resnet50", nargs=nargs,
                    help="shipped profile name or JSON file (default resnet50)")
     p.add_argument("--tflops", type=float, default=profiles.DEFAULT_TFLOPS,
                    help="shipped profiles: sustained TFLOP/s per GPU for their compute")
-    p.add_argument("--machines", "-n", type=int, default=4, help="worker machines")
-    p.add_argument("--cpu-machines", "-k", type=int, default=0, help="CPU machines (servers)")
+    if not many:
+        p.add_argument("--machines", "-n", type=int, default=4, help="worker machines")
+        p.add_argument("--cpu-machines", "-k", type=int, default=0,
+                       help="CPU machines (servers)")
     p.add_argument("--gpus-per-machine", type=int, default=1)
-    p.add_argument("--bandwidth", default="100Gbps", help="NIC rate per direction, e.g. "
-                   "100Gbps, 800Mbit/s, 12.5GB/s")
+    p.add_argument("--bandwidth", default=["100Gbps"] if many else "100Gbps", nargs=nargs,
+                   help="NIC rate per direction, e.g. 100Gbps, 800Mbit/s, 12.5GB/s")
+    p.add_argument("--method", choices=METHODS, default="auto",
+                   help="byteps: 'full' (every worker, message by message), 'symmetric' (one "
+                   "representative worker) or 'auto' (symmetric from "
+                   f"{SYMMETRIC_FROM} machines)")
     p.add_argument("--latency-us", type=float, default=20.0, help="per message, one way")
     p.add_argument("--gpu-bus", default="12GB/s", help="local reduce bandwidth (PCIe/NVLink)")
+    p.add_argument("--local-bandwidth", default="4.56GB/s",
+                   help="a worker's traffic to the server on its own machine (loopback; "
+                   "default: measured on this repository's machine)")
     p.add_argument("--sum-rate", default="37.1GB/s", help="γ: summation per server thread")
     p.add_argument("--server-threads", type=int, default=2)
     p.add_argument("--partition-bytes", type=int, default=262144)
@@ -43,14 +63,16 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 def _cluster(a: argparse.Namespace) -> Cluster:
     return Cluster(a.machines, a.cpu_machines, a.gpus_per_machine, parse_rate(a.bandwidth),
-                   a.latency_us * 1e-6, gpu_bus_bandwidth=parse_rate(a.gpu_bus),
+                   a.latency_us * 1e-6, local_bandwidth=parse_rate(a.local_bandwidth),
+                   gpu_bus_bandwidth=parse_rate(a.gpu_bus),
                    sum_rate=parse_rate(a.sum_rate), server_threads=a.server_threads)
 
 
-def _profile(a: argparse.Namespace) -> profiles.Profile:
-    if a.profile in profiles.shipped():
-        return profiles.from_architecture(a.profile, tflops=a.tflops)
-    return profiles.load(a.profile)
+def _profile(a: argparse.Namespace, name: Optional[str] = None) -> profiles.Profile:
+    name = name or a.profile
+    if name in profiles.shipped():
+        return profiles.from_architecture(name, tflops=a.tflops)
+    return profiles.load(name)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -71,8 +93,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--ratios", type=float, nargs="+", default=[2.0, 4.0, 8.0],
                    help="compression ratios to try")
     p = sub.add_parser("scaling", help="BytePS vs all-reduce vs native PS, 8 to 256 GPUs")
-    _cluster_args(p)
-    p.set_defaults(gpus_per_machine=8, partition_bytes=4 << 20)
+    _cluster_args(p, many=True)
+    # one model for every point of a curve (auto would switch at 16 machines)
+    p.set_defaults(gpus_per_machine=8, partition_bytes=4 << 20, method="symmetric")
     p.add_argument("--gpus", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
     p.add_argument("--plot", help="write the efficiency plot here (PNG; needs matplotlib)")
     p = sub.add_parser("models", help="the model table: parameters, compute, ideal comm.")
@@ -88,7 +111,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sch = Scheme(a.scheme, partition_bytes=a.partition_bytes, credit=a.credit,
                      compression=a.compression, bucket_bytes=int(a.bucket_mib * (1 << 20)),
                      tree_width=a.tree_width, hips_group=a.hips_group)
-        res = simulate(_profile(a), _cluster(a), sch.fifo() if a.fifo else sch)
+        res = simulate(_profile(a), _cluster(a), sch.fifo() if a.fifo else sch,
+                       method=a.method if a.scheme == "byteps" else "auto")
         if a.json:
             print(json.dumps({"iteration_s": res.iteration_s, "compute_s": res.compute_s,
                               "efficiency": res.efficiency, "bound": res.bound,
@@ -105,16 +129,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{prof.compute_s * 1e3:.1f} ms; {cl.machines} machines x "
               f"{cl.gpus_per_machine} GPUs, {cl.bandwidth * 8 / 1e9:g} Gbit/s\n")
         print(report.whatif_markdown(report.whatif(prof, cl, a.ratios, a.partition_bytes,
-                                                   a.credit)))
+                                                   a.credit, a.method)))
+        if a.method == "symmetric" or (a.method == "auto" and cl.machines >= SYMMETRIC_FROM):
+            print("\nBytePS rows: the symmetric model (one representative worker); it can be "
+                  "optimistic where the workers push in key order (docs/simulator.md): check "
+                  "one row with `run --method full`.")
     elif a.cmd == "scaling":
-        prof = _profile(a)
-        rows = report.scaling(prof, a.gpus, a.gpus_per_machine, parse_rate(a.bandwidth),
-                              a.partition_bytes, latency=a.latency_us * 1e-6,
-                              gpu_bus_bandwidth=parse_rate(a.gpu_bus),
-                              sum_rate=parse_rate(a.sum_rate))
-        print(report.scaling_markdown(rows))
+        panels = []
+        for name in a.profile:
+            prof = _profile(a, name)
+            for bw in a.bandwidth:
+                rows = report.scaling(prof, a.gpus, a.gpus_per_machine, parse_rate(bw),
+                                      a.partition_bytes, a.credit, a.method,
+                                      latency=a.latency_us * 1e-6,
+                                      local_bandwidth=parse_rate(a.local_bandwidth),
+                                      gpu_bus_bandwidth=parse_rate(a.gpu_bus),
+                                      sum_rate=parse_rate(a.sum_rate),
+                                      server_threads=a.server_threads)
+                title = (f"{prof.name}, {bw} (compute {prof.compute_s * 1e3:.1f} ms, "
+                         f"{prof.nbytes / 1e6:.1f} MB of gradients)")
+                print(f"{title}:\n")
+                print(report.scaling_markdown(rows) + "\n")
+                panels.append((title, rows))
         if a.plot:
-            print(f"wrote {report.plot_scaling(rows, a.plot, f'{prof.name}, {a.bandwidth}')}")
+            print(f"wrote {report.plot_scaling_grid(panels, a.plot)}")
     elif a.cmd == "models":
         print(report.model_markdown(report.model_table(a.tflops)))
     elif a.cmd == "validate":

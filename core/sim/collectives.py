@@ -19,7 +19,8 @@ per-message latency α and L GPUs per machine (the α-β-γ model, defined once 
   servers' summation ``((g-1)/g + (G-1)/(g G)) · S / (threads · γ)``.
 
 The CPU machines are not used by these schemes; summation on the GPU is taken as free.
-Busy time is charged to every machine's NIC ports (bytes / B) and to the engine itself.
+Busy time is charged to every machine's NIC ports (bytes / B) and to the engine itself (its
+buckets' total time: what bounds an all-reduce whose buckets run back to back).
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class CollectiveBackend:
             if cluster.gpus_per_machine > 1 else []
         self.engine_busy = 0.0
         self.sum_busy = 0.0
+        self.latency_s = bucket_time(scheme, cluster, 0.0)["net"]  # the α terms of a bucket
+        self.split = dict.fromkeys(("NIC", "GPU bus", "latency", "summation"), 0.0)
         self.on_tensor_done: Callable[[int, int], None] = lambda w, j: None
 
     def submit(self, j: int) -> None:
@@ -107,6 +110,11 @@ class CollectiveBackend:
             p.bytes += c["local"] * p.capacity
         self.engine_busy += c["total"]
         self.sum_busy += c["sum"]
+        lat = self.latency_s
+        self.split["NIC"] += c["net"] - lat
+        self.split["latency"] += lat
+        self.split["GPU bus"] += c["local"]
+        self.split["summation"] += c["sum"]
         self.running = True
         self.sim.after(c["total"], self._finished, b)
 
@@ -121,6 +129,11 @@ class CollectiveBackend:
     def busy(self) -> Dict[str, float]:
         """Busy seconds per resource (NIC ports, GPU buses, the servers' summation)."""
         out = {p.name: p.busy_s for p in self.ports + self.bus}
+        if self.engine_busy:
+            parts = ", ".join(f"{k} {100 * v / self.engine_busy:.0f} %"
+                              for k, v in self.split.items() if v > 0)
+            out[f"{self.sch.name} all-reduce, one bucket at a time ({parts})"] = \
+                self.engine_busy
         if self.sum_busy:
             out["every server's CPU (summation)"] = self.sum_busy
         return out

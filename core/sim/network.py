@@ -33,6 +33,7 @@ from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 _ids = itertools.count()
+_EPS = 1e-9  # a port's weighted flow count at or below this: no flows
 
 
 class Port:
@@ -45,7 +46,7 @@ class Port:
             ``bytes / capacity`` is its busy time, seconds.
     """
 
-    __slots__ = ("name", "capacity", "bytes", "paths", "id")
+    __slots__ = ("name", "capacity", "bytes", "paths", "id", "cnt", "rcap", "rcnt", "stamp")
 
     def __init__(self, name: str, capacity: float):
         if not capacity > 0:
@@ -56,6 +57,8 @@ class Port:
         self.name, self.capacity, self.bytes = name, float(capacity), 0.0
         self.paths: Dict[_Path, None] = {}  # paths with flows now (an ordered set)
         self.id = next(_ids)
+        self.cnt = 0.0  # flows through it now (weighted: Conn.src_weight, dst_weight)
+        self.rcap, self.rcnt, self.stamp = 0.0, 0, 0  # scratch of a rate computation
 
     @property
     def busy_s(self) -> float:
@@ -66,14 +69,16 @@ class Port:
 class _Path:
     """The flows between the same ports: one max-min rate, ``count`` flows."""
 
-    __slots__ = ("ports", "count", "rated_count", "rate", "flows")
+    __slots__ = ("ports", "pw", "count", "rated_count", "rate", "flows", "stamp")
 
-    def __init__(self, ports: Tuple[Port, ...]):
+    def __init__(self, ports: Tuple[Port, ...], weights: Tuple[float, ...]):
         self.ports = ports
+        self.pw = tuple(zip(ports, weights))  # (port, flows of the port each flow stands for)
         self.count = 0
         self.rated_count = 0  # count when ``rate`` was computed
         self.rate = 0.0
         self.flows: Dict[_Flow, None] = {}
+        self.stamp = 0
 
 
 class _Flow:
@@ -97,6 +102,7 @@ class Sim:
         self._unrated: List[_Flow] = []
         self.events = 0
         self.recomputes = 0
+        self._stamp = 0
 
     # ------------------------------------------------------------------------- events --
     def at(self, t: float, fn: Callable, *args) -> None:
@@ -110,10 +116,12 @@ class Sim:
 
     # ------------------------------------------------------------------------ network --
     def _start(self, conn: Conn, nbytes: float, done: Callable[[], None]) -> None:
-        key = (conn.src, conn.dst)
+        key = (conn.src, conn.dst, conn.src_weight, conn.dst_weight)
         path = self._paths.get(key)
         if path is None:
-            path = self._paths[key] = _Path(tuple(p for p in key if p is not None))
+            pw = [(p, w) for p, w in ((conn.src, conn.src_weight), (conn.dst, conn.dst_weight))
+                  if p is not None]
+            path = self._paths[key] = _Path(tuple(p for p, _ in pw), tuple(w for _, w in pw))
         flow = _Flow(conn, nbytes, path, done)
         flow.t = self.now
         path.flows[flow] = None
@@ -121,6 +129,8 @@ class Sim:
             for p in path.ports:
                 p.paths[path] = None
         path.count += 1
+        for p, w in path.pw:
+            p.cnt += w
         self._changed[path] = None
         self._unrated.append(flow)
 
@@ -128,14 +138,16 @@ class Sim:
         path = flow.path
         del path.flows[flow]
         path.count -= 1
+        for p, w in path.pw:
+            p.cnt -= w
         if path.count == 0:
             for p in path.ports:
                 del p.paths[path]
         self._changed[path] = None
         flow.ver += 1
         flow.left = 0.0
-        for p in path.ports:
-            p.bytes += flow.size
+        for p, w in path.pw:
+            p.bytes += flow.size * w
         flow.conn._flow_done(flow)
 
     def _schedule(self, flow: _Flow) -> None:
@@ -150,48 +162,51 @@ class Sim:
         self._changed.clear()
         if changed:
             self.recomputes += 1
+            self._stamp += 1
+            stamp = self._stamp
             # the component: ports reachable from the changed paths through paths with flows
-            seen: Dict[Port, None] = {}
-            stack = [q for p in changed for q in p.ports]
-            while stack:
-                q = stack.pop()
-                if q in seen:
-                    continue
-                seen[q] = None
-                for path in q.paths:
-                    for r in path.ports:
-                        if r not in seen:
-                            stack.append(r)
+            comp: List[Port] = []
             for p in changed:
                 p.rated_count = p.count
-            cap: Dict[Port, float] = {}
-            cnt: Dict[Port, int] = {}
-            for q in seen:
-                c = 0
-                for path in q.paths:
-                    c += path.count
-                cap[q], cnt[q] = q.capacity, c
-            heap = [(q.capacity / c, q.id, q) for q, c in cnt.items() if c > 0]
-            heapq.heapify(heap)
-            fixed: Dict[_Path, None] = {}
-            now = self.now
-            while heap:
-                share, _, q = heapq.heappop(heap)
-                c = cnt[q]
-                if c <= 0:
-                    continue
-                cur = cap[q] / c
-                if cur > share:  # stale: shares only grow as paths are fixed
-                    heapq.heappush(heap, (cur, q.id, q))
-                    continue
-                for path in q.paths:
-                    if path in fixed:
-                        continue
-                    fixed[path] = None
-                    path.rated_count = path.count
+                for q in p.ports:
+                    if q.stamp != stamp:
+                        q.stamp = stamp
+                        comp.append(q)
+            i = 0
+            while i < len(comp):
+                for path in comp[i].paths:
                     for r in path.ports:
-                        cap[r] -= cur * path.count
-                        cnt[r] -= path.count
+                        if r.stamp != stamp:
+                            r.stamp = stamp
+                            comp.append(r)
+                i += 1
+            heap = []
+            for q in comp:
+                c = q.cnt
+                q.rcap, q.rcnt = q.capacity, c
+                if c > _EPS:
+                    heap.append((q.capacity / c, q.id, q))
+            heapq.heapify(heap)
+            now = self.now
+            pop, push, schedule = heapq.heappop, heapq.heappush, self._schedule
+            while heap:
+                share, _, q = pop(heap)
+                c = q.rcnt
+                if c <= _EPS:
+                    continue
+                cur = q.rcap / c
+                if cur > share:  # stale: shares only grow as paths are fixed
+                    push(heap, (cur, q.id, q))
+                    continue
+                for path in q.paths:
+                    if path.stamp == stamp:
+                        continue
+                    path.stamp = stamp
+                    pc = path.count
+                    path.rated_count = pc
+                    for r, w in path.pw:
+                        r.rcap -= cur * pc * w
+                        r.rcnt -= pc * w
                     if path.rate != cur:
                         path.rate = cur
                         for f in path.flows:
@@ -199,7 +214,7 @@ class Sim:
                                 f.left -= f.rate * (now - f.t)
                                 f.t = now
                                 f.rate = cur
-                                self._schedule(f)
+                                schedule(f)
         for f in self._unrated:
             if f.ver == 0:  # not finished in the meantime
                 f.rate = f.path.rate
@@ -243,16 +258,20 @@ class Sim:
 
 class Conn:
     """A FIFO channel from port ``src`` to port ``dst`` (either may be None: not limited
-    there) with a one-way delivery latency (seconds) after the last byte.
+    there) with a one-way delivery latency (seconds) after the last byte. ``src_weight`` /
+    ``dst_weight``: how many flows each of its flows counts as at that port (default 1; the
+    symmetric model's ports that stand for several machines).
 
     ``send(nbytes, on_delivered)``: queue a message; ``on_delivered()`` runs on arrival.
     """
 
-    __slots__ = ("sim", "src", "dst", "latency", "queue", "busy", "name")
+    __slots__ = ("sim", "src", "dst", "latency", "queue", "busy", "name", "src_weight",
+                 "dst_weight")
 
     def __init__(self, sim: Sim, src: Optional[Port], dst: Optional[Port], latency: float,
-                 name: str = ""):
+                 name: str = "", src_weight: float = 1.0, dst_weight: float = 1.0):
         self.sim, self.src, self.dst, self.latency, self.name = sim, src, dst, latency, name
+        self.src_weight, self.dst_weight = float(src_weight), float(dst_weight)
         self.queue: Deque[Tuple[float, Callable[[], None]]] = deque()
         self.busy = False
 
@@ -277,3 +296,34 @@ class Conn:
     def _flow_done(self, flow: _Flow) -> None:
         self.sim.after(self.latency, flow.done)
         self._next()
+
+
+class PriorityConn(Conn):
+    """A :class:`Conn` whose waiting messages leave smallest ``order`` first (ties in the
+    order sent) instead of first in, first out: a stage queue of the core
+    (``ScheduledQueue``), e.g. a machine's GPU bus shared by the local reduce and broadcast.
+
+    ``send(nbytes, on_delivered, order)``: ``order`` is any comparable value (a tuple).
+    """
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self, sim: Sim, src: Optional[Port], dst: Optional[Port], latency: float,
+                 name: str = ""):
+        super().__init__(sim, src, dst, latency, name)
+        self.heap: List[tuple] = []
+        self.seq = 0
+
+    def send(self, nbytes: float, on_delivered: Callable[[], None], order=()) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (order, self.seq, float(nbytes), on_delivered))
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.heap:
+            self.busy = False
+            return
+        _, _, nbytes, cb = heapq.heappop(self.heap)
+        self.busy = True
+        self.sim._start(self, nbytes, cb)

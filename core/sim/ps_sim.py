@@ -24,7 +24,8 @@ What is modelled, as the core does it (docs/architecture.md §4-§7):
   ``sum_rate`` bytes/s on the key's engine thread (keys bound to the least-loaded of
   ``server_threads``); when all n have been summed the sum goes back to every worker;
 * **GPUs per machine** (L > 1): a partition passes the machine's local bus (``gpu_bus``
-  bytes/s, one FIFO per machine) before its push (reduce, ``(L-1)/L`` of its bytes) and after
+  bytes/s, one per machine, serving the reduces and broadcasts in priority order as the
+  core's stage queues do) before its push (reduce, ``(L-1)/L`` of its bytes) and after
   its pull (broadcast, the same);
 * colocated worker-server traffic takes the machine's loopback (``local_bandwidth``), not
   its NIC; compression divides every pushed and pulled byte by the ratio.
@@ -38,7 +39,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .network import Conn, Port, Sim
+from .network import Conn, Port, PriorityConn, Sim
 
 PAGE = 4096
 PIPELINE_DEPTH = 16
@@ -117,16 +118,8 @@ class PSBackend:
         n, k, L = cluster.machines, cluster.cpu_machines, cluster.gpus_per_machine
         self.n, self.L = n, L
         self.sizes, self.prio = list(sizes), list(priorities)
-        self.done: List[List[Optional[float]]] = [[None] * len(sizes) for _ in range(n)]
         self.ports: List[Port] = []
-        nic = {}
         names = [f"w{i}" for i in range(n)] + [f"c{j}" for j in range(k)]
-        for m, name in enumerate(names):
-            nic[m] = (self._port(f"{name}.tx", cluster.bandwidth),
-                      self._port(f"{name}.rx", cluster.bandwidth))
-        self.loop = [self._port(f"w{i}.loopback", cluster.local_bandwidth) for i in range(n)]
-        self.bus = [self._port(f"w{i}.gpu-bus", cluster.gpu_bus_bandwidth) for i in range(n)] \
-            if L > 1 else []
         if scheme.name == "ps" or (scheme.name == "byteps" and k == 0):
             placed = [(i, True) for i in range(n)]
         elif scheme.name == "byteps":
@@ -137,30 +130,46 @@ class PSBackend:
         self.servers = [_Server(names[m], m, cluster.server_threads) for m, _ in placed]
         self.planner = KeyPlanner(server_shares(n, [c for _, c in placed]) if
                                   scheme.name == "byteps" else [1.0] * len(placed))
-        lat = cluster.latency
-        self.up: List[List[Conn]] = []
-        self.down: List[List[Conn]] = []
+        #: the workers simulated (all n here; one representative in the symmetric model)
+        self.workers = n
+        self.up: List[List[Conn]] = []  # [worker][server]
+        self.down: List[List[Conn]] = []  # [worker][server]
+        self.bus_conn: List[Conn] = []  # [worker]
+        self._network(names)
+        self.done: List[List[Optional[float]]] = [[None] * len(sizes)
+                                                  for _ in range(self.workers)]
+        self.job_bound = partition_bound(scheme.partition_bytes, L)
+        self.credit_bytes = scheme.credit * self.job_bound if scheme.credit > 0 else 0
+        self.queue: List[List[tuple]] = [[] for _ in range(self.workers)]
+        self.inflight = [0] * self.workers
+        self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
+        self.order_of: Dict[int, tuple] = {}  # tensor -> (priority, declared): smaller first
+        self.left = [[0] * len(sizes) for _ in range(self.workers)]
+        self.declared = 0
+        self.nkeys = 0
+        self.on_tensor_done: Callable[[int, int], None] = lambda w, j: None
+
+    def _network(self, names: List[str]) -> None:
+        """Every machine's NIC (a tx and an rx port), each worker machine's loopback and GPU
+        bus; one connection each way per worker and server."""
+        cl, sim, n, lat = self.cl, self.sim, self.n, self.cl.latency
+        nic = [(self._port(f"{name}.tx", cl.bandwidth), self._port(f"{name}.rx", cl.bandwidth))
+               for name in names]
+        loop = [self._port(f"w{i}.loopback", cl.local_bandwidth) for i in range(n)]
+        if self.L > 1:
+            self.bus_conn = [PriorityConn(sim, self._port(f"w{i}.gpu-bus", cl.gpu_bus_bandwidth),
+                                          None, 0.0) for i in range(n)]
         for w in range(n):
             ups, downs = [], []
             for s in self.servers:
                 if s.machine == w:
-                    ups.append(Conn(sim, self.loop[w], None, 0.0))
-                    downs.append(Conn(sim, self.loop[w], None, 0.0))
+                    ups.append(Conn(sim, loop[w], None, 0.0))
+                    downs.append(Conn(sim, loop[w], None, 0.0))
                 else:
                     ups.append(Conn(sim, nic[w][0], nic[s.machine][1], lat))
                     downs.append(Conn(sim, nic[s.machine][0], nic[w][1], lat))
             self.up.append(ups)
             self.down.append(downs)
-        self.bus_conn = [Conn(sim, b, None, 0.0) for b in self.bus]
-        self.job_bound = partition_bound(scheme.partition_bytes, L)
-        self.credit_bytes = scheme.credit * self.job_bound if scheme.credit > 0 else 0
-        self.queue: List[List[tuple]] = [[] for _ in range(n)]
-        self.inflight = [0] * n
-        self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
-        self.left = [[0] * len(sizes) for _ in range(n)]
-        self.declared = 0
-        self.nkeys = 0
-        self.on_tensor_done: Callable[[int, int], None] = lambda w, j: None
 
     def _port(self, name: str, cap: float) -> Port:
         p = Port(name, cap)
@@ -175,7 +184,7 @@ class PSBackend:
             self.left[0][j] = 1
             if self.L > 1:
                 self.bus_conn[0].send(2 * size * (self.L - 1) / self.L,
-                                      lambda: self._part_done(0, j))
+                                      lambda: self._part_done(0, j), (self.prio[j], j, 0))
             else:
                 self.sim.after(0.0, self._part_done, 0, j)
             return
@@ -193,17 +202,21 @@ class PSBackend:
         self.parts[j] = [(key0 + i, b, s) for i, (b, s) in enumerate(zip(cuts, servers))]
         declared, self.declared = self.declared, self.declared + 1
         prio = self.prio[j] if self.sch.scheduling == "priority" else 0  # smaller first
+        self.order_of[j] = (prio, declared)
         P = len(cuts)
-        for w in range(self.n):
+        for w in range(self.workers):
             self.left[w][j] = P
             for i, (key, b, s) in enumerate(self.parts[j]):
                 order = (prio, declared, (i + P - w % P) % P)
                 if self.L > 1:
                     self.bus_conn[w].send(b * (self.L - 1) / self.L,
                                           lambda w=w, o=order, it=(j, key, b, s):
-                                          self._enqueue(w, o, it))
-                else:
-                    self._enqueue(w, order, (j, key, b, s))
+                                          self._enqueue(w, o, it), (prio, declared, key))
+                else:  # the whole tensor enters the push queue at once (the core's
+                    # dispatch loop), so the staggered order decides the first push too
+                    heapq.heappush(self.queue[w], (order, (j, key, b, s)))
+            if self.L == 1:
+                self._try_push(w)
 
     def _enqueue(self, w: int, order: tuple, item: tuple) -> None:
         heapq.heappush(self.queue[w], (order, item))
@@ -225,9 +238,10 @@ class PSBackend:
         self.inflight[w] -= b
         self._try_push(w)
 
-    def _on_pull(self, w: int, j: int, b: int) -> None:
-        if self.L > 1:
-            self.bus_conn[w].send(b * (self.L - 1) / self.L, lambda: self._part_done(w, j))
+    def _on_pull(self, w: int, j: int, key: int, b: int) -> None:
+        if self.L > 1:  # the broadcast: in priority order with the reduces (stage queues)
+            self.bus_conn[w].send(b * (self.L - 1) / self.L, lambda: self._part_done(w, j),
+                                  self.order_of[j] + (key,))
         else:
             self._part_done(w, j)
 
@@ -261,11 +275,11 @@ class PSBackend:
     def _summed(self, s: int, key: int, j: int, b: int) -> None:
         srv = self.servers[s]
         srv.summed[key] = srv.summed.get(key, 0) + 1
-        if srv.summed[key] < self.n:
+        if srv.summed[key] < self.workers:
             return
         wire = b / self.sch.compression + HEADER_BYTES
-        for w in range(self.n):
-            self.down[w][s].send(wire, lambda w=w: self._on_pull(w, j, b))
+        for w in range(self.workers):
+            self.down[w][s].send(wire, lambda w=w: self._on_pull(w, j, key, b))
 
     # ---------------------------------------------------------------------- resources --
     def busy(self) -> Dict[str, float]:

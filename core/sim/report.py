@@ -60,40 +60,67 @@ SCALING = {"BytePS, k = n": ("byteps", 1.0), "BytePS, k = n/2": ("byteps", 0.5),
 
 def scaling(profile: profiles.Profile, gpus: Sequence[int] = (8, 16, 32, 64, 128, 256),
             gpus_per_machine: int = 8, bandwidth: float = 100e9 / 8,
-            partition_bytes: int = 4 << 20, **cluster_kw) -> List[Dict]:
+            partition_bytes: int = 4 << 20, credit: int = 4, method: str = "auto",
+            **cluster_kw) -> List[Dict]:
     """Iteration time, scaling efficiency and bound per configuration of :data:`SCALING`
-    and GPU count. Partitions of ``partition_bytes`` (default 4 MiB, to keep the event count
-    small at 32 machines)."""
+    and GPU count (``gpus_per_machine`` GPUs per worker machine; bandwidth in bytes/s).
+    Partitions of ``partition_bytes`` (default 4 MiB) with ``credit``; ``method``: see
+    :func:`byteps.sim.simulate` (native PS is always simulated in full).
+
+    Returns rows ``{"config", "gpus", "machines", "cpu_machines", "iteration_s",
+    "efficiency", "bound", "busiest", "busiest_share"}`` (busiest: the busiest resource's
+    name, busiest_share: its busy share of the iteration)."""
     out = []
     for label, (scheme, kfrac) in SCALING.items():
         for g in gpus:
             n = max(1, g // gpus_per_machine)
             cl = Cluster(n, int(round(kfrac * n)), gpus_per_machine, bandwidth, **cluster_kw)
-            r = simulate(profile, cl, Scheme(scheme, partition_bytes=partition_bytes))
+            r = simulate(profile, cl, Scheme(scheme, partition_bytes=partition_bytes,
+                                             credit=credit),
+                         method=method if scheme == "byteps" else "auto")
+            top = max(r.busy, key=lambda k: r.busy[k]) if r.busy else "compute"
             out.append({"config": label, "gpus": g, "machines": n, "cpu_machines":
                         cl.cpu_machines, "iteration_s": r.iteration_s,
-                        "efficiency": r.efficiency, "bound": r.bound})
+                        "efficiency": r.efficiency, "bound": r.bound, "busiest": top,
+                        "busiest_share": r.busy.get(top, 0.0) / r.iteration_s})
     return out
 
 
+def _short(resource: str) -> str:
+    """A resource's name for a table cell: ``w3.tx`` -> ``worker NIC tx``."""
+    if resource.startswith(("w", "c")) and resource[1:2].isdigit() and "." in resource:
+        kind = {"w": "worker", "c": "CPU machine"}[resource[0]]
+        return f"{kind} {resource.split('.', 1)[1]}"
+    return resource.split(" (")[0] if "all-reduce" in resource else resource
+
+
 def scaling_markdown(rows: List[Dict]) -> str:
+    """Efficiency per configuration and GPU count, and where each becomes
+    communication-bound (efficiency below 0.97) with its busiest resource there."""
     gpus = sorted({r["gpus"] for r in rows})
     lines = ["| configuration | " + " | ".join(f"{g} GPUs" for g in gpus) +
-             " | communication-bound from |", "|---|" + "---:|" * len(gpus) + "---|"]
+             " | communication-bound from (busiest resource there) |",
+             "|---|" + "---:|" * len(gpus) + "---|"]
     for cfg in dict.fromkeys(r["config"] for r in rows):
         rs = {r["gpus"]: r for r in rows if r["config"] == cfg}
-        first = next((g for g in gpus if rs[g]["efficiency"] < 0.9), None)
-        why = (f"{first} GPUs (efficiency < 0.9; busiest: {rs[first]['bound']})" if first
-               else "never below 0.9 here")
+        first = next((g for g in gpus if rs[g]["bound"] != "compute"), None)
+        if first:
+            r = rs[first]
+            why = f"{first} GPUs ({_short(r['busiest'])}, {100 * r['busiest_share']:.0f} % busy)"
+        else:
+            why = "compute-bound throughout"
         lines.append(f"| {cfg} | " + " | ".join(f"{rs[g]['efficiency']:.2f}" for g in gpus)
                      + f" | {why} |")
     return "\n".join(lines)
 
 
 def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] = (2, 4, 8),
-           partition_bytes: int = 262144, credit: int = 4) -> List[Dict]:
-    """BytePS (with the given CPU machines and without), ring all-reduce, native PS and
-    BytePS with each compression ratio on ``cluster``."""
+           partition_bytes: int = 262144, credit: int = 4, method: str = "auto") -> List[Dict]:
+    """BytePS (with the given CPU machines and ``credit``, with 4 x the credit, and without CPU
+    machines), ring all-reduce, native PS and BytePS with each compression ratio on
+    ``cluster`` (partitions of ``partition_bytes``; ``method``: see
+    :func:`byteps.sim.simulate`). Rows ``{"config", "iteration_s", "efficiency", "bound",
+    "scheme"}``."""
     from dataclasses import replace
 
     cases = [(f"BytePS, {cluster.cpu_machines} CPU machines", cluster, Scheme("byteps")),
@@ -102,21 +129,29 @@ def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] 
              ("native PS", cluster, Scheme("ps"))]
     cases += [(f"BytePS + compression {r:g}x", cluster, Scheme("byteps", compression=r))
               for r in ratios]
+    if credit:  # the credit window (BYTEPS_SCHEDULING_CREDIT) matters at 25 Gbit/s and up
+        cases.insert(1, (f"BytePS, {cluster.cpu_machines} CPU machines, credit {4 * credit}",
+                         cluster, Scheme("byteps", credit=4 * credit)))
     out = []
     for label, cl, sch in cases:
-        sch = replace(sch, partition_bytes=partition_bytes, credit=credit)
-        r = simulate(profile, cl, sch)
+        sch = replace(sch, partition_bytes=partition_bytes,
+                      credit=sch.credit if "credit " in label else credit)
+        r = simulate(profile, cl, sch, method=method if sch.name == "byteps" else "auto")
         out.append({"config": label, "iteration_s": r.iteration_s, "efficiency": r.efficiency,
                     "bound": r.bound, "scheme": SCHEME_NAMES[sch.name]})
     return out
 
 
 def whatif_markdown(rows: List[Dict]) -> str:
-    lines = ["| configuration | iteration (ms) | scaling efficiency | bound by |",
-             "|---|---:|---:|---|"]
+    """The what-if table: iteration, scaling efficiency, speed-up over ring all-reduce and
+    what bounds each configuration."""
+    ring = next((r["iteration_s"] for r in rows if r["config"] == "ring all-reduce"), None)
+    lines = ["| configuration | iteration (ms) | scaling efficiency | vs ring all-reduce | "
+             "bound by |", "|---|---:|---:|---:|---|"]
     for r in rows:
+        vs = f"{ring / r['iteration_s']:.2f} x" if ring and r["iteration_s"] else "—"
         lines.append(f"| {r['config']} | {r['iteration_s'] * 1e3:.1f} | {r['efficiency']:.2f} "
-                     f"| {r['bound']} |")
+                     f"| {vs} | {r['bound']} |")
     return "\n".join(lines)
 
 
@@ -141,19 +176,38 @@ def pyplot():
 
 def plot_scaling(rows: List[Dict], path: str, title: Optional[str] = None) -> str:
     """Scaling efficiency vs GPUs per configuration; writes the PNG ``path``."""
+    return plot_scaling_grid([(title or "", rows)], path)
+
+
+def plot_scaling_grid(panels: Sequence, path: str, cols: int = 2) -> str:
+    """One panel per ``(title, rows)`` (rows as :func:`scaling` returns), scaling efficiency
+    vs GPUs (log scale); writes the PNG ``path``."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-    for cfg in dict.fromkeys(r["config"] for r in rows):
-        rs = [r for r in rows if r["config"] == cfg]
-        ax.plot([r["gpus"] for r in rs], [r["efficiency"] for r in rs], "o-", label=cfg)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("scaling efficiency")
-    ax.set_ylim(0, 1.05)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
+    panels = list(panels)
+    cols = min(cols, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), dpi=110,
+                             squeeze=False)
+    style = {"BytePS, k = n": "o-", "BytePS, k = n/2": "o--", "BytePS, k = 0": "o:",
+             "ring all-reduce": "s-", "native PS": "^-"}
+    for ax, (title, rows) in zip(axes.flat, panels):
+        for cfg in dict.fromkeys(r["config"] for r in rows):
+            rs = [r for r in rows if r["config"] == cfg]
+            ax.plot([r["gpus"] for r in rs], [r["efficiency"] for r in rs],
+                    style.get(cfg, "o-"), label=cfg)
+        ax.set_xscale("log", base=2)
+        gp = sorted({r["gpus"] for r in rows})
+        ax.set_xticks(gp)
+        ax.set_xticklabels([str(g) for g in gp])
+        ax.set_xlabel("GPUs (8 per worker machine)")
+        ax.set_ylabel("scaling efficiency")
+        ax.set_ylim(0, 1.05)
+        ax.grid(True, alpha=0.3)
+        if title:
+            ax.set_title(title, fontsize=10)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -121,7 +121,8 @@ class SimResult:
         iteration_s (float): iteration time, seconds (slowest worker machine).
         compute_s (float): forward + backward compute on one GPU, seconds.
         efficiency (float): scaling efficiency = compute_s / iteration_s (1 = linear).
-        bound (str): what bounds the iteration: ``compute`` or the busiest resource.
+        bound (str): what bounds the iteration: ``compute`` (efficiency >= 0.97) or the
+            busiest resource and its busy share of the iteration (``_bound``).
         busy (dict[str, float]): busy seconds per resource (ports: bytes / capacity).
         comm_end_s (float): when the last gradient was back on every machine, seconds.
         events (int): events the simulation processed.
@@ -141,22 +142,42 @@ class SimResult:
             else {}
 
 
-def simulate(profile: Profile, cluster: Cluster, scheme: Scheme) -> SimResult:
+#: ``simulate(method="auto")`` uses the symmetric model for ``byteps`` from this many worker
+#: machines up (the full model's cost grows as n^4; docs/simulator.md compares the two).
+SYMMETRIC_FROM = 16
+METHODS = ("auto", "full", "symmetric")
+
+
+def simulate(profile: Profile, cluster: Cluster, scheme: Scheme,
+             method: str = "auto") -> SimResult:
     """Simulate one iteration of ``profile`` on ``cluster`` with ``scheme``.
 
+    ``method``: ``full`` (every worker, message by message), ``symmetric`` (``byteps`` only:
+    one representative worker, :mod:`byteps.sim.ps_sym`) or ``auto`` (symmetric for
+    ``byteps`` from :data:`SYMMETRIC_FROM` worker machines up, else full).
+
     Raises:
-        byteps.errors.InvalidArgumentError: an invalid cluster or scheme.
+        byteps.errors.InvalidArgumentError: an invalid cluster, scheme or method.
     """
+    from ..errors import InvalidArgumentError
     from .collectives import CollectiveBackend
     from .ps_sim import PSBackend
+    from .ps_sym import SymmetricPSBackend
 
     cluster.check()
     scheme.check()
+    if method not in METHODS:
+        raise InvalidArgumentError(f"method {method!r}: one of {', '.join(METHODS)}")
+    if method == "auto":
+        method = "symmetric" if scheme.name == "byteps" and \
+            cluster.machines >= SYMMETRIC_FROM else "full"
     layers: List[Layer] = profile.layers
     sizes = [x.nbytes for x in layers]
     backward = list(reversed(range(len(layers))))
     sim = Sim()
-    if scheme.name in ("byteps", "ps"):
+    if method == "symmetric":
+        be = SymmetricPSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
+    elif scheme.name in ("byteps", "ps"):
         be = PSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
     else:
         be = CollectiveBackend(sim, cluster, scheme, sizes, backward)
@@ -176,16 +197,29 @@ def simulate(profile: Profile, cluster: Cluster, scheme: Scheme) -> SimResult:
     busy = be.busy()
     compute = profile.compute_s
     return SimResult(iteration, compute, compute / iteration if iteration > 0 else 1.0,
-                     _bound(compute, busy), busy, comm_end, sim.events)
+                     _bound(compute, iteration, busy), busy, comm_end, sim.events)
 
 
-def _bound(compute: float, busy: Dict[str, float]) -> str:
-    """``compute`` or the busiest resource (with how many others are as busy, within 1 %)."""
-    if not busy or compute >= max(busy.values()):
+#: Scaling efficiency at or above which an iteration counts as compute-bound.
+COMPUTE_BOUND_EFFICIENCY = 0.97
+
+
+def _bound(compute: float, iteration: float, busy: Dict[str, float]) -> str:
+    """``compute`` when the iteration is within 3 % of the compute alone, else the busiest
+    resource with its busy share of the iteration (and how many others are as busy, within
+    1 %); when even that one is busy less than 80 % of the iteration, the time goes to
+    communication that overlaps nothing (latency, a pipeline's fill and drain, one collective
+    at a time), and the label says so."""
+    if iteration <= 0 or not busy or compute >= COMPUTE_BOUND_EFFICIENCY * iteration:
         return "compute"
     top = max(busy, key=lambda k: busy[k])
     same = [k for k, v in busy.items() if k != top and v >= 0.99 * busy[top]]
-    return top + (f" (and {len(same)} more as busy)" if same else "")
+    frac = busy[top] / iteration
+    label = f"{top}, {100 * frac:.0f} % busy" + (f" (and {len(same)} more as busy)" if same
+                                                 else "")
+    if frac < 0.8:
+        label += "; not saturated: communication not overlapped with compute"
+    return label
 
 
 def parse_rate(text: str) -> float:

@@ -155,7 +155,7 @@ def test_staggered_push_order_spreads_the_first_pushes():
 
 def test_symmetric_model_close_to_the_full_one():
     """One representative worker (ps_sym) against every worker message by message: within
-    10 % on VGG-16 / ResNet-50 at 4 and 8 machines, never slower by more than 2 % (it misses
+    10 % on VGG-16 / ResNet-50 at 4 and 8 machines, never slower by more than 4 % (it misses
     the transient imbalance at a tensor's head: docs/simulator.md has the wider table)."""
     for name, n, k, gpus, part, bw in (("vgg16", 4, 2, 8, 4 << 20, "25Gbps"),
                                        ("vgg16", 8, 8, 8, 4 << 20, "25Gbps"),
@@ -164,7 +164,7 @@ def test_symmetric_model_close_to_the_full_one():
         sch = sim.Scheme(partition_bytes=part)
         full = sim.simulate(prof, cl, sch, method="full")
         sym = sim.simulate(prof, cl, sch, method="symmetric")
-        assert 0.90 <= sym.iteration_s / full.iteration_s <= 1.02, (name, n, k)
+        assert 0.90 <= sym.iteration_s / full.iteration_s <= 1.04, (name, n, k)
         assert sym.events < full.events / 3
     with pytest.raises(InvalidArgumentError):
         sim.simulate(sim.single_tensor(1 << 20), sim.Cluster(2), sim.Scheme("ps"),

@@ -176,12 +176,14 @@ class TestPartitioner:
 
     def test_tensor_partition_bound(self):
         job = 256 << 10
-        small = 60 << 10  # a partition + its frame header within one 64 KiB GSO packet
-        # A tensor that would give fewer than 16 n job-bound partitions is cut small.
-        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == small
-        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == small
+        small = 60 << 10  # a partition + its frame header within one 65160-byte GSO packet
+        # A tensor the job's bound would cut into fewer than 16 n partitions: n / (16 n)
+        # rounded down to a multiple of 60 KiB, at least one.
+        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == small  # want 64 KiB
+        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == 2 * small  # want 128 KiB
         assert T.tensor_partition_bound(4096, job, 8, 1) == small
-        assert T.tensor_partition_bound((16 * 4 * job) - 1, job, 4, 1) == small
+        assert T.tensor_partition_bound(16 * 4 * job - 1, job, 4, 1) == 4 * small
+        assert T.tensor_partition_bound(294 << 10 << 5, 4000 << 10, 2, 1) == 4 * small
         # Large tensors keep the job's bound.
         assert T.tensor_partition_bound(64 << 20, job, 4, 1) == job
         assert T.tensor_partition_bound(16 * 4 * job, job, 4, 1) == job
@@ -191,17 +193,19 @@ class TestPartitioner:
         assert T.tensor_partition_bound(4 << 20, job, 4, 2) == 56 << 10
         assert T.tensor_partition_bound(4 << 20, job, 4, 32) == 32 * 4096
 
-    def test_small_partition_credit(self):
-        job, small = 256 << 10, 60 << 10
-        # Partitions cut with the job's bound take their bytes; small ones as many credit
-        # partitions as a large one: 4 of them fill a window of 4 job-bound partitions.
-        assert T.small_partition_credit(job, job, job) == job
-        assert T.small_partition_credit(1000, job, job) == 1000
-        assert T.small_partition_credit(small, small, job) == job
-        assert 4 * T.small_partition_credit(small, small, job) <= 4 * job
-        assert 5 * T.small_partition_credit(small, small, job) > 4 * job
-        assert T.small_partition_credit(4096, small, job) == 4096 * job // small
-        assert T.small_partition_credit(small, 0, job) == small  # no bound recorded: unscaled
+    @FAST
+    @given(st.integers(1, 1 << 34), st.integers(1, 64), st.sampled_from([1, 2, 3, 4, 8]),
+           st.integers(1, 1 << 12))
+    def test_tensor_partition_bound_properties(self, nbytes, n, L, job_pages):
+        job = T.partition_bound(job_pages * 4096, L)
+        b = T.tensor_partition_bound(nbytes, job, n, L)
+        assert 0 < b <= job
+        if nbytes // (16 * n) >= job:
+            assert b == job
+        else:
+            assert b % (4096 * L) == 0 or b == job
+            # at most the pipeline's want (or one small partition, or one page unit)
+            assert b <= max(nbytes // (16 * n), 60 << 10, 4096 * L)
 
     @FAST
     @given(st.integers(0, 300), st.integers(0, 1000))

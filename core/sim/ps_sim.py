@@ -3,8 +3,9 @@
 
 What is modelled, as the core does it (docs/architecture.md §4-§7):
 
-* **partitions**: a tensor of ``b`` bytes is cut at ``TensorPartitionBound`` (at most
-  ``b / (16 n)``, at least 64 KiB, at most the job's bound, in pages of 4096 x L bytes);
+* **partitions**: a tensor of ``b`` bytes is cut at ``TensorPartitionBound`` (the job's bound,
+  or, for a tensor that the job's bound would cut into fewer than 16 n partitions, ``b / (16
+  n)`` rounded down to a multiple of 60 KiB, at least one, in whole pages of 4096 x L bytes);
 * **placement** (``byteps``): servers on the CPU machines and/or colocated on the worker
   machines as the emulated cluster places them (k = 0: one per worker machine; 0 < k < n: one
   per CPU machine and one per worker machine; k >= n: CPU machines only), shares from the
@@ -43,7 +44,7 @@ from .network import Conn, Port, PriorityConn, Sim
 
 PAGE = 4096
 PIPELINE_DEPTH = 16
-MIN_ADAPTIVE = 64 << 10
+SMALL_PARTITION = 60 << 10
 HEADER_BYTES = 48
 
 
@@ -56,7 +57,11 @@ def partition_bound(partition_bytes: int, local_size: int = 1) -> int:
 def tensor_partition_bound(nbytes: int, job_bound: int, n: int, local_size: int = 1) -> int:
     """``TensorPartitionBound`` of the core (bytes)."""
     want = nbytes // (PIPELINE_DEPTH * max(n, 1))
-    return min(partition_bound(max(want, MIN_ADAPTIVE), local_size), job_bound)
+    if want >= job_bound:
+        return job_bound
+    unit = PAGE * max(local_size, 1)
+    steps = max(want // SMALL_PARTITION, 1)
+    return min(max(unit, steps * SMALL_PARTITION // unit * unit), job_bound)
 
 
 def server_shares(n: int, colocated: Sequence[bool]) -> List[float]:

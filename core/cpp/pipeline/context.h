@@ -57,7 +57,6 @@ struct PartTask {
   std::unique_ptr<compress::Compressor> codec;
   std::vector<char> encoded;
   size_t encoded_len = 0;
-  size_t push_credit = 0;  // what its push took from the PUSH queue's credit (QueueBytes)
   uint64_t push_aux = 0;  // the push's aux: the bits of the learning rate it was encoded with
   std::vector<char> received;
   // The stage times of the operation being traced (TensorContext::traced; docs/timeline.md).
@@ -84,7 +83,6 @@ struct TensorContext {
   // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of
   // earlier cuts (kept: the PS client may still name them).
   size_t job_bound = 0;
-  size_t part_bound = 0;  // this tensor's partition bound (TensorPartitionBound), bytes
   uint32_t key_gen = 0;
   uint32_t tune_epoch = 0;
   std::vector<std::unique_ptr<PartTask>> retired;

@@ -181,10 +181,6 @@ class WorkerCore : public PullSink {
   // Bytes a partition's push puts on the wire (its encoding for a compressed tensor): what it
   // holds of the PUSH queue's credit.
   static size_t PushBytes(const PartTask* t);
-  // What a partition entering stage `s`'s queue takes from its credit: for PUSH, PushBytes
-  // scaled for small partitions against the job's bound in use (SmallPartitionCredit,
-  // scheduling/partitioner.h), kept in t->push_credit for its return; else its length.
-  size_t QueueBytes(PartTask* t, Stage s);
   void SendSignal(LocalSignalType type, PartTask* t, int to);  // to < 0: every other local rank
   void ListenLoop();
   void OnLocalSignal(const LocalSignal& s);

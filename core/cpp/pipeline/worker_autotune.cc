@@ -252,9 +252,9 @@ Status WorkerCore::Repartition(TensorContext* ctx) {
     return Status::OK();
   const size_t job_bound = tune_->bound.load();
   std::vector<Partition> parts;
-  const size_t bound =
-      TensorPartitionBound(ctx->nbytes, job_bound, cfg_.num_worker, cfg_.local_size);
-  BPS_RETURN_IF_ERROR(PartitionTensor(ctx->nbytes, bound, DTypeSize(ctx->dtype), &parts));
+  BPS_RETURN_IF_ERROR(PartitionTensor(
+      ctx->nbytes, TensorPartitionBound(ctx->nbytes, job_bound, cfg_.num_worker, cfg_.local_size),
+      DTypeSize(ctx->dtype), &parts));
   bool same = parts.size() == ctx->parts.size();
   for (size_t i = 0; same && i < parts.size(); ++i)
     same = parts[i].length == ctx->parts[i]->part.length;
@@ -263,7 +263,6 @@ Status WorkerCore::Repartition(TensorContext* ctx) {
   ctx->parts.clear();
   ctx->key_gen++;
   ctx->job_bound = job_bound;
-  ctx->part_bound = bound;
   MakeTasks(ctx, parts);
   std::vector<uint64_t> keys;
   for (auto& t : ctx->parts) keys.push_back(t->key);

@@ -7,9 +7,7 @@
 #include <cstring>
 
 #include "common/logging.h"
-#include "pipeline/autotune.h"
 #include "pipeline/worker.h"
-#include "scheduling/partitioner.h"
 
 namespace byteps {
 
@@ -51,13 +49,6 @@ Status WorkerCore::SetUpCompression(TensorContext* ctx) {
 
 size_t WorkerCore::PushBytes(const PartTask* t) {
   return t->ctx->compressed ? t->encoded_len : t->part.length;
-}
-
-size_t WorkerCore::QueueBytes(PartTask* t, Stage s) {
-  if (s != Stage::kPush) return t->part.length;
-  const size_t job_bound = tune_ ? tune_->bound.load() : cfg_.partition_bound;
-  t->push_credit = SmallPartitionCredit(PushBytes(t), t->ctx->part_bound, job_bound);
-  return t->push_credit;
 }
 
 void WorkerCore::RunCompress(PartTask* t) {

@@ -108,7 +108,7 @@ void WorkerCore::BuildStagePlan() {
   auto release = [this](PartTask* t) {
     if (t->ctx->traced) t->trace.ready[static_cast<int>(t->stages.current())] = TraceNowNs();
     queues_[static_cast<int>(t->stages.current())]->Push(
-        QueueItem{t->ctx->priority, t->key, QueueBytes(t, t->stages.current()), t});
+        QueueItem{t->ctx->priority, t->key, t->part.length, t});
   };
   auto mismatch = [this](PartTask* t, uint64_t, int from) {
     TensorContext* ctx = t->ctx;

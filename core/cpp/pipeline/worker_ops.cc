@@ -80,7 +80,6 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
       cfg_.distributed
           ? TensorPartitionBound(a.nbytes, ctx->job_bound, cfg_.num_worker, cfg_.local_size)
           : ctx->job_bound;
-  ctx->part_bound = bound;
   BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   ctx->dtype = a.dtype;
   ctx->shape = a.shape;
@@ -235,7 +234,9 @@ void WorkerCore::Dispatch(PartTask* t) {
                          StaggeredPushPosition(t->part.index, t->ctx->parts.size(),
                                                cfg_.worker_id))
           : t->key;
-  queues_[s]->Push(QueueItem{t->ctx->priority, order, QueueBytes(t, t->stages.current()), t});
+  queues_[s]->Push(QueueItem{t->ctx->priority, order,
+                             t->stages.current() == Stage::kPush ? PushBytes(t) : t->part.length,
+                             t});
 }
 
 void WorkerCore::Proceed(PartTask* t) {
@@ -298,7 +299,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
       ps_->CancelPulls(pulls, cfg_.timeout_s, &unacked);
       for (PendingPull* p : unacked)
         queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(
-            static_cast<PartTask*>(p->arg)->push_credit);
+            PushBytes(static_cast<PartTask*>(p->arg)));
     }
     DrainDeviceCopies(ctx);
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();

@@ -86,7 +86,7 @@ void WorkerCore::RunPush(PartTask* t) {
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
   if (st.ok()) return;  // its credit comes back with the server's acknowledgement
   if (ps_->ClaimPushAck(&t->pull))
-    queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(t->push_credit);
+    queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(PushBytes(t));
   if (!stopping_) Fatal(st);
 }
 
@@ -108,7 +108,7 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
   // The returned credit lets the next partitions leave: send them from this thread instead of
   // waking the PUSH stage thread for each (two thread hand-offs per partition become one).
   QueueItem item;
-  if (!q->ReturnCreditAndTryPop(t->push_credit, &item)) return;
+  if (!q->ReturnCreditAndTryPop(PushBytes(t), &item)) return;
   do RunStageItem(Stage::kPush, item);
   while (q->TryPop(&item));
 }

@@ -37,10 +37,6 @@ void BindTesting(py::module_& root) {
         py::arg("num_worker"), py::arg("local_size"),
         "Partition bound (bytes) of one tensor of nbytes in a distributed job "
         "(TensorPartitionBound, scheduling/partitioner.h).");
-  m.def("small_partition_credit", &SmallPartitionCredit, py::arg("bytes"),
-        py::arg("tensor_bound"), py::arg("job_bound"),
-        "Credit (bytes) a push of `bytes` takes from the PUSH window for a tensor cut with "
-        "tensor_bound under the job's bound (SmallPartitionCredit, scheduling/partitioner.h).");
   m.def(
       "staggered_push_order",
       [](uint32_t partitions, int worker) {

@@ -35,8 +35,9 @@ size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int
   const size_t want = nbytes / (kPipelineDepth * static_cast<size_t>(std::max(num_worker, 1)));
   if (want >= job_bound) return job_bound;
   const size_t unit = kPageBytes * static_cast<size_t>(std::max(local_size, 1));
-  const size_t small = std::max(unit, kSmallPartitionBytes / unit * unit);
-  return std::min(small, job_bound);
+  const size_t steps = std::max<size_t>(want / kSmallPartitionBytes, 1);
+  const size_t bound = std::max(unit, steps * kSmallPartitionBytes / unit * unit);
+  return std::min(bound, job_bound);
 }
 
 void ShardRange(size_t count, int parts, int i, size_t* begin, size_t* end) {

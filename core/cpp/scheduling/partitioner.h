@@ -27,27 +27,20 @@ size_t PartitionBound(int64_t partition_bytes, int local_size);
 // too small to fill the pipeline with it. The last partition a server sums goes back to all
 // num_worker machines after everything else, and the first comes back only once all of them
 // sent theirs, so push_pull of n bytes takes about t_opt * (1 + num_worker * bound / n). A
-// tensor with n < kPipelineDepth * num_worker * job bound is therefore cut into small
-// partitions of kSmallPartitionBytes (rounded down to whole local_size pages): small enough that
-// a partition and its frame header travel as one 64 KiB TCP segmentation (GSO/TSO) packet. A
-// partition just over 64 KiB leaves a tail segment of a few hundred bytes, and with BBR and
-// the few partitions in flight a small tensor has, that cost 2-3 x t_opt on the emulated
-// cluster (4 MiB, n = 4, k = 4: 60 KiB partitions 1.00-1.04 x t_opt, 64 KiB 2.5-3.2 x, 68 KiB
-// 2.9 x, 128 KiB 1.9 x; docs/performance-notes.md). Their credit is scaled to match
-// (SmallPartitionCredit). Every worker and the scheduler compute the same bound from the
-// same arguments.
+// tensor with want = n / (kPipelineDepth * num_worker) below the job's bound is cut at want
+// rounded down to a multiple of kSmallPartitionBytes (at least one; then down to whole
+// local_size pages; never above the job's bound). The multiple of 60 KiB: a TCP sender cuts a
+// frame into GSO/TSO packets of at most 45 segments of 1448 bytes (65160 bytes), and a frame
+// just over a multiple of that leaves a tail packet of a few hundred bytes, which with BBR and
+// the few partitions in flight a small tensor has cost up to 3 x t_opt on the emulated cluster
+// (16 MiB at n = 4, k = 4, credit 4: partitions of 60 KiB 1.02 x t_opt, 64 KiB 3.0 x, 120 KiB
+// 1.04 x, 128 KiB 1.33 x, 256 KiB 1.17 x; docs/performance-notes.md). k x 60 KiB plus the
+// header leaves a remainder of 5 KiB or more for k <= 16. Every worker and the scheduler
+// compute the same bound from the same arguments.
 constexpr size_t kPipelineDepth = 16;
 constexpr size_t kSmallPartitionBytes = 60 << 10;
 size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size);
 
-// The credit a partition of `bytes` takes from the PUSH queue's window (credit partitions of
-// job_bound bytes): bytes * job_bound / tensor_bound, so that a tensor cut into small partitions
-// has as many of them in flight as a large one has of its own (4 MiB at n = 4, k = 4: a window
-// of 4 x 60 KiB took 1.00-1.04 x t_opt, 16 x 60 KiB 1.08 x).
-inline size_t SmallPartitionCredit(size_t bytes, size_t tensor_bound, size_t job_bound) {
-  if (tensor_bound == 0 || tensor_bound >= job_bound) return bytes;
-  return static_cast<size_t>(uint64_t{bytes} * job_bound / tensor_bound);  // both < 2^32
-}
 
 // Splits nbytes into ceil(nbytes / bound) partitions (none for nbytes == 0). Fails if the
 // tensor needs more than 2^16 partitions or bound is not a multiple of elem_size.

@@ -18,6 +18,8 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   if (ctx->compressed) m.compression = ctx->compression;
   m.partition_bound = ctx->job_bound;  // as cut here (BYTEPS_AUTOTUNE may change it)
   m.generation = ctx->key_gen;
+  m.sync = static_cast<uint8_t>(ctx->sync);
+  m.tree_width = ctx->sync == SyncScheme::kTree ? static_cast<uint32_t>(cfg_.tree_width) : 0;
   ps_->Declare(ctx->declared_key, m, [this, ctx](const DeclareAnswer& a) { OnDeclareAnswer(ctx, a); });
 }
 
@@ -48,7 +50,7 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
                             "' has " + std::to_string(ctx->parts.size()) +
                             " partitions here but the plan has " + std::to_string(servers.size()));
     for (int64_t s : servers)
-      if (st.ok() && (s < 0 || s >= ps_->num_servers()))
+      if (st.ok() && !ctx->all_reduce && (s < 0 || s >= ps_->num_servers()))
         st = Status::Internal("plan names server " + std::to_string(s) + " which does not exist");
   }
   if (!st.ok()) return FailOpOnMachine(ctx, st);

@@ -45,6 +45,14 @@ enum class MsgType : uint16_t {
   // bits of a double, for the server's error feedback) and an encoded payload of at most the
   // compressor's MaxEncodedBytes; so does its PULL_RESPONSE (no aux).
   kKeyConfig = 29,
+  // worker <-> worker, the all-reduce schemes (ring, tree; docs/schemes.md) over the worker
+  // mesh (ps/peer_mesh.h). PEER_HELLO: the connecting local root says its worker id (sender),
+  // no payload. COLLECTIVE: one step of a partition's program (ps/sync_scheme.h): key, round,
+  // aux = the step's tag, payload = the bytes. PEER_GOODBYE: the sender has shut down; what it
+  // has not sent by now it never will.
+  kPeerHello = 30,
+  kCollective = 31,
+  kPeerGoodbye = 32,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the

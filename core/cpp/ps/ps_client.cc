@@ -27,6 +27,13 @@ Status PsClient::Connect(RegisterMsg reg, double timeout_s) {
       [this](const Status& st) { fatal_(st, false); });
   BPS_RETURN_IF_ERROR(control_->Connect(van_.get(), cfg_.root_uri, cfg_.root_port, timeout_s));
   if (reg.host.empty()) reg.host = control_->LocalAddress();
+  if (cfg_.collective) {
+    mesh_ = std::make_unique<PeerMesh>(cfg_.worker_id, cfg_.num_worker, cfg_.mesh_peers,
+                                       cfg_.collective, failed_, stopping_);
+    int port = 0;
+    BPS_RETURN_IF_ERROR(mesh_->Listen(van_.get(), reg.host, &port));
+    reg.port = static_cast<uint32_t>(port);
+  }
   AddressBook book;
   BPS_RETURN_IF_ERROR(control_->Register(reg, timeout_s, &book));
   for (auto& s : book.servers) {
@@ -39,6 +46,7 @@ Status PsClient::Connect(RegisterMsg reg, double timeout_s) {
     conn->SendControl(MsgType::kHello, "", 0, static_cast<uint32_t>(cfg_.worker_id));
     servers_.push_back(std::move(conn));
   }
+  if (mesh_) BPS_RETURN_IF_ERROR(mesh_->Connect(book.workers, timeout_s));
   control_->StartHeartbeats(cfg_.heartbeat_interval_s, cfg_.heartbeat_timeout_s);
   return Status::OK();
 }
@@ -178,6 +186,7 @@ void PsClient::ReportFailure(const std::string& text) {
 }
 
 void PsClient::Goodbye() {
+  if (mesh_) mesh_->Goodbye();
   for (auto& c : servers_) {
     c->SendControl(MsgType::kGoodbye, "");
     c->Flush(2.0);
@@ -189,6 +198,7 @@ Status PsClient::Finalize(double timeout_s) {
 }
 
 void PsClient::Close() {
+  if (mesh_) mesh_->Close();
   for (auto& c : servers_) c->Join();
   if (control_) control_->Close();
   std::thread blame;

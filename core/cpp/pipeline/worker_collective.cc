@@ -188,9 +188,10 @@ void WorkerCore::CollAdvance(PartTask* t) {
           if (peer_left_[op.peer])
             fail = Status::PeerLost("rank " + std::to_string(cfg_.rank) + ": " +
                                     MachineText(op.peer) +
-                                    " has shut down (called shutdown() or exited) without "
-                                    "submitting '" + ctx->name +
-                                    "'; every rank must make the same push_pull calls");
+                                    " has shut down (called shutdown() or exited) before "
+                                    "push_pull of '" + ctx->name +
+                                    "' could complete; every rank must make the same "
+                                    "push_pull calls");
           break;  // the message's arrival moves the walk on
         }
         if (op.kind == CollOp::kRecvSum) {
@@ -224,7 +225,7 @@ void WorkerCore::CollSentThunk(void* arg, const Status& st) {
     if (self->peer_left_[peer])
       self->FailOpOnMachine(t->ctx, Status::PeerLost(
                                         "rank " + std::to_string(self->cfg_.rank) + ": " +
-                                        self->MachineText(peer) + " has shut down during '" +
+                                        self->MachineText(peer) + " has shut down during push_pull of '" +
                                         t->ctx->name + "': " + st.message()));
     else if (!self->stopping_)
       self->Fatal(st);

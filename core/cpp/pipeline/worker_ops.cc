@@ -107,6 +107,11 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   h = Fnv1a(h, a.shape.data(), a.shape.size() * sizeof(int64_t));
   // Local processes that disagree on compressing it would disagree on averaging it.
   if (ctx->compressed) h = Fnv1a(h, ctx->compression.data(), ctx->compression.size());
+  // ... and on its scheme, on where its sum comes from.
+  if (ctx->sync != SyncScheme::kPs) {
+    const uint8_t sync = static_cast<uint8_t>(ctx->sync);
+    h = Fnv1a(h, &sync, 1);
+  }
   ctx->sig = h | 1;  // never 0 (0 means "no signature")
   MakeTasks(ctx, parts);
   if (ctx->all_reduce && cfg_.is_root()) SetUpCollective(ctx);

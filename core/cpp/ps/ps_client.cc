@@ -186,7 +186,8 @@ void PsClient::ReportFailure(const std::string& text) {
 }
 
 void PsClient::Goodbye() {
-  if (mesh_) mesh_->Goodbye();
+  // A failed worker's peers learn why from the scheduler; a goodbye would say "shut down".
+  if (mesh_ && !failed_()) mesh_->Goodbye();
   for (auto& c : servers_) {
     c->SendControl(MsgType::kGoodbye, "");
     c->Flush(2.0);

@@ -1,0 +1,242 @@
+"""The synchronization schemes (docs/schemes.md): ring and tree all-reduce over the worker mesh,
+next to the summation service.
+
+* The all-reduce programs (``byteps._core.testing.coll_program``), run here message by message
+  for n = 2..8 worker machines and every tree width, sum exactly on every machine; the peers
+  they name are symmetric; the default width.
+* Configuration errors surface at ``init()`` (``BYTEPS_TREE_WIDTH`` that does not divide the
+  machine count, ``BYTEPS_SYNC=auto`` without a cost model).
+* Jobs under ``bpslaunch``: every dtype and shape (``bps_worker.py correctness``) under ring
+  and tree; several schemes in one job with per-tensor declarations, a scheme that differs
+  between machines (``MismatchError`` on every rank); a worker killed in a ring fails the
+  others with ``PeerLostError`` within the bound. The full matrix is marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from jobs import (
+    CONFIGS,
+    PY,
+    LiveJob,
+    assert_ok,
+    clean_job_env,
+    kill_and_check,
+    run_job,
+    world_size,
+)
+
+core = pytest.importorskip("byteps._core", reason="the byteps core is not built")
+T = core.testing
+SCHEME_WORKER = str(__import__("pathlib").Path(__file__).resolve().parent / "workers" /
+                    "scheme_worker.py")
+
+
+# ------------------------------------------------------------------------------ programs --
+
+
+def run_programs(scheme: str, n: int, width: int, count: int, elem: int = 4):
+    """Every machine's program for one partition of `count` int32 elements, run message by
+    message (sends delivered in order, a receive waits for its message); returns the outputs."""
+    rng = np.random.default_rng(n * 100 + width * 10 + count)
+    ins = [rng.integers(-1000, 1000, count).astype(np.int32) for _ in range(n)]
+    outs = [np.zeros(count, np.int32) for _ in range(n)]
+    progs = [T.coll_program(scheme, n, width, me, count * elem, elem) for me in range(n)]
+    pc, msgs = [0] * n, {}
+    moved = True
+    while moved:
+        moved = False
+        for me in range(n):
+            ops = progs[me]["ops"]
+            while pc[me] < len(ops):
+                kind, peer, tag, off, length, _, from_input = ops[pc[me]]
+                lo, hi = off // elem, (off + length) // elem
+                if kind == "send":
+                    assert (me, peer, tag) not in msgs, "two sends with one tag"
+                    msgs[(me, peer, tag)] = (ins[me] if from_input else outs[me])[lo:hi].copy()
+                else:
+                    if (peer, me, tag) not in msgs:
+                        break
+                    data = msgs.pop((peer, me, tag))
+                    assert len(data) == hi - lo, "a message of another length than expected"
+                    if kind == "recv_sum":
+                        outs[me][lo:hi] = (ins[me] if from_input else outs[me])[lo:hi] + data
+                    else:
+                        outs[me][lo:hi] = data
+                pc[me] += 1
+                moved = True
+    assert pc == [len(p["ops"]) for p in progs], f"{scheme} n={n} w={width}: deadlock at {pc}"
+    assert not msgs, f"messages never received: {sorted(msgs)}"
+    return ins, outs, progs
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_programs_sum_exactly(n):
+    """Ring and every tree width that divides n: every machine ends with the exact sum, for
+    partitions of 0, 1, a few and many elements (chunks of unequal and zero length)."""
+    widths = [w for w in range(1, n + 1) if n % w == 0]
+    for count in (0, 1, 5, 333, 4096):
+        for scheme, width in [("ring", n)] + [("tree", w) for w in widths]:
+            ins, outs, progs = run_programs(scheme, n, width, count)
+            want = np.sum(ins, axis=0, dtype=np.int32)
+            for me in range(n):
+                assert np.array_equal(outs[me], want), (scheme, n, width, count, me)
+
+
+def test_program_message_counts():
+    """The counts docs/schemes.md gives: the ring sends 2(n-1) messages of S/n per machine;
+    a tree of width 1 sends one message up and one down per edge of the binary tree."""
+    n, S = 4, 4096 * 4
+    for me in range(n):
+        ops = T.coll_program("ring", n, n, me, S, 4)["ops"]
+        sends = [op for op in ops if op[0] == "send"]
+        assert len(sends) == 2 * (n - 1) and all(op[4] == S // n for op in sends)
+    sends = sum(op[0] == "send" for me in range(n)
+                for op in T.coll_program("tree", n, 1, me, S, 4)["ops"])
+    assert sends == 2 * (n - 1)  # n - 1 edges, one message each way
+
+
+def test_tree_width_default_and_peers():
+    """BYTEPS_TREE_WIDTH=0: the largest divisor of n not above ceil(sqrt(n)); a width that does
+    not divide n is a ConfigError naming the divisors; the mesh peers are symmetric."""
+    assert [T.resolve_tree_width(n, 0) for n in (1, 2, 3, 4, 6, 8, 9, 16)] == \
+        [1, 2, 1, 2, 3, 2, 3, 4]
+    assert T.resolve_tree_width(8, 4) == 4
+    from byteps.errors import ConfigError
+    with pytest.raises(ConfigError, match="must divide DMLC_NUM_WORKER=6.*1, 2, 3, 6"):
+        T.resolve_tree_width(6, 4)
+    for n in range(1, 10):
+        for w in [d for d in range(1, n + 1) if n % d == 0]:
+            peers = {me: set(T.collective_peers(n, w, me)) for me in range(n)}
+            for me in range(n):
+                assert me not in peers[me]
+                for p in peers[me]:
+                    assert me in peers[p], (n, w, me, p)
+
+
+def _init_error(env: dict) -> str:
+    """init() of a worker with `env` in a fresh process: the error's class and message."""
+    code = ("import byteps.basics as b\n"
+            "try:\n    b.init()\nexcept Exception as e:\n"
+            "    print(type(e).__name__, e)\nelse:\n    print('NO ERROR')\n")
+    base = {"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "4", "DMLC_WORKER_ID": "0",
+            "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9",
+            "BYTEPS_ALLOW_UNAUTHENTICATED": "1", "BYTEPS_TIMEOUT": "2"}
+    res = subprocess.run([PY, "-c", code], env=clean_job_env({**base, **env}),
+                         capture_output=True, text=True, timeout=60)
+    return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr
+
+
+def test_config_errors_at_init():
+    out = _init_error({"BYTEPS_SYNC": "tree", "BYTEPS_TREE_WIDTH": "3"})
+    assert out.startswith("ConfigError") and "BYTEPS_TREE_WIDTH=3" in out, out
+    out = _init_error({"BYTEPS_SYNC": "ring", "BYTEPS_AUTOTUNE": "1"})
+    assert out.startswith("ConfigError") and "BYTEPS_AUTOTUNE" in out, out
+    out = _init_error({"BYTEPS_SYNC": "gossip"})
+    assert out.startswith("ConfigError") and "BYTEPS_SYNC" in out, out
+
+
+def test_auto_needs_the_cost_model():
+    """BYTEPS_SYNC=auto asks byteps.cost_model.choose(nbytes) per tensor; a missing cost model
+    or an answer that is not a scheme is a ConfigError, never a guess."""
+    from byteps import schemes
+    from byteps.errors import ConfigError, InvalidArgumentError
+    with pytest.raises(ConfigError, match="cost model"):
+        schemes.auto_chooser("byteps.no_such_cost_model")
+    assert schemes.auto_choice(lambda nbytes: "ring" if nbytes > 10 else "ps", "x", 11) == "ring"
+    with pytest.raises(ConfigError, match="'gossip'"):
+        schemes.auto_choice(lambda nbytes: "gossip", "x", 1)
+    with pytest.raises(InvalidArgumentError):
+        schemes.check_scheme("star", "declare")
+
+
+# ----------------------------------------------------------------------------------- jobs --
+
+#: (id, launcher config, BYTEPS_SYNC, BYTEPS_TREE_WIDTH) of the default run
+DEFAULT_JOBS = [
+    ("ring-3w1s", ["--workers", "3", "--servers", "1"], "ring", 0),
+    ("tree1-2w1s_local2", CONFIGS["2w1s_local2"], "tree", 1),
+]
+#: the full matrix (slow)
+SLOW_JOBS = [
+    (f"{sync}{width or ''}-{name}", cfg, sync, width)
+    for name, cfg in [("2w1s", CONFIGS["2w1s"]), ("3w2s", CONFIGS["3w2s"]),
+                      ("2w1s_local2", CONFIGS["2w1s_local2"]),
+                      ("4w1s", ["--workers", "4", "--servers", "1"])]
+    for sync, width in [("ring", 0), ("tree", 1), ("tree", 2)]
+    if not (width == 2 and cfg[1] == "3")
+]
+
+
+def _env(sync, width, timeout=60):
+    return [f"BYTEPS_SYNC={sync}", f"BYTEPS_TREE_WIDTH={width}", f"BYTEPS_TIMEOUT={timeout}"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name,cfg,sync,width", DEFAULT_JOBS, ids=[j[0] for j in DEFAULT_JOBS])
+def test_all_dtypes_and_shapes(name, cfg, sync, width):
+    """Sum and average of every dtype and shape, in place and out of place, a 64 MiB tensor."""
+    rc, out, _ = run_job(cfg, "correctness", env=_env(sync, width), timeout=280)
+    assert_ok(rc, out, world_size(cfg), min_cases=178)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name,cfg,sync,width", SLOW_JOBS, ids=[j[0] for j in SLOW_JOBS])
+def test_matrix(name, cfg, sync, width):
+    """The full matrix: correctness, many partitions over versioned rounds, workers of
+    different speeds, gradients ready in different orders (credit)."""
+    for mode, args, env in MATRIX_MODES:
+        rc, out, _ = run_job(cfg, mode, *args, env=_env(sync, width) + env, timeout=280)
+        assert_ok(rc, out, world_size(cfg))
+
+
+#: (bps_worker mode, its arguments, extra environment) of the slow matrix
+MATRIX_MODES = [
+    ("correctness", [], []),
+    ("partitions", [], ["BYTEPS_PARTITION_BYTES=65536"]),
+    ("fastslow", ["100", "1"], ["BYTEPS_PARTITION_BYTES=4096"]),
+    ("crossorder", [], ["BYTEPS_PARTITION_BYTES=65536", "BYTEPS_SCHEDULING_CREDIT=1"]),
+    ("inflight", [], ["BYTEPS_PARTITION_BYTES=65536"]),
+]
+
+
+@pytest.mark.timeout(200)
+def test_credit_with_gradients_ready_in_different_orders():
+    """Credit of one partition, ranks produce the tensors in opposite orders: no deadlock (a
+    partition's credit comes back when its first sends are written, never held while it waits
+    for a peer)."""
+    cfg = ["--workers", "3", "--servers", "1"]
+    rc, out, _ = run_job(cfg, "crossorder", timeout=150,
+                         env=_env("ring", 0, timeout=30) + ["BYTEPS_PARTITION_BYTES=65536",
+                                                             "BYTEPS_SCHEDULING_CREDIT=1"])
+    assert_ok(rc, out, world_size(cfg), min_cases=24)
+
+
+@pytest.mark.timeout(120)
+def test_mixed_schemes_and_mismatch():
+    """ps, ring and tree tensors in one job (declare(sync=...)); a scheme differing between
+    machines is a MismatchError on every rank; the job goes on."""
+    cfg = CONFIGS["2w1s_local2"]
+    rc, out, _ = run_job(cfg, "mixed", env=_env("ring", 0), timeout=110, script=SCHEME_WORKER)
+    assert_ok(rc, out, world_size(cfg), min_cases=30)
+    assert out.count("MISMATCH-CAUGHT") == world_size(cfg), out[-4000:]
+
+
+@pytest.mark.timeout(200)
+def test_kill_worker_in_ring_fails_the_others():
+    """kill -9 of worker 1 of a 3-machine ring: workers 0 and 2 (its neighbours, and through
+    the scheduler everyone) get PeerLostError naming the operation within 30 s; nothing is
+    left."""
+    cfg = ["--workers", "3", "--servers", "1"]
+    with LiveJob(cfg, "loop", env=_env("ring", 0, timeout=100), grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=3)
+        kill_and_check(job, job.find("worker", 1), survivors=[0, 2])
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))

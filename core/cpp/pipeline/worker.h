@@ -69,6 +69,7 @@ struct WorkerConfig {
   SyncScheme sync = SyncScheme::kPs;
   bool sync_auto = false;
   int tree_width = 1;
+  int hips_group = 1;  // BYTEPS_HIPS_GROUP resolved (HipsGroupSize)
   bool mesh = false;
   double stall_warning_s = 60;  // 0: no stall warning
   std::string job, root_uri, node_host, interface;

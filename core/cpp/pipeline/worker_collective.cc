@@ -58,10 +58,22 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
   }
   ctx->all_reduce = cfg_.distributed && IsCollective(ctx->sync);
   if (!cfg_.distributed) return Status::OK();
-  if (ctx->sync == SyncScheme::kHips)
-    return Status::Config("tensor '" + ctx->name +
-                          "': sync=hips (hierarchical summation servers) is not available in "
-                          "this build; use ps, ring or tree");
+  if (ctx->sync == SyncScheme::kHips) {
+    if (ctx->compressed)
+      return Status::InvalidArgument("tensor '" + ctx->name +
+                                     "' is declared with compression and sync=hips: "
+                                     "compression needs sync=ps");
+    const int need = HipsServersNeeded(cfg_.num_worker, cfg_.hips_group);
+    if (cfg_.num_server < need)
+      return Status::Config("tensor '" + ctx->name + "': sync=hips with " +
+                            std::to_string(cfg_.num_worker) + " worker machines in groups of " +
+                            std::to_string(cfg_.hips_group) + " (BYTEPS_HIPS_GROUP) needs " +
+                            std::to_string(need) + " servers (one per group, one on top); "
+                            "DMLC_NUM_SERVER=" + std::to_string(cfg_.num_server));
+    if (tune_)
+      return Status::Config("tensor '" + ctx->name +
+                            "': BYTEPS_AUTOTUNE works with sync=ps only");
+  }
   if (!ctx->all_reduce) return Status::OK();
   if (ctx->compressed)
     return Status::InvalidArgument(

@@ -54,6 +54,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
                                   &cfg->tree_width);
   if (!width.ok() && tree_possible) return width;
   if (!width.ok()) ResolveTreeWidth(cfg->num_worker, 0, &cfg->tree_width);
+  cfg->hips_group = HipsGroupSize(cfg->num_worker, static_cast<int>(k.Int("BYTEPS_HIPS_GROUP")));
   const bool all_reduce_only = !cfg->sync_auto && IsCollective(cfg->sync);
   cfg->mesh = cfg->distributed && (cfg->sync_auto || IsCollective(cfg->sync));
   if (cfg->distributed && cfg->num_server < 1 && !all_reduce_only)

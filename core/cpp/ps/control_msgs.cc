@@ -78,7 +78,7 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
 std::string Encode(const DeclareMsg& m) {
   WireWriter w;
   w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
-  w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.tree_width);
+  w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.sync_param);
   return w.Take();
 }
 
@@ -109,7 +109,7 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->partition_bound = r.U64();
   m->generation = r.U32();
   m->sync = r.U8();
-  m->tree_width = r.U32();
+  m->sync_param = r.U32();
   if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4) return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }

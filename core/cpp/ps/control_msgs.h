@@ -64,10 +64,11 @@ struct DeclareMsg {
   // cut anew under new keys (docs/autotune.md). Both must agree across workers.
   uint64_t partition_bound = 0;
   uint32_t generation = 0;
-  // The tensor's synchronization scheme (SyncScheme, ps/sync_scheme.h) and, for a tree, its
-  // width: both must agree across workers (docs/schemes.md).
+  // The tensor's synchronization scheme (SyncScheme, ps/sync_scheme.h) and its parameter (a
+  // tree: its width; hips: worker machines per group; 0 otherwise): both must agree across
+  // workers (docs/schemes.md).
   uint8_t sync = 0;
-  uint32_t tree_width = 0;
+  uint32_t sync_param = 0;
 };
 
 // KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.

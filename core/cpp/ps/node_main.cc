@@ -7,6 +7,7 @@
 #include "ps/process_setup.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
+#include "ps/sync_scheme.h"
 
 namespace byteps {
 
@@ -57,6 +58,10 @@ Status RunNodeFromEnvironment() {
   o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
   BPS_RETURN_IF_ERROR(VanSpec::FromKnobs(k, &o.van));
+  // HiPS (docs/schemes.md): the servers' levels follow from the group size (a tensor may be
+  // declared with sync=hips whatever BYTEPS_SYNC says; with too few servers for the levels,
+  // HiPS tensors are refused).
+  o.hips_group = HipsGroupSize(o.num_worker, static_cast<int>(k.Int("BYTEPS_HIPS_GROUP")));
   SummationServer server(o);
   return server.Run();
 }

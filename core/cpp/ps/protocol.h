@@ -58,6 +58,13 @@ enum class MsgType : uint16_t {
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
 // push, so no separate pull request queues behind later pushes on the same connection).
 constexpr uint8_t kPushFlagPull = 1;
+// HiPS (docs/schemes.md): a worker's push to its group's first-level server, whose aux names the
+// top-level server of the partition; and a first-level server's push of its group's sum to
+// that top-level server (sender: the group).
+constexpr uint8_t kPushFlagHips = 2;
+constexpr uint8_t kPushFlagHipsUp = 4;
+// HELLO's aux from a first-level HiPS server (sender: its group) to a top-level one.
+constexpr uint64_t kHelloFromServer = 1;
 
 // FrameHeader::aux of a DECLARE_REPLY.
 enum class DeclareReply : uint64_t {

@@ -130,10 +130,11 @@ class PsClient : public PsConnectionHandler {
   // before the bytes leave. on_sent(arg, status) once written (the sending thread).
   // A compressed key's push (docs/compression.md) sets `aux` (the bits of the worker's learning
   // rate) and `pull_up_to`: its sum comes back as an encoding of at most that many bytes
-  // (PendingPull::received says how many); 0 = exactly `len`.
+  // (PendingPull::received says how many); 0 = exactly `len`. `flags`: more push flags
+  // (kPushFlagHips: a HiPS push, aux = the top-level server).
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg, uint64_t aux = 0,
-            size_t pull_up_to = 0);
+            size_t pull_up_to = 0, uint8_t flags = 0);
   // KEY_CONFIG of a compressed key to its server: before the key's first push, on the same
   // connection (so it arrives first).
   void ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m);

@@ -281,19 +281,21 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                std::to_string(m.generation) +
                ") (BYTEPS_AUTOTUNE switches every worker at the same round only when all of "
                "them make the same push_pull calls in the same order)";
-  if (pd.error.empty() && (m.sync != f.sync || m.tree_width != f.tree_width)) {
+  if (pd.error.empty() && (m.sync != f.sync || m.sync_param != f.sync_param)) {
     auto scheme = [](const DeclareMsg& d) {
       std::string s = SyncSchemeName(static_cast<SyncScheme>(d.sync));
       if (static_cast<SyncScheme>(d.sync) == SyncScheme::kTree)
-        s += " of width " + std::to_string(d.tree_width);
+        s += " of width " + std::to_string(d.sync_param);
+      if (static_cast<SyncScheme>(d.sync) == SyncScheme::kHips)
+        s += " in groups of " + std::to_string(d.sync_param);
       return s;
     };
     pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +
                ") is synchronized differently across workers: worker " +
                std::to_string(pd.first_worker) + " uses " + scheme(f) + ", worker " +
                std::to_string(node->rank) + " " + scheme(m) +
-               " (BYTEPS_SYNC, BYTEPS_TREE_WIDTH and a declaration's sync must agree on every "
-               "worker)";
+               " (BYTEPS_SYNC, BYTEPS_TREE_WIDTH, BYTEPS_HIPS_GROUP and a declaration's sync must "
+               "agree on every worker)";
   }
   if (pd.error.empty() && (m.name != f.name || m.dtype != f.dtype || m.shape != f.shape ||
                            m.nbytes != f.nbytes || m.compression != f.compression)) {
@@ -365,6 +367,28 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
     } else if (IsCollective(static_cast<SyncScheme>(pd->first.sync))) {
       // An all-reduce among the workers: no server (docs/schemes.md).
       payload = EncodeDeclareOk(std::vector<int64_t>(parts.size(), -1));
+    } else if (static_cast<SyncScheme>(pd->first.sync) == SyncScheme::kHips) {
+      // HiPS: the partitions go to the top-level servers (ranks from the first level's count
+      // on), evenly; a worker pushes to its group's first-level server, which forwards.
+      const int g = static_cast<int>(std::max<uint32_t>(pd->first.sync_param, 1));
+      const int first = HipsGroups(opts_.num_worker, g);
+      if (opts_.num_server < first + 1) {
+        error = true;
+        payload = EncodeText("tensor '" + pd->first.name + "' is declared with sync=hips: " +
+                             std::to_string(opts_.num_worker) + " worker machines in groups of " +
+                             std::to_string(g) + " need " + std::to_string(first + 1) +
+                             " servers (one per group and one on top), the job has " +
+                             std::to_string(opts_.num_server) + " (DMLC_NUM_SERVER)");
+      } else {
+        auto& top = hips_planners_[g];
+        if (!top) top = std::make_unique<KeyPlanner>(
+            std::vector<double>(opts_.num_server - first, 1.0 / (opts_.num_server - first)));
+        std::vector<size_t> sizes;
+        for (auto& pt : parts) sizes.push_back(pt.length);
+        std::vector<int64_t> where;
+        for (int s : top->Assign(sizes)) where.push_back(s + first);
+        payload = EncodeDeclareOk(where);
+      }
     } else if (opts_.num_server < 1) {
       error = true;
       payload = EncodeText("tensor '" + pd->first.name + "' is declared with sync=" +

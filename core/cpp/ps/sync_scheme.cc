@@ -50,6 +50,11 @@ Status ResolveTreeWidth(int n, int requested, int* width) {
   return Status::OK();
 }
 
+int HipsGroupSize(int n, int requested) {
+  if (requested > 0) return std::min(requested, std::max(n, 1));
+  return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n)) - 1e-9)));
+}
+
 CollProgram BuildCollProgram(SyncScheme scheme, int n, int width, int me, size_t bytes,
                              size_t elem_size) {
   CollProgram prog;

@@ -34,6 +34,14 @@ inline bool IsCollective(SyncScheme s) { return s == SyncScheme::kRing || s == S
 // of n not above ceil(sqrt(n))) must divide n. kConfig naming the divisors otherwise.
 Status ResolveTreeWidth(int n, int requested, int* width);
 
+// HiPS (docs/schemes.md): worker machine w belongs to group w / g of g machines; the job's
+// first ceil(n / g) servers (by rank) are the first level, server i summing group i; the others
+// are the top level, among which the partitions are spread. `requested` 0: g = ceil(sqrt(n)).
+int HipsGroupSize(int n, int requested);
+inline int HipsGroups(int n, int g) { return (n + g - 1) / g; }
+// The servers a HiPS job needs: one per group and at least one at the top.
+inline int HipsServersNeeded(int n, int g) { return HipsGroups(n, g) + 1; }
+
 // One step of a partition's program at one worker machine.
 struct CollOp {
   enum Kind : uint8_t {

@@ -91,7 +91,7 @@ void BindTesting(py::module_& root) {
       "coll_program",
       [](const std::string& scheme, int n, int width, int me, size_t bytes, size_t elem_size) {
         SyncScheme s;
-        if (!ParseSyncScheme(scheme, &s)) throw py::value_error("unknown scheme " + scheme);
+        if (!ParseSyncScheme(scheme, &s)) ThrowInvalidArgument("unknown scheme " + scheme);
         CollProgram p = BuildCollProgram(s, n, width, me, bytes, elem_size);
         py::list ops;
         static const char* kinds[] = {"send", "recv_sum", "recv_copy"};

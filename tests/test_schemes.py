@@ -159,7 +159,7 @@ def test_auto_needs_the_cost_model():
 #: (id, launcher config, BYTEPS_SYNC, BYTEPS_TREE_WIDTH) of the default run
 DEFAULT_JOBS = [
     ("ring-3w1s", ["--workers", "3", "--servers", "1"], "ring", 0),
-    ("tree1-2w1s_local2", CONFIGS["2w1s_local2"], "tree", 1),
+    ("hips-3w3s", ["--workers", "3", "--servers", "3"], "hips", 0),
 ]
 #: the full matrix (slow)
 SLOW_JOBS = [
@@ -167,21 +167,36 @@ SLOW_JOBS = [
     for name, cfg in [("2w1s", CONFIGS["2w1s"]), ("3w2s", CONFIGS["3w2s"]),
                       ("2w1s_local2", CONFIGS["2w1s_local2"]),
                       ("4w1s", ["--workers", "4", "--servers", "1"])]
-    for sync, width in [("ring", 0), ("tree", 1), ("tree", 2)]
+    for sync, width in [("ring", 0), ("tree", 1), ("tree", 2), ("hips", 0)]
     if not (width == 2 and cfg[1] == "3")
 ]
 
 
 def _env(sync, width, timeout=60):
-    return [f"BYTEPS_SYNC={sync}", f"BYTEPS_TREE_WIDTH={width}", f"BYTEPS_TIMEOUT={timeout}"]
+    """BYTEPS_SYNC, its width (a tree's; HiPS: machines per group), BYTEPS_TIMEOUT."""
+    key = "BYTEPS_HIPS_GROUP" if sync == "hips" else "BYTEPS_TREE_WIDTH"
+    return [f"BYTEPS_SYNC={sync}", f"{key}={width}", f"BYTEPS_TIMEOUT={timeout}"]
+
+
+def _servers(cfg, sync):
+    """`cfg` with the servers HiPS needs (one per group of 2, one on top) for hips."""
+    if sync != "hips":
+        return cfg
+    cfg = list(cfg)
+    n = int(cfg[cfg.index("--workers") + 1])
+    cfg[cfg.index("--servers") + 1] = str((n + 1) // 2 + 1)
+    return cfg
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,cfg,sync,width", DEFAULT_JOBS, ids=[j[0] for j in DEFAULT_JOBS])
 def test_all_dtypes_and_shapes(name, cfg, sync, width):
     """Sum and average of every dtype and shape, in place and out of place, a 64 MiB tensor."""
-    rc, out, _ = run_job(cfg, "correctness", env=_env(sync, width), timeout=280)
+    env = _env(sync, width) + (["BYTEPS_LOG_LEVEL=INFO"] if sync == "hips" else [])
+    rc, out, _ = run_job(cfg, "correctness", env=env, timeout=280)
     assert_ok(rc, out, world_size(cfg), min_cases=178)
+    if sync == "hips":  # the servers took their levels
+        assert "HiPS: top-level server of 2 groups" in out, out[-4000:]
 
 
 @pytest.mark.slow
@@ -191,7 +206,8 @@ def test_matrix(name, cfg, sync, width):
     """The full matrix: correctness, many partitions over versioned rounds, workers of
     different speeds, gradients ready in different orders (credit)."""
     for mode, args, env in MATRIX_MODES:
-        rc, out, _ = run_job(cfg, mode, *args, env=_env(sync, width) + env, timeout=280)
+        rc, out, _ = run_job(_servers(cfg, sync), mode, *args, env=_env(sync, width) + env,
+                             timeout=280)
         assert_ok(rc, out, world_size(cfg))
 
 
@@ -219,10 +235,12 @@ def test_credit_with_gradients_ready_in_different_orders():
 
 @pytest.mark.timeout(120)
 def test_mixed_schemes_and_mismatch():
-    """ps, ring and tree tensors in one job (declare(sync=...)); a scheme differing between
-    machines is a MismatchError on every rank; the job goes on."""
-    cfg = CONFIGS["2w1s_local2"]
-    rc, out, _ = run_job(cfg, "mixed", env=_env("ring", 0), timeout=110, script=SCHEME_WORKER)
+    """ps, ring, tree and hips tensors in one job of 3 machines x 2 processes (HiPS: groups of
+    2 and 1, 2 first-level servers and 1 on top; tree of width 1) through declare(sync=...);
+    a scheme differing between machines is a MismatchError on every rank; the job goes on."""
+    cfg = ["--workers", "3", "--servers", "3", "--local-size", "2"]
+    rc, out, _ = run_job(cfg, "mixed", env=_env("ring", 0) + ["BYTEPS_HIPS_GROUP=2"],
+                         timeout=110, script=SCHEME_WORKER)
     assert_ok(rc, out, world_size(cfg), min_cases=30)
     assert out.count("MISMATCH-CAUGHT") == world_size(cfg), out[-4000:]
 
@@ -236,6 +254,16 @@ def test_kill_worker_in_ring_fails_the_others():
     with LiveJob(cfg, "loop", env=_env("ring", 0, timeout=100), grace=40) as job:
         job.wait_for(r"^\[worker \d\] READY", count=3)
         kill_and_check(job, job.find("worker", 1), survivors=[0, 2])
+
+
+@pytest.mark.timeout(200)
+def test_kill_server_in_hips_fails_every_worker():
+    """kill -9 of a server of a HiPS job (first or top level): every worker gets PeerLostError
+    naming the operation within 30 s; nothing is left."""
+    cfg = ["--workers", "3", "--servers", "3"]
+    with LiveJob(cfg, "loop", env=_env("hips", 2, timeout=100), grace=40) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=3)
+        kill_and_check(job, job.find("server"), survivors=[0, 1, 2])
 
 
 if __name__ == "__main__":

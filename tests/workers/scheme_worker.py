@@ -3,8 +3,9 @@
 
 Modes:
 
-* ``mixed``: one job, tensors declared with every available scheme (``sync`` of
-  ``byteps.basics.declare``: ps, ring, tree; the rest take ``BYTEPS_SYNC``), summed and averaged
+* ``mixed``: one job, tensors declared with every scheme (``sync`` of
+  ``byteps.basics.declare``: ps, ring, tree, hips; the rest take ``BYTEPS_SYNC``; the job needs
+  the servers of HiPS and the worker mesh of ring or tree), summed and averaged
   over three rounds of changing integer-valued data, one of them cut in several partitions;
   then a tensor whose scheme differs between ranks (``MismatchError`` on every rank), and a
   scheme given after the name's first push_pull (``InvalidArgumentError``); the job stays
@@ -55,7 +56,8 @@ def check(name: str, dtype: str, n: int, salt: int, average: bool) -> None:
 
 def mode_mixed() -> int:
     cases = 0
-    plan = [("t.ps", "ps"), ("t.ring", "ring"), ("t.tree", "tree"), ("t.default", None)]
+    plan = [("t.ps", "ps"), ("t.ring", "ring"), ("t.tree", "tree"), ("t.hips", "hips"),
+            ("t.default", None)]
     for name, sync in plan:
         bps.declare(name, sync=sync)
     for rnd in range(3):

@@ -6,10 +6,12 @@ next to the summation service.
   they name are symmetric; the default width.
 * Configuration errors surface at ``init()`` (``BYTEPS_TREE_WIDTH`` that does not divide the
   machine count, ``BYTEPS_SYNC=auto`` without a cost model).
-* Jobs under ``bpslaunch``: every dtype and shape (``bps_worker.py correctness``) under ring
-  and tree; several schemes in one job with per-tensor declarations, a scheme that differs
-  between machines (``MismatchError`` on every rank); a worker killed in a ring fails the
-  others with ``PeerLostError`` within the bound. The full matrix is marked ``slow``.
+* Jobs under ``bpslaunch``: every scheme in one job with per-tensor declarations, a scheme
+  that differs between machines (``MismatchError`` on every rank); a worker killed in a ring,
+  a server killed in a HiPS job, fail the others with ``PeerLostError`` within the bound; credit
+  with gradients ready in opposite orders. Every dtype and shape (``bps_worker.py
+  correctness``) under ring and HiPS and the full matrix are marked ``slow`` (the conformance
+  suite's ``test_conformance_schemes`` runs every dtype under torch in its default run).
 """
 
 from __future__ import annotations
@@ -156,7 +158,8 @@ def test_auto_needs_the_cost_model():
 
 # ----------------------------------------------------------------------------------- jobs --
 
-#: (id, launcher config, BYTEPS_SYNC, BYTEPS_TREE_WIDTH) of the default run
+#: (id, launcher config, BYTEPS_SYNC, width) of every dtype and shape (slow: the conformance
+#: suite runs the same under torch in its default run, test_conformance_schemes)
 DEFAULT_JOBS = [
     ("ring-3w1s", ["--workers", "3", "--servers", "1"], "ring", 0),
     ("hips-3w3s", ["--workers", "3", "--servers", "3"], "hips", 0),
@@ -188,6 +191,7 @@ def _servers(cfg, sync):
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,cfg,sync,width", DEFAULT_JOBS, ids=[j[0] for j in DEFAULT_JOBS])
 def test_all_dtypes_and_shapes(name, cfg, sync, width):

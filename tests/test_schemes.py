@@ -24,11 +24,13 @@ import pytest
 from jobs import (
     CONFIGS,
     PY,
+    VANS,
     LiveJob,
     assert_ok,
     clean_job_env,
     kill_and_check,
     run_job,
+    skip_without_ucx,
     world_size,
 )
 
@@ -238,12 +240,14 @@ def test_credit_with_gradients_ready_in_different_orders():
 
 
 @pytest.mark.timeout(120)
-def test_mixed_schemes_and_mismatch():
+@pytest.mark.parametrize("van", ["tcp", pytest.param("ucx-shm", marks=skip_without_ucx())])
+def test_mixed_schemes_and_mismatch(van):
     """ps, ring, tree and hips tensors in one job of 3 machines x 2 processes (HiPS: groups of
     2 and 1, 2 first-level servers and 1 on top; tree of width 1) through declare(sync=...);
-    a scheme differing between machines is a MismatchError on every rank; the job goes on."""
+    a scheme differing between machines is a MismatchError on every rank; the job goes on. Over
+    TCP, and over the UCX van (shared memory) where byteps has it."""
     cfg = ["--workers", "3", "--servers", "3", "--local-size", "2"]
-    rc, out, _ = run_job(cfg, "mixed", env=_env("ring", 0) + ["BYTEPS_HIPS_GROUP=2"],
+    rc, out, _ = run_job(cfg, "mixed", env=_env("ring", 0) + ["BYTEPS_HIPS_GROUP=2"] + VANS[van],
                          timeout=110, script=SCHEME_WORKER)
     assert_ok(rc, out, world_size(cfg), min_cases=30)
     assert out.count("MISMATCH-CAUGHT") == world_size(cfg), out[-4000:]

@@ -231,8 +231,8 @@ MATRIX_MODES = [
 def test_credit_with_gradients_ready_in_different_orders():
     """Credit of one partition, ranks produce the tensors in opposite orders: no deadlock (a
     partition's credit comes back when its first sends are written, never held while it waits
-    for a peer)."""
-    cfg = ["--workers", "3", "--servers", "1"]
+    for a peer). The job has no server: a ring needs none."""
+    cfg = ["--workers", "3", "--servers", "0"]
     rc, out, _ = run_job(cfg, "crossorder", timeout=150,
                          env=_env("ring", 0, timeout=30) + ["BYTEPS_PARTITION_BYTES=65536",
                                                              "BYTEPS_SCHEDULING_CREDIT=1"])
@@ -257,8 +257,8 @@ def test_mixed_schemes_and_mismatch(van):
 def test_kill_worker_in_ring_fails_the_others():
     """kill -9 of worker 1 of a 3-machine ring: workers 0 and 2 (its neighbours, and through
     the scheduler everyone) get PeerLostError naming the operation within 30 s; nothing is
-    left."""
-    cfg = ["--workers", "3", "--servers", "1"]
+    left. No server: the job is the workers, their mesh and the scheduler."""
+    cfg = ["--workers", "3", "--servers", "0"]
     with LiveJob(cfg, "loop", env=_env("ring", 0, timeout=100), grace=40) as job:
         job.wait_for(r"^\[worker \d\] READY", count=3)
         kill_and_check(job, job.find("worker", 1), survivors=[0, 2])

@@ -25,9 +25,12 @@ Status RunNodeFromEnvironment() {
   if (!k.IsSet("DMLC_PS_ROOT_PORT"))
     return Status::Config("DMLC_PS_ROOT_PORT is not set: the " + role +
                           " needs the scheduler's TCP port");
-  if (k.Int("DMLC_NUM_SERVER") < 1)
+  // Only the all-reduces (docs/schemes.md) run without servers.
+  const std::string sync = k.Str("BYTEPS_SYNC");
+  if (k.Int("DMLC_NUM_SERVER") < 1 && !(role == "scheduler" && (sync == "ring" || sync == "tree")))
     return Status::Config("DMLC_NUM_SERVER=" + k.Str("DMLC_NUM_SERVER") +
-                          ": a distributed job needs at least one server");
+                          ": a distributed job needs at least one server (BYTEPS_SYNC=" + sync +
+                          "; only ring and tree run without servers)");
   BPS_RETURN_IF_ERROR(ApplyJobSecret(k, true));
   if (role == "scheduler") {
     SetLogIdentity("scheduler");

@@ -253,6 +253,18 @@ def test_mixed_schemes_and_mismatch(van):
     assert out.count("MISMATCH-CAUGHT") == world_size(cfg), out[-4000:]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sync", ["ring", "tree"])
+def test_worker_that_shuts_down_early_fails_the_others_fast(sync):
+    """Machine 0 of 3 (2 processes each) leaves after one push_pull, the others start a second:
+    it said PEER_GOODBYE, so their partitions waiting for its messages fail at once with
+    PeerLostError ("... has shut down ...") on every process, not after BYTEPS_TIMEOUT."""
+    cfg = ["--workers", "3", "--servers", "0", "--local-size", "2"]
+    rc, out, _ = run_job(cfg, "early", env=_env(sync, 1), timeout=110, script=SCHEME_WORKER)
+    assert_ok(rc, out, world_size(cfg))
+    assert out.count("EARLY-CAUGHT") == 4, out[-4000:]
+
+
 @pytest.mark.timeout(200)
 def test_kill_worker_in_ring_fails_the_others():
     """kill -9 of worker 1 of a 3-machine ring: workers 0 and 2 (its neighbours, and through

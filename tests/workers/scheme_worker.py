@@ -11,6 +11,10 @@ Modes:
   scheme given after the name's first push_pull (``InvalidArgumentError``); the job stays
   usable.
 
+* ``early``: worker machine 0 push_pulls "t" once and shuts down; the others push_pull it
+  twice: their second one must fail with ``PeerLostError`` saying machine 0 shut down, within
+  10 s (``BYTEPS_TIMEOUT`` is 60), printing ``EARLY-CAUGHT <seconds> <message>``.
+
 Prints ``FAIL <message>`` and exits 1 on a failure, ``OK <n> cases`` at the end.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -89,11 +94,27 @@ def mode_mixed() -> int:
     return cases + 1
 
 
+def mode_early() -> int:
+    check("t", "float32", 100_000, 0, False)
+    if bps.rank() // bps.local_size() == 0:
+        return 1
+    start = time.monotonic()
+    try:
+        check("t", "float32", 100_000, 1, False)
+        fail("the second push_pull succeeded without machine 0")
+    except errors.PeerLostError as exc:
+        secs = time.monotonic() - start
+        if secs > 10 or "shut down" not in str(exc):
+            fail(f"PeerLostError after {secs:.1f} s: {exc}")
+        log(f"EARLY-CAUGHT {secs:.2f} {exc}")
+    return 1
+
+
 def main() -> int:
     mode = sys.argv[1]
     bps.init()
     log(f"START mode={mode} rank={bps.rank()} pid={os.getpid()}")
-    n = {"mixed": mode_mixed}[mode]()
+    n = {"mixed": mode_mixed, "early": mode_early}[mode]()
     bps.shutdown()
     log(f"OK {n} cases")
     return 0

@@ -63,7 +63,7 @@ struct CollTask {
   bool walked = false;         // the last op is done (its `outstanding` share given back)
   bool credit_held = false;    // REDUCE_SCATTER's credit not yet returned
   int receiving = 0;           // receives into the worker's buffer under way
-  int receiving_from = -1;     // ... from this worker machine
+  std::vector<uint8_t> counted;  // [op]: its message is one of them (between header and frame)
   // The program's sends not yet written plus one while the program has ops left: the partition
   // is done when it reaches 0. The initial sends not yet written: the credit comes back at 0.
   std::atomic<int> outstanding{0};

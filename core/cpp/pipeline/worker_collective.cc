@@ -103,6 +103,7 @@ void WorkerCore::SetUpCollective(TensorContext* ctx) {
     }
     c->scratch.assign(2 * c->prog.scratch_bytes, 0);
     c->arrived.assign(2 * c->prog.ops.size(), 0);
+    c->counted.assign(c->prog.ops.size(), 0);
     t->coll = std::move(c);
   }
 }
@@ -291,7 +292,7 @@ Status WorkerCore::CollectiveDestination(int peer, const FrameHeader& h, void** 
   if (c->active && c->round == h.round) {  // a final result, straight into place
     *dest = DataOf(t, cfg_.local_size) + op.offset;
     c->receiving++;
-    c->receiving_from = peer;
+    c->counted[i] = 1;
     return Status::OK();
   }
   *dest = Connection::kDiscard;  // the operation failed meanwhile
@@ -306,10 +307,12 @@ void WorkerCore::OnCollective(int peer, const FrameHeader& h) {
     std::lock_guard<std::mutex> lk(c->mu);
     const size_t i = RecvIndex(c->prog, peer, h.aux);
     if (i == c->prog.ops.size()) return;
-    if (c->prog.ops[i].kind == CollOp::kRecvCopy) {
-      if (!c->active || c->round != h.round) return;  // discarded
+    if (c->counted[i]) {  // a final result received into place: no longer under way
+      c->counted[i] = 0;
       if (--c->receiving == 0) c->cv.notify_all();
     }
+    if (c->prog.ops[i].kind == CollOp::kRecvCopy && (!c->active || c->round != h.round))
+      return;  // read past: the operation failed meanwhile
     c->arrived[(h.round & 1) * c->prog.ops.size() + i] = h.round;
   }
   CollAdvance(t);
@@ -340,9 +343,10 @@ void WorkerCore::OnPeerLost(int peer, const Status& why) {
   }
   for (CollTask* c : all) {
     std::lock_guard<std::mutex> lk(c->mu);
-    if (c->receiving > 0 && c->receiving_from == peer) {
-      c->receiving = 0;
-      c->cv.notify_all();
+    for (size_t i = 0; i < c->counted.size(); ++i) {
+      if (!c->counted[i] || c->prog.ops[i].peer != peer) continue;
+      c->counted[i] = 0;
+      if (--c->receiving == 0) c->cv.notify_all();
     }
   }
   Fatal(why);

@@ -265,6 +265,21 @@ def test_worker_that_shuts_down_early_fails_the_others_fast(sync):
     assert out.count("EARLY-CAUGHT") == 4, out[-4000:]
 
 
+@pytest.mark.timeout(120)
+def test_stall_warning_then_timeout_name_the_peer():
+    """Worker 1 never starts a second round of 'lonely' (ring, no server): worker 0's stall
+    warning and BytePSTimeoutError name the stage and the machine it waits for."""
+    cfg = ["--workers", "2", "--servers", "0"]
+    rc, out, _ = run_job(cfg, "timeout", 6, "declared", timeout=110,
+                         env=_env("ring", 0, timeout=3) + ["BYTEPS_STALL_WARNING_SECONDS=1.5"])
+    assert_ok(rc, out, world_size(cfg))
+    lines = [ln for ln in out.splitlines() if ln.startswith("[worker 0]")]
+    where = "REDUCE_SCATTER (waiting for worker machine 1 (rank 1))"
+    assert any("WARNING" in ln and "'lonely'" in ln and where in ln for ln in lines), out[-4000:]
+    assert any(ln.startswith("[worker 0] CAUGHT-TIMEOUT") and where in ln for ln in lines), \
+        out[-4000:]
+
+
 @pytest.mark.timeout(200)
 def test_kill_worker_in_ring_fails_the_others():
     """kill -9 of worker 1 of a 3-machine ring: workers 0 and 2 (its neighbours, and through

@@ -236,10 +236,11 @@ void WorkerCore::CollSentThunk(void* arg, const Status& st) {
   if (!st.ok()) {
     const int peer = c->prog.ops[s->index].peer;
     if (self->peer_left_[peer])
-      self->FailOpOnMachine(t->ctx, Status::PeerLost(
-                                        "rank " + std::to_string(self->cfg_.rank) + ": " +
-                                        self->MachineText(peer) + " has shut down during push_pull of '" +
-                                        t->ctx->name + "': " + st.message()));
+      self->FailOpOnMachine(
+          t->ctx, Status::PeerLost("rank " + std::to_string(self->cfg_.rank) + ": " +
+                                   self->MachineText(peer) +
+                                   " has shut down during push_pull of '" + t->ctx->name +
+                                   "': " + st.message()));
     else if (!self->stopping_)
       self->Fatal(st);
   }

@@ -136,7 +136,8 @@ void WorkerCore::BuildStagePlan() {
                                  std::to_string(ctx->declared_key) + ", " + DTypeName(ctx->dtype) +
                                  ShapeString(ctx->shape) + ") on local rank " +
                                  std::to_string(cfg_.local_rank) +
-                                 " differs in name, dtype, shape, compression or scheme from local rank " +
+                                 " differs in name, dtype, shape, compression or scheme from "
+                                 "local rank " +
                                  std::to_string(from) + " (rank " +
                                  std::to_string(cfg_.worker_id * cfg_.local_size + from) + ")");
     LocalSignal s;

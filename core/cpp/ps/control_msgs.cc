@@ -110,7 +110,8 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->generation = r.U32();
   m->sync = r.U8();
   m->sync_param = r.U32();
-  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4) return Status::InvalidArgument("malformed DECLARE message");
+  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4)
+    return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }
 

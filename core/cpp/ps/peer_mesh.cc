@@ -112,7 +112,8 @@ void PeerMesh::Goodbye() {
     for (Connection* c : by_peer_)
       if (c) peers.push_back(c);
   }
-  for (Connection* c : peers) c->SendControl(MsgType::kPeerGoodbye, "", 0, static_cast<uint32_t>(me_));
+  for (Connection* c : peers)
+    c->SendControl(MsgType::kPeerGoodbye, "", 0, static_cast<uint32_t>(me_));
   for (Connection* c : peers) c->Flush(2.0);
 }
 

@@ -84,7 +84,8 @@ CollProgram BuildCollProgram(SyncScheme scheme, int n, int width, int me, size_t
     op.scratch = scratch;
     op.from_input = !written[chunk];
     if (kind != CollOp::kSend) written[chunk] = true;
-    if (kind == CollOp::kRecvSum) prog.scratch_bytes = std::max(prog.scratch_bytes, scratch + op.length);
+    if (kind == CollOp::kRecvSum)
+      prog.scratch_bytes = std::max(prog.scratch_bytes, scratch + op.length);
     prog.ops.push_back(op);
   };
   const int succ = g * w + mod(p + 1), pred = g * w + mod(p - 1);

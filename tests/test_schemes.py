@@ -254,15 +254,17 @@ def test_mixed_schemes_and_mismatch(van):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("sync", ["ring", "tree"])
-def test_worker_that_shuts_down_early_fails_the_others_fast(sync):
-    """Machine 0 of 3 (2 processes each) leaves after one push_pull, the others start a second:
-    it said PEER_GOODBYE, so their partitions waiting for its messages fail at once with
-    PeerLostError ("... has shut down ...") on every process, not after BYTEPS_TIMEOUT."""
-    cfg = ["--workers", "3", "--servers", "0", "--local-size", "2"]
+@pytest.mark.parametrize("sync,workers,local", [("ring", 4, 1), ("tree", 3, 2)])
+def test_worker_that_shuts_down_early_fails_the_others_fast(sync, workers, local):
+    """Machine 0 leaves after one push_pull, the others start a second: it said PEER_GOODBYE, so
+    their partitions waiting for its messages fail at once with PeerLostError ("... has shut
+    down ...") on every process, not after BYTEPS_TIMEOUT; in the ring of 4, machine 2 sends
+    nothing to machine 0 and receives nothing from it, and learns it from its neighbours'
+    PEER_ABORT."""
+    cfg = ["--workers", str(workers), "--servers", "0", "--local-size", str(local)]
     rc, out, _ = run_job(cfg, "early", env=_env(sync, 1), timeout=110, script=SCHEME_WORKER)
     assert_ok(rc, out, world_size(cfg))
-    assert out.count("EARLY-CAUGHT") == 4, out[-4000:]
+    assert out.count("EARLY-CAUGHT") == (workers - 1) * local, out[-4000:]
 
 
 @pytest.mark.timeout(120)

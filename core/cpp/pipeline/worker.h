@@ -130,6 +130,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
   Status CollectiveDestination(int peer, const FrameHeader& h, void** dest) override;
   void OnCollective(int peer, const FrameHeader& h) override;
   void OnPeerLeft(int peer) override;
+  void OnPeerAbort(int peer, uint32_t key, uint32_t round, const std::string& text) override;
   void OnPeerLost(int peer, const Status& why) override;
 
  private:
@@ -225,6 +226,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // A failed operation: its partitions stop walking; returns once nothing is received into the
   // caller's buffers any more (or after timeout_s).
   void CancelCollective(TensorContext* ctx);
+  // An all-reduce operation fails because a machine shut down before it could complete: on
+  // this machine, and (PEER_ABORT) on every mesh peer, which passes it on.
+  void AbortCollective(TensorContext* ctx, uint32_t round, const Status& st);
   // "worker machine 2 (ranks 4-5)".
   std::string MachineText(int machine) const;
   // --- autotune (worker_autotune.cc; docs/autotune.md) ---

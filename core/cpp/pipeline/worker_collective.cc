@@ -158,10 +158,12 @@ void WorkerCore::CollAdvance(PartTask* t) {
     Status fail;
     bool done = false, more = false;
     int nout = 0;
+    uint32_t walked_round = 0;
     {
       std::unique_lock<std::mutex> lk(c->mu);
       if (!c->active) return;
       const uint32_t r = c->round;
+      walked_round = r;
       const size_t n = c->prog.ops.size();
       const size_t base = (r & 1) * n;
       char* data = DataOf(t, cfg_.local_size);
@@ -222,7 +224,7 @@ void WorkerCore::CollAdvance(PartTask* t) {
       }
     }
     for (int i = 0; i < nout; ++i) ps_->mesh()->Send(peers[i], &out[i]->item);
-    if (!fail.ok()) return FailOpOnMachine(ctx, fail);
+    if (!fail.ok()) return AbortCollective(ctx, walked_round, fail);
     if (done) return CollFinished(t);
     if (!more) return;
   }
@@ -236,8 +238,8 @@ void WorkerCore::CollSentThunk(void* arg, const Status& st) {
   if (!st.ok()) {
     const int peer = c->prog.ops[s->index].peer;
     if (self->peer_left_[peer])
-      self->FailOpOnMachine(
-          t->ctx, Status::PeerLost("rank " + std::to_string(self->cfg_.rank) + ": " +
+      self->AbortCollective(
+          t->ctx, c->round, Status::PeerLost("rank " + std::to_string(self->cfg_.rank) + ": " +
                                    self->MachineText(peer) +
                                    " has shut down during push_pull of '" + t->ctx->name +
                                    "': " + st.message()));
@@ -331,6 +333,32 @@ void WorkerCore::OnPeerLeft(int peer) {
           if (t->coll) waiting.push_back(t.get());
   }
   for (PartTask* t : waiting) CollAdvance(t);
+}
+
+void WorkerCore::AbortCollective(TensorContext* ctx, uint32_t round, const Status& st) {
+  {
+    // The round in flight, or the next one (not started here yet: it fails when it is, through
+    // the sticky error); once per tensor (the sticky error is set below).
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    const bool current = ctx->in_flight && ctx->round == round;
+    const bool next = !ctx->in_flight && ctx->round + 1 == round;
+    if (!ctx->sticky.ok() || !(current || next)) return;
+  }
+  FailOpOnMachine(ctx, st);  // sticky, on every process of this machine
+  ps_->mesh()->Abort(ctx->declared_key, round, st.message());
+}
+
+void WorkerCore::OnPeerAbort(int peer, uint32_t key, uint32_t round, const std::string& text) {
+  TensorContext* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    if (key < contexts_.size()) ctx = contexts_[key].get();
+  }
+  if (!ctx || !ctx->all_reduce) return;
+  BPS_LOG(DEBUG) << "worker machine " << peer << " gave up on '" << ctx->name << "'";
+  // Its text already names the machine that left (and the rank that saw it).
+  AbortCollective(ctx, round,
+                  Status::PeerLost("rank " + std::to_string(cfg_.rank) + ": " + text));
 }
 
 void WorkerCore::OnPeerLost(int peer, const Status& why) {

@@ -117,6 +117,18 @@ void PeerMesh::Goodbye() {
   for (Connection* c : peers) c->Flush(2.0);
 }
 
+void PeerMesh::Abort(uint32_t key, uint32_t round, const std::string& text) {
+  std::vector<Connection*> peers;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t p = 0; p < by_peer_.size(); ++p)
+      if (by_peer_[p] && !left_[p]) peers.push_back(by_peer_[p]);
+  }
+  for (Connection* c : peers)
+    c->SendControl(MsgType::kPeerAbort, text.substr(0, 4096), key, static_cast<uint32_t>(me_),
+                   round);
+}
+
 void PeerMesh::Close() {
   std::vector<Connection*> all;
   {
@@ -145,6 +157,8 @@ Status PeerMesh::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
       if (c->tag >= 0) return Status::InvalidArgument("second PEER_HELLO from " + c->peer_name());
       return Status::OK();
     case MsgType::kPeerGoodbye: return Status::OK();
+    case MsgType::kPeerAbort:  // a text, into the connection's buffer
+      return c->tag < 0 ? Status::InvalidArgument("PEER_ABORT before PEER_HELLO") : Status::OK();
     case MsgType::kCollective:
       if (c->tag < 0)
         return Status::InvalidArgument("COLLECTIVE before PEER_HELLO from " + c->peer_name());
@@ -159,7 +173,6 @@ Status PeerMesh::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
 }
 
 void PeerMesh::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
-  (void)payload;
   if (TypeOf(h) == MsgType::kPeerHello) {
     const int p = static_cast<int>(h.sender);
     std::lock_guard<std::mutex> lk(mu_);
@@ -181,6 +194,11 @@ void PeerMesh::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     left_[c->tag] = true;
     sink_->OnPeerLeft(c->tag);
     return;
+  }
+  if (TypeOf(h) == MsgType::kPeerAbort) {
+    if (h.key > UINT32_MAX || h.aux > UINT32_MAX) return;
+    return sink_->OnPeerAbort(c->tag, static_cast<uint32_t>(h.key), static_cast<uint32_t>(h.aux),
+                              std::string(static_cast<const char*>(payload), h.payload_len));
   }
   sink_->OnCollective(c->tag, h);
 }

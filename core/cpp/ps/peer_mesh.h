@@ -33,6 +33,8 @@ class CollectiveSink {
   virtual void OnCollective(int peer, const FrameHeader& h) = 0;
   // The peer said PEER_GOODBYE: it has shut down and will send nothing more.
   virtual void OnPeerLeft(int peer) = 0;
+  // The peer gave up on round `round` of declared key `key` (PEER_ABORT): `text` says why.
+  virtual void OnPeerAbort(int peer, uint32_t key, uint32_t round, const std::string& text) = 0;
   // The connection to the peer broke while neither side was shutting down (after a short wait
   // for news of a failure elsewhere: `failed()` of the constructor).
   virtual void OnPeerLost(int peer, const Status& why) = 0;
@@ -59,6 +61,8 @@ class PeerMesh : public PsConnectionHandler {
   void Send(int peer, SendItem* item);
   // PEER_GOODBYE to every peer, flushed (at most 2 s).
   void Goodbye();
+  // PEER_ABORT of (declared key, round) to every peer still here.
+  void Abort(uint32_t key, uint32_t round, const std::string& text);
   // Stops listening and joins every connection.
   void Close();
 

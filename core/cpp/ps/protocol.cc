@@ -35,17 +35,19 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kPeerHello: return "PEER_HELLO";
     case MsgType::kCollective: return "COLLECTIVE";
     case MsgType::kPeerGoodbye: return "PEER_GOODBYE";
+    case MsgType::kPeerAbort: return "PEER_ABORT";
   }
   return "UNKNOWN";
 }
 
 Status ValidatePsHeader(const FrameHeader& h) {
   MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 32);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 33);
   if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
   if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
   uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
-                           t == MsgType::kStallReport || t == MsgType::kKeyConfig
+                           t == MsgType::kStallReport || t == MsgType::kKeyConfig ||
+                           t == MsgType::kPeerAbort
                        ? kMaxControlPayload
                        : kMaxDataPayload;
   if (h.payload_len > limit)

@@ -53,6 +53,11 @@ enum class MsgType : uint16_t {
   kPeerHello = 30,
   kCollective = 31,
   kPeerGoodbye = 32,
+  // worker <-> worker: the sender gave up on an all-reduce operation because a machine shut
+  // down before it could complete (key: the tensor's declared key; aux: its round; payload:
+  // the text). The receiver fails that operation too and passes it on, so machines that
+  // exchange no message with the departed one do not wait for BYTEPS_TIMEOUT.
+  kPeerAbort = 33,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the

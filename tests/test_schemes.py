@@ -283,6 +283,26 @@ def test_stall_warning_then_timeout_name_the_peer():
 
 
 @pytest.mark.timeout(200)
+def test_timeline_has_the_all_reduce_stages(tmp_path):
+    """BYTEPS_TRACE_ON with a ring of 2 machines x 2 processes: every partition of the window has
+    the all-reduce plan's stages (REDUCE_SCATTER, ALL_GATHER) on the local roots, the plain
+    local plan on the others (tests/test_timeline.py's checks)."""
+    from test_timeline import PLAN_OTHER, TRACE_WORKER, check_trace
+    trace = tmp_path / "trace"
+    cfg = ["--workers", "2", "--servers", "0", "--local-size", "2"]
+    rc, out, _ = run_job(cfg, "steps", "4", script=TRACE_WORKER,
+                         env=_env("ring", 0) + ["BYTEPS_TRACE_ON=1", "BYTEPS_TRACE_START_STEP=1",
+                                                "BYTEPS_TRACE_END_STEP=3",
+                                                f"BYTEPS_TRACE_DIR={trace}"])
+    assert_ok(rc, out, 4)
+    root = ["COPY_IN", "LOCAL_REDUCE", "REDUCE_SCATTER", "ALL_GATHER", "COPY_OUT"]
+    for w in range(2):
+        for lr in range(2):
+            check_trace(trace / f"worker{w}" / str(lr) / "comm.json",
+                        root if lr == 0 else PLAN_OTHER, {1, 2}, w * 2 + lr)
+
+
+@pytest.mark.timeout(200)
 def test_kill_worker_in_ring_fails_the_others():
     """kill -9 of worker 1 of a 3-machine ring: workers 0 and 2 (its neighbours, and through
     the scheduler everyone) get PeerLostError naming the operation within 30 s; nothing is

@@ -16,6 +16,7 @@ next to the summation service.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -29,6 +30,7 @@ from jobs import (
     assert_ok,
     clean_job_env,
     kill_and_check,
+    launch_job,
     run_job,
     skip_without_ucx,
     world_size,
@@ -265,6 +267,20 @@ def test_worker_that_shuts_down_early_fails_the_others_fast(sync, workers, local
     rc, out, _ = run_job(cfg, "early", env=_env(sync, 1), timeout=110, script=SCHEME_WORKER)
     assert_ok(rc, out, world_size(cfg))
     assert out.count("EARLY-CAUGHT") == (workers - 1) * local, out[-4000:]
+
+
+@pytest.mark.timeout(120)
+def test_mesh_with_a_worker_without_it_fails_at_init():
+    """Worker machine 0 runs BYTEPS_SYNC=ps (no mesh), machine 1 ring: machine 1's init() fails
+    at once with ConfigError naming machine 0 and BYTEPS_SYNC, not after BYTEPS_TIMEOUT."""
+    cfg = ["--workers", "2", "--servers", "1"]
+    cmd = ['sh', '-c', f'[ "$DMLC_WORKER_ID" = 0 ] && export BYTEPS_SYNC=ps; '
+                       f'exec {PY} {SCHEME_WORKER} mixed']
+    res = launch_job(cfg, cmd, env=_env("ring", 0), timeout=110)
+    assert res.returncode != 0
+    assert re.search(r"ConfigError: worker machine 0 has no worker-mesh port .*BYTEPS_SYNC",
+                     res.output), res.output[-4000:]
+    assert res.seconds < 60, res.seconds
 
 
 @pytest.mark.timeout(120)

@@ -52,12 +52,13 @@ Status PeerMesh::Connect(const std::vector<WorkerEntry>& book, double timeout_s)
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   const std::vector<int>& peers = peers_;
-  for (int p : peers) {
-    if (p >= me_) continue;
+  for (int p : peers)  // a peer without the mesh would never connect or be reached
     if (static_cast<size_t>(p) >= book.size() || book[p].port == 0)
       return Status::Config("worker machine " + std::to_string(p) +
                             " has no worker-mesh port in the address book: every worker must "
-                            "run with the same BYTEPS_SYNC");
+                            "run with the same BYTEPS_SYNC (ring, tree or auto start the mesh)");
+  for (int p : peers) {
+    if (p >= me_) continue;
     const std::string name = "worker machine " + std::to_string(p) + " at " + book[p].host +
                              ":" + std::to_string(book[p].port);
     std::unique_ptr<Connection> conn;

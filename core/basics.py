@@ -319,6 +319,13 @@ def unique_name(prefix: str = "noname") -> str:
     return f"{prefix}.{next(_noname_counter)}"
 
 
+def _auto_declare(name: str, nbytes: int) -> None:
+    """``BYTEPS_SYNC=auto``: declare ``name`` with the cost model's scheme for ``nbytes`` before
+    its first push_pull (every front that starts a push_pull calls this; docs/schemes.md)."""
+    if _auto_choose is not None and name not in _sync_of:
+        declare(name, sync=schemes.auto_choice(_auto_choose, name, nbytes))
+
+
 def push_pull_async(
     name: str,
     input_ptr: int,
@@ -374,8 +381,7 @@ def push_pull_async(
         priority = _as_int(priority, "priority", fn, -(1 << 63), 1 << 63)
     version = _as_int(version, "version", fn)
     _require_init()
-    if _auto_choose is not None and name not in _sync_of:
-        declare(name, sync=schemes.auto_choice(_auto_choose, name, nbytes))
+    _auto_declare(name, nbytes)
     return int(_core.push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, dims,
                                      bool(average), priority, version))
 

@@ -270,6 +270,15 @@ def test_worker_that_shuts_down_early_fails_the_others_fast(sync, workers, local
 
 
 @pytest.mark.timeout(120)
+def test_auto_declares_each_tensor_with_the_cost_models_choice():
+    """BYTEPS_SYNC=auto with a stand-in cost model: each tensor is declared with choose(nbytes)
+    at its first push_pull (ps, ring, tree by size) and sums exactly."""
+    cfg = ["--workers", "2", "--servers", "1", "--local-size", "2"]
+    rc, out, _ = run_job(cfg, "auto", env=_env("auto", 0), timeout=110, script=SCHEME_WORKER)
+    assert_ok(rc, out, world_size(cfg), min_cases=6)
+
+
+@pytest.mark.timeout(120)
 def test_mesh_with_a_worker_without_it_fails_at_init():
     """Worker machine 0 runs BYTEPS_SYNC=ps (no mesh), machine 1 ring: machine 1's init() fails
     at once with ConfigError naming machine 0 and BYTEPS_SYNC, not after BYTEPS_TIMEOUT."""

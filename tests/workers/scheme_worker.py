@@ -15,6 +15,10 @@ Modes:
   twice: their second one must fail with ``PeerLostError`` saying machine 0 shut down, within
   10 s (``BYTEPS_TIMEOUT`` is 60), printing ``EARLY-CAUGHT <seconds> <message>``.
 
+* ``auto``: ``BYTEPS_SYNC=auto`` with a stand-in cost model (``byteps.cost_model`` put in
+  ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every tensor
+  sums exactly and is declared with the scheme the model chose.
+
 Prints ``FAIL <message>`` and exits 1 on a failure, ``OK <n> cases`` at the end.
 """
 
@@ -110,11 +114,32 @@ def mode_early() -> int:
     return 1
 
 
+def stand_in_choose(nbytes: int) -> str:
+    return "tree" if nbytes >= 65536 else "ring" if nbytes >= 4096 else "ps"
+
+
+def mode_auto() -> int:
+    cases = 0
+    for rnd in range(2):
+        for n in (10, 2000, 50_000):
+            check(f"auto.{n}", "float32", n, rnd, rnd == 1)
+            want = stand_in_choose(n * 4)
+            if bps._sync_of.get(f"auto.{n}") != want:
+                fail(f"auto.{n}: declared {bps._sync_of.get(f'auto.{n}')}, the model chose {want}")
+            cases += 1
+    return cases
+
+
 def main() -> int:
     mode = sys.argv[1]
+    if mode == "auto":
+        import types
+        model = types.ModuleType("byteps.cost_model")
+        model.choose = stand_in_choose
+        sys.modules["byteps.cost_model"] = model
     bps.init()
     log(f"START mode={mode} rank={bps.rank()} pid={os.getpid()}")
-    n = {"mixed": mode_mixed, "early": mode_early}[mode]()
+    n = {"mixed": mode_mixed, "early": mode_early, "auto": mode_auto}[mode]()
     bps.shutdown()
     log(f"OK {n} cases")
     return 0

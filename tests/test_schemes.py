@@ -256,15 +256,18 @@ def test_mixed_schemes_and_mismatch(van):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("sync,workers,local", [("ring", 4, 1), ("tree", 3, 2)])
-def test_worker_that_shuts_down_early_fails_the_others_fast(sync, workers, local):
+@pytest.mark.parametrize("sync,workers,local,van", [
+    ("ring", 4, 1, "tcp"), ("tree", 3, 2, "tcp"),
+    pytest.param("ring", 4, 1, "ucx-shm", marks=skip_without_ucx())])
+def test_worker_that_shuts_down_early_fails_the_others_fast(sync, workers, local, van):
     """Machine 0 leaves after one push_pull, the others start a second: it said PEER_GOODBYE, so
     their partitions waiting for its messages fail at once with PeerLostError ("... has shut
     down ...") on every process, not after BYTEPS_TIMEOUT; in the ring of 4, machine 2 sends
     nothing to machine 0 and receives nothing from it, and learns it from its neighbours'
-    PEER_ABORT."""
+    PEER_ABORT. Over the UCX van too (every handler on one thread: the abort runs on its own)."""
     cfg = ["--workers", str(workers), "--servers", "0", "--local-size", str(local)]
-    rc, out, _ = run_job(cfg, "early", env=_env(sync, 1), timeout=110, script=SCHEME_WORKER)
+    rc, out, _ = run_job(cfg, "early", env=_env(sync, 1) + VANS[van], timeout=110,
+                         script=SCHEME_WORKER)
     assert_ok(rc, out, world_size(cfg))
     assert out.count("EARLY-CAUGHT") == (workers - 1) * local, out[-4000:]
 

@@ -180,6 +180,7 @@ struct TensorContext {
   // When the stall queries asked after a worker left were sent (steady clock; 0 = not yet).
   std::chrono::steady_clock::time_point left_queried_at{};
   Status sticky;  // once an operation on this tensor failed for good, later ones fail too
+  bool aborting = false;  // an all-reduce operation is being given up (AbortCollective)
 
   char* slot(int i) const { return shm->data() + static_cast<size_t>(i) * region; }
   char* aggregate(int local_size) const {

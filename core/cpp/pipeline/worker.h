@@ -282,6 +282,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   std::unique_ptr<PsClient> ps_;
   // Worker machines that said PEER_GOODBYE (the worker mesh), by worker id.
   std::unique_ptr<std::atomic<bool>[]> peer_left_;
+  // AbortCollective's threads (rare: a peer shut down mid-operation), joined by Stop().
+  std::mutex abort_mu_;
+  std::vector<std::thread> abort_threads_;
 
   std::unique_ptr<AutotuneState> tune_;  // BYTEPS_AUTOTUNE only
 

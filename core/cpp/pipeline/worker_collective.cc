@@ -342,10 +342,17 @@ void WorkerCore::AbortCollective(TensorContext* ctx, uint32_t round, const Statu
     std::lock_guard<std::mutex> lk(ctx->mu);
     const bool current = ctx->in_flight && ctx->round == round;
     const bool next = !ctx->in_flight && ctx->round + 1 == round;
-    if (!ctx->sticky.ok() || !(current || next)) return;
+    if (!ctx->sticky.ok() || !(current || next) || ctx->aborting) return;
+    ctx->aborting = true;
   }
-  FailOpOnMachine(ctx, st);  // sticky, on every process of this machine
-  ps_->mesh()->Abort(ctx->declared_key, round, st.message());
+  // On a thread of its own: failing the operation waits until no message is being received
+  // into its buffers, which a van that runs every handler on one thread (UCX) could otherwise
+  // not deliver while this handler waits. Joined by Stop().
+  std::lock_guard<std::mutex> lk(abort_mu_);
+  abort_threads_.emplace_back([this, ctx, round, st] {
+    FailOpOnMachine(ctx, st);  // sticky, on every process of this machine
+    ps_->mesh()->Abort(ctx->declared_key, round, st.message());
+  });
 }
 
 void WorkerCore::OnPeerAbort(int peer, uint32_t key, uint32_t round, const std::string& text) {

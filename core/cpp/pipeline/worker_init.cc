@@ -335,6 +335,14 @@ void WorkerCore::Stop() {
   threads_.clear();
   d2h_waiter_.Stop();  // after the stage threads: nothing adds to them any more
   h2d_waiter_.Stop();
+  {
+    std::vector<std::thread> aborts;
+    {
+      std::lock_guard<std::mutex> lk(abort_mu_);
+      aborts.swap(abort_threads_);
+    }
+    for (auto& t : aborts) t.join();
+  }
   if (ps_) ps_->Close();
   channel_.Close();
   timeline_.Finish();  // the window never closed: write what was recorded

@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Mapping, Optional, Sequence
 
-from . import _core, torchrun_launch
+from . import _core, schemes, torchrun_launch
 from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
 from .telemetry import get_pushpull_speed, get_telemetry  # noqa: F401  (re-exported)
 
@@ -37,6 +37,10 @@ _atexit_registered = False
 _noname_counter = itertools.count()
 # name -> the canonical compressor text it was declared with (re-declared by resume()).
 _compression_of: dict = {}
+# name -> the synchronization scheme it was declared with (re-declared by resume()).
+_sync_of: dict = {}
+# BYTEPS_SYNC=auto: the cost model's choose(nbytes) (byteps.schemes.auto_chooser), from init().
+_auto_choose = None
 
 
 def init(lazy: bool = True) -> None:
@@ -57,8 +61,13 @@ def init(lazy: bool = True) -> None:
     Without a ``DMLC_*`` job description, a torchrun-style environment is mapped onto one and
     this node's scheduler/server are started (:mod:`byteps.torchrun_launch`).
     """
-    global _atexit_registered
+    global _atexit_registered, _auto_choose
     with _lock:
+        if not _core.is_initialized():
+            # BYTEPS_SYNC=auto needs the cost model: fail here, not at the first push_pull.
+            knobs = _core.knob_values(dict(os.environ))
+            _auto_choose = (schemes.auto_chooser() if schemes.sync_setting(knobs) == "auto"
+                            else None)
         if not _core.is_initialized() and torchrun_launch.is_torchrun_env(os.environ):
             knobs = _core.knob_values(dict(os.environ))
             torchrun_launch.activate(timeout=float(knobs["BYTEPS_TIMEOUT"]))
@@ -140,7 +149,7 @@ def resume(num_workers: int, num_servers: int, global_rank: int, context=None) -
         os.environ["DMLC_WORKER_ID"] = str(global_rank // local)
         _core.init()
         for name in _suspended_names:
-            _core.declare(name, _compression_of.get(name, ""))
+            _core.declare(name, _compression_of.get(name, ""), _sync_of.get(name, ""))
 
 
 def is_initialized() -> bool:
@@ -232,7 +241,7 @@ def _compression_text(compression: Mapping, fn: str) -> str:
     return str(_core.format_compression(kwargs))
 
 
-def declare(name: str, compression: Optional[Mapping] = None) -> int:
+def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str] = None) -> int:
     """Declare a tensor name; returns its key (declaration order, which must agree on every
     worker). Declaring an existing name returns its key again.
 
@@ -251,22 +260,33 @@ def declare(name: str, compression: Optional[Mapping] = None) -> int:
             only in a distributed job and to float16/32/64 tensors of at least
             ``BYTEPS_MIN_COMPRESS_BYTES`` bytes (upstream's rule); with averaging, each worker
             divides by :func:`size` before compressing, so a sum is ``C(Σᵢ C(xᵢ / size))``.
+        sync: the tensor's synchronization scheme (docs/schemes.md): ``"ps"`` (summation
+            service), ``"ring"``, ``"tree"`` (all-reduces among the workers; they need
+            ``BYTEPS_SYNC`` ring, tree or auto, which starts the worker mesh) or ``"hips"``.
+            Default ``None``: ``BYTEPS_SYNC`` (with ``auto``, the cost model's choice at the
+            first push_pull). Part of the declaration: every worker must declare the same
+            (else ``MismatchError`` on every rank); given once, before the first push_pull.
+            Compression needs ``"ps"``.
 
     Raises:
         byteps.errors.InvalidTypeError: ``name`` is not a str; ``compression`` is not a dict of
-            str keys and str/int/float/bool values.
+            str keys and str/int/float/bool values; ``sync`` is not a str.
         byteps.errors.InvalidArgumentError: ``name`` is empty, or more than 65535 names; an
             unknown compressor key or value, a missing parameter (``compressor_k`` of topk,
             randomk, dithering; ``momentum_mu`` of nesterov); another compressor than the one
-            the name was declared with, or one given after the name's first push_pull.
+            the name was declared with, or one given after the name's first push_pull; a
+            ``sync`` that is not a scheme, or another one than the name was declared with.
         byteps.errors.NotInitializedError: before ``init()``.
     """
     _check_name(name, "declare")
     text = "" if compression is None else _compression_text(compression, "declare")
+    scheme = "" if sync is None else schemes.check_scheme(sync, "declare")
     _require_init()
-    key = int(_core.declare(name, text))
+    key = int(_core.declare(name, text, scheme))
     if text:
         _compression_of[name] = text
+    if scheme:
+        _sync_of[name] = scheme
     return key
 
 
@@ -297,6 +317,13 @@ def set_learning_rate(lr: float) -> None:
 def unique_name(prefix: str = "noname") -> str:
     """A process-unique tensor name (upstream gave every unnamed tensor the same name)."""
     return f"{prefix}.{next(_noname_counter)}"
+
+
+def _auto_declare(name: str, nbytes: int) -> None:
+    """``BYTEPS_SYNC=auto``: declare ``name`` with the cost model's scheme for ``nbytes`` before
+    its first push_pull (every front that starts a push_pull calls this; docs/schemes.md)."""
+    if _auto_choose is not None and name not in _sync_of:
+        declare(name, sync=schemes.auto_choice(_auto_choose, name, nbytes))
 
 
 def push_pull_async(
@@ -354,6 +381,7 @@ def push_pull_async(
         priority = _as_int(priority, "priority", fn, -(1 << 63), 1 << 63)
     version = _as_int(version, "version", fn)
     _require_init()
+    _auto_declare(name, nbytes)
     return int(_core.push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, dims,
                                      bool(average), priority, version))
 

@@ -17,7 +17,7 @@ import threading
 from typing import Any, Dict, Optional
 
 from . import _core
-from .basics import _as_int, _check_name, _require_init, wait
+from .basics import _as_int, _auto_declare, _check_name, _require_init, wait
 from .errors import InvalidArgumentError, InvalidTypeError
 
 # DLPack's ABI (dlpack.h, v0.8 and v1.0): the structs a capsule points to.
@@ -179,6 +179,7 @@ def push_pull_async(obj, average: bool = True, name: Optional[str] = None,
     on_cuda = src.device_type in (KDL_CUDA, KDL_CUDA_MANAGED)
     _require_init()
     nbytes = src.count * src.code_bits[1] // 8
+    _auto_declare(name, nbytes)
     handle = int(_core.push_pull_async(
         name, src.address, dst.address, nbytes, dtype, src.shape, bool(average), priority, 0,
         device="cuda" if on_cuda else "cpu", device_id=src.device_id if on_cuda else 0))

@@ -188,7 +188,8 @@ def build_local_plan(
         timelines of worker machines sharing this host do not overwrite each other.
 
     Raises:
-        LaunchError: a count is out of range, the command is empty, or K == 0 while distributed.
+        LaunchError: a count is out of range, the command is empty, or K == 0 while distributed
+            (unless ``BYTEPS_SYNC`` is ``ring`` or ``tree``: docs/schemes.md).
     """
     check_job_shape(workers, servers, local_size, port)
     if not command:
@@ -197,11 +198,14 @@ def build_local_plan(
     extra = dict(extra_env or {})
     forced = _is_true(extra.get("BYTEPS_FORCE_DISTRIBUTED", parent.get("BYTEPS_FORCE_DISTRIBUTED")))
     distributed = workers > 1 or forced
-    if distributed and servers == 0:
+    # Ring and tree all-reduce (docs/schemes.md) need no server.
+    all_reduce = extra.get("BYTEPS_SYNC", parent.get("BYTEPS_SYNC", "")) in ("ring", "tree")
+    if distributed and servers == 0 and not all_reduce:
         raise LaunchError(
             f"--servers 0 with a distributed job ({workers} worker machine(s)"
             f"{', BYTEPS_FORCE_DISTRIBUTED=1' if forced else ''}): give --servers >= 1 "
-            "(servers colocated on worker hosts are not supported yet)"
+            "(or BYTEPS_SYNC=ring or tree, which need none; servers colocated on worker hosts "
+            "are not supported yet)"
         )
     cluster = ClusterSpec(
         workers, servers if distributed else 0, local_size, "127.0.0.1",

@@ -117,18 +117,23 @@ def _enum_names(header: Path, enum: str, name_file: Path, kind: str):
     return [names[m] for m in members]
 
 
-def _stage_rows(device=False):
+def _stage_rows(device=False, all_reduce=False):
     """(name, [slot per layout], compressed_only) of every row of the stage table, in order;
-    the rows of device tensors only (device_only) with ``device``."""
+    the rows of device tensors only (device_only) with ``device``; the rows of an all-reduce
+    tensor's plan (``/*schemes=*/`` kAny or kAllReduceOnly) with ``all_reduce``, those of the
+    summation service's (kAny or kPsOnly) without, every row with ``all_reduce=None``."""
     text = (CPP / "pipeline" / "stage_table.cc").read_text()
     text = text[text.index("StageTable::rows[kStageCount] = {"):]
     rows = re.findall(r'\{Stage::k\w+, "(\w+)",([^{}]*)\{([^{}]*)\}\},', text)
+    skip = {None: "-", True: "kPsOnly", False: "kAllReduceOnly"}[all_reduce]
     return [(name, [s.strip() for s in slots.split(",")], "compressed_only=*/true" in middle)
-            for name, middle, slots in rows if device or "device_only=*/true" not in middle]
+            for name, middle, slots in rows
+            if (device or "device_only=*/true" not in middle)
+            and f"schemes=*/{skip}" not in middle]
 
 
 def test_stage_list_matches_the_code():
-    rows = _stage_rows(device=True)
+    rows = _stage_rows(device=True, all_reduce=None)
     stages = [name for name, _, _ in rows]
     assert stages[:3] == ["COPY_D2H", "COPY_IN", "LOCAL_REDUCE"]  # the parser found the table
     table = re.findall(r"^\s*\| `(\w+)` \|", _section(3), re.M)
@@ -138,15 +143,18 @@ def test_stage_list_matches_the_code():
 def test_stage_layouts_match_the_code():
     """§3's layout table is the stage table read by column: the stages of each layout's plan and
     the gates in front of them (a gate already passed earlier in a plan is not waited for
-    again), and a row of its own for a compressed tensor where its plan differs. A device
-    tensor's plan is the same between COPY_D2H and COPY_H2D (test below)."""
-    rows = _stage_rows()
+    again), and a row of its own for a compressed tensor and for an all-reduce tensor (ring,
+    tree: docs/schemes.md) where its plan differs. A device tensor's plan is the same between
+    COPY_D2H and COPY_H2D (test below)."""
+    ps_rows, ar_rows = _stage_rows(), _stage_rows(all_reduce=True)
     doc = re.findall(r"^\s*\| ([^`|][^|]*?) \| `([A-Z_]+(?: → [A-Z_]+)*)` \| ([^|]*?) \|$",
                      _section(3), re.M)
     want = []
-    for column in range(len(rows[0][1])):
+    for column in range(len(ps_rows[0][1])):
         plans = []
-        for compressed in (False, True):
+        for variant in ("plain", "compressed", "all-reduce"):
+            compressed = variant == "compressed"
+            rows = ar_rows if variant == "all-reduce" else ps_rows
             plan, gates, passed = [], [], set()
             for name, slots, only in rows:
                 if slots[column] == "kNo" or (only and not compressed):
@@ -156,13 +164,14 @@ def test_stage_layouts_match_the_code():
                 if gate and gate.group(1) not in passed:
                     passed.add(gate.group(1))
                     gates.append(f"`{gate.group(1).upper()}` before `{name}`")
-            if compressed and plan == plans[0][0]:
+            if variant != "plain" and plan == plans[0][0]:
                 continue
             plans.append((plan, gates))
-            want.append((compressed, " → ".join(plan), ", ".join(gates) or "–"))
-    assert len(rows[0][1]) == 5 and len(doc) == len(want), (doc, want)
-    for (layout, doc_stages, doc_gates), (compressed, plan, gates) in zip(doc, want):
-        assert layout.endswith(", compressed tensor") == compressed, (layout, plan)
+            want.append((variant, " → ".join(plan), ", ".join(gates) or "–"))
+    assert len(ps_rows[0][1]) == 5 and len(doc) == len(want), (doc, want)
+    for (layout, doc_stages, doc_gates), (variant, plan, gates) in zip(doc, want):
+        assert layout.endswith(", compressed tensor") == (variant == "compressed"), (layout, plan)
+        assert layout.endswith(", all-reduce tensor") == (variant == "all-reduce"), (layout, plan)
         assert doc_stages == plan, (layout, plan)
         assert doc_gates == gates, (layout, gates)
 

@@ -615,7 +615,9 @@ class TestFrame:
                                             (8, "SHUTDOWN"), (9, "NODE_FAILED"), (20, "HELLO"),
                                             (21, "PUSH"), (22, "PULL"), (23, "PULL_RESPONSE"),
                                             (24, "DATA_ERROR"), (25, "GOODBYE"),
-                                            (26, "STALL_QUERY"), (27, "STALL_REPORT")])
+                                            (26, "STALL_QUERY"), (27, "STALL_REPORT"),
+                                            (30, "PEER_HELLO"), (31, "COLLECTIVE"),
+                                            (32, "PEER_GOODBYE"), (33, "PEER_ABORT")])
     def test_every_type_decodes(self, type_, name):
         assert T.decode_header(T.encode_header(type_))["type_name"] == name
 
@@ -624,7 +626,7 @@ class TestFrame:
         with pytest.raises(ValueError, match="magic"):
             T.decode_header(T.encode_header(21, magic=magic))
 
-    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 30, 100, 0xFFFF])
+    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 34, 100, 0xFFFF])
     def test_unknown_type(self, type_):
         with pytest.raises(ValueError, match="type"):
             T.decode_header(T.encode_header(type_))

@@ -231,6 +231,7 @@ def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dt
     kernels and the contiguous copy, if any). Returns (handle, the event: kept alive until
     synchronize)."""
     _b._require_init()
+    _b._auto_declare(name, nbytes)
     stream = torch.cuda.current_stream(inp.device)
     event = torch.cuda.Event()
     event.record(stream)

@@ -57,6 +57,15 @@ FRAMEWORKS = {
 }
 #: (framework, workers, servers, van) also run with a UCX van: one configuration, every group
 UCX_CONFIGS = [("torch", 2, 1, "ucx-shm")]
+#: the other synchronization schemes (docs/schemes.md): (framework, workers, servers, local
+#: processes per machine, BYTEPS_SYNC, groups in the default run); every other group (but
+#: compression, which needs sync=ps) is marked slow. HiPS has groups of 2: 2 first-level servers
+#: and one on top; the tree of 3 machines has the default width 1.
+SCHEME_CONFIGS = [
+    ("torch", 2, 1, 2, "ring", ("collectives", "errors")),
+    ("torch", 3, 1, 1, "tree", ("optimizer",)),
+    ("torch", 3, 3, 1, "hips", ("collectives",)),
+]
 #: BYTEPS_TIMEOUT of the other groups (covers the rendezvous while framework imports finish)
 DEFAULT_TIMEOUT = 60
 #: wall-clock limit of one launch
@@ -78,12 +87,22 @@ def _params():
                                id=f"{fw}-{workers}w{servers}s-{group}-{van}")
 
 
+def _scheme_params():
+    for fw, workers, servers, local, sync, default in SCHEME_CONFIGS:
+        for group in cases.GROUPS:
+            if group == "compression":
+                continue
+            marks = [FRAMEWORKS[fw][0]] + ([] if group in default else [pytest.mark.slow])
+            yield pytest.param(fw, workers, servers, local, sync, group, marks=marks,
+                               id=f"{fw}-{workers}w{servers}s{local}l-{sync}-{group}")
+
+
 def run_job(framework: str, workers: int, servers: int, group: str, timeout_s: float,
-            van: str = "tcp"):
-    return jobs.launch_job(jobs.launch_config(workers, servers),
+            van: str = "tcp", local_size=None, sync_env=()):
+    return jobs.launch_job(jobs.launch_config(workers, servers, local_size),
                            [jobs.PY, WORKER, framework, group],
                            env=[f"BYTEPS_TIMEOUT={timeout_s:g}", *jobs.VANS[van],
-                                *GROUP_ENV.get(group, [])],
+                                *GROUP_ENV.get(group, []), *sync_env],
                            timeout=JOB_TIMEOUT, job_env=jobs.framework_env())
 
 
@@ -113,14 +132,28 @@ def test_case_registry():
 
 @pytest.mark.parametrize("framework,workers,servers,group,van", list(_params()))
 def test_conformance(framework, workers, servers, group, van):
+    _check_job(framework, workers, servers, group, van)
+
+
+@pytest.mark.parametrize("framework,workers,servers,local_size,sync,group",
+                         list(_scheme_params()))
+def test_conformance_schemes(framework, workers, servers, local_size, sync, group):
+    """The same cases with every rank's tensors summed by ring, tree or HiPS."""
+    _check_job(framework, workers, servers, group, "tcp", local_size,
+               [f"BYTEPS_SYNC={sync}", "BYTEPS_HIPS_GROUP=2"], f" sync {sync}")
+
+
+def _check_job(framework, workers, servers, group, van, local_size=None, sync_env=(),
+               what=""):
     _, module, error_timeout = FRAMEWORKS[framework]
     pytest.importorskip(module)
     pytest.importorskip("byteps._core", reason="the byteps core is not built")
     shim = shims.get_shim(framework)
     timeout_s = error_timeout if group == "errors" else DEFAULT_TIMEOUT
-    rc, out, secs = run_job(framework, workers, servers, group, timeout_s, van)
+    rc, out, secs = run_job(framework, workers, servers, group, timeout_s, van, local_size,
+                            sync_env)
     excerpt = _failure_excerpt(out)
-    per_rank = jobs.rank_lines(out, workers)
+    per_rank = jobs.rank_lines(out, workers * (local_size or 1))
     expected_ok = [c.name for c in cases.GROUPS[group] if not c.missing(shim)]
     expected_skip = [c.name for c in cases.GROUPS[group] if c.missing(shim)]
     problems = []
@@ -139,5 +172,5 @@ def test_conformance(framework, workers, servers, group, van):
     if rc != 0:
         problems.insert(0, f"launcher exit status {rc}")
     assert not problems, (
-        f"{framework} {workers}w{servers}s {group} van {van} ({secs:.1f} s):\n  "
+        f"{framework} {workers}w{servers}s {group} van {van}{what} ({secs:.1f} s):\n  "
         + "\n  ".join(problems) + "\n--- job output (tail) ---\n" + excerpt)

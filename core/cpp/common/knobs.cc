@@ -107,6 +107,22 @@ std::vector<KnobSpec> BuildTable() {
           "Tensors smaller than this many bytes are not compressed even when declared with a "
           "compressor (upstream's threshold and default; docs/compression.md). Every worker "
           "must use the same value: it decides what the tensor's declaration says."),
+      Choice("BYTEPS_SYNC", "ps", {"ps", "ring", "tree", "hips", "auto"}, "worker,server",
+             "How tensors are summed across worker machines (docs/schemes.md): ps = the "
+             "summation service; ring = ring all-reduce among the workers; tree = FlexTree-style "
+             "tree all-reduce of width BYTEPS_TREE_WIDTH; hips = hierarchical summation "
+             "servers; auto = per tensor, by the cost model. Every worker must use the same "
+             "value; a tensor's declaration may name its own scheme."),
+      Int("BYTEPS_TREE_WIDTH", "0", 0, 65535, "worker",
+          "Width w of the tree all-reduce (BYTEPS_SYNC=tree): ring reduce-scatter inside groups "
+          "of w worker machines, a binary tree across the groups, ring all-gather back. w must "
+          "divide DMLC_NUM_WORKER; 1 = a plain binary tree, DMLC_NUM_WORKER = the ring; 0 = "
+          "the largest divisor of DMLC_NUM_WORKER not above its square root (rounded up)."),
+      Int("BYTEPS_HIPS_GROUP", "0", 0, 65535, "worker,server",
+          "Worker machines per group of HiPS (BYTEPS_SYNC=hips): servers 0..G-1 (G = "
+          "ceil(DMLC_NUM_WORKER / group)) are the first level, server i summing group i and "
+          "forwarding to the top level (the other servers; at least one); 0 = "
+          "ceil(sqrt(DMLC_NUM_WORKER))."),
       Int("BYTEPS_SCHEDULING_CREDIT", "4", 0, 1 << 20, "worker",
           "Partitions in flight to the servers at once (credit, in units of "
           "BYTEPS_PARTITION_BYTES) queued for the wire at once; queues are priority-ordered. 0 = "

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "pipeline/stage_table.h"
 #include "pipeline/timeline.h"
 #include "ps/ps_client.h"
+#include "ps/sync_scheme.h"
 #include "scheduling/partitioner.h"
 
 namespace byteps {
@@ -33,13 +35,49 @@ struct StageList {
 
 struct TensorContext;
 class WorkerCore;
+struct PartTask;
+
+// One send of an all-reduce program: its reused frame and whose it is.
+struct CollSend {
+  SendItem item;
+  PartTask* task = nullptr;
+  size_t index = 0;  // the op's index in the program
+};
+
+// A partition of an all-reduce tensor (ring, tree) on the local root (docs/schemes.md): its
+// program (ps/sync_scheme.h) and where the walk through it stands. Made once, reused every
+// round; fields below `mu` are read and written under it.
+struct CollTask {
+  CollProgram prog;
+  std::vector<CollSend> sends;  // by op index (the kSend ones)
+  std::vector<char> scratch;    // 2 x prog.scratch_bytes: where summed receives land, by parity
+  std::mutex mu;
+  std::condition_variable cv;  // `receiving` fell to 0
+  // The round whose message has arrived, per receive op and round parity ([parity][op]): a
+  // peer may send the next round's first steps before this machine finished the current one.
+  std::vector<uint32_t> arrived;
+  uint32_t round = 0;   // the round being walked
+  size_t pc = 0;        // the next op
+  bool active = false;  // walking (false once finished or given up)
+  bool in_gather = false;      // moved on to ALL_GATHER
+  bool walked = false;         // the last op is done (its `outstanding` share given back)
+  bool credit_held = false;    // REDUCE_SCATTER's credit not yet returned
+  int receiving = 0;           // receives into the worker's buffer under way
+  std::vector<uint8_t> counted;  // [op]: its message is one of them (between header and frame)
+  // The program's sends not yet written plus one while the program has ops left: the partition
+  // is done when it reaches 0. The initial sends not yet written: the credit comes back at 0.
+  std::atomic<int> outstanding{0};
+  std::atomic<int> credit_sends{0};
+  char* scratch_of(uint32_t r) { return scratch.data() + (r & 1) * prog.scratch_bytes; }
+};
 
 struct PartTask {
   WorkerCore* owner = nullptr;
   TensorContext* ctx = nullptr;
   Partition part;
   uint64_t key = 0;   // declared_key << 16 | index
-  int server = -1;    // index of the server that sums this partition
+  int server = -1;    // index of the server that sums this partition (HiPS: its group's)
+  int upper = -1;     // HiPS: the top-level server the group's sum goes to
   StageList stages;
   // Reused frames: the push (payload straight from the buffer) and the pull request.
   SendItem push_item;
@@ -64,6 +102,8 @@ struct PartTask {
   // A device tensor: the event recorded after this partition's copy (COPY_D2H, then COPY_H2D),
   // made at the first copy and reused (docs/gpu.md).
   device::Event copied = nullptr;
+  // An all-reduce tensor on the local root of a distributed job (null otherwise).
+  std::unique_ptr<CollTask> coll;
 };
 
 struct TensorContext {
@@ -78,6 +118,12 @@ struct TensorContext {
   // tensor is compressed: set at the first push_pull (WorkerCore::DecideCompression).
   std::string compression;
   bool compressed = false;
+  // The synchronization scheme (docs/schemes.md): declared for this name (sync_declared), or
+  // the job's BYTEPS_SYNC, fixed at the first push_pull; all_reduce: ring or tree in a
+  // distributed job (the plan with REDUCE_SCATTER and ALL_GATHER).
+  SyncScheme sync = SyncScheme::kPs;
+  bool sync_declared = false;
+  bool all_reduce = false;
   std::vector<std::unique_ptr<PartTask>> parts;
   // BYTEPS_AUTOTUNE (docs/autotune.md): the job-level bound the tensor is cut with, the
   // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of
@@ -104,8 +150,9 @@ struct TensorContext {
   char* device_input = nullptr;
   char* device_output = nullptr;
   device::Event ready_event = nullptr;
-  // Which of the worker's stage plans the tensor walks: +1 compressed, +2 on a device.
-  int plan() const { return (compressed ? 1 : 0) + (device ? 2 : 0); }
+  // Which of the worker's stage plans the tensor walks: +1 compressed, +2 on a device, +4 an
+  // all-reduce.
+  int plan() const { return (compressed ? 1 : 0) + (device ? 2 : 0) + (all_reduce ? 4 : 0); }
 
   // Local reduce (BYTEPS_LOCAL_SIZE > 1): slots [0, L) then aggregates [L, L+2) of `region`.
   std::unique_ptr<ShmSegment> shm;
@@ -133,6 +180,7 @@ struct TensorContext {
   // When the stall queries asked after a worker left were sent (steady clock; 0 = not yet).
   std::chrono::steady_clock::time_point left_queried_at{};
   Status sticky;  // once an operation on this tensor failed for good, later ones fail too
+  bool aborting = false;  // an all-reduce operation is being given up (AbortCollective)
 
   char* slot(int i) const { return shm->data() + static_cast<size_t>(i) * region; }
   char* aggregate(int local_size) const {

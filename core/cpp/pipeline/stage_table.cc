@@ -15,6 +15,9 @@ constexpr StageSlot After(GateKind g) { return {Entry::kQueued, g}; }  // queued
 constexpr GateKind kWritten = GateKind::kWritten;
 constexpr GateKind kReduced = GateKind::kReduced;
 constexpr GateKind kPulled = GateKind::kPulled;
+constexpr PlanKind kAny = PlanKind::kAny;
+constexpr PlanKind kPsOnly = PlanKind::kPs;
+constexpr PlanKind kAllReduceOnly = PlanKind::kAllReduce;
 
 }  // namespace
 
@@ -24,36 +27,48 @@ constexpr StageRow StageTable::rows[kStageCount] = {
     // A device tensor: the partition from device memory into the tensor's pinned host buffer,
     // after the producer's event (worker_device.cc); every later stage works in that buffer.
     {Stage::kCopyD2H, "COPY_D2H", &WorkerCore::RunCopyD2H, /*credit=*/false, Waits::kWork,
-     /*compressed_only=*/false, /*device_only=*/true,
+     /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
      {kQueue, kQueue, kQueue, kQueue, kQueue}},
     {Stage::kCopyIn, "COPY_IN", &WorkerCore::RunCopyIn, /*credit=*/false, Waits::kWork,
-     /*compressed_only=*/false, /*device_only=*/false, {kNo, kNo, kQueue, kQueue, kQueue}},
+     /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAny,
+     {kNo, kNo, kQueue, kQueue, kQueue}},
     {Stage::kLocalReduce, "LOCAL_REDUCE", &WorkerCore::RunLocalReduce, /*credit=*/false,
-     Waits::kWork, /*compressed_only=*/false, /*device_only=*/false,
+     Waits::kWork, /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAny,
      {kNo, kNo, After(kWritten), After(kWritten), After(kWritten)}},
     // Encodes from the input or the aggregate into the task's own buffer (worker_compress.cc).
     {Stage::kCompress, "COMPRESS", &WorkerCore::RunCompress, /*credit=*/false, Waits::kWork,
-     /*compressed_only=*/true, /*device_only=*/false, {kNo, kQueue, kNo, After(kReduced), kNo}},
+     /*compressed_only=*/true, /*device_only=*/false, /*schemes=*/kPsOnly,
+     {kNo, kQueue, kNo, After(kReduced), kNo}},
     {Stage::kPush, "PUSH", &WorkerCore::RunPush, /*credit=*/true, Waits::kWork,
-     /*compressed_only=*/false, /*device_only=*/false,
+     /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kPsOnly,
      {kNo, kQueue, kNo, After(kReduced), kNo}},
     // Started by PUSH (its frame asks for the sum); OnFrame proceeds when the sum is in place.
     {Stage::kPull, "PULL", nullptr, /*credit=*/false, Waits::kServer, /*compressed_only=*/false,
-     /*device_only=*/false, {kNo, kAwait, kNo, kAwait, kNo}},
+     /*device_only=*/false, /*schemes=*/kPsOnly, {kNo, kAwait, kNo, kAwait, kNo}},
+    // An all-reduce tensor (ring, tree; docs/schemes.md): walks the summing half of the
+    // partition's program (worker_collective.cc), holding credit until its first sends are
+    // written; the program's messages move it on to ALL_GATHER, which ends when its last
+    // message is in and its sends are written.
+    {Stage::kReduceScatter, "REDUCE_SCATTER", &WorkerCore::RunReduceScatter, /*credit=*/true,
+     Waits::kPeer, /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAllReduceOnly,
+     {kNo, kQueue, kNo, After(kReduced), kNo}},
+    {Stage::kAllGather, "ALL_GATHER", nullptr, /*credit=*/false, Waits::kPeer,
+     /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAllReduceOnly,
+     {kNo, kAwait, kNo, kAwait, kNo}},
     // Decodes the pulled encoding into the output or the aggregate (worker_compress.cc): off
     // the receiving thread, which goes on receiving other partitions.
     {Stage::kDecompress, "DECOMPRESS", &WorkerCore::RunDecompress, /*credit=*/false,
-     Waits::kWork, /*compressed_only=*/true, /*device_only=*/false,
+     Waits::kWork, /*compressed_only=*/true, /*device_only=*/false, /*schemes=*/kPsOnly,
      {kNo, kQueue, kNo, kQueue, kNo}},
     // One process per distributed machine: COPY_OUT at most divides the pulled partition in
     // place, so the receive thread (or DECOMPRESS's) does that instead of handing it on.
     {Stage::kCopyOut, "COPY_OUT", &WorkerCore::RunCopyOut, /*credit=*/false, Waits::kWork,
-     /*compressed_only=*/false, /*device_only=*/false,
+     /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAny,
      {kQueue, kInline, After(kReduced), kQueue, After(kPulled)}},
     // A device tensor: the result from the pinned host buffer to the device output; the
     // partition is done when the copy is (worker_device.cc).
     {Stage::kCopyH2D, "COPY_H2D", &WorkerCore::RunCopyH2D, /*credit=*/false, Waits::kWork,
-     /*compressed_only=*/false, /*device_only=*/true,
+     /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
      {kQueue, kQueue, kQueue, kQueue, kQueue}},
 };
 

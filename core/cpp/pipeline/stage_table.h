@@ -28,6 +28,8 @@ enum class Stage : uint8_t {
   kCompress,     // a compressed tensor: encode the partition (docs/compression.md)
   kPush,         // send the partition (or its encoding) to its server
   kPull,         // wait for the server's sum, received straight into place
+  kReduceScatter,  // an all-reduce tensor (ring, tree): the summing half of its program
+  kAllGather,      // ... and the half that spreads the sums (docs/schemes.md)
   kDecompress,   // a compressed tensor: decode the pulled sum into place
   kCopyOut,      // copy to the output, divide when averaging, finish
   kCopyH2D,      // a device tensor: copy the result from the pinned host buffer to the device
@@ -67,7 +69,16 @@ enum class Waits : uint8_t {
   kWork,    // the stage's own work: named by the stage alone
   kServer,  // its server's sum: "PULL (waiting for server N)"; the watchdog asks that server
             // which worker machines have not pushed (STALL_QUERY)
+  kPeer,    // a message of its all-reduce program: "ALL_GATHER (waiting for worker machine N)"
 };
+
+// Which tensors' plans have the row, by synchronization scheme (docs/schemes.md): the
+// summation service's (ps, hips: PUSH, PULL and the compression stages), the all-reduces'
+// (ring, tree: REDUCE_SCATTER, ALL_GATHER), or both.
+enum class PlanKind : uint8_t { kPs = 1, kAllReduce = 2, kAny = 3 };
+constexpr bool InPlan(PlanKind row, bool all_reduce) {
+  return (static_cast<uint8_t>(row) & (all_reduce ? 2 : 1)) != 0;
+}
 
 struct StageSlot {
   Entry entry = Entry::kAbsent;
@@ -91,6 +102,8 @@ struct StageRow {
   bool compressed_only;
   // Only in the plan of a device tensor (docs/gpu.md).
   bool device_only;
+  // The schemes whose plans have it.
+  PlanKind schemes;
   StageSlot where[kLayoutCount];  // indexed by Layout
 };
 

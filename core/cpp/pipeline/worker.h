@@ -62,6 +62,15 @@ struct WorkerConfig {
   size_t min_compress_bytes = 65536;  // BYTEPS_MIN_COMPRESS_BYTES
   double timeout_s = 120, heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (VanSpec::FromKnobs)
+  // BYTEPS_SYNC (docs/schemes.md): the scheme of a tensor not declared with one; sync_auto:
+  // BYTEPS_SYNC=auto (every tensor must then be declared with one: the Python layer asks the
+  // cost model). tree_width: BYTEPS_TREE_WIDTH resolved (ResolveTreeWidth). mesh: this local
+  // root joins the worker mesh (ring, tree or auto in a distributed job).
+  SyncScheme sync = SyncScheme::kPs;
+  bool sync_auto = false;
+  int tree_width = 1;
+  int hips_group = 1;  // BYTEPS_HIPS_GROUP resolved (HipsGroupSize)
+  bool mesh = false;
   double stall_warning_s = 60;  // 0: no stall warning
   std::string job, root_uri, node_host, interface;
   int root_port = 0;
@@ -78,7 +87,7 @@ struct WorkerConfig {
 // Reads and validates every knob for a worker process (raises nothing; returns the error).
 Status LoadWorkerConfig(const Knobs& knobs, WorkerConfig* cfg);
 
-class WorkerCore : public PullSink {
+class WorkerCore : public PullSink, public CollectiveSink {
  public:
   explicit WorkerCore(WorkerConfig cfg);
   ~WorkerCore() override;
@@ -89,7 +98,11 @@ class WorkerCore : public PullSink {
 
   // `compression`: the compressor's canonical kwargs (compress::FormatSpec), "" for none;
   // fixed by the first declaration or push_pull of the name (InvalidArgument on a change).
-  Status Declare(const std::string& name, const std::string& compression, uint32_t* key);
+  // `sync`: the tensor's synchronization scheme ("ps", "ring", "tree", "hips"; "" = the job's
+  // BYTEPS_SYNC), fixed by the first declaration that gives one (InvalidArgument on a change or
+  // after the first push_pull).
+  Status Declare(const std::string& name, const std::string& compression, uint32_t* key,
+                 const std::string& sync = "");
   // Every tensor name declared so far, in key order (suspend/resume re-declares them).
   std::vector<std::string> DeclaredNames();
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
@@ -112,6 +125,13 @@ class WorkerCore : public PullSink {
   PullDest PullDestination(PendingPull* p, uint64_t payload_len) override;
   void OnPulled(PendingPull* p) override;
   void OnPushAcked(PendingPull* p) override;
+
+  // CollectiveSink (the worker mesh's receiving threads; worker_collective.cc).
+  Status CollectiveDestination(int peer, const FrameHeader& h, void** dest) override;
+  void OnCollective(int peer, const FrameHeader& h) override;
+  void OnPeerLeft(int peer) override;
+  void OnPeerAbort(int peer, uint32_t key, uint32_t round, const std::string& text) override;
+  void OnPeerLost(int peer, const Status& why) override;
 
  private:
   friend struct StageTable;  // its rows name the Run* members
@@ -189,6 +209,28 @@ class WorkerCore : public PullSink {
   void SendDeclare(TensorContext* ctx);
   void OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a);
   void OnPushSent(PartTask* t, const Status& st);
+  // --- all-reduce tensors: ring, tree (worker_collective.cc; docs/schemes.md) ---
+  // InitContext: the scheme of the tensor, checked against the job and its compression.
+  Status DecideSync(TensorContext* ctx);
+  // The local root: each partition's program and buffers.
+  void SetUpCollective(TensorContext* ctx);
+  void RunReduceScatter(PartTask* t);
+  // Walks t's program as far as the messages in allow (any thread).
+  void CollAdvance(PartTask* t);
+  // The program ended and its sends are written: ALL_GATHER is done.
+  void CollFinished(PartTask* t);
+  void ReturnCollCredit(PartTask* t);
+  static void CollSentThunk(void* arg, const Status& st);
+  // The task and receive op a COLLECTIVE frame is for (null: none).
+  PartTask* CollTaskOf(uint64_t key);
+  // A failed operation: its partitions stop walking; returns once nothing is received into the
+  // caller's buffers any more (or after timeout_s).
+  void CancelCollective(TensorContext* ctx);
+  // An all-reduce operation fails because a machine shut down before it could complete: on
+  // this machine, and (PEER_ABORT) on every mesh peer, which passes it on.
+  void AbortCollective(TensorContext* ctx, uint32_t round, const Status& st);
+  // "worker machine 2 (ranks 4-5)".
+  std::string MachineText(int machine) const;
   // --- autotune (worker_autotune.cc; docs/autotune.md) ---
   void StartAutotune();
   // The calling thread of a push_pull of `ctx` (round: its push_pulls so far), before the
@@ -224,9 +266,10 @@ class WorkerCore : public PullSink {
   // walks, how a task enters each stage, and the gate in front of it
   // Indexed by TensorContext::plan(): [0] a plain tensor's plan, [1] a compressed tensor's
   // (with COMPRESS and DECOMPRESS), [2] and [3] the same on a device (with COPY_D2H, COPY_H2D).
-  StageList plans_[4];
+  // [4..7]: the same for an all-reduce tensor (REDUCE_SCATTER, ALL_GATHER instead of PUSH, PULL).
+  StageList plans_[8];
   Entry entry_[kStageCount] = {};
-  Gate* gate_before_[4][kStageCount] = {};
+  Gate* gate_before_[8][kStageCount] = {};
   std::unique_ptr<Gate> written_gate_, reduced_gate_, pulled_gate_;
   std::unique_ptr<ScheduledQueue> queues_[kStageCount];
   std::vector<std::thread> threads_;
@@ -237,6 +280,11 @@ class WorkerCore : public PullSink {
 
   // distributed (local root): the scheduler and the servers
   std::unique_ptr<PsClient> ps_;
+  // Worker machines that said PEER_GOODBYE (the worker mesh), by worker id.
+  std::unique_ptr<std::atomic<bool>[]> peer_left_;
+  // AbortCollective's threads (rare: a peer shut down mid-operation), joined by Stop().
+  std::mutex abort_mu_;
+  std::vector<std::thread> abort_threads_;
 
   std::unique_ptr<AutotuneState> tune_;  // BYTEPS_AUTOTUNE only
 

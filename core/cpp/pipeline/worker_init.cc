@@ -42,10 +42,25 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
     if (!k.IsSet("DMLC_PS_ROOT_PORT"))
       return Status::Config("DMLC_PS_ROOT_PORT is not set: a distributed job needs the "
                             "scheduler's TCP port");
-    if (cfg->num_server < 1)
-      return Status::Config("DMLC_NUM_SERVER=" + std::to_string(cfg->num_server) +
-                            ": a distributed job needs at least one server");
   }
+  // The synchronization scheme (docs/schemes.md).
+  const std::string sync = k.Str("BYTEPS_SYNC");
+  cfg->sync_auto = sync == "auto";
+  if (!cfg->sync_auto && !ParseSyncScheme(sync, &cfg->sync))
+    return Status::Config("BYTEPS_SYNC=" + sync + ": expected ps, ring, tree, hips or auto");
+  // The width matters (and must divide the machine count) only where a tree may be used.
+  const bool tree_possible = cfg->sync_auto || cfg->sync == SyncScheme::kTree;
+  Status width = ResolveTreeWidth(cfg->num_worker, static_cast<int>(k.Int("BYTEPS_TREE_WIDTH")),
+                                  &cfg->tree_width);
+  if (!width.ok() && tree_possible) return width;
+  if (!width.ok()) ResolveTreeWidth(cfg->num_worker, 0, &cfg->tree_width);
+  cfg->hips_group = HipsGroupSize(cfg->num_worker, static_cast<int>(k.Int("BYTEPS_HIPS_GROUP")));
+  const bool all_reduce_only = !cfg->sync_auto && IsCollective(cfg->sync);
+  cfg->mesh = cfg->distributed && (cfg->sync_auto || IsCollective(cfg->sync));
+  if (cfg->distributed && cfg->num_server < 1 && !all_reduce_only)
+    return Status::Config("DMLC_NUM_SERVER=" + std::to_string(cfg->num_server) +
+                          ": a distributed job needs at least one server (BYTEPS_SYNC=" + sync +
+                          "; only ring and tree run without servers)");
   cfg->root_uri = k.Str("DMLC_PS_ROOT_URI");
   cfg->root_port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
   cfg->node_host = k.Str("DMLC_NODE_HOST");
@@ -63,6 +78,9 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
   cfg->register_bound = cfg->partition_bound;
   BPS_RETURN_IF_ERROR(LoadAutotuneConfig(k, cfg));
+  if (cfg->autotune.enabled && (cfg->sync_auto || cfg->sync != SyncScheme::kPs))
+    return Status::Config("BYTEPS_AUTOTUNE=1 works with BYTEPS_SYNC=ps only (BYTEPS_SYNC=" + sync +
+                          ")");
   cfg->min_compress_bytes = static_cast<size_t>(k.Int("BYTEPS_MIN_COMPRESS_BYTES"));
   cfg->timeout_s = k.Float("BYTEPS_TIMEOUT");
   cfg->stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
@@ -99,6 +117,8 @@ WorkerCore::WorkerCore(WorkerConfig cfg) : cfg_(std::move(cfg)) {
   telemetry_.Configure(cfg_.telemetry_on, cfg_.telemetry_interval_s);
   local_bye_.reset(new std::atomic<bool>[cfg_.local_size]);
   for (int i = 0; i < cfg_.local_size; ++i) local_bye_[i] = false;
+  peer_left_.reset(new std::atomic<bool>[cfg_.num_worker]);
+  for (int i = 0; i < cfg_.num_worker; ++i) peer_left_[i] = false;
 }
 
 WorkerCore::~WorkerCore() { Stop(); }
@@ -116,7 +136,8 @@ void WorkerCore::BuildStagePlan() {
                                  std::to_string(ctx->declared_key) + ", " + DTypeName(ctx->dtype) +
                                  ShapeString(ctx->shape) + ") on local rank " +
                                  std::to_string(cfg_.local_rank) +
-                                 " differs in name, dtype or shape from local rank " +
+                                 " differs in name, dtype, shape, compression or scheme from "
+                                 "local rank " +
                                  std::to_string(from) + " (rank " +
                                  std::to_string(cfg_.worker_id * cfg_.local_size + from) + ")");
     LocalSignal s;
@@ -136,15 +157,15 @@ void WorkerCore::BuildStagePlan() {
   Gate* const gates[kGateCount] = {nullptr, written_gate_.get(), reduced_gate_.get(),
                                    pulled_gate_.get()};  // by GateKind
   const int layout = static_cast<int>(LayoutOf(L, cfg_.distributed, cfg_.is_root()));
-  for (int variant = 0; variant < 4; ++variant) {  // TensorContext::plan()
-    const bool compressed = variant & 1, on_device = variant & 2;
+  for (int variant = 0; variant < 8; ++variant) {  // TensorContext::plan()
+    const bool compressed = variant & 1, on_device = variant & 2, all_reduce = variant & 4;
     StageList& plan = plans_[variant];
     bool passed[kGateCount] = {};  // a gate already waited for earlier in this plan
     for (const StageRow& row : StageTable::rows) {
       const StageSlot& slot = row.where[layout];
       const int s = static_cast<int>(row.id);
       if (slot.entry == Entry::kAbsent || (row.compressed_only && !compressed) ||
-          (row.device_only && !on_device))
+          (row.device_only && !on_device) || !InPlan(row.schemes, all_reduce))
         continue;
       plan.stages[plan.size++] = row.id;
       const int g = static_cast<int>(slot.gate);
@@ -179,6 +200,7 @@ Status WorkerCore::Start() {
   std::string stages = plan_text(0);
   if (plans_[1].size != plans_[0].size) stages += " (compressed tensors: " + plan_text(1) + ")";
   stages += " (device tensors: " + plan_text(2) + ")";
+  if (cfg_.mesh) stages += " (all-reduce tensors: " + plan_text(4) + ")";
   BPS_LOG(INFO) << "rank " << cfg_.rank << "/" << cfg_.size << " (worker machine "
                 << cfg_.worker_id << "/" << cfg_.num_worker << ", local " << cfg_.local_rank << "/"
                 << cfg_.local_size << "), " << (cfg_.distributed ? "distributed" : "single machine")
@@ -247,6 +269,10 @@ Status WorkerCore::ConnectToJob() {
   pc.heartbeat_interval_s = cfg_.heartbeat_interval_s;
   pc.heartbeat_timeout_s = cfg_.heartbeat_timeout_s;
   pc.van = cfg_.van;
+  if (cfg_.mesh) {
+    pc.collective = this;
+    pc.mesh_peers = CollectivePeers(cfg_.num_worker, cfg_.tree_width, cfg_.worker_id);
+  }
   ps_ = std::make_unique<PsClient>(
       pc, this, [this](const Status& st, bool report) { Fatal(st, report); },
       [this] { return failed_.load(); }, [this] { return stopping_.load(); });
@@ -309,6 +335,14 @@ void WorkerCore::Stop() {
   threads_.clear();
   d2h_waiter_.Stop();  // after the stage threads: nothing adds to them any more
   h2d_waiter_.Stop();
+  {
+    std::vector<std::thread> aborts;
+    {
+      std::lock_guard<std::mutex> lk(abort_mu_);
+      aborts.swap(abort_threads_);
+    }
+    for (auto& t : aborts) t.join();
+  }
   if (ps_) ps_->Close();
   channel_.Close();
   timeline_.Finish();  // the window never closed: write what was recorded

@@ -32,8 +32,12 @@ TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name) {
 }
 
 Status WorkerCore::Declare(const std::string& name, const std::string& compression,
-                           uint32_t* key) {
+                           uint32_t* key, const std::string& sync) {
   if (name.empty()) return Status::InvalidArgument("tensor name must not be empty");
+  SyncScheme scheme = SyncScheme::kPs;
+  if (!sync.empty() && !ParseSyncScheme(sync, &scheme))
+    return Status::InvalidArgument("tensor '" + name + "': sync='" + sync +
+                                   "' is not a scheme (ps, ring, tree, hips)");
   std::string canonical;
   if (!compression.empty()) {
     compress::Kwargs kw;
@@ -51,8 +55,18 @@ Status WorkerCore::Declare(const std::string& name, const std::string& compressi
     ctx = FindOrCreateLocked(name);
   }
   *key = ctx->declared_key;
-  if (canonical.empty()) return Status::OK();  // declaring again without one changes nothing
   std::lock_guard<std::mutex> lk(ctx->mu);
+  if (!sync.empty() && !(ctx->sync_declared && ctx->sync == scheme)) {
+    if (ctx->initialized || ctx->sync_declared)
+      return Status::InvalidArgument(
+          "tensor '" + name + "' is already " +
+          (ctx->sync_declared ? "declared with sync=" + std::string(SyncSchemeName(ctx->sync))
+                              : std::string("in use with sync=") + SyncSchemeName(ctx->sync)) +
+          "; declare its scheme once, before its first push_pull");
+    ctx->sync = scheme;
+    ctx->sync_declared = true;
+  }
+  if (canonical.empty()) return Status::OK();  // declaring again without one changes nothing
   if (canonical == ctx->compression) return Status::OK();
   if (ctx->initialized || !ctx->compression.empty())
     return Status::InvalidArgument(
@@ -85,6 +99,7 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
+  BPS_RETURN_IF_ERROR(DecideSync(ctx));
   BPS_RETURN_IF_ERROR(InitDevice(ctx, a));
   uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
   uint8_t dt = static_cast<uint8_t>(a.dtype);
@@ -92,8 +107,14 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   h = Fnv1a(h, a.shape.data(), a.shape.size() * sizeof(int64_t));
   // Local processes that disagree on compressing it would disagree on averaging it.
   if (ctx->compressed) h = Fnv1a(h, ctx->compression.data(), ctx->compression.size());
+  // ... and on its scheme, on where its sum comes from.
+  if (ctx->sync != SyncScheme::kPs) {
+    const uint8_t sync = static_cast<uint8_t>(ctx->sync);
+    h = Fnv1a(h, &sync, 1);
+  }
   ctx->sig = h | 1;  // never 0 (0 means "no signature")
   MakeTasks(ctx, parts);
+  if (ctx->all_reduce && cfg_.is_root()) SetUpCollective(ctx);
   if (cfg_.local_size > 1 && a.nbytes > 0) {
     ctx->region = (a.nbytes + 63) / 64 * 64;
     ctx->shm = std::make_unique<ShmSegment>();
@@ -301,6 +322,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
         queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(
             PushBytes(static_cast<PartTask*>(p->arg)));
     }
+    if (ctx->all_reduce) CancelCollective(ctx);
     DrainDeviceCopies(ctx);
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }

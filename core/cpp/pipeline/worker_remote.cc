@@ -18,6 +18,10 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   if (ctx->compressed) m.compression = ctx->compression;
   m.partition_bound = ctx->job_bound;  // as cut here (BYTEPS_AUTOTUNE may change it)
   m.generation = ctx->key_gen;
+  m.sync = static_cast<uint8_t>(ctx->sync);
+  m.sync_param = ctx->sync == SyncScheme::kTree   ? static_cast<uint32_t>(cfg_.tree_width)
+                 : ctx->sync == SyncScheme::kHips ? static_cast<uint32_t>(cfg_.hips_group)
+                                                  : 0;
   ps_->Declare(ctx->declared_key, m, [this, ctx](const DeclareAnswer& a) { OnDeclareAnswer(ctx, a); });
 }
 
@@ -48,14 +52,20 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
                             "' has " + std::to_string(ctx->parts.size()) +
                             " partitions here but the plan has " + std::to_string(servers.size()));
     for (int64_t s : servers)
-      if (st.ok() && (s < 0 || s >= ps_->num_servers()))
+      if (st.ok() && !ctx->all_reduce && (s < 0 || s >= ps_->num_servers()))
         st = Status::Internal("plan names server " + std::to_string(s) + " which does not exist");
   }
   if (!st.ok()) return FailOpOnMachine(ctx, st);
   bool dispatch;
   {
     std::lock_guard<std::mutex> lk(ctx->mu);
-    for (size_t i = 0; i < servers.size(); ++i) ctx->parts[i]->server = static_cast<int>(servers[i]);
+    for (size_t i = 0; i < servers.size(); ++i) {
+      ctx->parts[i]->server = static_cast<int>(servers[i]);
+      if (ctx->sync == SyncScheme::kHips) {  // pushed to the group's first-level server
+        ctx->parts[i]->upper = ctx->parts[i]->server;
+        ctx->parts[i]->server = cfg_.worker_id / cfg_.hips_group;
+      }
+    }
     if (ctx->compressed) st = SetUpCompression(ctx);
     ctx->declared = st.ok();
     dispatch = ctx->waiting_for_declare && ctx->in_flight;
@@ -79,6 +89,10 @@ void WorkerCore::RunPush(PartTask* t) {
                      t->push_aux, t->received.size());
   const size_t off = t->part.offset;
   const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
+  if (ctx->sync == SyncScheme::kHips)  // aux: the top-level server (docs/schemes.md)
+    return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
+                     &t->push_item, &WorkerCore::PushSentThunk, t,
+                     static_cast<uint64_t>(t->upper), 0, kPushFlagHips);
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
             &t->push_item, &WorkerCore::PushSentThunk, t);
 }

@@ -37,6 +37,11 @@ std::string WorkerCore::StallWhere(TensorContext* c) {
       name += " (waiting for the other local processes)";
     else if (row.waits == Waits::kServer)
       name += " (waiting for server " + std::to_string(t->server) + ")";
+    else if (row.waits == Waits::kPeer && t->coll) {
+      std::lock_guard<std::mutex> lk(t->coll->mu);
+      if (t->coll->active && t->coll->pc < t->coll->prog.ops.size())
+        name += " (waiting for " + MachineText(t->coll->prog.ops[t->coll->pc].peer) + ")";
+    }
     if (stages.find(name) == std::string::npos) stages += (stages.empty() ? "" : ", ") + name;
   }
   return std::to_string(c->remaining.load()) + " of " + std::to_string(c->parts.size()) +

@@ -44,6 +44,8 @@ std::string Encode(const AddressBook& m) {
   w.I32(m.my_rank).U32(static_cast<uint32_t>(m.servers.size()));
   for (auto& s : m.servers) w.U32(s.rank).Str(s.host).U32(s.port).U8(s.colocated).F64(s.share);
   w.U64(m.partition_bound);
+  w.U32(static_cast<uint32_t>(m.workers.size()));
+  for (auto& wk : m.workers) w.U32(wk.id).Str(wk.host).U32(wk.port);
   return w.Take();
 }
 
@@ -61,6 +63,14 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
     s.share = r.F64();
   }
   m->partition_bound = r.U64();
+  uint32_t nw = r.U32();
+  if (!r.ok() || nw > 65536) return Status::InvalidArgument("malformed ADDRESS_BOOK message");
+  m->workers.resize(nw);
+  for (auto& wk : m->workers) {
+    wk.id = r.U32();
+    wk.host = r.Str(256);
+    wk.port = r.U32();
+  }
   if (!r.done()) return Status::InvalidArgument("malformed ADDRESS_BOOK message");
   return Status::OK();
 }
@@ -68,7 +78,7 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
 std::string Encode(const DeclareMsg& m) {
   WireWriter w;
   w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
-  w.U64(m.partition_bound).U32(m.generation);
+  w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.sync_param);
   return w.Take();
 }
 
@@ -98,7 +108,10 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->compression = r.Str(kMaxCompressionSpec);
   m->partition_bound = r.U64();
   m->generation = r.U32();
-  if (!r.done() || !DTypeValid(m->dtype)) return Status::InvalidArgument("malformed DECLARE message");
+  m->sync = r.U8();
+  m->sync_param = r.U32();
+  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4)
+    return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }
 

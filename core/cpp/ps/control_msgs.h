@@ -15,7 +15,7 @@ struct RegisterMsg {
   NodeRole role = NodeRole::kWorker;
   int32_t worker_id = -1;  // workers: DMLC_WORKER_ID; servers: -1
   std::string host;        // advertised address
-  uint32_t port = 0;       // servers: data port
+  uint32_t port = 0;       // servers: data port; workers: the worker mesh's port (0: none)
   uint32_t local_size = 1;
   uint32_t num_worker = 0;
   uint32_t num_server = 0;
@@ -31,9 +31,17 @@ struct ServerEntry {
   double share = 0;
 };
 
+// A worker machine's local root as the worker mesh reaches it (ps/peer_mesh.h).
+struct WorkerEntry {
+  uint32_t id = 0;  // DMLC_WORKER_ID
+  std::string host;
+  uint32_t port = 0;  // 0: it does not listen (no all-reduce scheme in the job)
+};
+
 struct AddressBook {
   int32_t my_rank = -1;  // worker id or server rank of the receiver
   std::vector<ServerEntry> servers;
+  std::vector<WorkerEntry> workers;  // by worker id
   // Largest partition any worker pushes (bytes; the workers' common BYTEPS_PARTITION_BYTES
   // bound): a server refuses a larger push before allocating anything for it.
   uint64_t partition_bound = 0;
@@ -56,6 +64,11 @@ struct DeclareMsg {
   // cut anew under new keys (docs/autotune.md). Both must agree across workers.
   uint64_t partition_bound = 0;
   uint32_t generation = 0;
+  // The tensor's synchronization scheme (SyncScheme, ps/sync_scheme.h) and its parameter (a
+  // tree: its width; hips: worker machines per group; 0 otherwise): both must agree across
+  // workers (docs/schemes.md).
+  uint8_t sync = 0;
+  uint32_t sync_param = 0;
 };
 
 // KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.

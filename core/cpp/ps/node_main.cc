@@ -7,6 +7,7 @@
 #include "ps/process_setup.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
+#include "ps/sync_scheme.h"
 
 namespace byteps {
 
@@ -24,9 +25,12 @@ Status RunNodeFromEnvironment() {
   if (!k.IsSet("DMLC_PS_ROOT_PORT"))
     return Status::Config("DMLC_PS_ROOT_PORT is not set: the " + role +
                           " needs the scheduler's TCP port");
-  if (k.Int("DMLC_NUM_SERVER") < 1)
+  // Only the all-reduces (docs/schemes.md) run without servers.
+  const std::string sync = k.Str("BYTEPS_SYNC");
+  if (k.Int("DMLC_NUM_SERVER") < 1 && !(role == "scheduler" && (sync == "ring" || sync == "tree")))
     return Status::Config("DMLC_NUM_SERVER=" + k.Str("DMLC_NUM_SERVER") +
-                          ": a distributed job needs at least one server");
+                          ": a distributed job needs at least one server (BYTEPS_SYNC=" + sync +
+                          "; only ring and tree run without servers)");
   BPS_RETURN_IF_ERROR(ApplyJobSecret(k, true));
   if (role == "scheduler") {
     SetLogIdentity("scheduler");
@@ -57,6 +61,10 @@ Status RunNodeFromEnvironment() {
   o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
   BPS_RETURN_IF_ERROR(VanSpec::FromKnobs(k, &o.van));
+  // HiPS (docs/schemes.md): the servers' levels follow from the group size (a tensor may be
+  // declared with sync=hips whatever BYTEPS_SYNC says; with too few servers for the levels,
+  // HiPS tensors are refused).
+  o.hips_group = HipsGroupSize(o.num_worker, static_cast<int>(k.Int("BYTEPS_HIPS_GROUP")));
   SummationServer server(o);
   return server.Run();
 }

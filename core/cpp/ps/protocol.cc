@@ -32,17 +32,22 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kStallReport: return "STALL_REPORT";
     case MsgType::kPushAck: return "PUSH_ACK";
     case MsgType::kKeyConfig: return "KEY_CONFIG";
+    case MsgType::kPeerHello: return "PEER_HELLO";
+    case MsgType::kCollective: return "COLLECTIVE";
+    case MsgType::kPeerGoodbye: return "PEER_GOODBYE";
+    case MsgType::kPeerAbort: return "PEER_ABORT";
   }
   return "UNKNOWN";
 }
 
 Status ValidatePsHeader(const FrameHeader& h) {
   MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 29);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 33);
   if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
   if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
   uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
-                           t == MsgType::kStallReport || t == MsgType::kKeyConfig
+                           t == MsgType::kStallReport || t == MsgType::kKeyConfig ||
+                           t == MsgType::kPeerAbort
                        ? kMaxControlPayload
                        : kMaxDataPayload;
   if (h.payload_len > limit)
@@ -50,7 +55,7 @@ Status ValidatePsHeader(const FrameHeader& h) {
                                    std::to_string(h.payload_len) + " bytes exceeds the limit " +
                                    std::to_string(limit));
   if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery ||
-       t == MsgType::kPushAck) &&
+       t == MsgType::kPushAck || t == MsgType::kPeerHello || t == MsgType::kPeerGoodbye) &&
       h.payload_len != 0)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
   return Status::OK();

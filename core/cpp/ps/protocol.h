@@ -45,11 +45,31 @@ enum class MsgType : uint16_t {
   // bits of a double, for the server's error feedback) and an encoded payload of at most the
   // compressor's MaxEncodedBytes; so does its PULL_RESPONSE (no aux).
   kKeyConfig = 29,
+  // worker <-> worker, the all-reduce schemes (ring, tree; docs/schemes.md) over the worker
+  // mesh (ps/peer_mesh.h). PEER_HELLO: the connecting local root says its worker id (sender),
+  // no payload. COLLECTIVE: one step of a partition's program (ps/sync_scheme.h): key, round,
+  // aux = the step's tag, payload = the bytes. PEER_GOODBYE: the sender has shut down; what it
+  // has not sent by now it never will.
+  kPeerHello = 30,
+  kCollective = 31,
+  kPeerGoodbye = 32,
+  // worker <-> worker: the sender gave up on an all-reduce operation because a machine shut
+  // down before it could complete (key: the tensor's declared key; aux: its round; payload:
+  // the text). The receiver fails that operation too and passes it on, so machines that
+  // exchange no message with the departed one do not wait for BYTEPS_TIMEOUT.
+  kPeerAbort = 33,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
 // push, so no separate pull request queues behind later pushes on the same connection).
 constexpr uint8_t kPushFlagPull = 1;
+// HiPS (docs/schemes.md): a worker's push to its group's first-level server, whose aux names the
+// top-level server of the partition; and a first-level server's push of its group's sum to
+// that top-level server (sender: the group).
+constexpr uint8_t kPushFlagHips = 2;
+constexpr uint8_t kPushFlagHipsUp = 4;
+// HELLO's aux from a first-level HiPS server (sender: its group) to a top-level one.
+constexpr uint64_t kHelloFromServer = 1;
 
 // FrameHeader::aux of a DECLARE_REPLY.
 enum class DeclareReply : uint64_t {

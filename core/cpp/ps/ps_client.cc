@@ -27,6 +27,13 @@ Status PsClient::Connect(RegisterMsg reg, double timeout_s) {
       [this](const Status& st) { fatal_(st, false); });
   BPS_RETURN_IF_ERROR(control_->Connect(van_.get(), cfg_.root_uri, cfg_.root_port, timeout_s));
   if (reg.host.empty()) reg.host = control_->LocalAddress();
+  if (cfg_.collective) {
+    mesh_ = std::make_unique<PeerMesh>(cfg_.worker_id, cfg_.num_worker, cfg_.mesh_peers,
+                                       cfg_.collective, failed_, stopping_);
+    int port = 0;
+    BPS_RETURN_IF_ERROR(mesh_->Listen(van_.get(), reg.host, &port));
+    reg.port = static_cast<uint32_t>(port);
+  }
   AddressBook book;
   BPS_RETURN_IF_ERROR(control_->Register(reg, timeout_s, &book));
   for (auto& s : book.servers) {
@@ -39,6 +46,7 @@ Status PsClient::Connect(RegisterMsg reg, double timeout_s) {
     conn->SendControl(MsgType::kHello, "", 0, static_cast<uint32_t>(cfg_.worker_id));
     servers_.push_back(std::move(conn));
   }
+  if (mesh_) BPS_RETURN_IF_ERROR(mesh_->Connect(book.workers, timeout_s));
   control_->StartHeartbeats(cfg_.heartbeat_interval_s, cfg_.heartbeat_timeout_s);
   return Status::OK();
 }
@@ -89,7 +97,7 @@ void PsClient::ReservePulls(const std::vector<uint64_t>& keys) {
 
 void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf,
                     size_t len, PendingPull* pull, SendItem* item, SentFn on_sent, void* arg,
-                    uint64_t aux, size_t pull_up_to) {
+                    uint64_t aux, size_t pull_up_to, uint8_t flags) {
   if (pull) {
     std::lock_guard<std::mutex> lk(pull_mu_);
     pull->key = key;
@@ -104,7 +112,7 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   }
   item->hdr = FrameHeader();
   item->hdr.type = static_cast<uint16_t>(MsgType::kPush);
-  item->hdr.flags = pull ? kPushFlagPull : 0;
+  item->hdr.flags = static_cast<uint8_t>((pull ? kPushFlagPull : 0) | flags);
   item->hdr.dtype = static_cast<uint8_t>(dtype);
   item->hdr.key = key;
   item->hdr.round = round;
@@ -178,6 +186,8 @@ void PsClient::ReportFailure(const std::string& text) {
 }
 
 void PsClient::Goodbye() {
+  // A failed worker's peers learn why from the scheduler; a goodbye would say "shut down".
+  if (mesh_ && !failed_()) mesh_->Goodbye();
   for (auto& c : servers_) {
     c->SendControl(MsgType::kGoodbye, "");
     c->Flush(2.0);
@@ -189,6 +199,7 @@ Status PsClient::Finalize(double timeout_s) {
 }
 
 void PsClient::Close() {
+  if (mesh_) mesh_->Close();
   for (auto& c : servers_) c->Join();
   if (control_) control_->Close();
   std::thread blame;

@@ -22,6 +22,7 @@
 #include "common/dtype.h"
 #include "ps/control_client.h"
 #include "ps/control_msgs.h"
+#include "ps/peer_mesh.h"
 #include "ps/protocol.h"
 
 namespace byteps {
@@ -90,6 +91,10 @@ struct PsClientConfig {
   int root_port = 0;
   double heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
+  // The worker mesh (ps/peer_mesh.h), for the all-reduce schemes: null for none. Connect
+  // listens before registering and connects to `mesh_peers` once the address book is in.
+  CollectiveSink* collective = nullptr;
+  std::vector<int> mesh_peers;
 };
 
 class PsClient : public PsConnectionHandler {
@@ -110,6 +115,8 @@ class PsClient : public PsConnectionHandler {
   // starts the heartbeats. Each step is bounded by timeout_s.
   Status Connect(RegisterMsg reg, double timeout_s);
   int num_servers() const { return static_cast<int>(servers_.size()); }
+  // The worker mesh (null when PsClientConfig::collective is).
+  PeerMesh* mesh() const { return mesh_.get(); }
 
   // Sends DECLARE; on_reply gets every answer for the key (stall warnings, then the final one),
   // on the control connection's receiving thread.
@@ -123,10 +130,11 @@ class PsClient : public PsConnectionHandler {
   // before the bytes leave. on_sent(arg, status) once written (the sending thread).
   // A compressed key's push (docs/compression.md) sets `aux` (the bits of the worker's learning
   // rate) and `pull_up_to`: its sum comes back as an encoding of at most that many bytes
-  // (PendingPull::received says how many); 0 = exactly `len`.
+  // (PendingPull::received says how many); 0 = exactly `len`. `flags`: more push flags
+  // (kPushFlagHips: a HiPS push, aux = the top-level server).
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg, uint64_t aux = 0,
-            size_t pull_up_to = 0);
+            size_t pull_up_to = 0, uint8_t flags = 0);
   // KEY_CONFIG of a compressed key to its server: before the key's first push, on the same
   // connection (so it arrives first).
   void ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m);
@@ -155,7 +163,7 @@ class PsClient : public PsConnectionHandler {
 
   // Tells the scheduler (and so every node) that this worker failed.
   void ReportFailure(const std::string& text);
-  // GOODBYE to every server, each flushed (at most 2 s).
+  // GOODBYE to every server and PEER_GOODBYE to every mesh peer, each flushed (at most 2 s).
   void Goodbye();
   // FINALIZE to the scheduler and the wait for FINALIZE_DONE (timeout_s).
   Status Finalize(double timeout_s);
@@ -181,6 +189,7 @@ class PsClient : public PsConnectionHandler {
   std::unique_ptr<Van> van_;  // outlives control_ and servers_
   std::unique_ptr<ControlClient> control_;
   std::vector<std::unique_ptr<Connection>> servers_;
+  std::unique_ptr<PeerMesh> mesh_;  // before van_ goes
   std::mutex declare_mu_;
   std::unordered_map<uint32_t, DeclareReplyFn> declares_;  // by declared key
   std::mutex pull_mu_;

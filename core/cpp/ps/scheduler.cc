@@ -9,6 +9,7 @@
 
 #include "common/dtype.h"
 #include "common/logging.h"
+#include "ps/sync_scheme.h"
 #include "scheduling/partitioner.h"
 
 namespace byteps {
@@ -211,6 +212,12 @@ void Scheduler::SendAddressBooksLocked() {
   planner_ = std::make_unique<KeyPlanner>(shares);
   AddressBook book;
   book.partition_bound = first_bound_;
+  // The worker mesh (ps/peer_mesh.h): every local root's address, by worker id.
+  book.workers.resize(static_cast<size_t>(opts_.num_worker));
+  for (auto& n : nodes_)
+    if (n->reg.role == NodeRole::kWorker)
+      book.workers[static_cast<size_t>(n->rank)] =
+          WorkerEntry{static_cast<uint32_t>(n->rank), n->reg.host, n->reg.port};
   for (size_t i = 0; i < servers.size(); ++i) {
     book.servers.push_back(ServerEntry{static_cast<uint32_t>(i), servers[i]->reg.host,
                                        servers[i]->reg.port, static_cast<bool>(colocated[i]),
@@ -274,6 +281,22 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                std::to_string(m.generation) +
                ") (BYTEPS_AUTOTUNE switches every worker at the same round only when all of "
                "them make the same push_pull calls in the same order)";
+  if (pd.error.empty() && (m.sync != f.sync || m.sync_param != f.sync_param)) {
+    auto scheme = [](const DeclareMsg& d) {
+      std::string s = SyncSchemeName(static_cast<SyncScheme>(d.sync));
+      if (static_cast<SyncScheme>(d.sync) == SyncScheme::kTree)
+        s += " of width " + std::to_string(d.sync_param);
+      if (static_cast<SyncScheme>(d.sync) == SyncScheme::kHips)
+        s += " in groups of " + std::to_string(d.sync_param);
+      return s;
+    };
+    pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +
+               ") is synchronized differently across workers: worker " +
+               std::to_string(pd.first_worker) + " uses " + scheme(f) + ", worker " +
+               std::to_string(node->rank) + " " + scheme(m) +
+               " (BYTEPS_SYNC, BYTEPS_TREE_WIDTH, BYTEPS_HIPS_GROUP and a declaration's sync must "
+               "agree on every worker)";
+  }
   if (pd.error.empty() && (m.name != f.name || m.dtype != f.dtype || m.shape != f.shape ||
                            m.nbytes != f.nbytes || m.compression != f.compression)) {
     pd.error = "tensor mismatch across workers for key " + std::to_string(m.declared_key) +
@@ -341,6 +364,36 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
     if (!st.ok()) {
       error = true;
       payload = EncodeText(st.message());
+    } else if (IsCollective(static_cast<SyncScheme>(pd->first.sync))) {
+      // An all-reduce among the workers: no server (docs/schemes.md).
+      payload = EncodeDeclareOk(std::vector<int64_t>(parts.size(), -1));
+    } else if (static_cast<SyncScheme>(pd->first.sync) == SyncScheme::kHips) {
+      // HiPS: the partitions go to the top-level servers (ranks from the first level's count
+      // on), evenly; a worker pushes to its group's first-level server, which forwards.
+      const int g = static_cast<int>(std::max<uint32_t>(pd->first.sync_param, 1));
+      const int first = HipsGroups(opts_.num_worker, g);
+      if (opts_.num_server < first + 1) {
+        error = true;
+        payload = EncodeText("tensor '" + pd->first.name + "' is declared with sync=hips: " +
+                             std::to_string(opts_.num_worker) + " worker machines in groups of " +
+                             std::to_string(g) + " need " + std::to_string(first + 1) +
+                             " servers (one per group and one on top), the job has " +
+                             std::to_string(opts_.num_server) + " (DMLC_NUM_SERVER)");
+      } else {
+        auto& top = hips_planners_[g];
+        if (!top) top = std::make_unique<KeyPlanner>(
+            std::vector<double>(opts_.num_server - first, 1.0 / (opts_.num_server - first)));
+        std::vector<size_t> sizes;
+        for (auto& pt : parts) sizes.push_back(pt.length);
+        std::vector<int64_t> where;
+        for (int s : top->Assign(sizes)) where.push_back(s + first);
+        payload = EncodeDeclareOk(where);
+      }
+    } else if (opts_.num_server < 1) {
+      error = true;
+      payload = EncodeText("tensor '" + pd->first.name + "' is declared with sync=" +
+                           SyncSchemeName(static_cast<SyncScheme>(pd->first.sync)) +
+                           " but the job has no server (DMLC_NUM_SERVER=0): use ring or tree");
     } else {
       std::vector<size_t> sizes;
       for (auto& pt : parts) sizes.push_back(pt.length);

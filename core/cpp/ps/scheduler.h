@@ -87,6 +87,8 @@ class Scheduler : public PsConnectionHandler {
   std::string failure_;
   Clock::time_point start_;
   std::unique_ptr<KeyPlanner> planner_;
+  // HiPS: the top-level servers' planner, by group size (docs/schemes.md).
+  std::map<int, std::unique_ptr<KeyPlanner>> hips_planners_;
   std::map<uint32_t, Pending> pending_;
   uint32_t first_local_size_ = 0;
   uint64_t first_bound_ = 0;

@@ -24,6 +24,7 @@ SummationServer::~SummationServer() {
   stopping_ = true;
   if (van_) van_->StopListening();
   for (auto& c : conns_) c->Join();
+  for (auto& c : uplinks_) c->Join();
   rounds_.Stop();
   if (control_) control_->Close();
 }
@@ -64,6 +65,7 @@ Status SummationServer::Run() {
     std::lock_guard<std::mutex> lk(book_mu_);
     rounds_.Configure(rank_, book.partition_bound);
   }
+  BPS_RETURN_IF_ERROR(ConnectUplinks(book));
   {
     std::lock_guard<std::mutex> lk(conns_mu_);
     have_book_ = true;
@@ -126,14 +128,38 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   if (t == MsgType::kHello) return Status::OK();  // started after the book (OnAccepted)
   if (t == MsgType::kGoodbye) return Status::OK();
   if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
-  if (t == MsgType::kPull || t == MsgType::kStallQuery || t == MsgType::kKeyConfig)
+  const bool from_server = c->tag >= kServerTag;
+  if (!from_server &&
+      (t == MsgType::kPull || t == MsgType::kStallQuery || t == MsgType::kKeyConfig))
     return Status::OK();  // no payload, or a small one into the connection's buffer
   if (t != MsgType::kPush)
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(t) + " at a server");
+  // HiPS (docs/schemes.md): a worker's push to its group's first-level server, or a
+  // first-level server's group sum to this top-level one; the role makes the key.
+  const KeyRole* role = nullptr;
+  if (from_server) {
+    if (!(h.flags & kPushFlagHipsUp))
+      return Status::InvalidArgument("a first-level server's push without the HiPS flag");
+    role = &top_role_;
+  } else if (h.flags & kPushFlagHips) {
+    const int first = HipsGroups();
+    const int64_t top = static_cast<int64_t>(h.aux) - first;
+    if (first == 0 || rank_ >= first || c->tag / opts_.hips_group != rank_ || top < 0 ||
+        top >= static_cast<int64_t>(first_roles_.size())) {
+      SendError(c->tag, "server " + std::to_string(rank_) + " is not the first-level HiPS "
+                        "server of worker " + std::to_string(c->tag) + " for top-level server " +
+                        std::to_string(h.aux) + " (every process must run with the same "
+                        "BYTEPS_SYNC and BYTEPS_HIPS_GROUP)");
+      *dest = Connection::kDiscard;
+      return Status::OK();
+    }
+    role = &first_roles_[static_cast<size_t>(top)];
+  }
+  const int sender = from_server ? c->tag - kServerTag : c->tag;
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
   char* buf = nullptr;
-  BPS_RETURN_IF_ERROR(
-      rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), h.payload_len, c->tag, &buf));
+  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), h.payload_len,
+                                         sender, &buf, role));
   *dest = buf ? static_cast<void*>(buf) : Connection::kDiscard;
   return Status::OK();
 }
@@ -154,6 +180,20 @@ double LearningRateOf(const FrameHeader& h) {
 
 void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   MsgType t = TypeOf(h);
+  if (t == MsgType::kHello && h.aux == kHelloFromServer) {  // HiPS: a first-level server
+    const int g = static_cast<int>(h.sender);
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (c->tag >= 0 || g < 0 || g >= static_cast<int>(lowers_.size()) || lowers_[g]) {
+      BPS_LOG(WARNING) << "bad HELLO from first-level server " << h.sender
+                       << "; dropping the connection";
+      c->Close();
+      return;
+    }
+    c->tag = kServerTag + g;
+    c->set_peer_name("first-level server " + std::to_string(g));
+    lowers_[g] = c;
+    return;
+  }
   if (t == MsgType::kHello) {
     int w = static_cast<int>(h.sender);
     std::lock_guard<std::mutex> lk(conns_mu_);
@@ -181,8 +221,10 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     // then follows the acknowledgement on this connection.
     c->SendControl(MsgType::kPushAck, std::string(), h.key, static_cast<uint32_t>(rank_),
                    h.round);
-    rounds_.Push(h.key, static_cast<DType>(h.dtype), h.payload_len, c->tag, h.round,
-                 (h.flags & kPushFlagPull) != 0, LearningRateOf(h));
+    const int sender = c->tag >= kServerTag ? c->tag - kServerTag : c->tag;
+    rounds_.Push(h.key, static_cast<DType>(h.dtype), h.payload_len, sender, h.round,
+                 (h.flags & kPushFlagPull) != 0,
+                 h.flags & (kPushFlagHips | kPushFlagHipsUp) ? 0 : LearningRateOf(h));
   } else if (t == MsgType::kKeyConfig) {
     KeyConfigMsg m;
     Status st = Decode(payload, h.payload_len, &m);
@@ -231,7 +273,7 @@ void SummationServer::SendStallReport(int worker, uint64_t key, uint32_t round,
 }
 
 void SummationServer::SendSum(int worker, RoundKey& k, int parity) {
-  Connection* c = Worker(worker);
+  Connection* c = k.level == KeyLevel::kHipsTop ? Lower(worker) : Worker(worker);
   if (!c) return;
   SendItem& item =
       static_cast<Replies*>(k.attachment.get())->items[static_cast<size_t>(worker) * 2 + parity];

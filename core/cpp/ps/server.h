@@ -33,6 +33,10 @@ struct ServerOptions {
   double heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
   bool trace = false;  // BYTEPS_TRACE_ON: time every round for the workers' timelines
+  // HiPS (docs/schemes.md): worker machines per group (BYTEPS_HIPS_GROUP resolved; 0: no
+  // HiPS). With at least groups + 1 servers, servers 0..groups-1 are the first level (server i
+  // sums group i and forwards to the top), the others the top level.
+  int hips_group = 0;
 };
 
 class SummationServer : public PsConnectionHandler, public ReplySink {
@@ -50,6 +54,7 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // ReplySink: over the worker connections.
   std::unique_ptr<KeyAttachment> Attach(const RoundKey& k) override;
   void SendSum(int worker, RoundKey& k, int parity) override;
+  void Forward(RoundKey& k, int parity) override;
   void SendStallReport(int worker, uint64_t key, uint32_t round,
                        const std::vector<int>& missing) override;
   void SendError(int worker, const std::string& message) override;
@@ -60,6 +65,7 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // receives into them without registering them per message).
   struct Replies : KeyAttachment {
     std::vector<SendItem> items;
+    SendItem forward[2];  // HiPS, a first-level key: the group's sum to the top, by parity
     Van* van = nullptr;
     std::vector<char*> registered;
     ~Replies() override {
@@ -68,6 +74,25 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   };
   void OnAccepted(std::unique_ptr<Connection> conn);
   Connection* Worker(int worker);
+  // A first-level HiPS server (by group) connected to this top-level one.
+  Connection* Lower(int group);
+  // HiPS: a first-level server's connections to every top-level server, made before any
+  // worker's frame is read (hips_uplink.cc).
+  Status ConnectUplinks(const AddressBook& book);
+  int HipsGroups() const;
+  // The handler of the uplinks: acknowledgements, and the top level's totals.
+  class Uplink : public PsConnectionHandler {
+   public:
+    explicit Uplink(SummationServer* s) : s_(s) {}
+    Status OnHeader(Connection* c, const FrameHeader& h, void** dest) override;
+    void OnFrame(Connection* c, const FrameHeader& h, void* payload) override;
+    void OnClosed(Connection* c, const Status& why) override;
+
+   private:
+    SummationServer* s_;
+  };
+  // Connection::tag of a first-level server's connection at a top-level one: this + group.
+  static constexpr int kServerTag = 1 << 20;
 
   ServerOptions opts_;
   int rank_ = -1;
@@ -83,6 +108,14 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // for it (a van may run every connection's handlers on one thread, the UCX van does).
   bool have_book_ = false;
   std::vector<Connection*> unstarted_;
+  // HiPS: this first-level server's uplinks (by top-level rank - groups), the roles its
+  // first-level keys are made with (same index), the top-level keys' role, and at a top-level
+  // server the first-level servers' connections by group.
+  Uplink uplink_handler_{this};
+  std::vector<std::unique_ptr<Connection>> uplinks_;
+  std::vector<KeyRole> first_roles_;
+  KeyRole top_role_;
+  std::vector<Connection*> lowers_;
   // The round logic; its keys hold the reply frames, so the connections are joined (their
   // queues emptied) before it stops and frees them.
   SummationEngine rounds_;

@@ -69,13 +69,21 @@ size_t SummationEngine::num_keys() {
 
 Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
                                   std::unique_ptr<compress::Compressor> codec,
-                                  const std::string& compression) {
+                                  const std::string& compression, const KeyRole* role) {
   // Built outside the key table's lock: the sink's Attach may wait for a van's thread (memory
   // registration), which may itself be waiting for the lock in another receiver's PushBuffer.
   auto ks = std::make_unique<RoundKey>();
   ks->key = key;
   ks->dtype = dtype;
   ks->len = len;
+  if (role) {
+    ks->level = role->level;
+    ks->senders = role->senders;
+    ks->upper = role->upper;
+  }
+  if (ks->senders.empty())
+    for (int w = 0; w < num_worker_; ++w) ks->senders.push_back(w);
+  ks->expected = static_cast<int>(ks->senders.size());
   // A compressed key's sums hold the decoded values; its staging and encoded buffers hold
   // encodings of at most `len` bytes.
   const size_t sum_len = codec ? codec->raw_bytes() : len;
@@ -132,7 +140,7 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
 }
 
 Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker,
-                                   char** dest) {
+                                   char** dest, const KeyRole* role) {
   *dest = nullptr;
   RoundKey* ks = FindKey(key);
   if (ks && ks->compressed()) {  // made by KEY_CONFIG: bounded by its largest encoding
@@ -175,11 +183,20 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
                                    DTypeName(dtype));
       return Status::OK();
     }
-    Status st = CreateKey(key, dtype, len, &ks);
+    Status st = CreateKey(key, dtype, len, &ks, nullptr, std::string(), role);
     if (!st.ok()) {
       sink_->SendError(worker, st.message());
       return Status::OK();
     }
+  }
+  const KeyLevel level = role ? role->level : KeyLevel::kPlain;
+  if (ks->level != level ||
+      std::find(ks->senders.begin(), ks->senders.end(), worker) == ks->senders.end()) {
+    sink_->SendError(worker, Name() + ": push of key " + std::to_string(key) + " from worker " +
+                                 std::to_string(worker) + " does not fit the key's scheme (a "
+                                 "HiPS key takes its group's pushes; every worker must use the "
+                                 "same scheme)");
+    return Status::OK();
   }
   if (ks->len != len || ks->dtype != dtype) {
     sink_->SendError(worker, Name() + ": push of key " + std::to_string(key) + " from worker " +
@@ -233,6 +250,7 @@ void SummationEngine::Handle(const Event& ev) {
     case EventType::kPush: HandlePush(ev); break;
     case EventType::kPull: HandlePull(ev); break;
     case EventType::kStallQuery: HandleStallQuery(ev); break;
+    case EventType::kForwarded: HandleForwarded(ev); break;
   }
 }
 
@@ -295,22 +313,56 @@ void SummationEngine::HandlePush(const Event& ev) {
   }
   ks->pushed[p][ev.worker] = 1;
   if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
-  if (++ks->count[p] < num_worker_) {
+  if (++ks->count[p] < ks->expected) {
     if (timing_) ks->sum_ns[p] += SteadyNs() - t0;
     return;
   }
   ks->count[p] = 0;
+  if (ks->level == KeyLevel::kHipsFirst) {
+    // The group's sum goes up; the round completes when the total is back (Forwarded).
+    ks->forwarded[p] = true;
+    if (timing_) ks->sum_ns[p] += SteadyNs() - t0;
+    sink_->Forward(*ks, p);
+    return;
+  }
   if (ks->compressed()) EncodeSum(ks, p);
-  ks->complete[p] = true;
   if (timing_) {
     const int64_t now = SteadyNs();
     ks->sum_ns[p] += now - t0;
     ks->reply_aux[p] = PackServerTimes(static_cast<uint64_t>(t0 - ks->first_push_ns[p]) / 1000,
                                        static_cast<uint64_t>(ks->sum_ns[p]) / 1000);
   }
+  Complete(ks, p);
+}
+
+void SummationEngine::Complete(RoundKey* ks, int p) {
+  ks->complete[p] = true;
   std::vector<int>& waiting = ks->waiting[p];
   for (int w : waiting) sink_->SendSum(w, *ks, p);
   waiting.clear();
+}
+
+char* SummationEngine::ForwardBuffer(uint64_t key, uint32_t round, uint64_t len) {
+  RoundKey* ks = FindKey(key);
+  const int p = round & 1;
+  if (!ks || ks->level != KeyLevel::kHipsFirst || len != ks->len || !ks->forwarded[p] ||
+      ks->round[p] != round)
+    return nullptr;
+  return ks->sum[p];
+}
+
+void SummationEngine::Forwarded(uint64_t key, uint32_t round) {
+  RoundKey* ks = FindKey(key);
+  if (!ks || ks->level != KeyLevel::kHipsFirst) return;
+  Dispatch(Event{EventType::kForwarded, false, ks, 0, round});
+}
+
+void SummationEngine::HandleForwarded(const Event& ev) {
+  RoundKey* ks = ev.ks;
+  const int p = ev.round & 1;
+  if (!ks->forwarded[p] || ks->round[p] != ev.round) return;
+  ks->forwarded[p] = false;
+  Complete(ks, p);
 }
 
 void SummationEngine::HandlePull(const Event& ev) {
@@ -325,8 +377,9 @@ void SummationEngine::HandleStallQuery(const Event& ev) {
   int p = ev.round & 1;
   std::vector<int> missing;
   bool open = ks->round[p] == ev.round && !ks->complete[p] && ks->count[p] > 0;
-  bool done = ks->round[p] == ev.round && ks->complete[p];
-  for (int w = 0; w < num_worker_; ++w)
+  // A first-level HiPS round whose group sum is up at the top level misses no one here.
+  bool done = ks->round[p] == ev.round && (ks->complete[p] || ks->forwarded[p]);
+  for (int w : ks->senders)
     if (!done && !(open && ks->pushed[p][w])) missing.push_back(w);
   sink_->SendStallReport(ev.worker, ks->key, ev.round, missing);
 }

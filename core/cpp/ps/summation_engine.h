@@ -37,6 +37,16 @@ class KeyAttachment {
   virtual ~KeyAttachment() = default;
 };
 
+// A key's place in the summation (docs/schemes.md): the plain service (every worker machine
+// pushes), or HiPS, where a first-level server sums its group's pushes and forwards the sum to
+// the key's top-level server (`upper`), whose pushers are the first-level servers (by group).
+enum class KeyLevel : uint8_t { kPlain = 0, kHipsFirst = 1, kHipsTop = 2 };
+struct KeyRole {
+  KeyLevel level = KeyLevel::kPlain;
+  std::vector<int> senders;  // who pushes every round (empty: every worker machine)
+  int upper = -1;            // kHipsFirst: the top-level server the sum goes to
+};
+
 // One key's rounds. Written only by the engine bound to it (and the staging pointers by the
 // receiver that fills them, see SummationEngine::PushBuffer); a sink reads it while answering.
 struct RoundKey {
@@ -55,6 +65,14 @@ struct RoundKey {
   std::vector<char*> owned;
   std::vector<size_t> owned_len;  // [i]: the bytes owned[i] holds (a compressed key's differ)
   std::unique_ptr<KeyAttachment> attachment;  // the sink's, from ReplySink::Attach
+  // Its level and pushers (KeyRole; `expected` = the pushers' count), and for a first-level
+  // HiPS key whether round [parity]'s sum is up at the top level (ReplySink::Forward), the
+  // total coming back into sum[parity] (SummationEngine::Forwarded).
+  KeyLevel level = KeyLevel::kPlain;
+  std::vector<int> senders;
+  int expected = 0;
+  int upper = -1;
+  bool forwarded[2] = {false, false};
 
   // A compressed key (KEY_CONFIG; docs/compression.md): every push is an encoding of at most
   // `len` bytes (the compressor's MaxEncodedBytes), decoded into the round's sum of `raw_len`
@@ -93,6 +111,13 @@ class ReplySink {
                                const std::vector<int>& missing) = 0;
   // A refused request of worker `worker` (the worker turns it into an error).
   virtual void SendError(int worker, const std::string& message) = 0;
+  // HiPS, a first-level key: round k.round[parity] of the group is summed in k.sum[parity];
+  // send it to top-level server k.upper, whose total is received back into k.sum[parity]
+  // (SummationEngine::ForwardBuffer, then Forwarded).
+  virtual void Forward(RoundKey& k, int parity) {
+    (void)k;
+    (void)parity;
+  }
 };
 
 class SummationEngine {
@@ -116,7 +141,10 @@ class SummationEngine {
   // sender. OK with *dest = nullptr when the push is refused (length not a multiple of the
   // element size, no memory for the key, a size or dtype other than the key's): the worker got
   // an error through the sink and the payload must be read past. Never aborts.
-  Status PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker, char** dest);
+  // `role`: the key's level and pushers, used when the push makes the key (null: plain); a
+  // key made with another level refuses the push.
+  Status PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker, char** dest,
+                    const KeyRole* role = nullptr);
   // The push whose payload has been received at PushBuffer's destination; pull_too also asks
   // for the round's sum; lr: the pushing worker's learning rate (compressed keys). Ignored when
   // PushBuffer refused it (unknown key, other size or dtype).
@@ -130,6 +158,11 @@ class SummationEngine {
   // Worker `worker` wants the sum of `round`: answered now if that round is complete, else when
   // it completes. A pull of an unknown key is an error to the worker.
   void Pull(uint64_t key, int worker, uint32_t round);
+  // HiPS, a first-level key: where the top level's total of `round` is received (its sum
+  // buffer; null if the key is not waiting for that round's total or len is not its size),
+  // and the total arrived: the round is complete and its pulls are answered.
+  char* ForwardBuffer(uint64_t key, uint32_t round, uint64_t len);
+  void Forwarded(uint64_t key, uint32_t round);
   // Worker `worker` asks who has not pushed `round` of `key`: answered with a stall report
   // (everyone for a key nobody pushed yet; no one for a complete round).
   void StallQuery(uint64_t key, int worker, uint32_t round);
@@ -144,7 +177,7 @@ class SummationEngine {
   size_t num_keys();
 
  private:
-  enum class EventType : uint8_t { kPush, kPull, kStallQuery };
+  enum class EventType : uint8_t { kPush, kPull, kStallQuery, kForwarded };
   struct Event {
     EventType type = EventType::kPush;
     bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
@@ -165,7 +198,8 @@ class SummationEngine {
   // config, `len` its largest encoding). *out = the existing key when another thread made it.
   Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
                    std::unique_ptr<compress::Compressor> codec = nullptr,
-                   const std::string& compression = std::string());
+                   const std::string& compression = std::string(),
+                   const KeyRole* role = nullptr);
   // Compressed keys (compressed_rounds.cc): decode worker ev.worker's push into the round's
   // sum (overwrite when `first`, else add); false (and an error to the worker) on a malformed
   // encoding. EncodeSum: the complete sum's encoding for the pulls.
@@ -177,6 +211,9 @@ class SummationEngine {
   void HandlePush(const Event& ev);
   void HandlePull(const Event& ev);
   void HandleStallQuery(const Event& ev);
+  void HandleForwarded(const Event& ev);
+  // The round in buffer p is complete: its pulls are answered.
+  void Complete(RoundKey* ks, int p);
   std::string Name() const;
 
   const int num_worker_;

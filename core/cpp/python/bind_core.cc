@@ -121,12 +121,12 @@ void BindCore(py::module_& m) {
   });
   m.def(
       "declare",
-      [](const std::string& name, const std::string& compression) {
+      [](const std::string& name, const std::string& compression, const std::string& sync) {
         uint32_t key = 0;
-        Check(Require()->Declare(name, compression, &key));
+        Check(Require()->Declare(name, compression, &key, sync));
         return key;
       },
-      py::arg("name"), py::arg("compression") = std::string());
+      py::arg("name"), py::arg("compression") = std::string(), py::arg("sync") = std::string());
   m.def("format_compression", [](const std::map<std::string, std::string>& kwargs) {
     return compress::FormatSpec(kwargs);
   });

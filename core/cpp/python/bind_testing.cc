@@ -10,6 +10,7 @@
 #include "comm/frame.h"
 #include "ps/control_msgs.h"
 #include "ps/key_plan.h"
+#include "ps/sync_scheme.h"
 #include "ps/protocol.h"
 #include "scheduling/partitioner.h"
 #include "scheduling/scheduled_queue.h"
@@ -84,6 +85,34 @@ void BindTesting(py::module_& root) {
       .def("__len__", &ScheduledQueue::size)
       .def_property_readonly("in_flight_bytes", &ScheduledQueue::in_flight_bytes);
 
+  // The all-reduce programs (ps/sync_scheme.h): a list of (kind, peer, tag, offset, length,
+  // scratch, from_input) per op, kind "send" | "recv_sum" | "recv_copy".
+  m.def(
+      "coll_program",
+      [](const std::string& scheme, int n, int width, int me, size_t bytes, size_t elem_size) {
+        SyncScheme s;
+        if (!ParseSyncScheme(scheme, &s)) ThrowInvalidArgument("unknown scheme " + scheme);
+        CollProgram p = BuildCollProgram(s, n, width, me, bytes, elem_size);
+        py::list ops;
+        static const char* kinds[] = {"send", "recv_sum", "recv_copy"};
+        for (const CollOp& op : p.ops)
+          ops.append(py::make_tuple(kinds[op.kind], op.peer, op.tag, op.offset, op.length,
+                                    op.scratch, op.from_input));
+        py::dict d;
+        d["ops"] = ops;
+        d["scratch_bytes"] = p.scratch_bytes;
+        d["gather_begin"] = p.gather_begin;
+        d["initial_sends"] = p.initial_sends;
+        return d;
+      },
+      py::arg("scheme"), py::arg("n"), py::arg("width"), py::arg("me"), py::arg("bytes"),
+      py::arg("elem_size"));
+  m.def("collective_peers", &CollectivePeers, py::arg("n"), py::arg("width"), py::arg("me"));
+  m.def("resolve_tree_width", [](int n, int requested) {
+    int w = 0;
+    Check(ResolveTreeWidth(n, requested, &w));
+    return w;
+  });
   m.def("server_shares", &ServerShares, py::arg("num_worker_machines"), py::arg("colocated"));
   m.def("optimal_comm_time", &OptimalCommTime);
   py::class_<KeyPlanner>(m, "KeyPlanner")

@@ -94,15 +94,11 @@ def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
 
 
 def declare_ps(name: str) -> None:
-    """Declare ``name`` for the summation service (``sync="ps"``) where the core takes a scheme
-    per tensor, so that ``BYTEPS_SYNC=auto`` never asks the cost model about its own
-    measurement; a core without per-tensor schemes sends every tensor through the service."""
-    from . import _core
+    """Declare ``name`` for the summation service (``sync="ps"``), so that ``BYTEPS_SYNC=auto``
+    never asks the cost model about its own measurement."""
+    from . import basics
 
-    if "sync" in (_core.declare.__doc__ or ""):
-        _core.declare(name, "", "ps")
-    else:
-        _core.declare(name, "")
+    basics.declare(name, sync="ps")
 
 
 def _push_pull(name: str, buf) -> None:

@@ -336,6 +336,19 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
             _state.measuring = False
 
 
+def feasible_schemes(n: int, k: int, group: int) -> tuple:
+    """The schemes of :data:`CANDIDATES` this job can run (the core refuses the others):
+    ``ps`` needs a server (``k`` = ``DMLC_NUM_SERVER`` >= 1), ``ring`` and ``tree`` two worker
+    machines, ``hips`` two worker machines and ceil(n / group) + 1 servers. One worker machine:
+    ``ps`` only (nothing crosses a network)."""
+    if n <= 1:
+        return ("ps",)
+    ok = {"ps": k >= 1, "ring": True, "tree": True,
+          "hips": group > 0 and k >= math.ceil(n / group) + 1}
+    out = tuple(s for s in CANDIDATES if ok.get(s, False))
+    return out or ("ring",)
+
+
 def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     global _cached
     from . import _core
@@ -379,8 +392,11 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         params.update(over)
     else:
         params = over
+    if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
+        g = math.ceil(math.sqrt(n))
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
-                      took, timings, CANDIDATES if schemes is None else tuple(schemes))
+                      took, timings,
+                      feasible_schemes(n, k, g) if schemes is None else tuple(schemes))
     log.info("%s", model.describe())
     if env is None:
         _cached = (_job_key(values), model)

@@ -281,6 +281,21 @@ def test_auto_declares_each_tensor_with_the_cost_models_choice():
     assert_ok(rc, out, world_size(cfg), min_cases=6)
 
 
+@pytest.mark.timeout(150)
+def test_auto_with_the_cost_model_sums_and_agrees_on_every_rank():
+    """BYTEPS_SYNC=auto with byteps.cost_model itself: measured through the job at the first
+    push_pull (its own tensors on the summation service, not through auto), every tensor sums
+    exactly under the scheme choose() gave, and every rank has the same choices and
+    parameters."""
+    cfg = ["--workers", "2", "--servers", "1"]
+    rc, out, _ = run_job(cfg, "auto-model", env=_env("auto", 0), timeout=140,
+                         script=SCHEME_WORKER)
+    assert_ok(rc, out, world_size(cfg), min_cases=8)
+    choices = {line.split("CHOICES ", 1)[1] for line in out.splitlines() if "CHOICES " in line}
+    assert len(choices) == 1, choices
+    assert "hips" not in next(iter(choices))  # 1 server: HiPS needs ceil(2/g) + 1
+
+
 @pytest.mark.timeout(120)
 def test_mesh_with_a_worker_without_it_fails_at_init():
     """Worker machine 0 runs BYTEPS_SYNC=ps (no mesh), machine 1 ring: machine 1's init() fails

@@ -19,6 +19,11 @@ Modes:
   ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every tensor
   sums exactly and is declared with the scheme the model chose.
 
+* ``auto-model``: ``BYTEPS_SYNC=auto`` with the real cost model (measured through the job at
+  the first push_pull, its own tensors on the summation service): every tensor sums exactly,
+  is declared with ``byteps.cost_model.choose(nbytes)``, and every rank prints the same
+  ``CHOICES`` line.
+
 Prints ``FAIL <message>`` and exits 1 on a failure, ``OK <n> cases`` at the end.
 """
 
@@ -130,6 +135,23 @@ def mode_auto() -> int:
     return cases
 
 
+def mode_auto_model() -> int:
+    from byteps import cost_model
+
+    cases, sizes = 0, (10, 2000, 50_000, 600_000)
+    for rnd in range(2):
+        for n in sizes:
+            check(f"auto.{n}", "float32", n, rnd, rnd == 1)
+            want = cost_model.choose(n * 4)
+            if bps._sync_of.get(f"auto.{n}") != want:
+                fail(f"auto.{n}: declared {bps._sync_of.get(f'auto.{n}')}, the model chose {want}")
+            cases += 1
+    model = cost_model()
+    log("CHOICES " + " ".join(f"{n * 4}:{model.choose(n * 4)}" for n in sizes)
+        + f" alpha={model.alpha:.6g} beta={model.beta:.6g} gamma={model.gamma:.6g}")
+    return cases
+
+
 def main() -> int:
     mode = sys.argv[1]
     if mode == "auto":
@@ -139,7 +161,8 @@ def main() -> int:
         sys.modules["byteps.cost_model"] = model
     bps.init()
     log(f"START mode={mode} rank={bps.rank()} pid={os.getpid()}")
-    n = {"mixed": mode_mixed, "early": mode_early, "auto": mode_auto}[mode]()
+    n = {"mixed": mode_mixed, "early": mode_early, "auto": mode_auto,
+         "auto-model": mode_auto_model}[mode]()
     bps.shutdown()
     log(f"OK {n} cases")
     return 0

@@ -85,6 +85,10 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
+  ctx->async_param = cfg_.async_mode && a.name.rfind(kAsyncParamPrefix, 0) == 0;
+  if (ctx->async_param && ctx->compressed)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): it cannot be compressed");
   BPS_RETURN_IF_ERROR(InitDevice(ctx, a));
   uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
   uint8_t dt = static_cast<uint8_t>(a.dtype);
@@ -162,6 +166,10 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    DTypeName(ctx->dtype) + ShapeString(ctx->shape) +
                                    " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
   }
+  if (ctx->async_param && a.average)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): the servers add every worker's "
+                                   "delta, so it is pushed with average=False");
   if (ctx->device_kind != a.device_kind || ctx->device_id != a.device_id)
     return Status::InvalidArgument(
         "tensor '" + a.name + "' was first used on " + device::KindName(ctx->device_kind) +

@@ -80,7 +80,8 @@ void WorkerCore::RunPush(PartTask* t) {
   const size_t off = t->part.offset;
   const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
-            &t->push_item, &WorkerCore::PushSentThunk, t);
+            &t->push_item, &WorkerCore::PushSentThunk, t, 0, 0,
+            ctx->async_param ? kPushFlagAsync : 0);
 }
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {

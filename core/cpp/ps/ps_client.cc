@@ -89,7 +89,7 @@ void PsClient::ReservePulls(const std::vector<uint64_t>& keys) {
 
 void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf,
                     size_t len, PendingPull* pull, SendItem* item, SentFn on_sent, void* arg,
-                    uint64_t aux, size_t pull_up_to) {
+                    uint64_t aux, size_t pull_up_to, uint8_t flags) {
   if (pull) {
     std::lock_guard<std::mutex> lk(pull_mu_);
     pull->key = key;
@@ -104,7 +104,7 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   }
   item->hdr = FrameHeader();
   item->hdr.type = static_cast<uint16_t>(MsgType::kPush);
-  item->hdr.flags = pull ? kPushFlagPull : 0;
+  item->hdr.flags = static_cast<uint8_t>((pull ? kPushFlagPull : 0) | flags);
   item->hdr.dtype = static_cast<uint8_t>(dtype);
   item->hdr.key = key;
   item->hdr.round = round;

@@ -33,6 +33,8 @@ struct ServerOptions {
   double heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
   bool trace = false;  // BYTEPS_TRACE_ON: time every round for the workers' timelines
+  bool async_mode = false;   // BYTEPS_ENABLE_ASYNC (docs/async.md)
+  int max_staleness = -1;    // BYTEPS_ASYNC_MAX_STALENESS
 };
 
 class SummationServer : public PsConnectionHandler, public ReplySink {
@@ -50,6 +52,7 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // ReplySink: over the worker connections.
   std::unique_ptr<KeyAttachment> Attach(const RoundKey& k) override;
   void SendSum(int worker, RoundKey& k, int parity) override;
+  void SendValue(int worker, RoundKey& k) override;
   void SendStallReport(int worker, uint64_t key, uint32_t round,
                        const std::vector<int>& missing) override;
   void SendError(int worker, const std::string& message) override;

@@ -98,6 +98,9 @@ class WorkerCore : public PullSink {
   Status Declare(const std::string& name, const std::string& compression, uint32_t* key);
   // Every tensor name declared so far, in key order (suspend/resume re-declares them).
   std::vector<std::string> DeclaredNames();
+  // push_pulls of `name` started since init (0: none, or not declared). An asynchronous
+  // parameter's next push is its initial value when this is 0 (docs/async.md).
+  uint32_t Rounds(const std::string& name);
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
   AutotuneReport AutotuneStatus();

@@ -64,6 +64,18 @@ Status WorkerCore::Declare(const std::string& name, const std::string& compressi
   return Status::OK();
 }
 
+uint32_t WorkerCore::Rounds(const std::string& name) {
+  TensorContext* ctx;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return 0;
+    ctx = it->second;
+  }
+  std::lock_guard<std::mutex> lk(ctx->mu);
+  return ctx->round;
+}
+
 std::vector<std::string> WorkerCore::DeclaredNames() {
   std::lock_guard<std::mutex> lk(ctx_mu_);
   std::vector<std::string> names;

@@ -78,6 +78,8 @@ void BindCore(py::module_& m) {
   m.def("async_mode", []() { return Require()->config().async_mode; });
   m.def("max_staleness", []() { return Require()->config().max_staleness; });
   m.def("declared_names", []() { return Require()->DeclaredNames(); });
+  m.def("rounds", [](const std::string& name) { return Require()->Rounds(name); },
+        py::arg("name"));
   // The search of BYTEPS_AUTOTUNE, for tests (scheduling/autotune_search.h): points are
   // (partition_bytes, credit) tuples.
   py::class_<AutotuneSearch>(m, "AutotuneSearch")

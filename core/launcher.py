@@ -524,7 +524,11 @@ def main(
             print(f"bpslaunch: removed {len(removed)} leftover shared-memory segment(s) of job "
                   f"{job_id}", file=sys.stderr)
 
-    return run_job(specs, grace=args.grace, on_exit=cleanup)
+    # Asynchronous training (docs/async.md): a worker that dies leaves the job, the others
+    # train on, so the launcher does not stop them either.
+    keep_going = any(s.role == "worker" and _is_true(s.env.get("BYTEPS_ENABLE_ASYNC"))
+                     for s in specs)
+    return run_job(specs, grace=args.grace, on_exit=cleanup, keep_going=keep_going)
 
 
 def _slurm_detected(env: Mapping[str, str]) -> bool:

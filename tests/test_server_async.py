@@ -15,7 +15,6 @@ breaks the bound, none is lost, the final store is the initial value plus every 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -221,6 +220,8 @@ def test_random_schedules_keep_the_bound_and_lose_nothing(num_worker, staleness,
     def collect():
         for kind, w, _key, rnd, payload in r.replies():
             assert kind == "value" and rnd == pushed[w] and answered[w] == rnd - 1
+            # The value when sent: the initial value and every delta so far.
+            assert payload == total.astype(np.int32).tobytes()
             if staleness >= 0:  # the bound, against the rounds pushed when it was sent
                 assert rnd <= min(pushed) + staleness
             answered[w] = rnd

@@ -50,12 +50,12 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
 from byteps.basics import resume, suspend  # noqa: E402  (elastic restart, as upstream)
 from byteps.telemetry import get_pushpull_speed, get_telemetry  # noqa: E402
 
+from ._async import pull_parameters  # noqa: E402
 from .broadcast import (  # noqa: E402
     broadcast_object,
     broadcast_optimizer_state,
     broadcast_parameters,
 )
-from ._async import pull_parameters  # noqa: E402
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
 from .ops import (  # noqa: E402
     SUPPORTED_DTYPES,

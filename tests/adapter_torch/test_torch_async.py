@@ -13,8 +13,7 @@ started by ``python -m byteps.launcher``.
   completed step), to float64 rounding;
 * one worker: two runs give bit-identical parameters, equal bit for bit to local SGD with the
   server's arithmetic (p + (p' - p)) and to 1e-6 to plain local SGD;
-* a BYTEPS_ENABLE_ASYNC mismatch between nodes is a ConfigError on every worker;
-* pull_parameters outside asynchronous mode is a UsageError.
+* a BYTEPS_ENABLE_ASYNC mismatch between nodes is a ConfigError on every worker.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs import PY, REPO, framework_env, launch_config, launch_job, run_command
+from jobs import PY, REPO, framework_env, launch_config, launch_job
 
 pytest.importorskip("torch")
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
@@ -46,7 +45,7 @@ def records(tmp, ranks):
     return {r: json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in ranks}
 
 
-def digits_accuracy(workers, async_mode, epochs=10):
+def digits_accuracy(workers, async_mode, epochs=8):
     env = framework_env({"BYTEPS_ENABLE_ASYNC": "1" if async_mode else "0"})
     res = launch_job(launch_config(workers, 1), [PY, DIGITS, "--epochs", str(epochs)],
                      timeout=240, job_env=env)
@@ -70,17 +69,16 @@ def test_digits_async_converges_like_sync(workers):
 
 
 def test_slow_worker_does_not_slow_the_others(tmp_path):
-    res = job(3, ["--steps", "150", "--slow-rank", "2", "--sleep", "0.05", "--slow-steps", "12"],
+    res = job(2, ["--steps", "150", "--slow-rank", "1", "--sleep", "0.05", "--slow-steps", "12"],
               tmp_path)
     assert res.returncode == 0, res.output[-6000:]
-    rec = records(tmp_path, range(3))
-    slow = rec[2]["steps_per_s"]
-    fast = [rec[r]["steps_per_s"] for r in (0, 1)]
-    print(f"steps/s: fast {fast[0]:.0f}, {fast[1]:.0f}; slow {slow:.1f}")
+    rec = records(tmp_path, range(2))
+    slow, fast = rec[1]["steps_per_s"], rec[0]["steps_per_s"]
+    print(f"steps/s: fast {fast:.0f}; slow {slow:.1f}")
     assert slow < 20
-    assert min(fast) > 4 * slow, (fast, slow)
-    # The fast ones finished while the slow one was still stepping.
-    assert max(rec[0]["done"][-1], rec[1]["done"][-1]) < rec[2]["done"][-1]
+    assert fast > 4 * slow, (fast, slow)
+    # The fast one finished while the slow one was still stepping.
+    assert rec[0]["done"][-1] < rec[1]["done"][-1]
 
 
 def test_staleness_bound_is_enforced(tmp_path):
@@ -147,11 +145,3 @@ def test_async_mismatch_is_a_config_error_on_every_worker(tmp_path):
                       "    os.environ['BYTEPS_ENABLE_ASYNC'] = '0'\n" + code)
     res = launch_job(launch_config(2, 1), [PY, script], timeout=120, job_env=env)
     assert res.output.count("ASYNC_MISMATCH_CONFIG_ERROR True") == 2, res.output[-6000:]
-
-
-def test_pull_parameters_needs_async_mode():
-    code = ("import torch, byteps.torch as bps\nfrom byteps.errors import UsageError\n"
-            "bps.init()\ntry:\n    bps.pull_parameters([('w', torch.ones(2))])\n"
-            "except UsageError as e:\n    print('PULL_USAGE_ERROR', 'BYTEPS_ENABLE_ASYNC' in str(e))\n")
-    res = run_command([PY, "-c", code], timeout=60, env=framework_env())
-    assert "PULL_USAGE_ERROR True" in res.output, res.output[-3000:]

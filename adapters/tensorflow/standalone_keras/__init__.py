@@ -41,7 +41,8 @@ from . import callbacks
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
            "get_pushpull_speed", "get_telemetry",
            "Compression", "Average", "Sum", "Adasum", "DistributedOptimizer",
-           "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks"]
+           "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks",
+           "pull_parameters"]
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -55,6 +56,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     return _keras.create_distributed_optimizer(keras, optimizer, name, compression,
                                                sparse_as_dense, backward_passes_per_step, op,
                                                compression_params)
+
+
+def pull_parameters(optimizer, variables=None):
+    """Asynchronous training (``BYTEPS_ENABLE_ASYNC=1``): read the servers' parameters into the
+    variables the distributed ``optimizer`` updates; see
+    :func:`byteps.tensorflow._async.pull_parameters`."""
+    from byteps.tensorflow._async import pull_parameters as pull
+
+    return pull(optimizer, variables)
 
 
 def broadcast_global_variables(model_or_variables, root_rank=0):

@@ -188,7 +188,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._scale = batch_size
         super().step(batch_size, ignore_stale_grad)
 
-    def _bps_async_weights(self) -> "_async.AsyncWeights":
+    def _bps_async_weights(self) -> _async.AsyncWeights:
         """The trainable, initialised weights under their asynchronous names."""
         named = [(self._bps_param_names[i], p.list_data()[0])
                  for i, p in enumerate(self._params)

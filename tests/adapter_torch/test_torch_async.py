@@ -13,18 +13,25 @@ started by ``python -m byteps.launcher``.
   completed step), to float64 rounding;
 * one worker: two runs give bit-identical parameters, equal bit for bit to local SGD with the
   server's arithmetic (p + (p' - p)) and to 1e-6 to plain local SGD;
-* a BYTEPS_ENABLE_ASYNC mismatch between nodes is a ConfigError on every worker.
+* a BYTEPS_ENABLE_ASYNC mismatch between nodes is a ConfigError on every worker;
+* a dead server is still a PeerLostError on every worker; after an elastic restart the new
+  servers start from rank 0's checkpoint (read from the old ones with pull_parameters).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from jobs import PY, REPO, framework_env, launch_config, launch_job
+from test_elastic import Proc
 
 pytest.importorskip("torch")
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
@@ -145,3 +152,52 @@ def test_async_mismatch_is_a_config_error_on_every_worker(tmp_path):
                       "    os.environ['BYTEPS_ENABLE_ASYNC'] = '0'\n" + code)
     res = launch_job(launch_config(2, 1), [PY, script], timeout=120, job_env=env)
     assert res.output.count("ASYNC_MISMATCH_CONFIG_ERROR True") == 2, res.output[-6000:]
+
+
+@pytest.mark.timeout(240)
+def test_dead_server_fails_every_worker_and_resume_keeps_the_parameters(tmp_path):
+    """A server SIGKILLed: every worker gets PeerLostError (asynchronous mode keeps the dead
+    server a job failure), suspends; new scheduler and server at the same address; after
+    resume() each worker loads its checkpoint (taken with pull_parameters) and reads the new
+    servers' parameters: rank 0's checkpoint on every worker."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    restart = tmp_path / "restart.json"
+    base = framework_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+                          "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2",
+                          "BYTEPS_SECRET": os.urandom(16).hex(), "BYTEPS_ENABLE_ASYNC": "1",
+                          "BYTEPS_TIMEOUT": "60", "BYTEPS_HEARTBEAT_TIMEOUT": "5"})
+    service = [PY, "-m", "byteps.server"]
+
+    def services():
+        return [Proc("scheduler", service, dict(base, DMLC_ROLE="scheduler")),
+                Proc("server", service, dict(base, DMLC_ROLE="server"))]
+
+    procs = services()
+    script = Path(__file__).resolve().parent / "workers" / "async_elastic_worker.py"
+    workers = [Proc(f"worker {i}", [PY, script, str(restart)],
+                    dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID=str(i))) for i in range(2)]
+    procs += workers
+    try:
+        for w in workers:
+            w.wait_line("READY", 90)
+        t_kill = time.monotonic()
+        os.kill(procs[1].p.pid, signal.SIGKILL)
+        for w in workers:
+            assert w.wait_line("SUSPENDED", 30) == "SUSPENDED PeerLostError"
+        t_failed = time.monotonic() - t_kill
+        procs[0].p.wait(30)
+        procs += services()
+        restart.write_text(json.dumps({"num_workers": 2, "num_servers": 1,
+                                       "ranks": {"0": 0, "1": 1}}))
+        for w in workers:
+            assert w.p.wait(90) == 0, "\n".join(w.lines[-40:])
+    finally:
+        for p in procs:
+            p.stop()
+    root = workers[0].wait_line("CHECKPOINT", 1).split()[1]
+    for w in workers:
+        assert w.wait_line("RESUMED", 1) == f"RESUMED {root}", w.lines[-20:]
+        assert w.lines[-1] == "OK", w.lines[-20:]
+    print(f"async elastic: workers failed {t_failed:.2f} s after the server was killed")

@@ -15,6 +15,7 @@ digest of its final parameters. Options:
 --reference         (one worker) compare with plain local SGD in this process: bit for bit with
                     the server's arithmetic (p + (p' - p)), and to 1e-6 with p'
 --dtype float32|float64
+--allow-sync        run in synchronous mode too (for timing comparisons)
 Prints ``ASYNC_WORKER_OK rank=r`` (exit 0) or raises.
 """
 
@@ -74,11 +75,12 @@ def main():
     ap.add_argument("--reference", action="store_true")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--allow-sync", action="store_true")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     torch.set_num_threads(1)
     bps.init()
-    assert async_train.enabled(), "run with BYTEPS_ENABLE_ASYNC=1"
+    assert a.allow_sync or async_train.enabled(), "run with BYTEPS_ENABLE_ASYNC=1"
     rank, size = bps.rank(), bps.size()
     model = make_model(1000 + rank, dtype)
     opt = bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr),

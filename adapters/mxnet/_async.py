@@ -18,7 +18,7 @@ from byteps import async_train
 
 from . import ops
 
-__all__ = ["AsyncWeights", "pull_parameters"]
+__all__ = ["AsyncWeights", "module_update", "pull_parameters"]
 
 
 class AsyncWeights:
@@ -62,6 +62,17 @@ class AsyncWeights:
         for (_wire, w), old in zip(self.named, before):
             w -= old  # the weight's memory holds its delta ...
         self._exchange(self.named)  # ... and then the servers' value
+
+
+def module_update(update: Callable, index, weight, grad, state) -> None:
+    """The Module-API ``DistributedOptimizer``'s ``update`` in asynchronous mode (upstream's
+    semantics): the wrapped ``update(index, weight, grad, state)`` locally, then weight ``i``'s
+    delta exchanged for the servers' value under ``"AsyncParam.optimizer.weight_<i>"`` (its
+    first update starts from the servers' initial value, rank 0's)."""
+    indices = index if isinstance(index, (list, tuple)) else [index]
+    weights = weight if isinstance(index, (list, tuple)) else [weight]
+    named = [(f"optimizer.weight_{i}", w) for i, w in zip(indices, weights)]
+    AsyncWeights(named).step(lambda: update(index, weight, grad, state))
 
 
 def pull_parameters(trainer) -> None:

@@ -5,7 +5,8 @@ A DistributedTrainer (SGD, lr 0.125) over a weight whose gradient is known (loss
 its own value: the servers start from rank 0's, add every step's delta (sums, not averages), and
 once all ranks have stepped ``pull_parameters`` reads rank 0's initial value minus lr * K *
 (1 + 2 + ...) on every rank. A second, bias-free Dense layer trains on a regression task (loss
-decreases). Prints ``MXNET_ASYNC_OK rank=<r>`` (exit 0), else raises.
+decreases). The Module API's DistributedOptimizer, driven as a Module's updater does, gives the
+same sums. Prints ``MXNET_ASYNC_OK rank=<r>`` (exit 0), else raises.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ def main():
     bps.pull_parameters(trainer)
     total = LR * K * sum(r + 1 for r in range(size))
     np.testing.assert_allclose(w.data().asnumpy(), 10.0 - total, rtol=1e-6)
+
+    # The Module API's DistributedOptimizer, driven as a Module's updater does.
+    opt = bps.DistributedOptimizer(mx.optimizer.SGD(learning_rate=LR, rescale_grad=1.0))
+    v = mx.nd.full((4,), 3.0 + rank)
+    state = opt.create_state(0, v)
+    for _ in range(K):
+        opt.update(0, v, mx.nd.full((4,), float(rank + 1)), state)
+    barrier("module")
+    z = mx.nd.zeros((4,))
+    bps.byteps_push_pull(z, name="AsyncParam.optimizer.weight_0", is_average=False)
+    np.testing.assert_allclose(z.asnumpy(), 3.0 - total, rtol=1e-6)
 
     net = gluon.nn.Dense(1, in_units=4, use_bias=False)
     net.initialize(mx.init.Constant(0.1 * (rank + 1)), ctx=mx.cpu())

@@ -35,14 +35,9 @@ Status Decode(const void* data, size_t len, RegisterMsg* m) {
   m->num_server = r.U32();
   m->partition_bound = r.U64();
   m->pid = r.U32();
-  // Trailing and optional: a REGISTER without them is a synchronous node (async off, -1).
-  uint8_t async_mode = 0;
-  m->max_staleness = -1;
-  if (!r.done()) {
-    async_mode = r.U8();
-    m->max_staleness = r.I32();
-  }
+  const uint8_t async_mode = r.U8();
   m->async_mode = async_mode != 0;
+  m->max_staleness = r.I32();
   if (!r.done() || role > 1 || async_mode > 1) return Status::InvalidArgument("malformed REGISTER message");
   m->role = static_cast<NodeRole>(role);
   return Status::OK();

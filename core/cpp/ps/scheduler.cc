@@ -475,7 +475,6 @@ void Scheduler::FailLocked(const std::string& why) {
 void Scheduler::WorkerDiedLocked(Node* node, const std::string& why) {
   BPS_LOG(WARNING) << "scheduler: " << why << "; asynchronous training: the other workers go on "
                    << "without worker " << node->rank;
-  node->died = true;
   WorkerDoneLocked(node);
 }
 

@@ -52,8 +52,7 @@ class Scheduler : public PsConnectionHandler {
     Connection* conn = nullptr;
     int rank = -1;
     Clock::time_point last_seen;
-    bool finalized = false;
-    bool died = false;  // asynchronous mode: left without FINALIZE (counted as finalized)
+    bool finalized = false;  // FINALIZE, or (asynchronous mode) died: no longer in the job
     std::string Describe() const;
   };
   struct Pending {

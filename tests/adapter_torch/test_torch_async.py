@@ -12,7 +12,8 @@ started by ``python -m byteps.launcher``.
   rank 0's initial value plus every delta each worker pushed (the dead one's up to its last
   completed step), to float64 rounding;
 * one worker: two runs give bit-identical parameters, equal bit for bit to local SGD with the
-  server's arithmetic (p + (p' - p)) and to 1e-6 to plain local SGD;
+  server's arithmetic (p + (p' - p)) and to 1e-6 to plain local SGD; CrossBarrier and
+  DistributedDataParallel raise UsageError in asynchronous mode;
 * a BYTEPS_ENABLE_ASYNC mismatch between nodes is a ConfigError on every worker;
 * a dead server is still a PeerLostError on every worker; after an elastic restart the new
   servers start from rank 0's checkpoint (read from the old ones with pull_parameters).
@@ -135,7 +136,7 @@ def test_one_worker_is_deterministic_and_equals_local_sgd(tmp_path):
     for i in range(2):
         out = tmp_path / str(i)
         out.mkdir()
-        res = job(1, ["--steps", "40", "--reference"], out)
+        res = job(1, ["--steps", "40", "--reference"] + (["--check-refusals"] if i else []), out)
         assert res.returncode == 0, res.output[-6000:]
         digests.append(records(out, [0])[0]["digest"])
     assert digests[0] == digests[1]

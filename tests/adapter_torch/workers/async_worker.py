@@ -16,6 +16,8 @@ digest of its final parameters. Options:
                     the server's arithmetic (p + (p' - p)), and to 1e-6 with p'
 --dtype float32|float64
 --allow-sync        run in synchronous mode too (for timing comparisons)
+--check-refusals    CrossBarrier and DistributedDataParallel raise UsageError (they reduce
+                    gradients synchronously)
 Prints ``ASYNC_WORKER_OK rank=r`` (exit 0) or raises.
 """
 
@@ -76,12 +78,28 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--allow-sync", action="store_true")
+    ap.add_argument("--check-refusals", action="store_true")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     torch.set_num_threads(1)
     bps.init()
     assert a.allow_sync or async_train.enabled(), "run with BYTEPS_ENABLE_ASYNC=1"
     rank, size = bps.rank(), bps.size()
+    if a.check_refusals:
+        from byteps.errors import UsageError
+        from byteps.torch.cross_barrier import CrossBarrier
+        from byteps.torch.parallel import DistributedDataParallel
+
+        m = make_model(0, dtype)
+        for what, make in (("CrossBarrier", lambda: CrossBarrier(
+                               m, torch.optim.SGD(m.parameters(), lr=0.1))),
+                           ("DistributedDataParallel", lambda: DistributedDataParallel(m))):
+            try:
+                make()
+            except UsageError as e:
+                assert "BYTEPS_ENABLE_ASYNC" in str(e), e
+            else:
+                raise AssertionError(f"{what} did not raise UsageError in asynchronous mode")
     model = make_model(1000 + rank, dtype)
     opt = bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=a.lr),
                                    named_parameters=model.named_parameters())

@@ -133,10 +133,10 @@ _UPSTREAM_INTRO = (
     "warning (once per process), with the closest known name (`did you mean "
     "BYTEPS_PARTITION_BYTES?`) and never its value. An upstream variable that is *replaced* "
     "or *ignored* gets a warning saying what happens instead, or an INFO line when its value "
-    "changes nothing (e.g. `BYTEPS_ENABLE_ASYNC=0`). A *refused* one, set to any other value, "
-    "stops the process with `byteps.ConfigError` at `init()` (or when a server or the "
-    "scheduler starts), and `bpslaunch` refuses it before starting any process: ignoring it "
-    "would train differently. Names marked *not checked* are not specific to BytePS "
+    "changes nothing (e.g. `DMLC_NUM_PORTS=1`). A *refused* one (none at present), set to any "
+    "other value, would stop the process with `byteps.ConfigError` at `init()` (or when a "
+    "server or the scheduler starts), and `bpslaunch` would refuse it before starting any "
+    "process: ignoring it would train differently. Names marked *not checked* are not specific to BytePS "
     "(container runtimes and other libraries set them), so no process looks for them."
 )
 
@@ -229,8 +229,8 @@ def report_environment(env: Mapping[str, str], prog: str = "bpslaunch", out=None
         out: text stream; default ``sys.stderr``.
 
     Returns:
-        Optional[str]: ``None``, or the message of a refused upstream variable (e.g.
-        ``BYTEPS_ENABLE_ASYNC=1``): the caller must not start any process.
+        Optional[str]: ``None``, or the message of a refused upstream variable (none is at
+        present): the caller must not start any process.
     """
     out = sys.stderr if out is None else out
     try:

@@ -182,7 +182,8 @@ def build_local_plan(
 
     Returns:
         list[ChildSpec]: ``[scheduler, server 0..K-1, worker 0..N*L-1]`` when distributed
-        (``N > 1`` or ``BYTEPS_FORCE_DISTRIBUTED=1`` in ``base_env``/``extra_env``), else only
+        (``N > 1``, ``BYTEPS_FORCE_DISTRIBUTED=1`` or ``BYTEPS_ENABLE_ASYNC=1`` in
+        ``base_env``/``extra_env``), else only
         the workers (and ``DMLC_NUM_SERVER=0``). With ``BYTEPS_TRACE_ON=1`` and N > 1, worker
         machine w gets ``BYTEPS_TRACE_DIR=<dir>/worker<w>`` (default dir ``./trace``), so the
         timelines of worker machines sharing this host do not overwrite each other.
@@ -197,13 +198,16 @@ def build_local_plan(
     parent = dict(os.environ if base_env is None else base_env)
     extra = dict(extra_env or {})
     forced = _is_true(extra.get("BYTEPS_FORCE_DISTRIBUTED", parent.get("BYTEPS_FORCE_DISTRIBUTED")))
+    # Asynchronous training needs the servers (they keep the parameters), even for one worker.
+    forced = forced or _is_true(extra.get("BYTEPS_ENABLE_ASYNC", parent.get("BYTEPS_ENABLE_ASYNC")))
     distributed = workers > 1 or forced
     # Ring and tree all-reduce (docs/schemes.md) need no server.
     all_reduce = extra.get("BYTEPS_SYNC", parent.get("BYTEPS_SYNC", "")) in ("ring", "tree")
     if distributed and servers == 0 and not all_reduce:
         raise LaunchError(
             f"--servers 0 with a distributed job ({workers} worker machine(s)"
-            f"{', BYTEPS_FORCE_DISTRIBUTED=1' if forced else ''}): give --servers >= 1 "
+            f"{', BYTEPS_FORCE_DISTRIBUTED=1 or BYTEPS_ENABLE_ASYNC=1' if forced else ''}): "
+            "give --servers >= 1 "
             "(or BYTEPS_SYNC=ring or tree, which need none; servers colocated on worker hosts "
             "are not supported yet)"
         )
@@ -236,7 +240,8 @@ def build_local_plan(
 
 
 def upstream_is_distributed(env: Mapping[str, str]) -> bool:
-    """True when ``DMLC_NUM_WORKER > 1`` or ``BYTEPS_FORCE_DISTRIBUTED`` is true in ``env``.
+    """True when ``DMLC_NUM_WORKER > 1``, or ``BYTEPS_FORCE_DISTRIBUTED`` or
+    ``BYTEPS_ENABLE_ASYNC`` (whose servers keep the parameters) is true in ``env``.
 
     A missing or malformed ``DMLC_NUM_WORKER`` counts as 1 (validation reports it).
     """
@@ -244,7 +249,8 @@ def upstream_is_distributed(env: Mapping[str, str]) -> bool:
         num_worker = int(env.get("DMLC_NUM_WORKER", "1").strip())
     except ValueError:
         num_worker = 1
-    return num_worker > 1 or _is_true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
+    return (num_worker > 1 or _is_true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
+            or _is_true(env.get("BYTEPS_ENABLE_ASYNC")))
 
 
 def validate_upstream_env(env: Mapping[str, str]) -> list[str]:
@@ -468,7 +474,7 @@ def main(
         return 1 if report["problems"] else 0
     try:
         # Unknown and upstream-only variables: warned here and in every process; a refused
-        # one (BYTEPS_ENABLE_ASYNC=1) stops the job before any process starts.
+        # one stops the job before any process starts.
         refused = report_environment({**parent, **parse_env_pairs(args.env)})
         if refused:
             raise LaunchError(refused)
@@ -522,7 +528,11 @@ def main(
             print(f"bpslaunch: removed {len(removed)} leftover shared-memory segment(s) of job "
                   f"{job_id}", file=sys.stderr)
 
-    return run_job(specs, grace=args.grace, on_exit=cleanup)
+    # Asynchronous training (docs/async.md): a worker that dies leaves the job, the others
+    # train on, so the launcher does not stop them either.
+    keep_going = any(s.role == "worker" and _is_true(s.env.get("BYTEPS_ENABLE_ASYNC"))
+                     for s in specs)
+    return run_job(specs, grace=args.grace, on_exit=cleanup, keep_going=keep_going)
 
 
 def _slurm_detected(env: Mapping[str, str]) -> bool:

@@ -305,8 +305,9 @@ class _Child:
 
 
 class _Job:
-    def __init__(self, grace: float, out: IO[str], err: IO[str]) -> None:
+    def __init__(self, grace: float, out: IO[str], err: IO[str], keep_going: bool = False) -> None:
         self.grace = grace
+        self.keep_going = keep_going  # a failed worker does not stop the others
         self.out, self.err = out, err
         locks: dict[int, threading.Lock] = {}
         self.out_lock = locks.setdefault(id(out), threading.Lock())
@@ -364,6 +365,18 @@ class _Job:
                 continue
             live.discard(child)
             rc = child.proc.returncode
+            if rc != 0 and not child.signaled and self.keep_going and \
+                    child.spec.role == "worker":
+                # Asynchronous training: the other workers go on without it; the job's exit
+                # code still says that one failed.
+                pid = f"{'ssh ' if getattr(child.spec, 'host', None) else ''}pid {child.proc.pid}"
+                self.say(f"{child.spec.label} ({pid}) {_describe(child.spec, rc)}; asynchronous "
+                         "training: the other workers go on")
+                if self.failure is None:
+                    self.failure = exit_code_of(rc)
+                if deadline is None and all(w.proc.returncode is not None for w in workers):
+                    deadline = time.monotonic() + self.grace
+                continue
             if rc != 0 and not child.signaled and self.failure is None:
                 child = self._root_cause(child, live)
                 rc = child.proc.returncode
@@ -436,6 +449,7 @@ def run_job(
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
     on_exit: Callable[[], None] | None = None,
+    keep_going: bool = False,
 ) -> int:
     """Run the children described by ``specs`` to completion and return the exit code.
 
@@ -461,12 +475,15 @@ def run_job(
         grace (float): seconds, >= 0. Default 10.0.
         stdout, stderr (IO[str] | None): default ``sys.stdout``/``sys.stderr``.
         on_exit (Callable[[], None] | None): called after every child has exited (cleanup).
+        keep_going (bool): asynchronous training (``BYTEPS_ENABLE_ASYNC=1``): a worker that
+            fails is reported (``bpslaunch: <label> ... the other workers go on``) and its code
+            becomes the result, but the others are not stopped. Default False.
 
     Returns:
         int: 0; or 128 + n when stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP);
         or the first failure's code (128 + n for a child killed by signal n).
     """
-    job = _Job(grace, stdout or sys.stdout, stderr or sys.stderr)
+    job = _Job(grace, stdout or sys.stdout, stderr or sys.stderr, keep_going)
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -36,7 +36,7 @@ def main() -> int:
 def _upstream_import_start() -> None:
     """``python -c 'import byteps.server'`` runs the node, as upstream did.
 
-    An environment the core refuses (a bad value, ``BYTEPS_ENABLE_ASYNC=1``) does not pass in
+    An environment the core refuses (e.g. a bad value) does not pass in
     silence: :func:`main` prints the error and the process exits with status 1.
     """
     if sys.argv[:1] != ["-c"]:

@@ -2,11 +2,12 @@
 BytePS's variables (``core/cpp/common/upstream_knobs.cc``, rendered into ``docs/env.md``).
 
 * the check itself (``byteps._core.check_environment``): closest-name suggestion, values never
-  echoed, every upstream variable reported truthfully, refused values raise ``ConfigError``;
+  echoed, every upstream variable reported truthfully; no upstream variable is refused any
+  more (``BYTEPS_ENABLE_ASYNC`` is a knob since asynchronous training exists, docs/async.md);
 * the table: consistent with the knob registry, every entry rendered into ``docs/env.md``;
-* real processes: a worker warns once per process (two ``init()``), a worker, a server and the
-  scheduler refuse ``BYTEPS_ENABLE_ASYNC=1``, ``bpslaunch`` warns and refuses before starting
-  anything.
+* real processes: a worker warns once per process (two ``init()``), a worker with
+  ``BYTEPS_ENABLE_ASYNC=1`` and no servers fails ``init()`` with ``ConfigError``, ``bpslaunch``
+  warns.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import byteps.knobs as knobs_mod
-from byteps import _core, launcher
+from byteps import _core
 from byteps.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,27 +136,18 @@ def test_value_that_changes_nothing_is_info_not_warning(name):
         assert "changes nothing here" in n["text"]
 
 
-@pytest.mark.parametrize("value", ["1", "true", "yes", "on", "2", "sync?"])
-def test_async_refused(value):
-    for check in (notices, _core.knob_values):
-        with pytest.raises(ConfigError) as info:
-            check({"BYTEPS_ENABLE_ASYNC": value})
-        msg = str(info.value)
-        assert f"BYTEPS_ENABLE_ASYNC={value} is refused" in msg
-        assert "asynchronous training" in msg and "not implemented" in msg
-        assert "unset it or set it to 0" in msg
+@pytest.mark.parametrize("value", ["1", "true", "on", "0", "false"])
+def test_async_is_a_knob(value):
+    assert notices({"BYTEPS_ENABLE_ASYNC": value}) == []
+    assert _core.knob_values({"BYTEPS_ENABLE_ASYNC": value})["BYTEPS_ENABLE_ASYNC"] == value
+    with pytest.raises(ConfigError, match="BYTEPS_ASYNC_MAX_STALENESS"):
+        _core.knob_values({"BYTEPS_ASYNC_MAX_STALENESS": "-2"})
 
 
-@pytest.mark.parametrize("value", OFF)
-def test_async_off_is_accepted(value):
-    assert _core.knob_values({"BYTEPS_ENABLE_ASYNC": value}) == _core.knob_values({})
-
-
-def test_refusal_wins_over_warnings():
+def test_nothing_is_refused():
     refused = [n for n, v in UPSTREAM.items() if v["status"] == "refused"]
-    assert refused == ["BYTEPS_ENABLE_ASYNC"]  # the one upstream mode that trains differently
-    with pytest.raises(ConfigError, match="BYTEPS_ENABLE_ASYNC=1 is refused"):
-        notices({"BYTEPS_ENABLE_ASYNC": "1", "BYTEPS_NOT_A_KNOB": "1"})
+    assert refused == []  # asynchronous training, the last one, is implemented
+    assert UPSTREAM["BYTEPS_ENABLE_ASYNC"]["status"] == "implemented"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,11 +197,11 @@ def test_env_md_lists_every_upstream_variable():
 def test_docs_check_catches_a_stale_upstream_table(tmp_path):
     stale = tmp_path / "env.md"
     page = knobs_mod.render_markdown()
-    stale.write_text(page.replace("| **refused** (`ConfigError`) |", "| ignored |"))
+    stale.write_text(page.replace("| `DMLC_NUM_PORTS` | ignored |", "| `DMLC_NUM_PORTS` | implemented |"))
     out = tmp_path / "diff.txt"
     with open(out, "w") as f:
         assert knobs_mod.check(str(stale), out=f) == 1
-    assert "BYTEPS_ENABLE_ASYNC" in out.read_text()
+    assert "DMLC_NUM_PORTS" in out.read_text()
     stale.write_text(page)
     assert knobs_mod.check(str(stale)) == 0
 
@@ -228,7 +220,7 @@ _TWICE = textwrap.dedent("""
 
 def test_worker_warns_once_per_process():
     env = clean_env(BYTEPS_PARTITION_BYTE="65536", BYTEPS_NCCL_NUM_RINGS="2",
-                    BYTEPS_ENABLE_ASYNC="0", BYTEPS_NOT_A_KNOB="hunter2")
+                    DMLC_NUM_PORTS="1", BYTEPS_NOT_A_KNOB="hunter2")
     r = subprocess.run([sys.executable, "-c", _TWICE], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
@@ -237,16 +229,16 @@ def test_worker_warns_once_per_process():
     assert err.count("BYTEPS_NCCL_NUM_RINGS=2 is an upstream BytePS variable") == 1, err
     assert err.count("BYTEPS_NOT_A_KNOB is not a byteps variable") == 1, err
     assert "hunter2" not in err
-    assert "BYTEPS_ENABLE_ASYNC" not in err  # INFO, below the default level WARNING
+    assert "DMLC_NUM_PORTS" not in err  # INFO, below the default level WARNING
     assert err.count("WARNING") == 3, err
 
 
 def test_worker_info_line_for_a_harmless_upstream_value():
-    env = clean_env(BYTEPS_ENABLE_ASYNC="0", BYTEPS_LOG_LEVEL="INFO")
+    env = clean_env(DMLC_NUM_PORTS="1", BYTEPS_LOG_LEVEL="INFO")
     r = subprocess.run([sys.executable, "-c", _TWICE], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if "BYTEPS_ENABLE_ASYNC=0 is an upstream" in ln]
+    lines = [ln for ln in r.stderr.splitlines() if "DMLC_NUM_PORTS=1 is an upstream" in ln]
     assert len(lines) == 1 and " INFO" in lines[0], r.stderr
 
 
@@ -257,7 +249,7 @@ def test_log_level_error_silences_the_warning():
     assert r.returncode == 0 and "BYTEPS_PARTITION_BYTE" not in r.stderr, r.stderr
 
 
-def test_worker_init_refuses_async():
+def test_worker_init_async_needs_servers():
     probe = textwrap.dedent("""
         import json, byteps.basics as basics
         from byteps.errors import ConfigError
@@ -268,25 +260,15 @@ def test_worker_init_refuses_async():
             print(json.dumps({"raised": "ConfigError", "message": str(err),
                               "initialized": basics.is_initialized()}))
     """)
-    r = subprocess.run([sys.executable, "-c", probe], env=clean_env(BYTEPS_ENABLE_ASYNC="1"),
+    r = subprocess.run([sys.executable, "-c", probe],
+                       env=clean_env(BYTEPS_ENABLE_ASYNC="1", DMLC_PS_ROOT_URI="127.0.0.1",
+                                     DMLC_PS_ROOT_PORT=free_port()),
                        capture_output=True, text=True, timeout=60)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["raised"] == "ConfigError", r.stderr
-    assert "BYTEPS_ENABLE_ASYNC=1 is refused" in out["message"]
+    assert "DMLC_NUM_SERVER=0" in out["message"]
+    assert "BYTEPS_ENABLE_ASYNC=1: the servers keep the parameters" in out["message"]
     assert out["initialized"] is False
-
-
-@pytest.mark.parametrize("role", ["server", "scheduler"])
-@pytest.mark.parametrize("how", [["-m", "byteps.server"], ["-c", "import byteps.server"]])
-def test_server_and_scheduler_refuse_async(role, how):
-    env = clean_env(DMLC_ROLE=role, DMLC_NUM_WORKER=1, DMLC_NUM_SERVER=1,
-                    DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=free_port(),
-                    BYTEPS_ALLOW_UNAUTHENTICATED=1, BYTEPS_ENABLE_ASYNC="true")
-    r = subprocess.run([sys.executable, *how], env=env, capture_output=True, text=True,
-                       timeout=30)
-    assert r.returncode == 1, r.stderr
-    assert "BYTEPS_ENABLE_ASYNC=true is refused" in r.stderr
-    assert "listening" not in r.stderr and "serving" not in r.stderr
 
 
 def test_scheduler_warns_once():
@@ -299,20 +281,6 @@ def test_scheduler_warns_once():
     assert r.returncode == 1  # nobody registers: rendezvous timeout after 1 s
     assert r.stderr.count("DMLC_NUM_WORKERS is not a byteps variable") == 1, r.stderr
     assert "did you mean DMLC_NUM_WORKER?" in r.stderr
-
-
-def test_launcher_refuses_before_starting_anything(tmp_path, capsys):
-    marker = tmp_path / "started"
-    cmd = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
-    for argv, env in ((["--workers", "1", *cmd], {"BYTEPS_ENABLE_ASYNC": "1"}),
-                      (["--workers", "2", "--env", "BYTEPS_ENABLE_ASYNC=1", *cmd], {}),
-                      (cmd, {"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "1",
-                             "DMLC_WORKER_ID": "0", "BYTEPS_ENABLE_ASYNC": "on"})):
-        assert launcher.main(argv, env=clean_env(**env)) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("bpslaunch: BYTEPS_ENABLE_ASYNC=") and "is refused" in err, err
-        assert "launching" not in err
-        assert not marker.exists()
 
 
 def test_launcher_warns_and_children_too(tmp_path):

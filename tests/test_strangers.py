@@ -280,7 +280,8 @@ def _register_as_worker(addr, secret, bound: int):
     s = _authenticated(addr, secret)
     host = b"127.0.0.1"
     reg = (struct.pack("<Bi", 0, 0) + struct.pack("<I", len(host)) + host +
-           struct.pack("<IIIIQI", 0, 1, 1, 1, bound, os.getpid()))
+           struct.pack("<IIIIQI", 0, 1, 1, 1, bound, os.getpid()) +
+           struct.pack("<Bi", 0, -1))  # synchronous (BYTEPS_ENABLE_ASYNC=0), no bound
     s.sendall(_frame(REGISTER, reg))
     while True:
         h, p = _read_frame(s)

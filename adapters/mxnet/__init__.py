@@ -23,6 +23,7 @@ Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
 :func:`byteps_declare_tensor`, :func:`byteps_push_pull`, :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
+:func:`pull_parameters` (asynchronous training),
 :class:`Compression`. CPU NDArrays; tested with MXNet 1.9.1 (``pip install "byteps[mxnet]"``,
 which pins ``numpy==1.23.5``: MXNet 1.9 uses ``np.bool``, removed in NumPy 1.24).
 """
@@ -43,6 +44,7 @@ from byteps.basics import resume, suspend
 from byteps.naming import broadcast_object
 from byteps.telemetry import get_pushpull_speed, get_telemetry
 
+from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .ops import (
     SUPPORTED_DTYPES,
@@ -77,6 +79,7 @@ __all__ = [
     "DistributedTrainer",
     "broadcast_parameters",
     "broadcast_object",
+    "pull_parameters",
     "Compression",
     "Compressor",
     "NoneCompressor",

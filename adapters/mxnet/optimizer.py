@@ -11,10 +11,11 @@ from typing import Any, List, Optional, Tuple
 
 import mxnet as mx
 
+from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root, name_for
 
-from . import ops
+from . import _async, ops
 from .compression import Compression
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters"]
@@ -172,12 +173,20 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
                 self._compression)
 
     def update(self, index, weight, grad, state):
-        """Average ``grad`` across workers, then apply the wrapped optimizer's update."""
+        """Average ``grad`` across workers, then apply the wrapped optimizer's update.
+        Asynchronous training (``BYTEPS_ENABLE_ASYNC=1``): the update runs locally and each
+        weight's delta is exchanged for the servers' value (:func:`_async.module_update`)."""
+        if async_train.enabled():
+            return _async.module_update(self._optimizer.update, index, weight, grad, state)
         self._push_pull(index, grad)
         self._optimizer.update(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
-        """Average ``grad`` across workers, then the wrapped ``update_multi_precision``."""
+        """Average ``grad`` across workers, then the wrapped ``update_multi_precision``
+        (asynchronous training: as :meth:`update`)."""
+        if async_train.enabled():
+            return _async.module_update(self._optimizer.update_multi_precision, index, weight,
+                                        grad, state)
         self._push_pull(index, grad)
         self._optimizer.update_multi_precision(index, weight, grad, state)
 

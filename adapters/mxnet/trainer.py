@@ -1,6 +1,8 @@
 """``DistributedTrainer``: a Gluon ``Trainer`` whose gradients are averaged through byteps
 (upstream ``byteps/mxnet/__init__.py``), optionally compressed by the core
-(``compression_params``, upstream's semantics)."""
+(``compression_params``, upstream's semantics); in asynchronous training
+(``BYTEPS_ENABLE_ASYNC=1``) each step's weight deltas are exchanged for the servers' parameters
+instead (:mod:`byteps.mxnet._async`)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import mxnet as mx
 import numpy as np
 
 import byteps.compression as core_compression
+from byteps import async_train
 from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root
 
-from . import ops
+from . import _async, ops
 from .compression import Compression
 from .optimizer import _unwrap, broadcast_copies, push_pull_compressed
 
@@ -88,6 +91,12 @@ class DistributedTrainer(mx.gluon.Trainer):
             (``Compression.wdmom``). ``optimizer_params`` itself is not modified (upstream
             deleted the keys from the caller's dict).
 
+    Asynchronous training (``BYTEPS_ENABLE_ASYNC=1``, docs/async.md): no gradient is reduced;
+    :meth:`step` runs the update locally and exchanges each trainable weight's delta for the
+    servers' parameters under ``"AsyncParam.parameter_<i>"`` (the first step starts from the
+    servers' initial value, rank 0's); ``compression_params`` must be None.
+    :func:`byteps.mxnet.pull_parameters` reads the servers' parameters.
+
     Tensor names: ``"parameter_<i>"`` and ``"gradient_<i>"`` for the first trainer of the
     process, ``"trainer<k>.parameter_<i>"``... for the k-th, declared when the trainer is created
     (create trainers in the same order on every rank).
@@ -110,6 +119,11 @@ class DistributedTrainer(mx.gluon.Trainer):
                           stacklevel=2)
             optimizer = inner
         self._bps_root = check_root(root_rank, "DistributedTrainer")
+        self._bps_async = async_train.enabled()
+        if self._bps_async and compression_params:
+            raise InvalidArgumentError(
+                "DistributedTrainer in asynchronous training (BYTEPS_ENABLE_ASYNC=1) pushes "
+                "weight deltas uncompressed: compression_params is not supported")
         optimizer_params = dict(optimizer_params or {})
         intra = (Compression.fp16 if core_compression.wants_fp16(compression_params)
                  else Compression.none)
@@ -162,10 +176,24 @@ class DistributedTrainer(mx.gluon.Trainer):
     def step(self, batch_size, ignore_stale_grad=False):
         """As ``gluon.Trainer.step``. With core compression (upstream): the gradients are
         scaled by ``1/(batch_size * size())`` before the push_pull instead of by the
-        optimizer's ``rescale_grad``."""
+        optimizer's ``rescale_grad``. Asynchronous training: the local update, then the
+        exchange of its deltas for the servers' parameters."""
+        if self._bps_async:
+            if self._params_to_init:
+                self._init_params()
+            self._bps_async_weights().step(
+                lambda: mx.gluon.Trainer.step(self, batch_size, ignore_stale_grad))
+            return
         if self._bps_kwargs:
             self._scale = batch_size
         super().step(batch_size, ignore_stale_grad)
+
+    def _bps_async_weights(self) -> _async.AsyncWeights:
+        """The trainable, initialised weights under their asynchronous names."""
+        named = [(self._bps_param_names[i], p.list_data()[0])
+                 for i, p in enumerate(self._params)
+                 if p.grad_req != "null" and not p._deferred_init and p._data is not None]
+        return _async.AsyncWeights(named)
 
     def _init_params(self):
         """Broadcast every initialised parameter from ``root_rank`` (deferred ones wait for a
@@ -176,6 +204,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._params_to_init = [p for p in self._params_to_init if p._deferred_init]
 
     def _allreduce_grads(self):
+        if self._bps_async:
+            return  # asynchronous training: the gradients stay local
         if self._bps_kwargs and self.learning_rate and float(self.learning_rate) > 0:
             _basics.set_learning_rate(float(self.learning_rate))
         for i, param in enumerate(self._params):

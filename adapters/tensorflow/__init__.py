@@ -40,6 +40,7 @@ if not tf.__version__.startswith("2."):
 from byteps.basics import resume, suspend
 from byteps.telemetry import get_pushpull_speed, get_telemetry
 
+from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .functions import broadcast, broadcast_object, broadcast_variables, push_pull
 from .ops import (
@@ -76,6 +77,7 @@ __all__ = [
     "broadcast",
     "broadcast_variables",
     "broadcast_object",
+    "pull_parameters",
     "DistributedOptimizer",
     "DistributedGradientTape",
     "Compression",

@@ -1,17 +1,20 @@
 """``byteps.tensorflow.DistributedOptimizer`` (upstream ``byteps/tensorflow/__init__.py``):
 a Keras 3 optimizer becomes the Keras distributed optimizer (:mod:`byteps.tensorflow._keras`);
 a legacy ``tf.compat.v1.train.Optimizer`` is wrapped so that ``compute_gradients`` averages
-the gradients across workers."""
+the gradients across workers. In asynchronous training (``BYTEPS_ENABLE_ASYNC=1``) gradients
+are not reduced: each update is applied locally and its delta exchanged for the servers'
+parameters (:mod:`byteps.tensorflow._async`)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 import tensorflow as tf
+from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
+from . import _async, ops
 from . import _compress_plan as cplan
-from . import ops
 from .compression import Compression
 
 __all__ = ["DistributedOptimizer"]
@@ -61,6 +64,8 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         (``tf.IndexedSlices`` densified; a ``None`` gradient contributes zeros and is replaced
         by the reduced tensor, see :func:`byteps.tensorflow.ops.push_pull_gradients`)."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        if async_train.enabled():
+            return pairs  # asynchronous training: the gradients stay local
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
         names = [f"{self._bps_scope}/Gradient.{i}."
@@ -72,9 +77,23 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
                                           lr=self._bps_learning_rate())
         return list(zip(reduced, variables))
 
-    def apply_gradients(self, *args, **kwargs):
-        """Delegated to the wrapped optimizer."""
-        return self._optimizer.apply_gradients(*args, **kwargs)
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        """Delegated to the wrapped optimizer. In asynchronous training
+        (``BYTEPS_ENABLE_ASYNC=1``; eagerly or inside ``tf.function``): applied locally, then
+        every variable's delta is exchanged for the servers' value (the variables' first
+        update starts from the servers' initial value, rank 0's)."""
+        if not async_train.enabled():
+            return self._optimizer.apply_gradients(grads_and_vars, *args, **kwargs)
+        if self._bps_plan is not None or self._bps_compression is not Compression.none:
+            raise InvalidArgumentError(
+                "DistributedOptimizer in asynchronous training (BYTEPS_ENABLE_ASYNC=1) pushes "
+                "parameter deltas uncompressed: compression and compression_params are not "
+                "supported")
+        pairs = list(grads_and_vars)
+        variables = [v for _, v in pairs]
+        names = _async.async_names(self._bps_scope, variables)
+        return _async.async_update(
+            variables, names, lambda: self._optimizer.apply_gradients(pairs, *args, **kwargs))
 
     def get_slot(self, *args, **kwargs):
         """Delegated to the wrapped optimizer."""

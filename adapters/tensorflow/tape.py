@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
-from byteps.errors import InvalidTypeError
+from byteps import async_train
+from byteps.errors import InvalidTypeError, UsageError
 
 from . import ops
 from ._compress_plan import make_plan, resolve_intra
@@ -99,7 +100,14 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
             the wrong type.
         InvalidArgumentError (a ValueError): ``op=Adasum`` or an unknown op; an invalid
             ``compression_params`` (see :func:`byteps.compression.compression_kwargs`).
+        UsageError: in asynchronous training (``BYTEPS_ENABLE_ASYNC=1``), where gradients are
+            not reduced (use ``DistributedOptimizer``, docs/async.md).
     """
+    if async_train.enabled():
+        raise UsageError("DistributedGradientTape averages gradients synchronously; in "
+                         "asynchronous training (BYTEPS_ENABLE_ASYNC=1) use "
+                         "DistributedOptimizer, which exchanges parameter deltas with the "
+                         "servers (docs/async.md)")
     if not isinstance(gradtape, tf.GradientTape):
         raise InvalidTypeError("DistributedGradientTape: expected a tf.GradientTape, got "
                                f"{type(gradtape).__name__}")

@@ -15,7 +15,8 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :func:`push_pull_async`, :func:`push_pull_async_inplace`, :func:`push_pull_inplace`,
 :func:`byteps_push_pull`, :func:`poll`, :func:`synchronize`, :class:`Compression`,
 :class:`DistributedOptimizer`, :func:`broadcast_parameters`,
-:func:`broadcast_optimizer_state`, :func:`broadcast_object`.
+:func:`broadcast_optimizer_state`, :func:`broadcast_object`, :func:`pull_parameters`
+(asynchronous training, ``BYTEPS_ENABLE_ASYNC=1``: the servers' parameters).
 
 This build handles CPU tensors; a CUDA tensor raises ``byteps.errors.InvalidTypeError`` (a
 ``TypeError``). Requires torch >= 2.1
@@ -49,6 +50,7 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
 from byteps.basics import resume, suspend  # noqa: E402  (elastic restart, as upstream)
 from byteps.telemetry import get_pushpull_speed, get_telemetry  # noqa: E402
 
+from ._async import pull_parameters  # noqa: E402
 from .broadcast import (  # noqa: E402
     broadcast_object,
     broadcast_optimizer_state,
@@ -105,6 +107,7 @@ __all__ = [
     "broadcast_parameters",
     "broadcast_optimizer_state",
     "broadcast_object",
+    "pull_parameters",
     "SUPPORTED_DTYPES",
 ]
 

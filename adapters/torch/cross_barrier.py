@@ -51,6 +51,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from byteps import async_train
 from byteps.errors import (
     BytePSError,
     InternalError,
@@ -148,6 +149,10 @@ class _CrossBarrier(_DistributedOptimizer):
 
     def __init__(self, params, model, named_parameters, compression, backward_passes_per_step,
                  compression_params, num_steps, defaults):
+        if async_train.enabled():
+            raise UsageError("CrossBarrier reduces gradients synchronously; in asynchronous "
+                             "training (BYTEPS_ENABLE_ASYNC=1) use DistributedOptimizer, which "
+                             "exchanges parameter deltas with the servers (docs/async.md)")
         self._xb_running = False  # the gradient hooks read it from here on
         _DistributedOptimizer.__init__(self, params, named_parameters, compression,
                                        backward_passes_per_step, compression_params)

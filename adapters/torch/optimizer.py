@@ -9,6 +9,10 @@ asynchronous in-place push_pull (average) of the (compressed) gradient under the
 writes the averaged gradients into ``p.grad``; :meth:`step` calls it and then the wrapped
 optimizer's own ``step``.
 
+In asynchronous training (``BYTEPS_ENABLE_ASYNC=1``, docs/async.md) no gradient is reduced:
+:meth:`step` runs the wrapped optimizer locally and exchanges each parameter's delta for the
+servers' current parameters (``byteps.torch._async``).
+
 With ``compression_params`` (upstream's MXNet dict, see :mod:`byteps.compression`) every
 gradient is declared with the core's compressor kwargs before its first push_pull, the
 optimizer's learning rate is handed to the core (error feedback) before each step's first
@@ -24,10 +28,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 import byteps.compression as core_compression
+from byteps import async_train
 from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 
-from . import _gradients, ops
+from . import _async, _gradients, ops
 from ._gradients import name_parameters as _name_parameters
 from ._gradients import resolve_compression as _resolve_compression
 from .compression import Compression
@@ -101,6 +106,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._size = ops.size()  # raises NotInitializedError before init()
+        # Asynchronous training: no gradient is reduced; step() exchanges parameter deltas.
+        self._bps_async_params = None
+        if async_train.enabled():
+            if compression is not Compression.none or compression_params:
+                raise InvalidArgumentError(
+                    "DistributedOptimizer in asynchronous training (BYTEPS_ENABLE_ASYNC=1) "
+                    "pushes parameter deltas uncompressed: compression and compression_params "
+                    "are not supported")
+            self._grad_names, self._bps_nag = {}, {}
+            self._bps_async_params = _async.AsyncParameters(
+                [(self._parameter_names[p], p) for p in self._bps_params])
+            return
         # One name per gradient, fixed dtype/shape (a second optimizer over another model
         # with the same parameter names gets "~k"-suffixed names, see ops._name_for), all
         # declared up front: same keys on every rank whatever order the hooks fire in.
@@ -198,6 +215,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         Raises:
             the first byteps error of any reduction (after waiting for all of them).
         """
+        if self._bps_async_params is not None:
+            return  # asynchronous training: gradients stay local
         if self._size > 1:
             for p in self._bps_params:
                 if p.requires_grad and p not in self._handles:
@@ -255,7 +274,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         """Synchronize the gradients (unless inside :meth:`skip_synchronize`), then run the
         wrapped optimizer's ``step(closure)``. A ``closure``'s backward pass runs after the
-        reduction, so its gradients are not averaged (as upstream/Horovod)."""
+        reduction, so its gradients are not averaged (as upstream/Horovod).
+
+        In asynchronous training (``BYTEPS_ENABLE_ASYNC=1``): the parameters' first step pulls
+        the servers' initial value (rank 0's), then the wrapped optimizer steps with the local
+        gradients, each parameter's delta is pushed (summed into the servers' parameters) and
+        the servers' current value becomes the parameter; no other worker is waited for
+        (unless ``BYTEPS_ASYNC_MAX_STALENESS`` holds this one back)."""
+        if self._bps_async_params is not None:
+            return self._bps_async_params.step(
+                lambda: _unhooked(self._bps_base.step)(self, closure))
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn(
@@ -329,6 +357,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
 
     Every rank must construct it with the same parameters. Gradients are averaged (divided by
     :func:`byteps.torch.size`). With one worker no communication happens.
+
+    With ``BYTEPS_ENABLE_ASYNC=1`` (asynchronous training, docs/async.md) gradients are not
+    reduced: :meth:`step` steps locally and exchanges each parameter's delta for the servers'
+    parameters under ``"AsyncParam.<name>"`` (``compression``/``compression_params`` must be
+    left at their defaults); :func:`byteps.torch.pull_parameters` reads them.
 
     Raises:
         InvalidArgumentError (a ValueError): ``named_parameters`` is not a sequence of ``(str,

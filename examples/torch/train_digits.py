@@ -8,6 +8,11 @@ Run:
         examples/torch/train_digits.py \
         --compression-params '{"compressor": "onebit", "ef": "vanilla", "scaling": true}'
 
+Asynchronous training (docs/async.md): the same script with ``BYTEPS_ENABLE_ASYNC=1`` in every
+process (``BYTEPS_ENABLE_ASYNC=1 bpslaunch --workers 2 --servers 1 python
+examples/torch/train_digits.py``): the servers keep the parameters, each worker steps at its
+own pace; at the end the workers meet once and read the servers' parameters.
+
 ``--model cnn`` trains a small CNN instead (two 3x3 convolutions, 1->32->64 channels, then
 fully connected 4096->``--hidden``->10): its first fully connected layer holds almost every
 parameter (4 MiB of gradient per step with ``--hidden 256``), the regime gradient compression
@@ -36,6 +41,7 @@ from sklearn.model_selection import train_test_split
 from tqdm import tqdm
 
 import byteps.torch as bps
+from byteps import async_train
 
 
 def parse_args():
@@ -139,6 +145,12 @@ def main() -> None:
                 step_times.append(time.perf_counter() - t_step)
         bar.set_postfix(loss=f"{total / steps:.4f}")
 
+    if async_train.enabled():
+        # Every worker has pushed its last delta once all meet here: the servers' parameters
+        # are final, and every worker reads the same ones.
+        bps.push_pull(torch.zeros(1), average=False, name="async.done")
+        bps.pull_parameters(opt)
+
     model.eval()
     with torch.no_grad():
         correct = (model(X_te).argmax(dim=1) == y_te).sum()
@@ -155,6 +167,8 @@ def main() -> None:
         raise RuntimeError(f"parameters differ across workers on {bad.item()} of {size} ranks "
                            f"(rank {rank}: {mine[:12]} vs rank 0: {root[:12]})")
     if rank == 0:
+        mode = "asynchronous" if async_train.enabled() else "synchronous"
+        print(f"{mode} training on {size} workers")
         print(f"parameters identical on all {size} workers (sha256 {root[:16]})")
         print(f"final test accuracy: {accuracy:.3f}")
         if step_times:

@@ -149,3 +149,14 @@ def test_compression_params_two_level():
                                  env=["BYTEPS_MIN_COMPRESS_BYTES=4096"], timeout=180)
     jobs.assert_ok(rc, out, 2, min_cases=5)
     assert out.count("MXNET_COMPRESS_MISMATCH_RAISED") == 2, out[-6000:]
+
+
+def test_async_trainer():
+    """Asynchronous training (BYTEPS_ENABLE_ASYNC=1, docs/async.md), 2 workers + 1 server: the
+    DistributedTrainer starts from rank 0's weights, the servers sum every worker's deltas,
+    pull_parameters reads them (workers/async_worker.py)."""
+    rc, out, _ = jobs.launch_job(jobs.launch_config(2, 1),
+                                 [jobs.PY, HERE / "workers" / "async_worker.py"],
+                                 env=["BYTEPS_ENABLE_ASYNC=1"], timeout=180)
+    assert rc == 0, out[-6000:]
+    assert out.count("MXNET_ASYNC_OK") == 2, out[-6000:]

@@ -56,3 +56,13 @@ def test_compression_params_two_level():
                      timeout=180, job_env=framework_env({"BYTEPS_MIN_COMPRESS_BYTES": "4096"}))
     assert_marker(job, "TF_COMPRESS_OK", 2)
     assert job.output.count("TF_COMPRESS_MISMATCH_RAISED") == 2, job.output[-6000:]
+
+
+def test_async_optimizers(tmp_path):
+    """Asynchronous training (BYTEPS_ENABLE_ASYNC=1, docs/async.md), 2 workers + 1 server:
+    the Keras DistributedOptimizer (eager and in model.fit) and the tf.compat.v1 wrapper start
+    from rank 0's weights and the servers sum every worker's deltas
+    (workers/async_worker.py)."""
+    job = launch_job(launch_config(2, 1), [PY, HERE / "workers" / "async_worker.py"],
+                     timeout=180, job_env=framework_env({"BYTEPS_ENABLE_ASYNC": "1"}))
+    assert_marker(job, "TF_ASYNC_OK", 2)

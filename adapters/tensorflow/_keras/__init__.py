@@ -9,7 +9,8 @@ How the distributed optimizer works: Keras 3's TensorFlow trainer calls
 ``optimizer.apply(grads, vars)``. The distributed optimizer is a dynamic subclass of the
 optimizer's class whose ``apply`` first push_pulls every gradient (one ``tf.numpy_function``
 for all of them) and then runs the original ``apply`` (loss-scale, clipping, weight decay,
-update), so clipping sees averaged gradients, as with Horovod. A gradient that is ``None``
+update), so clipping sees averaged gradients, as with Horovod. In asynchronous training
+(``BYTEPS_ENABLE_ASYNC=1``) ``apply`` reduces nothing: :mod:`byteps.tensorflow._async`. A gradient that is ``None``
 (the variable took no part in this rank's forward pass) is pushed as zeros and the reduced
 tensor is applied on every rank, so the ranks agree on the names and keep identical weights
 (upstream/Horovod skip such gradients and hang when the ranks disagree). With
@@ -24,10 +25,11 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 import tensorflow as tf
+from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
+from .. import _async, functions, ops
 from .. import _compress_plan as cplan
-from .. import functions, ops
 from ..compression import Compression
 
 __all__ = [
@@ -122,6 +124,8 @@ def _distributed_class(base: type) -> type:
     @tf.autograph.experimental.do_not_convert
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
+        if async_train.enabled():  # docs/async.md: local update, then the delta exchange
+            return _async.keras_apply(self, base, grads, trainable_variables)
         if trainable_variables is not None:
             trainable_variables = list(trainable_variables)
             variables = trainable_variables

@@ -42,7 +42,8 @@ from . import callbacks  # noqa: E402
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
            "get_pushpull_speed", "get_telemetry",
            "Compression", "Average", "Sum", "Adasum", "DistributedOptimizer",
-           "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks"]
+           "broadcast_global_variables", "push_pull", "broadcast", "load_model", "callbacks",
+           "pull_parameters"]
 
 
 _front = make_front(keras)
@@ -51,3 +52,4 @@ broadcast_global_variables = _front.broadcast_global_variables
 push_pull = _front.push_pull
 broadcast = _front.broadcast
 load_model = _front.load_model
+from .._async import pull_parameters  # noqa: E402 (re-exported)

@@ -31,6 +31,7 @@ import torch
 from torch.autograd import Variable
 
 import byteps.compression as core_compression
+from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 
 from .. import _gradients, ops
@@ -180,6 +181,10 @@ class DistributedDataParallel(torch.nn.Module):
                  param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
                  skip_all_reduce_unused_params: bool = False):
         super().__init__()
+        if async_train.enabled():
+            raise UsageError(f"{_NAME} averages gradients synchronously; in asynchronous "
+                             "training (BYTEPS_ENABLE_ASYNC=1) use DistributedOptimizer, which "
+                             "exchanges parameter deltas with the servers (docs/async.md)")
         if not isinstance(module, torch.nn.Module):
             raise InvalidTypeError(f"{_NAME}: module must be a torch.nn.Module, got "
                                    f"{type(module).__name__}")

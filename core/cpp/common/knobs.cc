@@ -169,6 +169,17 @@ std::vector<KnobSpec> BuildTable() {
       // --- server ---
       Int("BYTEPS_SERVER_ENGINE_THREAD", "2", 1, 256, "server",
           "Summation engine threads per server; each key is bound to one thread."),
+      // --- asynchronous training (docs/async.md) ---
+      Bool("BYTEPS_ENABLE_ASYNC", "0", "all",
+           "1: asynchronous training: the servers keep the parameters (initialised from rank "
+           "0's first push), each worker pushes its parameter delta and pulls the current "
+           "parameters without waiting for the others (tensors named AsyncParam.*; the adapters' "
+           "DistributedOptimizer does it). Implies a distributed job. Must be the same on every "
+           "worker, server and the scheduler (ConfigError on every rank otherwise)."),
+      Int("BYTEPS_ASYNC_MAX_STALENESS", "-1", -1, (1LL << 31) - 1, "all",
+          "With BYTEPS_ENABLE_ASYNC=1: a worker more than this many rounds ahead of the slowest "
+          "live worker waits for it (bounded staleness; 0: every round waits for every live "
+          "worker); -1: unbounded. Must be the same on every node."),
       // --- timeline and telemetry (docs/timeline.md) ---
       Bool("BYTEPS_TRACE_ON", "0", "worker,server,launcher",
            "1: record the timeline: Chrome-trace events of every push_pull and of every stage of "

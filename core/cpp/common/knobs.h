@@ -7,7 +7,7 @@
 // Next to it (upstream_knobs.cc) is the table of upstream BytePS's variables and what each does
 // here. Every BYTEPS_*/DMLC_* variable a process finds that is not a knob is named in a warning
 // (with the closest known name); an upstream variable whose value would ask for behaviour this
-// project does not have (asynchronous training) is refused with ConfigError.
+// project does not have would be refused with ConfigError (none is at present).
 #pragma once
 #include <cstdint>
 #include <map>

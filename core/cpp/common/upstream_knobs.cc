@@ -25,7 +25,7 @@ UpstreamVar Ign(const char* name, const char* here, std::vector<std::string> sam
                 bool same_off = false) {
   return UpstreamVar{name, S::kIgnored, here, "", std::move(same), same_off, true};
 }
-UpstreamVar Refuse(const char* name, const char* why, bool same_off) {
+[[maybe_unused]] UpstreamVar Refuse(const char* name, const char* why, bool same_off) {
   return UpstreamVar{name, S::kRefused, why, "", {}, same_off, true};
 }
 // A generic name (not specific to BytePS): documented, not looked for.
@@ -115,10 +115,11 @@ std::vector<UpstreamVar> BuildUpstream() {
       Repl("BYTEPS_MIXED_MODE_BOUND", kPlan, kPlanText),
       Ign("BYTEPS_SOCKET_PATH", "Local signalling uses Unix datagram sockets in the abstract "
                                 "namespace: no files, so no directory."),
-      Refuse("BYTEPS_ENABLE_ASYNC",
-             "asynchronous training (workers push weight deltas, servers keep the parameters) is "
-             "not implemented; ignoring the variable would train synchronously instead",
-             kOff),
+      Impl("BYTEPS_ENABLE_ASYNC",
+           "The servers start from rank 0's parameters (upstream: zeros) and answer every pull "
+           "(upstream's server crashed on the first); bounded staleness is "
+           "BYTEPS_ASYNC_MAX_STALENESS; a worker that dies leaves the others training "
+           "(docs/async.md)."),
       Impl("BYTEPS_TRACE_ON", "The servers also time each round (docs/timeline.md)."),
       Impl("BYTEPS_TRACE_START_STEP", "0 is accepted too (upstream: at least 1)."),
       Impl("BYTEPS_TRACE_END_STEP", "The file is also written at shutdown when the window "

@@ -124,6 +124,9 @@ struct TensorContext {
   SyncScheme sync = SyncScheme::kPs;
   bool sync_declared = false;
   bool all_reduce = false;
+  // An asynchronous parameter (BYTEPS_ENABLE_ASYNC and a name starting with kAsyncParamPrefix,
+  // docs/async.md): pushed with kPushFlagAsync, summed (never averaged), never compressed.
+  bool async_param = false;
   std::vector<std::unique_ptr<PartTask>> parts;
   // BYTEPS_AUTOTUNE (docs/autotune.md): the job-level bound the tensor is cut with, the
   // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of

@@ -53,8 +53,14 @@ struct PushPullArgs {
 // the local processes (2 local workers, 64 MiB: ~29 ms at 512 KiB, ~23 ms at 2-4 MiB here).
 constexpr int64_t kSingleMachinePartitionBytes = 4 << 20;
 
+// Tensors whose name starts with this are asynchronous parameters when BYTEPS_ENABLE_ASYNC=1
+// (docs/async.md): the servers keep their value; every other name stays synchronous.
+constexpr const char* kAsyncParamPrefix = "AsyncParam.";
+
 struct WorkerConfig {
   int num_worker = 1, worker_id = 0, local_size = 1, local_rank = 0, rank = 0, size = 1;
+  bool async_mode = false;  // BYTEPS_ENABLE_ASYNC
+  int max_staleness = -1;   // BYTEPS_ASYNC_MAX_STALENESS
   int num_server = 0;
   bool distributed = false;
   size_t partition_bound = 0;
@@ -105,6 +111,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
                  const std::string& sync = "");
   // Every tensor name declared so far, in key order (suspend/resume re-declares them).
   std::vector<std::string> DeclaredNames();
+  // push_pulls of `name` started since init (0: none, or not declared). An asynchronous
+  // parameter's next push is its initial value when this is 0 (docs/async.md).
+  uint32_t Rounds(const std::string& name);
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
   AutotuneReport AutotuneStatus();

@@ -41,6 +41,12 @@ Status LoadAutotuneConfig(const Knobs& k, WorkerConfig* cfg) {
     a.disabled_why = "a single-machine job has no servers, partitions or credit to tune";
     return Status::OK();
   }
+  if (cfg->async_mode)
+    return Status::Config(
+        "BYTEPS_AUTOTUNE=1 with BYTEPS_ENABLE_ASYNC=1: the tuner averages its measurements over "
+        "every worker and re-partitions tensors at the same round on all of them, which "
+        "asynchronous workers do not share; set BYTEPS_PARTITION_BYTES and "
+        "BYTEPS_SCHEDULING_CREDIT instead");
   if (cfg->local_size > 1)
     return Status::Config(
         "BYTEPS_AUTOTUNE=1 with BYTEPS_LOCAL_SIZE=" + std::to_string(cfg->local_size) +

@@ -21,7 +21,11 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->worker_id = static_cast<int>(k.Int("DMLC_WORKER_ID"));
   cfg->local_size = static_cast<int>(k.Int("BYTEPS_LOCAL_SIZE"));
   cfg->local_rank = static_cast<int>(k.Int("BYTEPS_LOCAL_RANK"));
-  cfg->distributed = cfg->num_worker > 1 || k.Bool("BYTEPS_FORCE_DISTRIBUTED");
+  cfg->async_mode = k.Bool("BYTEPS_ENABLE_ASYNC");
+  cfg->max_staleness = static_cast<int>(k.Int("BYTEPS_ASYNC_MAX_STALENESS"));
+  // Asynchronous training needs the servers (they keep the parameters), even on one machine.
+  cfg->distributed =
+      cfg->num_worker > 1 || k.Bool("BYTEPS_FORCE_DISTRIBUTED") || cfg->async_mode;
   if (cfg->local_rank >= cfg->local_size)
     return Status::Config("BYTEPS_LOCAL_RANK=" + std::to_string(cfg->local_rank) +
                           " must be smaller than BYTEPS_LOCAL_SIZE=" +
@@ -55,12 +59,18 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   if (!width.ok() && tree_possible) return width;
   if (!width.ok()) ResolveTreeWidth(cfg->num_worker, 0, &cfg->tree_width);
   cfg->hips_group = HipsGroupSize(cfg->num_worker, static_cast<int>(k.Int("BYTEPS_HIPS_GROUP")));
+  if (cfg->async_mode && (cfg->sync_auto || cfg->sync != SyncScheme::kPs))
+    return Status::Config("BYTEPS_ENABLE_ASYNC=1 needs BYTEPS_SYNC=ps (got " + sync +
+                          "): the summation service's servers keep the parameters");
   const bool all_reduce_only = !cfg->sync_auto && IsCollective(cfg->sync);
   cfg->mesh = cfg->distributed && (cfg->sync_auto || IsCollective(cfg->sync));
-  if (cfg->distributed && cfg->num_server < 1 && !all_reduce_only)
-    return Status::Config("DMLC_NUM_SERVER=" + std::to_string(cfg->num_server) +
-                          ": a distributed job needs at least one server (BYTEPS_SYNC=" + sync +
-                          "; only ring and tree run without servers)");
+  if (cfg->distributed && cfg->num_server < 1 && (!all_reduce_only || cfg->async_mode))
+    return Status::Config(
+        "DMLC_NUM_SERVER=" + std::to_string(cfg->num_server) +
+        ": a distributed job needs at least one server (" +
+        (cfg->async_mode ? std::string("BYTEPS_ENABLE_ASYNC=1: the servers keep the parameters")
+                         : "BYTEPS_SYNC=" + sync + "; only ring and tree run without servers") +
+        ")");
   cfg->root_uri = k.Str("DMLC_PS_ROOT_URI");
   cfg->root_port = static_cast<int>(k.Int("DMLC_PS_ROOT_PORT"));
   cfg->node_host = k.Str("DMLC_NODE_HOST");
@@ -286,6 +296,8 @@ Status WorkerCore::ConnectToJob() {
   reg.num_server = static_cast<uint32_t>(cfg_.num_server);
   reg.partition_bound = cfg_.register_bound;
   reg.pid = static_cast<uint32_t>(getpid());
+  reg.async_mode = cfg_.async_mode;
+  reg.max_staleness = cfg_.max_staleness;
   return ps_->Connect(reg, cfg_.timeout_s);
 }
 

@@ -78,6 +78,18 @@ Status WorkerCore::Declare(const std::string& name, const std::string& compressi
   return Status::OK();
 }
 
+uint32_t WorkerCore::Rounds(const std::string& name) {
+  TensorContext* ctx;
+  {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return 0;
+    ctx = it->second;
+  }
+  std::lock_guard<std::mutex> lk(ctx->mu);
+  return ctx->round;
+}
+
 std::vector<std::string> WorkerCore::DeclaredNames() {
   std::lock_guard<std::mutex> lk(ctx_mu_);
   std::vector<std::string> names;
@@ -100,6 +112,14 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->nbytes = a.nbytes;
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
   BPS_RETURN_IF_ERROR(DecideSync(ctx));
+  ctx->async_param = cfg_.async_mode && a.name.rfind(kAsyncParamPrefix, 0) == 0;
+  if (ctx->async_param && ctx->compressed)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): it cannot be compressed");
+  if (ctx->async_param && ctx->sync != SyncScheme::kPs)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): only the summation service keeps "
+                                   "parameters, not BYTEPS_SYNC=" + SyncSchemeName(ctx->sync));
   BPS_RETURN_IF_ERROR(InitDevice(ctx, a));
   uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
   uint8_t dt = static_cast<uint8_t>(a.dtype);
@@ -183,6 +203,10 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    DTypeName(ctx->dtype) + ShapeString(ctx->shape) +
                                    " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
   }
+  if (ctx->async_param && a.average)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): the servers add every worker's "
+                                   "delta, so it is pushed with average=False");
   if (ctx->device_kind != a.device_kind || ctx->device_id != a.device_id)
     return Status::InvalidArgument(
         "tensor '" + a.name + "' was first used on " + device::KindName(ctx->device_kind) +

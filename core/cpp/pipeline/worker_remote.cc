@@ -94,7 +94,8 @@ void WorkerCore::RunPush(PartTask* t) {
                      &t->push_item, &WorkerCore::PushSentThunk, t,
                      static_cast<uint64_t>(t->upper), 0, kPushFlagHips);
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
-            &t->push_item, &WorkerCore::PushSentThunk, t);
+            &t->push_item, &WorkerCore::PushSentThunk, t, 0, 0,
+            ctx->async_param ? kPushFlagAsync : 0);
 }
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {

@@ -155,8 +155,13 @@ void ControlClient::OnFrame(Connection*, const FrameHeader& h, void* payload) {
       if (on_message_) on_message_(h, p, h.payload_len);
       return;
     }
-    case MsgType::kNodeFailed:
-      return Fail(Status::PeerLost(DecodeText(p, h.payload_len)));
+    case MsgType::kNodeFailed: {
+      // A configuration that differs across nodes is the user's to fix: ConfigError on every
+      // node; anything else is a lost peer.
+      std::string text = DecodeText(p, h.payload_len);
+      if (text.rfind("configuration mismatch: ", 0) == 0) return Fail(Status::Config(text));
+      return Fail(Status::PeerLost(text));
+    }
     default:
       if (on_message_) on_message_(h, p, h.payload_len);
   }

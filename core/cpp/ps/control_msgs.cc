@@ -20,6 +20,7 @@ std::string Encode(const RegisterMsg& m) {
   WireWriter w;
   w.U8(static_cast<uint8_t>(m.role)).I32(m.worker_id).Str(m.host).U32(m.port).U32(m.local_size);
   w.U32(m.num_worker).U32(m.num_server).U64(m.partition_bound).U32(m.pid);
+  w.U8(m.async_mode ? 1 : 0).I32(m.max_staleness);
   return w.Take();
 }
 
@@ -34,7 +35,10 @@ Status Decode(const void* data, size_t len, RegisterMsg* m) {
   m->num_server = r.U32();
   m->partition_bound = r.U64();
   m->pid = r.U32();
-  if (!r.done() || role > 1) return Status::InvalidArgument("malformed REGISTER message");
+  const uint8_t async_mode = r.U8();
+  m->async_mode = async_mode != 0;
+  m->max_staleness = r.I32();
+  if (!r.done() || role > 1 || async_mode > 1) return Status::InvalidArgument("malformed REGISTER message");
   m->role = static_cast<NodeRole>(role);
   return Status::OK();
 }

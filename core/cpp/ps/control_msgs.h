@@ -21,6 +21,10 @@ struct RegisterMsg {
   uint32_t num_server = 0;
   uint64_t partition_bound = 0;
   uint32_t pid = 0;
+  // BYTEPS_ENABLE_ASYNC and BYTEPS_ASYNC_MAX_STALENESS of the node: the scheduler fails the job
+  // on every node when they differ from its own (docs/async.md).
+  bool async_mode = false;
+  int32_t max_staleness = -1;
 };
 
 struct ServerEntry {

@@ -42,6 +42,8 @@ Status RunNodeFromEnvironment() {
     o.timeout_s = k.Float("BYTEPS_TIMEOUT");
     o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");
     o.stall_warning_s = k.Float("BYTEPS_STALL_WARNING_SECONDS");
+    o.async_mode = k.Bool("BYTEPS_ENABLE_ASYNC");
+    o.max_staleness = static_cast<int>(k.Int("BYTEPS_ASYNC_MAX_STALENESS"));
     BPS_RETURN_IF_ERROR(VanSpec::FromKnobs(k, &o.van));
     Scheduler sched(o);
     return sched.Run();
@@ -57,6 +59,8 @@ Status RunNodeFromEnvironment() {
   o.num_server = static_cast<int>(k.Int("DMLC_NUM_SERVER"));
   o.engine_threads = static_cast<int>(k.Int("BYTEPS_SERVER_ENGINE_THREAD"));
   o.trace = k.Bool("BYTEPS_TRACE_ON");
+  o.async_mode = k.Bool("BYTEPS_ENABLE_ASYNC");
+  o.max_staleness = static_cast<int>(k.Int("BYTEPS_ASYNC_MAX_STALENESS"));
   o.timeout_s = k.Float("BYTEPS_TIMEOUT");
   o.heartbeat_interval_s = k.Float("BYTEPS_HEARTBEAT_INTERVAL");
   o.heartbeat_timeout_s = k.Float("BYTEPS_HEARTBEAT_TIMEOUT");

@@ -23,11 +23,12 @@ enum class MsgType : uint16_t {
   kShutdown = 8,
   kNodeFailed = 9,
   // scheduler -> workers: worker machine `sender` has finalized (called shutdown()) while
-  // others go on; what it never submitted can never complete.
+  // others go on; what it never submitted can never complete. In asynchronous mode
+  // (BYTEPS_ENABLE_ASYNC) also when it died, and to the servers too (they stop waiting for it).
   kWorkerLeft = 10,
   // data plane: worker <-> server
   kHello = 20,
-  kPush = 21,  // flags: kPushFlagPull
+  kPush = 21,  // flags: kPushFlagPull, kPushFlagHips, kPushFlagHipsUp, kPushFlagAsync
   kPull = 22,
   kPullResponse = 23,
   kDataError = 24,  // aux: DataError
@@ -70,6 +71,11 @@ constexpr uint8_t kPushFlagHips = 2;
 constexpr uint8_t kPushFlagHipsUp = 4;
 // HELLO's aux from a first-level HiPS server (sender: its group) to a top-level one.
 constexpr uint64_t kHelloFromServer = 1;
+// FrameHeader::flags of a PUSH: the key is an asynchronous parameter (BYTEPS_ENABLE_ASYNC,
+// docs/async.md): the server keeps its value, the push of round 1 is the worker's initial value
+// (rank 0's becomes the key's), every later one a delta added to it, and the reply is the
+// value, whatever the other workers do.
+constexpr uint8_t kPushFlagAsync = 8;
 
 // FrameHeader::aux of a DECLARE_REPLY.
 enum class DeclareReply : uint64_t {

@@ -134,7 +134,7 @@ class PsClient : public PsConnectionHandler {
   // (kPushFlagHips: a HiPS push, aux = the top-level server).
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg, uint64_t aux = 0,
-            size_t pull_up_to = 0, uint8_t flags = 0);
+            size_t pull_up_to = 0, uint8_t flags = 0);  // flags: more push flags (kPushFlagAsync, kPushFlagHips)
   // KEY_CONFIG of a compressed key to its server: before the key's first push, on the same
   // connection (so it arrives first).
   void ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m);

@@ -107,34 +107,64 @@ void Scheduler::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
       return FailLocked(DecodeText(p, h.payload_len));
     case MsgType::kDeclare: return HandleDeclare(node, p, h.payload_len);
     case MsgType::kFinalize:
-      if (node->reg.role == NodeRole::kWorker && !node->finalized) {
-        node->finalized = true;
-        if (finalized_workers_ + 1 < opts_.num_worker) {
-          // The others go on: what this worker never submitted can never complete, and they
-          // should say so now rather than after BYTEPS_TIMEOUT.
-          for (auto& n : nodes_)
-            if (n->conn && n->reg.role == NodeRole::kWorker && !n->finalized)
-              n->conn->SendControl(MsgType::kWorkerLeft, "", 0,
-                                   static_cast<uint32_t>(node->rank));
-          FailDeclaresOfLeftWorkersLocked();
-        }
-        if (++finalized_workers_ == opts_.num_worker) {
-          for (auto& n : nodes_) {
-            if (!n->conn) continue;
-            n->conn->SendControl(n->reg.role == NodeRole::kWorker ? MsgType::kFinalizeDone
-                                                                  : MsgType::kShutdown,
-                                 "");
-            if (n->reg.role == NodeRole::kServer) n->finalized = true;
-          }
-          done_ = true;
-          cv_.notify_all();
-        }
-      }
+      if (node->reg.role == NodeRole::kWorker && !node->finalized) WorkerDoneLocked(node);
       return;
     default:
       BPS_LOG(WARNING) << "scheduler: unexpected " << MsgTypeName(TypeOf(h)) << " from "
                        << node->Describe();
   }
+}
+
+void Scheduler::WorkerDoneLocked(Node* node) {
+  node->finalized = true;
+  if (finalized_workers_ + 1 < opts_.num_worker) {
+    // The others go on: what this worker never submitted can never complete, and they should
+    // say so now rather than after BYTEPS_TIMEOUT. In asynchronous mode the servers stop
+    // waiting for it (staleness bound, initial values).
+    for (auto& n : nodes_)
+      if (n->conn && !n->finalized && (n->reg.role == NodeRole::kWorker || opts_.async_mode))
+        n->conn->SendControl(MsgType::kWorkerLeft, "", 0, static_cast<uint32_t>(node->rank));
+    FailDeclaresOfLeftWorkersLocked();
+  }
+  if (++finalized_workers_ == opts_.num_worker) {
+    for (auto& n : nodes_) {
+      if (!n->conn) continue;
+      n->conn->SendControl(n->reg.role == NodeRole::kWorker ? MsgType::kFinalizeDone
+                                                            : MsgType::kShutdown,
+                           "");
+      if (n->reg.role == NodeRole::kServer) n->finalized = true;
+    }
+    done_ = true;
+    cv_.notify_all();
+  }
+}
+
+bool Scheduler::DeclaredByLiveWorkersLocked(const Pending& pd) const {
+  int covered = pd.count;
+  for (auto& n : nodes_)
+    if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank]) covered++;
+  return covered == opts_.num_worker;
+}
+
+std::string Scheduler::AsyncMismatchLocked() const {
+  std::string bad;
+  for (auto& n : nodes_) {
+    if (n->reg.async_mode == opts_.async_mode &&
+        (!opts_.async_mode || n->reg.max_staleness == opts_.max_staleness))
+      continue;
+    bad += (bad.empty() ? "" : ", ") + std::string(NodeRoleName(n->reg.role)) +
+           (n->reg.role == NodeRole::kWorker ? " " + std::to_string(n->reg.worker_id) : "") +
+           " (host " + n->reg.host + ", pid " + std::to_string(n->reg.pid) +
+           ") has BYTEPS_ENABLE_ASYNC=" + (n->reg.async_mode ? "1" : "0") +
+           (n->reg.async_mode ? ", BYTEPS_ASYNC_MAX_STALENESS=" +
+                                    std::to_string(n->reg.max_staleness)
+                              : "");
+  }
+  if (bad.empty()) return bad;
+  return bad + "; the scheduler has BYTEPS_ENABLE_ASYNC=" + (opts_.async_mode ? "1" : "0") +
+         (opts_.async_mode ? ", BYTEPS_ASYNC_MAX_STALENESS=" + std::to_string(opts_.max_staleness)
+                           : "") +
+         " (asynchronous training must be the same on every worker, server and the scheduler)";
 }
 
 void Scheduler::HandleRegister(Connection* c, const char* p, size_t n) {
@@ -190,7 +220,12 @@ void Scheduler::HandleRegister(Connection* c, const char* p, size_t n) {
   c->set_peer_name(who);
   nodes_.push_back(std::move(node));
   BPS_LOG(INFO) << "scheduler: registered " << who;
-  if (static_cast<int>(nodes_.size()) == opts_.num_worker + opts_.num_server) SendAddressBooksLocked();
+  if (static_cast<int>(nodes_.size()) == opts_.num_worker + opts_.num_server) {
+    // Checked once everyone has registered, so every node hears it (ConfigError everywhere).
+    std::string bad = AsyncMismatchLocked();
+    if (!bad.empty()) return FailLocked("configuration mismatch: " + bad);
+    SendAddressBooksLocked();
+  }
 }
 
 void Scheduler::SendAddressBooksLocked() {
@@ -326,6 +361,11 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
 void Scheduler::FailDeclaresOfLeftWorkersLocked() {
   for (auto& [key, pd] : pending_) {
     if (pd.answered) continue;
+    // Asynchronous mode: the workers that are left go on without those that left.
+    if (opts_.async_mode) {
+      if (DeclaredByLiveWorkersLocked(pd)) AnswerDeclare(key, &pd);
+      continue;
+    }
     std::string left;
     for (auto& n : nodes_)
       if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank]) {
@@ -436,9 +476,16 @@ void Scheduler::CheckTimersLocked() {
   }
   for (auto& n : nodes_) {
     if (n->finalized || !book_sent_) continue;
-    if (secs(n->last_seen) > opts_.heartbeat_timeout_s)
-      return FailLocked(n->Describe() + " sent no heartbeat for " +
-                        std::to_string(int(opts_.heartbeat_timeout_s)) + " s");
+    if (secs(n->last_seen) > opts_.heartbeat_timeout_s) {
+      const std::string why = n->Describe() + " sent no heartbeat for " +
+                              std::to_string(int(opts_.heartbeat_timeout_s)) + " s";
+      if (opts_.async_mode && n->reg.role == NodeRole::kWorker) {
+        WorkerDiedLocked(n.get(), why);
+        if (done_) return;
+        continue;
+      }
+      return FailLocked(why);
+    }
   }
   for (auto& [key, pd] : pending_) {
     if (!pd.answered && !pd.warned && opts_.stall_warning_s > 0 &&
@@ -478,13 +525,23 @@ void Scheduler::FailLocked(const std::string& why) {
   cv_.notify_all();
 }
 
+void Scheduler::WorkerDiedLocked(Node* node, const std::string& why) {
+  BPS_LOG(WARNING) << "scheduler: " << why << "; asynchronous training: the other workers go on "
+                   << "without worker " << node->rank;
+  WorkerDoneLocked(node);
+}
+
 void Scheduler::OnClosed(Connection* c, const Status& why) {
   std::lock_guard<std::mutex> lk(mu_);
   Node* node = NodeOf(c);
   if (!node) return;
   node->conn = nullptr;
   if (node->finalized || done_) return;
-  FailLocked(node->Describe() + " disconnected (" + why.message() + ")");
+  const std::string text = node->Describe() + " disconnected (" + why.message() + ")";
+  // Asynchronous mode (docs/async.md): a worker that dies leaves the job; the others train on.
+  if (opts_.async_mode && book_sent_ && node->reg.role == NodeRole::kWorker)
+    return WorkerDiedLocked(node, text);
+  FailLocked(text);
 }
 
 }  // namespace byteps

@@ -28,6 +28,10 @@ struct SchedulerOptions {
   double heartbeat_timeout_s = 15;
   double stall_warning_s = 60;  // a declaration waiting this long is reported (0: never)
   VanSpec van;  // of every connection (the job's: VanSpec::FromKnobs)
+  // BYTEPS_ENABLE_ASYNC, BYTEPS_ASYNC_MAX_STALENESS: every node must have the same; in
+  // asynchronous mode a worker that dies leaves the job instead of failing it (docs/async.md).
+  bool async_mode = false;
+  int max_staleness = -1;
 };
 
 class Scheduler : public PsConnectionHandler {
@@ -48,7 +52,7 @@ class Scheduler : public PsConnectionHandler {
     Connection* conn = nullptr;
     int rank = -1;
     Clock::time_point last_seen;
-    bool finalized = false;
+    bool finalized = false;  // FINALIZE, or (asynchronous mode) died: no longer in the job
     std::string Describe() const;
   };
   struct Pending {
@@ -70,6 +74,15 @@ class Scheduler : public PsConnectionHandler {
   // Declarations still waiting for a worker that has finalized can never complete: answered
   // with an error naming it.
   void FailDeclaresOfLeftWorkersLocked();
+  // A worker machine is done (FINALIZE, or died in asynchronous mode): the others hear
+  // WORKER_LEFT (servers too in asynchronous mode); the job ends when every one is.
+  void WorkerDoneLocked(Node* node);
+  void WorkerDiedLocked(Node* node, const std::string& why);
+  // Asynchronous mode: every worker that has not left has declared it.
+  bool DeclaredByLiveWorkersLocked(const Pending& pd) const;
+  // The nodes whose BYTEPS_ENABLE_ASYNC / BYTEPS_ASYNC_MAX_STALENESS differ from the
+  // scheduler's ("" when none).
+  std::string AsyncMismatchLocked() const;
   void SendAddressBooksLocked();
   void FailLocked(const std::string& why);
   void CheckTimersLocked();

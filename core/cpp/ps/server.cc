@@ -18,6 +18,7 @@ SummationServer::SummationServer(ServerOptions opts)
     : opts_(std::move(opts)), rounds_(opts_.num_worker, opts_.engine_threads, true, this) {
   workers_.assign(opts_.num_worker, nullptr);
   rounds_.set_timing(opts_.trace);
+  rounds_.SetAsync(opts_.async_mode, opts_.max_staleness);
 }
 
 SummationServer::~SummationServer() {
@@ -31,7 +32,15 @@ SummationServer::~SummationServer() {
 
 Status SummationServer::Run() {
   BPS_RETURN_IF_ERROR(Van::Create(opts_.van, &van_));
-  control_ = std::make_unique<ControlClient>(nullptr, nullptr);
+  // Asynchronous mode: the scheduler says which worker machines left (died or shut down), so
+  // no asynchronous key waits for them (also learnt here when a worker's connection closes).
+  control_ = std::make_unique<ControlClient>(
+      [this](const FrameHeader& h, const char*, size_t) {
+        if (TypeOf(h) == MsgType::kWorkerLeft && rounds_.async_mode() &&
+            h.sender < static_cast<uint32_t>(opts_.num_worker))
+          rounds_.WorkerLeft(static_cast<int>(h.sender));
+      },
+      nullptr);
   BPS_RETURN_IF_ERROR(
       control_->Connect(van_.get(), opts_.scheduler_host, opts_.scheduler_port, opts_.timeout_s));
   std::string host = opts_.node_host;
@@ -58,6 +67,8 @@ Status SummationServer::Run() {
   reg.num_worker = opts_.num_worker;
   reg.num_server = opts_.num_server;
   reg.pid = static_cast<uint32_t>(getpid());
+  reg.async_mode = opts_.async_mode;
+  reg.max_staleness = opts_.max_staleness;
   AddressBook book;
   BPS_RETURN_IF_ERROR(control_->Register(reg, opts_.timeout_s, &book));
   rank_ = book.my_rank;
@@ -159,7 +170,7 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
   char* buf = nullptr;
   BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), h.payload_len,
-                                         sender, &buf, role));
+                                         sender, &buf, role, (h.flags & kPushFlagAsync) != 0));
   *dest = buf ? static_cast<void*>(buf) : Connection::kDiscard;
   return Status::OK();
 }
@@ -213,6 +224,7 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     return;
   }
   if (t == MsgType::kGoodbye) {
+    if (rounds_.async_mode() && c->tag >= 0) rounds_.WorkerLeft(c->tag);
     c->tag = -2;  // closing on purpose
     return;
   }
@@ -224,7 +236,8 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     const int sender = c->tag >= kServerTag ? c->tag - kServerTag : c->tag;
     rounds_.Push(h.key, static_cast<DType>(h.dtype), h.payload_len, sender, h.round,
                  (h.flags & kPushFlagPull) != 0,
-                 h.flags & (kPushFlagHips | kPushFlagHipsUp) ? 0 : LearningRateOf(h));
+                 h.flags & (kPushFlagHips | kPushFlagHipsUp) ? 0 : LearningRateOf(h),
+                 (h.flags & kPushFlagAsync) != 0);
   } else if (t == MsgType::kKeyConfig) {
     KeyConfigMsg m;
     Status st = Decode(payload, h.payload_len, &m);
@@ -237,8 +250,11 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
 }
 
 void SummationServer::OnClosed(Connection* c, const Status& why) {
-  if (c->tag >= 0 && !stopping_)
+  if (c->tag >= 0 && !stopping_) {
     BPS_LOG(WARNING) << "connection to worker " << c->tag << " lost: " << why.message();
+    // Asynchronous mode: the others go on without it (docs/async.md).
+    if (rounds_.async_mode() && c->tag < opts_.num_worker) rounds_.WorkerLeft(c->tag);
+  }
 }
 
 std::unique_ptr<KeyAttachment> SummationServer::Attach(const RoundKey& k) {
@@ -270,6 +286,22 @@ void SummationServer::SendStallReport(int worker, uint64_t key, uint32_t round,
   if (!c) return;
   c->SendControl(MsgType::kStallReport, EncodeWorkerIds(missing), key,
                  static_cast<uint32_t>(rank_), round);
+}
+
+void SummationServer::SendValue(int worker, RoundKey& k) {
+  Connection* c = Worker(worker);
+  if (!c) return;
+  // One reply per worker in flight (it pushes again only after receiving it): slot parity 0.
+  SendItem& item = static_cast<Replies*>(k.attachment.get())->items[static_cast<size_t>(worker) * 2];
+  item.hdr = FrameHeader();
+  item.hdr.type = static_cast<uint16_t>(MsgType::kPullResponse);
+  item.hdr.dtype = static_cast<uint8_t>(k.dtype);
+  item.hdr.key = k.key;
+  item.hdr.round = k.reply_round[worker];
+  item.hdr.sender = static_cast<uint32_t>(rank_);
+  item.payload = k.snapshot[worker];
+  item.len = k.len;
+  c->Send(&item);
 }
 
 void SummationServer::SendSum(int worker, RoundKey& k, int parity) {

@@ -37,6 +37,8 @@ struct ServerOptions {
   // HiPS). With at least groups + 1 servers, servers 0..groups-1 are the first level (server i
   // sums group i and forwards to the top), the others the top level.
   int hips_group = 0;
+  bool async_mode = false;   // BYTEPS_ENABLE_ASYNC (docs/async.md)
+  int max_staleness = -1;    // BYTEPS_ASYNC_MAX_STALENESS
 };
 
 class SummationServer : public PsConnectionHandler, public ReplySink {
@@ -55,6 +57,7 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   std::unique_ptr<KeyAttachment> Attach(const RoundKey& k) override;
   void SendSum(int worker, RoundKey& k, int parity) override;
   void Forward(RoundKey& k, int parity) override;
+  void SendValue(int worker, RoundKey& k) override;
   void SendStallReport(int worker, uint64_t key, uint32_t round,
                        const std::vector<int>& missing) override;
   void SendError(int worker, const std::string& message) override;

@@ -20,6 +20,8 @@ int64_t SteadyNs() {
 
 SummationEngine::SummationEngine(int num_worker, int engines, bool threaded, ReplySink* sink)
     : num_worker_(std::max(num_worker, 1)), threaded_(threaded), sink_(sink) {
+  left_.reset(new std::atomic<bool>[num_worker_]);
+  for (int w = 0; w < num_worker_; ++w) left_[w] = false;
   for (int i = 0; i < std::max(engines, 1); ++i) engines_.push_back(std::make_unique<Engine>());
 }
 
@@ -69,7 +71,8 @@ size_t SummationEngine::num_keys() {
 
 Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
                                   std::unique_ptr<compress::Compressor> codec,
-                                  const std::string& compression, const KeyRole* role) {
+                                  const std::string& compression, const KeyRole* role,
+                                  bool async_key) {
   // Built outside the key table's lock: the sink's Attach may wait for a van's thread (memory
   // registration), which may itself be waiting for the lock in another receiver's PushBuffer.
   auto ks = std::make_unique<RoundKey>();
@@ -100,9 +103,17 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
     return p;
   };
   ks->sum[0] = buffer(sum_len);
-  ks->sum[1] = buffer(sum_len);
+  if (!async_key) ks->sum[1] = buffer(sum_len);  // an asynchronous key has one store, sum[0]
   ks->staging = std::vector<std::atomic<char*>>(num_worker_);
   for (auto& s : ks->staging) s.store(buffer(len));
+  if (async_key) {
+    ks->async = true;
+    ks->worker_round.assign(num_worker_, 0);
+    ks->init_ready.assign(num_worker_, 0);
+    ks->held.assign(num_worker_, 0);
+    ks->reply_round.assign(num_worker_, 0);
+    for (int w = 0; w < num_worker_; ++w) ks->snapshot.push_back(buffer(len));
+  }
   if (codec) {
     ks->encoded[0] = buffer(len);
     ks->encoded[1] = buffer(len);
@@ -140,9 +151,17 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
 }
 
 Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker,
-                                   char** dest, const KeyRole* role) {
+                                   char** dest, const KeyRole* role, bool async_key) {
   *dest = nullptr;
   RoundKey* ks = FindKey(key);
+  if (async_key && (!async_ || (ks && !ks->async))) {
+    if (worker >= 0 && worker < num_worker_)
+      sink_->SendError(worker, Name() + ": asynchronous push of key " + std::to_string(key) +
+                                   " from worker " + std::to_string(worker) +
+                                   (async_ ? ", a key other workers push synchronously"
+                                           : ", but this server runs with BYTEPS_ENABLE_ASYNC=0"));
+    return Status::OK();
+  }
   if (ks && ks->compressed()) {  // made by KEY_CONFIG: bounded by its largest encoding
     if (worker < 0 || worker >= num_worker_)
       return Status::InvalidArgument("push of key " + std::to_string(key) + " from worker " +
@@ -183,7 +202,7 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
                                    DTypeName(dtype));
       return Status::OK();
     }
-    Status st = CreateKey(key, dtype, len, &ks, nullptr, std::string(), role);
+    Status st = CreateKey(key, dtype, len, &ks, nullptr, std::string(), role, async_key);
     if (!st.ok()) {
       sink_->SendError(worker, st.message());
       return Status::OK();
@@ -198,6 +217,12 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
                                  "same scheme)");
     return Status::OK();
   }
+  if (ks->async != async_key) {
+    sink_->SendError(worker, Name() + ": synchronous push of key " + std::to_string(key) +
+                                 " from worker " + std::to_string(worker) +
+                                 ", an asynchronous parameter of the other workers");
+    return Status::OK();
+  }
   if (ks->len != len || ks->dtype != dtype) {
     sink_->SendError(worker, Name() + ": push of key " + std::to_string(key) + " from worker " +
                                  std::to_string(worker) + " has " + std::to_string(len) +
@@ -210,9 +235,10 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
 }
 
 void SummationEngine::Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round,
-                           bool pull_too, double lr) {
+                           bool pull_too, double lr, bool async_key) {
   RoundKey* ks = FindKey(key);
   if (!ks || ks->dtype != dtype || worker < 0 || worker >= num_worker_) return;
+  if (ks->async != async_key) return;  // refused in PushBuffer
   if (ks->compressed() ? (len > ks->len || !ks->configured[worker]) : ks->len != len)
     return;  // refused in PushBuffer
   Dispatch(Event{EventType::kPush, pull_too, ks, worker, round, len, lr});
@@ -246,7 +272,21 @@ void SummationEngine::Dispatch(const Event& ev) {
 }
 
 void SummationEngine::Handle(const Event& ev) {
+  if (ev.ks->async) {
+    switch (ev.type) {
+      case EventType::kPush: HandleAsyncPush(ev); break;
+      case EventType::kPull: HandleAsyncPull(ev); break;
+      case EventType::kStallQuery: HandleAsyncStallQuery(ev); break;
+      case EventType::kWorkerLeft:
+        TryInitialize(ev.ks);
+        ReleaseHeld(ev.ks);
+        break;
+      case EventType::kForwarded: break;  // HiPS keys are never asynchronous
+    }
+    return;
+  }
   switch (ev.type) {
+    case EventType::kWorkerLeft: break;
     case EventType::kPush: HandlePush(ev); break;
     case EventType::kPull: HandlePull(ev); break;
     case EventType::kStallQuery: HandleStallQuery(ev); break;

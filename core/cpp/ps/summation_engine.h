@@ -11,6 +11,10 @@
 // buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation). Nothing
 // is allocated per push: buffers are made once per key, events travel through ring queues.
 //
+// An asynchronous key (BYTEPS_ENABLE_ASYNC, docs/async.md; ps/async_rounds.cc) has no rounds
+// across workers: it holds the parameters, each worker's push is added to them at once and
+// answered with their value, bounded only by BYTEPS_ASYNC_MAX_STALENESS.
+//
 // Each key is bound, when it is made, to the least-loaded engine (by bytes) for good, so its
 // rounds are serialised without locks. Engines either run their own threads or, for tests, handle
 // every event on the calling thread at once (deterministic; the caller serialises its calls).
@@ -84,6 +88,20 @@ struct RoundKey {
   char* encoded[2] = {nullptr, nullptr};         // [parity]
   size_t encoded_len[2] = {0, 0};
   double lr = 0;  // the learning rate of the round's pushes (the server's error feedback)
+  // An asynchronous key (kPushFlagAsync; async_rounds.cc): sum[0] holds the parameters (the
+  // store), made from the initialiser's push of round 1 (the lowest live worker: rank 0's
+  // machine unless it left before); every later push (round >= 2) is a delta added to it. A
+  // worker's round is its own count of push_pulls of the key; its reply (a copy of the store
+  // into snapshot[worker], so later deltas never tear a reply on the wire) waits while its round
+  // is more than max_staleness ahead of the slowest live worker's.
+  bool async = false;
+  bool initialized = false;
+  uint64_t version = 0;                 // deltas added since the initial value
+  std::vector<uint32_t> worker_round;   // [worker]: its latest push (0: none yet)
+  std::vector<uint8_t> init_ready;      // [worker]: its round-1 push waits for the initial value
+  std::vector<uint32_t> held;           // [worker]: the round whose reply waits (0: none)
+  std::vector<uint32_t> reply_round;    // [worker]: the round of its reply in snapshot[worker]
+  std::vector<char*> snapshot;          // [worker]
   // Round timing, only with SummationEngine::set_timing (BYTEPS_TRACE_ON; docs/timeline.md):
   // steady-clock ns of the round's first push, ns spent summing (decoding, encoding) it, and
   // what its pull responses carry in aux (PackServerTimes: first to last push, summing).
@@ -103,6 +121,10 @@ class ReplySink {
   virtual ~ReplySink() = default;
   // Per-key state for the sink, made once with the key (under the key table's lock).
   virtual std::unique_ptr<KeyAttachment> Attach(const RoundKey&) { return nullptr; }
+  // An asynchronous key's value for worker `worker`: k.snapshot[worker], k.len bytes of k.dtype,
+  // as the answer to its round k.reply_round[worker]. The buffer is left untouched until the
+  // worker's next push of the key (which it sends only after receiving this).
+  virtual void SendValue(int worker, RoundKey& k) = 0;
   // Send worker `worker` the sum of round k.round[parity]: k.reply(parity), k.reply_len(parity)
   // bytes (the sum itself, k.len bytes of k.dtype; for a compressed key its encoding). The buffer is left untouched until every worker has received that round.
   virtual void SendSum(int worker, RoundKey& k, int parity) = 0;
@@ -130,6 +152,14 @@ class SummationEngine {
   void Start();
   void Stop();  // closes the queues and joins the threads (idempotent)
 
+  // Asynchronous mode (BYTEPS_ENABLE_ASYNC): pushes flagged kPushFlagAsync make asynchronous
+  // keys; max_staleness < 0: unbounded. Set before the first push.
+  void SetAsync(bool on, int64_t max_staleness);
+  bool async_mode() const { return async_; }
+  // Worker machine `worker` left the job (died, or shut down) in asynchronous mode: no
+  // asynchronous key waits for it any more (staleness, the initial value). Idempotent.
+  void WorkerLeft(int worker);
+  bool worker_left(int worker) const { return left_[worker].load(); }
   // The job's partition bound (from the address book) and this server's rank (for messages);
   // set once before the first push. partition_bound() is 0 until then.
   void Configure(int rank, uint64_t partition_bound);
@@ -142,14 +172,15 @@ class SummationEngine {
   // element size, no memory for the key, a size or dtype other than the key's): the worker got
   // an error through the sink and the payload must be read past. Never aborts.
   // `role`: the key's level and pushers, used when the push makes the key (null: plain); a
-  // key made with another level refuses the push.
+  // key made with another level refuses the push. async_key: the push carries kPushFlagAsync
+  // (refused unless SetAsync(true), and on a key made otherwise).
   Status PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker, char** dest,
-                    const KeyRole* role = nullptr);
+                    const KeyRole* role = nullptr, bool async_key = false);
   // The push whose payload has been received at PushBuffer's destination; pull_too also asks
   // for the round's sum; lr: the pushing worker's learning rate (compressed keys). Ignored when
   // PushBuffer refused it (unknown key, other size or dtype).
   void Push(uint64_t key, DType dtype, uint64_t len, int worker, uint32_t round, bool pull_too,
-            double lr = 0);
+            double lr = 0, bool async_key = false);
   // Worker `worker`'s KEY_CONFIG: `key` is compressed with m.compression, m.count elements of
   // m.dtype (compressed_rounds.cc). The first config makes the key (before any push of it);
   // every other worker's must be the same. A refused config (bad kwargs, a size above the
@@ -177,7 +208,7 @@ class SummationEngine {
   size_t num_keys();
 
  private:
-  enum class EventType : uint8_t { kPush, kPull, kStallQuery, kForwarded };
+  enum class EventType : uint8_t { kPush, kPull, kStallQuery, kForwarded, kWorkerLeft };
   struct Event {
     EventType type = EventType::kPush;
     bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
@@ -199,7 +230,7 @@ class SummationEngine {
   Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
                    std::unique_ptr<compress::Compressor> codec = nullptr,
                    const std::string& compression = std::string(),
-                   const KeyRole* role = nullptr);
+                   const KeyRole* role = nullptr, bool async_key = false);
   // Compressed keys (compressed_rounds.cc): decode worker ev.worker's push into the round's
   // sum (overwrite when `first`, else add); false (and an error to the worker) on a malformed
   // encoding. EncodeSum: the complete sum's encoding for the pulls.
@@ -214,10 +245,23 @@ class SummationEngine {
   void HandleForwarded(const Event& ev);
   // The round in buffer p is complete: its pulls are answered.
   void Complete(RoundKey* ks, int p);
+  // Asynchronous keys (async_rounds.cc), on the key's engine thread.
+  void HandleAsyncPush(const Event& ev);
+  void HandleAsyncPull(const Event& ev);
+  void HandleAsyncStallQuery(const Event& ev);
+  void TryInitialize(RoundKey* ks);  // from the initialiser's round-1 push, once it is there
+  void ReplyValue(RoundKey* ks, int worker, uint32_t round);  // now, or held for staleness
+  void ReleaseHeld(RoundKey* ks);   // replies the slowest worker's progress now allows
+  uint32_t SlowestLiveRound(const RoundKey* ks) const;  // UINT32_MAX when no worker is live
+  bool Stale(const RoundKey* ks, uint32_t round) const;
+  int Initializer() const;  // the lowest live worker, -1 when none
   std::string Name() const;
 
   const int num_worker_;
   const bool threaded_;
+  bool async_ = false;
+  int64_t max_staleness_ = -1;
+  std::unique_ptr<std::atomic<bool>[]> left_;  // [worker]: left the job (asynchronous mode)
   bool timing_ = false;
   ReplySink* const sink_;
   std::atomic<int> rank_{-1};

@@ -70,7 +70,7 @@ void BindConfig(py::module_& m) {
       "Checks the names of `env` (values only of upstream variables): a list of dicts (name, "
       "warning: bool, text), one per unknown BYTEPS_*/DMLC_* name or upstream-only variable. "
       "Raises ConfigError when a refused upstream variable asks for what is not implemented "
-      "(BYTEPS_ENABLE_ASYNC=1). Logs nothing.");
+      "(none is at present). Logs nothing.");
   m.def(
       "knob_values",
       [](py::object env) {

@@ -74,7 +74,12 @@ void BindCore(py::module_& m) {
   m.def("local_size", []() { return Require()->config().local_size; });
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
+  // BYTEPS_ENABLE_ASYNC and BYTEPS_ASYNC_MAX_STALENESS of the running worker (docs/async.md).
+  m.def("async_mode", []() { return Require()->config().async_mode; });
+  m.def("max_staleness", []() { return Require()->config().max_staleness; });
   m.def("declared_names", []() { return Require()->DeclaredNames(); });
+  m.def("rounds", [](const std::string& name) { return Require()->Rounds(name); },
+        py::arg("name"));
   // The search of BYTEPS_AUTOTUNE, for tests (scheduling/autotune_search.h): points are
   // (partition_bytes, credit) tuples.
   py::class_<AutotuneSearch>(m, "AutotuneSearch")

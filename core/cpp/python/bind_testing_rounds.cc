@@ -8,10 +8,14 @@
 //       False when refused (the worker got an error reply); raises InvalidArgumentError for a
 //       push the server drops the connection for (larger than the partition bound).
 //   r.push_buffer(key, worker, nbytes, dtype) -> bool   only PushBuffer (makes the key)
+//   r.set_async(on, max_staleness=-1)   asynchronous mode (before the first push); then
+//       push(..., async_key=True) is an asynchronous parameter's push, answered by a
+//       ("value", worker, key, round, bytes) reply; r.worker_left(worker)
 //   r.configure_key(key, worker, count, compression, dtype="float32")   a KEY_CONFIG
 //       (compression: the canonical kwargs text); push(..., lr=) then carries the learning rate
 //   r.pull(key, worker, round); r.stall_query(key, worker, round)
-//   r.replies() -> [("sum", worker, key, round, bytes) | ("stall", worker, key, round, [ids])
+//   r.replies() -> [("sum" | "value", worker, key, round, bytes)
+//                   | ("stall", worker, key, round, [ids])
 //                   | ("error", worker, message)], in the order sent; takes them
 //   r.wait_replies(n, timeout_s) -> bool: at least n replies are recorded (threaded mode)
 //   r.key_state(key) -> dict | None; r.engine_loads; r.num_keys; r.stop()
@@ -51,6 +55,10 @@ class RecordingSink : public ReplySink {
     // A compressed key's reply is the encoded sum.
     Record({"sum", worker, k.key, k.round[parity],
             std::string(k.reply(parity), k.reply_len(parity)), {}});
+  }
+  void SendValue(int worker, RoundKey& k) override {
+    Record({"value", worker, k.key, k.reply_round[worker],
+            std::string(k.snapshot[worker], k.len), {}});
   }
   void SendStallReport(int worker, uint64_t key, uint32_t round,
                        const std::vector<int>& missing) override {
@@ -130,8 +138,17 @@ py::object KeyState(Rounds& r, uint64_t key) {
   d["pushed"] = pushed;
   // The bytes of the sum of the round each parity holds (meaningful once it is complete).
   const size_t sum_len = k->compressed() ? k->raw_len : k->len;
-  d["sum"] = std::vector<py::bytes>{py::bytes(k->sum[0], sum_len), py::bytes(k->sum[1], sum_len)};
+  d["sum"] = std::vector<py::bytes>{py::bytes(k->sum[0], sum_len),
+                                    k->sum[1] ? py::bytes(k->sum[1], sum_len) : py::bytes()};
   d["compression"] = k->compression;
+  d["async"] = k->async;
+  if (k->async) {
+    d["initialized"] = k->initialized;
+    d["version"] = k->version;
+    d["worker_round"] = k->worker_round;
+    d["held"] = k->held;
+    d["store"] = py::bytes(k->sum[0], k->len);
+  }
   return d;
 }
 
@@ -145,20 +162,35 @@ void BindTestingRounds(py::module_& m) {
       .def(
           "push",
           [](Rounds& r, uint64_t key, int worker, uint32_t round, py::bytes data,
-             const std::string& dtype, bool pull, double lr) {
+             const std::string& dtype, bool pull, double lr, bool async_key) {
             CheckWorker(r, worker);
             std::string payload = data;
             DType dt = ParseName(dtype);
             char* dest = nullptr;
-            Check(r.engine().PushBuffer(key, dt, payload.size(), worker, &dest));
+            Check(r.engine().PushBuffer(key, dt, payload.size(), worker, &dest, nullptr, async_key));
             if (!dest) return false;
             if (!payload.empty()) memcpy(dest, payload.data(), payload.size());
             py::gil_scoped_release nogil;
-            r.engine().Push(key, dt, payload.size(), worker, round, pull, lr);
+            r.engine().Push(key, dt, payload.size(), worker, round, pull, lr, async_key);
             return true;
           },
           py::arg("key"), py::arg("worker"), py::arg("round"), py::arg("data"),
-          py::arg("dtype") = "float32", py::arg("pull") = true, py::arg("lr") = 0.0)
+          py::arg("dtype") = "float32", py::arg("pull") = true, py::arg("lr") = 0.0,
+          py::arg("async_key") = false)
+      .def(
+          "set_async",
+          [](Rounds& r, bool on, int64_t max_staleness) {
+            r.engine().SetAsync(on, max_staleness);
+          },
+          py::arg("on"), py::arg("max_staleness") = -1)
+      .def(
+          "worker_left",
+          [](Rounds& r, int worker) {
+            CheckWorker(r, worker);
+            py::gil_scoped_release nogil;
+            r.engine().WorkerLeft(worker);
+          },
+          py::arg("worker"))
       .def(
           "configure_key",
           [](Rounds& r, uint64_t key, int worker, uint64_t count, const std::string& compression,
@@ -202,7 +234,7 @@ void BindTestingRounds(py::module_& m) {
            [](Rounds& r) {
              py::list out;
              for (auto& x : r.sink().Take()) {
-               if (x.kind == "sum")
+               if (x.kind == "sum" || x.kind == "value")
                  out.append(py::make_tuple(x.kind, x.worker, x.key, x.round, py::bytes(x.data)));
                else if (x.kind == "stall")
                  out.append(py::make_tuple(x.kind, x.worker, x.key, x.round, x.missing));

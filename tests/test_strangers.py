@@ -291,7 +291,8 @@ def _register_as_worker(addr, secret, bound: int):
     (hlen,) = struct.unpack_from("<I", p, off + 4)
     off += 4 + 4 + hlen
     (port,) = struct.unpack_from("<I", p, off)
-    (book_bound,) = struct.unpack_from("<Q", p, len(p) - 8)
+    off += 4 + 1 + 8  # port, colocated, share: the partition bound follows the servers
+    (book_bound,) = struct.unpack_from("<Q", p, off)
     return s, port, book_bound
 
 

@@ -144,6 +144,12 @@ def test_config_errors_at_init():
     assert out.startswith("ConfigError") and "BYTEPS_AUTOTUNE" in out, out
     out = _init_error({"BYTEPS_SYNC": "gossip"})
     assert out.startswith("ConfigError") and "BYTEPS_SYNC" in out, out
+    # Asynchronous training keeps the parameters on the summation service's servers.
+    out = _init_error({"BYTEPS_SYNC": "ring", "BYTEPS_ENABLE_ASYNC": "1"})
+    assert out.startswith("ConfigError") and "BYTEPS_ENABLE_ASYNC" in out, out
+    out = _init_error({"BYTEPS_SYNC": "ring", "BYTEPS_ENABLE_ASYNC": "1",
+                       "DMLC_NUM_SERVER": "0"})
+    assert out.startswith("ConfigError") and "BYTEPS_ENABLE_ASYNC" in out, out
 
 
 def test_auto_needs_the_cost_model():

@@ -68,13 +68,8 @@ void SummationServer::Forward(RoundKey& k, int parity) {
   const size_t up = static_cast<size_t>(k.upper - first);
   if (k.upper < first || up >= uplinks_.size()) return;
   SendItem& item = static_cast<Replies*>(k.attachment.get())->forward[parity];
-  item.hdr = FrameHeader();
-  item.hdr.type = static_cast<uint16_t>(MsgType::kPush);
+  item.hdr = KeyFrame(MsgType::kPush, k, k.round[parity]);
   item.hdr.flags = kPushFlagPull | kPushFlagHipsUp;
-  item.hdr.dtype = static_cast<uint8_t>(k.dtype);
-  item.hdr.key = k.key;
-  item.hdr.round = k.round[parity];
-  item.hdr.sender = static_cast<uint32_t>(rank_);
   item.payload = k.sum[parity];
   item.len = k.len;
   uplinks_[up]->Send(&item);

@@ -288,17 +288,22 @@ void SummationServer::SendStallReport(int worker, uint64_t key, uint32_t round,
                  static_cast<uint32_t>(rank_), round);
 }
 
+FrameHeader SummationServer::KeyFrame(MsgType type, const RoundKey& k, uint32_t round) const {
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(type);
+  h.dtype = static_cast<uint8_t>(k.dtype);
+  h.key = k.key;
+  h.round = round;
+  h.sender = static_cast<uint32_t>(rank_);
+  return h;
+}
+
 void SummationServer::SendValue(int worker, RoundKey& k) {
   Connection* c = Worker(worker);
   if (!c) return;
   // One reply per worker in flight (it pushes again only after receiving it): slot parity 0.
   SendItem& item = static_cast<Replies*>(k.attachment.get())->items[static_cast<size_t>(worker) * 2];
-  item.hdr = FrameHeader();
-  item.hdr.type = static_cast<uint16_t>(MsgType::kPullResponse);
-  item.hdr.dtype = static_cast<uint8_t>(k.dtype);
-  item.hdr.key = k.key;
-  item.hdr.round = k.reply_round[worker];
-  item.hdr.sender = static_cast<uint32_t>(rank_);
+  item.hdr = KeyFrame(MsgType::kPullResponse, k, k.reply_round[worker]);
   item.payload = k.snapshot[worker];
   item.len = k.len;
   c->Send(&item);
@@ -309,12 +314,7 @@ void SummationServer::SendSum(int worker, RoundKey& k, int parity) {
   if (!c) return;
   SendItem& item =
       static_cast<Replies*>(k.attachment.get())->items[static_cast<size_t>(worker) * 2 + parity];
-  item.hdr = FrameHeader();
-  item.hdr.type = static_cast<uint16_t>(MsgType::kPullResponse);
-  item.hdr.dtype = static_cast<uint8_t>(k.dtype);
-  item.hdr.key = k.key;
-  item.hdr.round = k.round[parity];
-  item.hdr.sender = static_cast<uint32_t>(rank_);
+  item.hdr = KeyFrame(MsgType::kPullResponse, k, k.round[parity]);
   item.hdr.aux = k.reply_aux[parity];  // 0 unless timed (BYTEPS_TRACE_ON, docs/timeline.md)
   item.payload = k.reply(parity);
   item.len = k.reply_len(parity);

@@ -56,6 +56,9 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // ReplySink: over the worker connections.
   std::unique_ptr<KeyAttachment> Attach(const RoundKey& k) override;
   void SendSum(int worker, RoundKey& k, int parity) override;
+  // A frame of key k's data (a pull response, or HiPS's push up) from this server: type, dtype,
+  // key, round and sender set, everything else cleared.
+  FrameHeader KeyFrame(MsgType type, const RoundKey& k, uint32_t round) const;
   void Forward(RoundKey& k, int parity) override;
   void SendValue(int worker, RoundKey& k) override;
   void SendStallReport(int worker, uint64_t key, uint32_t round,

@@ -206,6 +206,17 @@ def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
     return [pid for pid in pids if _alive(pid)]
 
 
+def _wait_idle(timeout: float = 30.0) -> None:
+    """Until every CPU of the cluster is free: Ray gives a killed actor's CPU back a moment
+    after its process is gone, and PACK (best effort) splits bundles over nodes while it is
+    taken."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0):
+            return
+        time.sleep(0.1)
+
+
 # --------------------------------------------------------------------------------------- tests
 
 
@@ -260,6 +271,7 @@ def test_digits_on_two_nodes(cluster):
 def test_packed_workers_share_machines(cluster, workers):
     """PACKed on two 2-CPU nodes: 2 workers are one machine of local size 2 (no servers: a
     one-machine job), 4 workers are 2 machines of local size 2 with a server each."""
+    _wait_idle()
     ex = RayExecutor(workers)
     ex.start(extra_env_vars=FAST_FAIL)
     try:

@@ -570,7 +570,7 @@ class TestKeyPlan:
 # =============================================================================================
 
 CONTROL_TYPES = list(range(1, 11))  # ... NODE_FAILED, WORKER_LEFT
-DATA_TYPES = list(range(20, 30))  # ... STALL_QUERY, STALL_REPORT, PUSH_ACK, KEY_CONFIG
+DATA_TYPES = list(range(20, 34))  # ... PUSH_ACK, KEY_CONFIG, PEER_HELLO .. PEER_ABORT
 KNOWN_TYPES = CONTROL_TYPES + DATA_TYPES
 MAGIC = 0x31535042
 MAX_CONTROL = 4 << 20
@@ -581,10 +581,10 @@ def header_is_valid(magic, type_, dtype, payload_len):
     """Reference model of ValidateFrame (comm/frame.cc) and ValidatePsHeader (ps/protocol.cc)."""
     if magic != MAGIC or type_ not in KNOWN_TYPES or dtype >= 8:
         return False
-    limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27, 29)) else MAX_DATA
+    limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27, 29, 33)) else MAX_DATA
     if payload_len > limit:
         return False
-    return not (type_ in (22, 25, 26, 28) and payload_len != 0)
+    return not (type_ in (22, 25, 26, 28, 30, 32) and payload_len != 0)
 
 
 class TestFrame:

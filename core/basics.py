@@ -178,7 +178,9 @@ def _as_int(value, what: str, fn: str, lo: Optional[int] = None,
         raise InvalidTypeError(f"{fn}: {what} must be an int, got "
                                f"{type(value).__name__}") from None
     if (lo is not None and v < lo) or (hi is not None and v >= hi):
-        raise InvalidArgumentError(f"{fn}: {what} must be in [{lo}, {hi}), got {v}")
+        bound = f"in [{lo}, {hi})" if lo is not None and hi is not None else \
+            f">= {lo}" if lo is not None else f"< {hi}"
+        raise InvalidArgumentError(f"{fn}: {what} must be {bound}, got {v}")
     return v
 
 

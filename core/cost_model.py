@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import operator
 import sys
 import threading
 import time
@@ -35,7 +34,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from . import cost_formulas
 from .cost_formulas import SCHEMES
-from .errors import InternalError, InvalidArgumentError, InvalidTypeError, NotInitializedError
+from .errors import InternalError, InvalidArgumentError, NotInitializedError
 
 log = logging.getLogger("byteps.cost_model")
 
@@ -219,16 +218,9 @@ class CostModel:
 
 def _size(nbytes, fn: str) -> int:
     """``nbytes`` as an int >= 0 (Python or NumPy integer; bool and float refused)."""
-    if isinstance(nbytes, bool):
-        raise InvalidTypeError(f"cost model {fn}: nbytes must be an int, got bool")
-    try:
-        v = operator.index(nbytes)
-    except TypeError:
-        raise InvalidTypeError(f"cost model {fn}: nbytes must be an int, got "
-                               f"{type(nbytes).__name__}") from None
-    if v < 0:
-        raise InvalidArgumentError(f"cost model {fn}: nbytes must be >= 0, got {v}")
-    return int(v)
+    from .basics import _as_int
+
+    return _as_int(nbytes, "nbytes", f"cost model {fn}", 0)
 
 
 def _rate(spb: float) -> str:

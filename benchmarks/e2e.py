@@ -197,14 +197,27 @@ def run_on_workers(cluster: bc.EmulatedCluster, argv: Sequence[str], env: Mappin
     return _reports(outs, codes, what)
 
 
-def run_torch_ddp(cluster: bc.EmulatedCluster, plan: dict) -> list[dict]:
-    """torch DDP (gloo) on the worker hosts: rendezvous (``env://``) at w0's address."""
-    env = {**child_env(), "MASTER_ADDR": cluster.workers[0].address,
-           "MASTER_PORT": str(random.randint(20000, 59999)), "WORLD_SIZE": str(len(
-               cluster.workers)), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": "1"}
-    return run_on_workers(cluster, worker_argv(plan, BASELINE), env, _timeout(plan),
-                          "torch DDP job")
+def run_torch_ddp(cluster: bc.EmulatedCluster, plan: dict, attempts: int = 2) -> list[dict]:
+    """torch DDP (gloo) on the worker hosts: rendezvous (``env://``) at w0's address, on a fresh
+    random port per attempt. The baseline is another library's: a job of it that fails or hangs
+    (gloo's TCPStore rendezvous in the network namespaces occasionally leaves one rank waiting
+    for good) is run again, up to ``attempts`` times in all, with a warning; the last failure is
+    raised (RuntimeError)."""
+    def job() -> list[dict]:
+        env = {**child_env(), "MASTER_ADDR": cluster.workers[0].address,
+               "MASTER_PORT": str(random.randint(20000, 59999)), "WORLD_SIZE": str(len(
+                   cluster.workers)), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1",
+               "OMP_NUM_THREADS": "1"}
+        return run_on_workers(cluster, worker_argv(plan, BASELINE), env, _timeout(plan),
+                              "torch DDP job")
+
+    for attempt in range(1, attempts):
+        try:
+            return job()
+        except RuntimeError as exc:
+            log.warning("torch DDP job failed (attempt %d of %d), running it again: %s",
+                        attempt, attempts, error_line(str(exc)))
+    return job()
 
 
 def run_shared(cluster: bc.EmulatedCluster, plan: dict) -> list[dict]:

@@ -23,7 +23,11 @@ Benchmarks (``--only``, comma-separated; default: all available):
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
-  :func:`benchmarks.report.target`).
+  :func:`benchmarks.report.target`). A module may also name, in ``REUSES``, sections whose
+  results it reads: when the same run measures all of them first, its plan gets ``reused``
+  (``bench_steps`` should then count 0) and it is called ``bench_run(plan, progress,
+  reused={section: results})`` instead of measuring again (``sim`` reads ``cluster`` and
+  ``sched``).
 
 ``--quick`` is the CI smoke run (under 4 minutes on 2 cores); the full run takes under 20.
 ``--json`` saves the raw results, ``--from-json`` re-renders a report from them without
@@ -57,6 +61,7 @@ class Bench:
                  markdown: Callable):
         self.name, self.settings, self.steps, self.run, self.markdown = (
             name, settings, steps, run, markdown)
+        self.reuses: List[str] = []  # sections whose results run(..., reused=) reads
 
 
 def available() -> Dict[str, Bench]:
@@ -69,6 +74,7 @@ def available() -> Dict[str, Bench]:
         fns = [getattr(mod, f"bench_{f}", None) for f in ("settings", "steps", "run", "markdown")]
         if all(callable(f) for f in fns):
             benches[name] = Bench(name, *fns)
+            benches[name].reuses = list(getattr(mod, "REUSES", None) or ())
     benches["micro"] = Bench("micro", micro.settings, micro.steps,
                              lambda plan, progress: micro.run(plan, progress=progress),
                              report.micro_markdown)
@@ -146,6 +152,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _reuses(bench: Bench, before: Sequence[str]) -> List[str]:
+    """The sections run before this one whose results it reads instead of measuring again:
+    all of its module's ``REUSES`` when every one of them is among ``before``, else none."""
+    wanted = list(getattr(bench, "reuses", None) or ())
+    return wanted if wanted and all(w in before for w in wanted) else []
+
+
 def _plans(args: argparse.Namespace, benches: Dict[str, Bench]) -> Dict[str, dict]:
     plans = {}
     for name, b in benches.items():
@@ -221,13 +234,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         chosen = [n for n in benches if n in only]
         plans = _plans(args, {n: benches[n] for n in chosen})
+        reuses = {n: _reuses(benches[n], chosen[:i]) for i, n in enumerate(chosen)}
+        for n, r in reuses.items():
+            if r:
+                plans[n]["reused"] = sorted(r)
         total = sum(int(benches[n].steps(plans[n])) for n in chosen)
         advance, close = _progress_bar(total, not args.no_progress)
         t0 = time.perf_counter()
         results: Dict[str, dict] = {}
         try:
             for n in chosen:
-                results[n] = benches[n].run(plans[n], advance)
+                if reuses[n]:
+                    results[n] = benches[n].run(plans[n], advance,
+                                                reused={k: results[k] for k in reuses[n]})
+                else:
+                    results[n] = benches[n].run(plans[n], advance)
         finally:
             close()
         elapsed = time.perf_counter() - t0

@@ -27,16 +27,31 @@ def bench_settings(quick: bool) -> dict:
             "unavailable": t["unavailable"]}
 
 
+#: sections of ``python -m benchmarks`` whose results this one reads when the same run has them
+#: (their full plans cover this one's: the TCP van's default jobs and gloo at every (n, k) and
+#: size; FIFO and priority + credit per model), so the cluster is not measured twice.
+REUSES = {"cluster": "table1", "sched": "sched"}
+
+
 def bench_steps(plan: dict) -> int:
-    return table1.bench_steps(plan["table1"]) + sched.bench_steps(plan["sched"])
+    return (0 if plan.get("reused") else
+            table1.bench_steps(plan["table1"]) + sched.bench_steps(plan["sched"]))
 
 
-def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) -> dict:
-    """Measure both workloads on the emulated cluster, then simulate them."""
+def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
+              reused: dict | None = None) -> dict:
+    """Measure both workloads on the emulated cluster, then simulate them. ``reused``: the
+    results of this run's ``cluster`` and ``sched`` sections (keys of :data:`REUSES`), simulated
+    instead of measuring again; the plans are then theirs."""
     from byteps.sim import validate
 
-    res = {"plan": plan, "table1": table1.bench_run(plan["table1"], progress),
-           "sched": sched.bench_run(plan["sched"], progress)}
+    if reused:
+        plan = {**plan, "table1": reused["cluster"]["plan"], "sched": reused["sched"]["plan"],
+                "reused": sorted(reused)}
+        res = {"plan": plan, "table1": reused["cluster"], "sched": reused["sched"]}
+    else:
+        res = {"plan": plan, "table1": table1.bench_run(plan["table1"], progress),
+               "sched": sched.bench_run(plan["sched"], progress)}
     rows = []
     for r in res["table1"].get("rows", []):
         meas = (r.get("default") or {}).get("time_s")
@@ -73,7 +88,9 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     rows = res.get("rows", [])
     md += ["The architecture table's and the scheduling workload's configurations, measured "
            "in this run and simulated by `byteps.sim` (docs/simulator.md) with the goodput "
-           "this run measured.", "", validate.markdown(rows), ""]
+           "this run measured" + (" (the jobs of this page's emulated-cluster and scheduling "
+                                  "sections, not run again)" if res["plan"].get("reused") else "")
+           + ".", "", validate.markdown(rows), ""]
     worst = max(rows, key=lambda r: abs(r["ratio"] - 1), default=None)
     targets = []
     if worst:

@@ -6,7 +6,8 @@ large fully connected layer, as VGG's) trains on n = 4 worker hosts whose links 
 parallelism, which sums every gradient (the FC layer's included) each step, is communication-
 bound. Two byteps jobs (:func:`benchmarks.cluster.run_byteps_job`):
 
-* ``pipedream``: ``byteps.torch.pipeline`` profiles the model on one host (the others wait),
+* ``pipedream``: ``byteps.torch.pipeline`` profiles the model on every host at once (they share
+  the machine's cores, as the stages do in training; rank 0's profile decides), rank 0
   partitions it at the link's bandwidth, and trains with the chosen plan (1F1B, stashing);
 * ``dp``: byteps ``DistributedOptimizer`` on the same number of samples per epoch.
 

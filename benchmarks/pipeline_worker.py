@@ -1,8 +1,9 @@
 """One worker of the pipeline benchmark (:mod:`benchmarks.pipeline`), started on every worker
 host of the emulated cluster: ``python -m benchmarks.pipeline_worker MODE PLAN_JSON``.
 
-``pipedream``: rank 0 profiles the model (the others wait) and partitions it (byteps.torch.pipeline.partition at the link's
-bandwidth) and broadcasts the plan, then the pipeline trains ``warmup_epochs`` + ``epochs``
+``pipedream``: every rank profiles the model at once (the emulated hosts share the machine's
+cores, as the stages do in training), rank 0 partitions its profile
+(byteps.torch.pipeline.partition at the link's bandwidth) and broadcasts the plan, then the pipeline trains ``warmup_epochs`` + ``epochs``
 epochs of synthetic minibatches. ``dp``: byteps data parallelism (DistributedOptimizer) on the
 same samples per epoch (every rank a minibatch of each global batch). Each prints one
 ``RESULT {json}`` line.
@@ -56,8 +57,11 @@ def run_pipedream(p: dict) -> dict:
     model = vgg_like(p)
     sample = batches(p, p["minibatch"], 1)[0][0]
     plan = None
-    if bps.rank() == 0:  # alone (the others wait in the broadcast), as PipeDream profiles
-        prof = pipeline.profile(model, sample, repeats=p["profile_repeats"], warmup=2)
+    # Every rank profiles at once and rank 0's profile decides: the emulated hosts share this
+    # machine's cores, and the stages compute at once in training too, so a profile taken alone
+    # (the others idle) would credit each stage with cores it does not have in the run.
+    prof = pipeline.profile(model, sample, repeats=p["profile_repeats"], warmup=2)
+    if bps.rank() == 0:
         plan = pipeline.partition(prof, bps.size(), p["bandwidth_Bps"]).to_dict()
         plan["dp_time_per_minibatch"] = pipeline.data_parallel_time(prof, bps.size(),
                                                                     p["bandwidth_Bps"])

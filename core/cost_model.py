@@ -58,6 +58,10 @@ MAX_BYTES = 1 << 63
 #: where a parameter came from, when not from its variable
 MEASURED = "measured"
 NO_NETWORK = "not measured (one worker machine)"
+#: where :attr:`CostModel.servers` came from
+ADDRESS_BOOK = "address book"
+GIVEN = "given"
+SERVERS_VARIABLE = "DMLC_NUM_SERVER"
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,12 @@ class CostModel:
         beta (float): seconds per byte on one link direction (>= 0).
         gamma (float): seconds per byte summed (>= 0).
         workers (int): n, worker machines (``DMLC_NUM_WORKER``).
-        servers (int): k of the summation service's formula (``DMLC_NUM_SERVER``: taken as
-            CPU-only servers beside the ones the formula puts on every worker machine).
+        servers (int): k of the summation service's formula: the CPU-only servers (on a host
+            where no worker machine runs) beside the ones the formula puts on every worker
+            machine. :func:`measure` takes it from the scheduler's address book.
+        servers_source (str): where ``servers`` came from: ``"address book"`` (the job's
+            servers on hosts without a worker, the same on every rank), ``"DMLC_NUM_SERVER"``
+            (no job: every server taken as CPU-only) or ``"given"`` (default; ``servers=``).
         tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
             the core's default, the largest divisor of n not above ceil(sqrt(n)).
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
@@ -110,6 +118,7 @@ class CostModel:
     measure_seconds: float = 0.0
     timings: Mapping[str, float] = field(default_factory=dict)
     schemes: Tuple[str, ...] = SCHEMES
+    servers_source: str = GIVEN
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -184,11 +193,12 @@ class CostModel:
     def as_dict(self) -> dict:
         """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
-        ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``servers_source``, ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
         ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
         return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
-                "servers": self.servers, "tree_width": self.tree_width,
+                "servers": self.servers, "servers_source": self.servers_source,
+                "tree_width": self.tree_width,
                 "hips_group": self.hips_group, "schemes": list(self.schemes),
                 "measure_seconds": self.measure_seconds,
                 "timings": dict(self.timings),
@@ -210,7 +220,8 @@ class CostModel:
             f"{iv.scheme} from {_bytes(iv.lo)}" for iv in ivs)
         took = f"; measured in {self.measure_seconds * 1e3:.1f} ms" if self.measure_seconds \
             else ""
-        return (f"cost model: {self.workers} worker machine(s), {self.servers} server(s), tree "
+        return (f"cost model: {self.workers} worker machine(s), {self.servers} CPU-only "
+                f"server(s) ({self.servers_source}), tree "
                 f"width {self.tree_width}, HiPS group "
                 f"{cost_formulas.hips_group(self.workers, self.hips_group)}; "
                 + "; ".join(parts) + f"; choice: {ranges}{took}")
@@ -303,7 +314,12 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
         tree_width, hips_group: the schemes' shapes; default: the ``BYTEPS_TREE_WIDTH`` /
             ``BYTEPS_HIPS_GROUP`` knobs where the registry has them, else 0 (the core's
             default width) and 0 (sqrt(n)).
-        servers: k of the summation service's formula; default ``DMLC_NUM_SERVER``.
+        servers: k of the summation service's formula (CPU-only servers); default: in a
+            running distributed job, the servers of the scheduler's address book on hosts
+            where no worker machine runs (``byteps._core.server_placement()``: the same on
+            every rank; servers colocated with workers, as ``bpslaunch`` places them, count
+            0); otherwise ``DMLC_NUM_SERVER`` (every server taken as CPU-only). Which schemes
+            the job can run is judged from all its servers, whatever ``servers`` says.
         schemes: the schemes to choose among; default :data:`CANDIDATES` (all four).
 
     Raises:
@@ -341,6 +357,26 @@ def feasible_schemes(n: int, k: int, group: int) -> tuple:
     return out or ("ring",)
 
 
+def _servers(values: Mapping[str, str], servers: Optional[int],
+             job: bool) -> Tuple[int, int, str]:
+    """(k: CPU-only servers, all servers, where k came from). In a running distributed job
+    both counts come from the scheduler's address book (a server is colocated when a worker
+    machine registered from its host: ``KeyPlanner``'s weights use the same flags), which every
+    rank has alike (the local root's, passed to its local ranks); without one,
+    ``DMLC_NUM_SERVER`` for both (``job`` False: ``values`` are a what-if's, not the running
+    job's). ``servers`` given: k = it."""
+    from . import _core
+
+    total = int(values[SERVERS_VARIABLE])
+    k, source = total, SERVERS_VARIABLE
+    if job and _core.is_initialized() and _core.is_distributed():
+        total, k = (int(x) for x in _core.server_placement())
+        source = ADDRESS_BOOK
+    if servers is not None:
+        k, source = servers, GIVEN
+    return k, total, source
+
+
 def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     global _cached
     from . import _core
@@ -348,7 +384,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     values = _core.knob_values(None if env is None else dict(env))
     over = overrides(values)
     n = int(values["DMLC_NUM_WORKER"])
-    k = int(values["DMLC_NUM_SERVER"]) if servers is None else servers
+    k, total, k_source = _servers(values, servers, env is None)
     w = _knob_int(values, TREE_WIDTH_KNOB, DEFAULT_TREE_WIDTH) if tree_width is None \
         else tree_width
     g = _knob_int(values, HIPS_GROUP_KNOB, DEFAULT_HIPS_GROUP) if hips_group is None \
@@ -388,7 +424,8 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         g = math.ceil(math.sqrt(n))
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
                       took, timings,
-                      feasible_schemes(n, k, g) if schemes is None else tuple(schemes))
+                      feasible_schemes(n, total, g) if schemes is None else tuple(schemes),
+                      k_source)
     log.info("%s", model.describe())
     if env is None:
         _cached = (_job_key(values), model)

@@ -207,6 +207,37 @@ def test_variables_set_everything_without_measuring(caplog):
     assert cost_model.measure(env, servers=0, tree_width=4, hips_group=2).tree_width == 4
 
 
+def test_k_counts_only_the_address_books_cpu_only_servers(monkeypatch):
+    # 4 worker machines and 4 servers: colocated on the workers' hosts (the address book says
+    # 0 CPU-only), the summation service's wire cost is t_opt with k = 0, not k = 4
+    values = {"DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "4"}
+    if not _core.is_initialized():
+        assert cost_model._servers(values, None, True) == (4, 4, "DMLC_NUM_SERVER")
+    placement = [(4, 0)]
+    monkeypatch.setattr(_core, "is_initialized", lambda: True)
+    monkeypatch.setattr(_core, "is_distributed", lambda: True)
+    monkeypatch.setattr(_core, "server_placement", lambda: placement[0])
+    assert cost_model._servers(values, None, True) == (0, 4, "address book")
+    assert cost_model._servers(values, 3, True) == (3, 4, "given")  # servers= overrides
+    assert cost_model._servers(values, None, False) == (4, 4, "DMLC_NUM_SERVER")  # env: what-if
+    placement[0] = (6, 2)  # 4 colocated + 2 CPU-only
+    assert cost_model._servers(values, None, True) == (2, 6, "address book")
+    placement[0] = (4, 0)
+    for var, value in zip(VARS, ("2e-5", "8e-11", "3e-11")):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("DMLC_NUM_WORKER", "4")
+    monkeypatch.setenv("DMLC_NUM_SERVER", "4")
+    monkeypatch.setattr(cost_model, "_cached", None)
+    m = cost_model.measure()  # all three set: nothing measured, k from the address book
+    assert (m.servers, m.servers_source) == (0, "address book")
+    assert m.scheme_costs()["ps"] == cost_formulas.ps(4, 0)
+    assert m.scheme_costs()["ps"].wire == pytest.approx(1.5)  # 2n(n-1)/n^2, not 1 (k = n)
+    assert m.schemes == ("ps", "ring", "tree", "hips")  # hips: 4 servers >= ceil(4/2) + 1
+    assert m.intervals == cost_model.CostModel(2e-5, 8e-11, 3e-11, 4, 0).intervals
+    assert "0 CPU-only server(s) (address book)" in m.describe()
+    assert cost_model.measure(servers=4).servers == 4
+
+
 @pytest.mark.parametrize("var", VARS)
 @pytest.mark.parametrize("bad", ["fast", "-1", "nan", "", "1e400"])
 def test_bad_variable_is_a_config_error_naming_it(var, bad):
@@ -238,24 +269,35 @@ def test_measuring_needs_init_and_the_job():
 # ----------------------------------------------------------------------- a real 2-worker job --
 
 
-def test_measured_on_a_two_worker_job_same_on_both_ranks():
-    rc, out, _ = run_job(["--workers", "2", "--servers", "1"], "measure", script=WORKER,
-                         timeout=90)
-    assert_ok(rc, out, 2, min_cases=3)
+@pytest.mark.parametrize("local_size", [1, 2])
+def test_measured_on_a_two_worker_job_same_on_both_ranks(local_size):
+    # loopback: the server runs on the workers' host, so the address book marks it colocated
+    # and k (CPU-only servers) is 0 on every rank; with 2 local ranks the non-roots get the
+    # address book's counts from their local root
+    size = 2 * local_size
+    rc, out, _ = run_job(["--workers", "2", "--servers", "1", "--local-size", str(local_size)],
+                         "measure", script=WORKER, timeout=90)
+    assert_ok(rc, out, size, min_cases=3)
     got = {}
-    for r in (0, 1):
+    for r in range(size):
         lines = worker_lines(out, r)
         got[r] = {tag: json.loads(line.split(" ", 1)[1]) for line in lines
-                  for tag in ("COSTMODEL", "COSTMODEL_BETA") if line.startswith(tag + " ")}
+                  for tag in ("COSTMODEL", "COSTMODEL_BETA", "PLACEMENT")
+                  if line.startswith(tag + " ")}
+        assert got[r]["PLACEMENT"] == [1, 0], (r, got[r]["PLACEMENT"])
     for tag in ("COSTMODEL", "COSTMODEL_BETA"):
-        a, b = dict(got[0][tag]), dict(got[1][tag])
-        ta, tb = a.pop("measure_seconds"), b.pop("measure_seconds")
-        assert a == b, tag  # bit-identical parameters, choice and table on both ranks
-        assert 0 < ta < 5 and 0 < tb < 5, (ta, tb)
+        a = dict(got[0][tag])
+        ta = a.pop("measure_seconds")
+        for r in range(1, size):
+            b = dict(got[r][tag])
+            tb = b.pop("measure_seconds")
+            assert a == b, (tag, r)  # bit-identical parameters, choice and table on all ranks
+            assert 0 < tb < 5, tb
+        assert 0 < ta < 5, ta
         assert 0 < a["alpha"] < 0.05, a  # seconds per message
         assert 1e-13 <= a["beta"] < 1e-6, a  # s/B: above 1 MB/s, at most 10 TB/s
         assert 0 < a["gamma"] < 1e-7, a  # s/B: the kernel sums above 10 MB/s
-        assert (a["workers"], a["servers"]) == (2, 1)
+        assert (a["workers"], a["servers"], a["servers_source"]) == (2, 0, "address book")
     first, second = got[0]["COSTMODEL"], got[0]["COSTMODEL_BETA"]
     assert first["sources"] == {"alpha": "measured", "beta": "measured", "gamma": "measured"}
     assert second["beta"] == 2.5e-10 and second["sources"]["beta"] == "BYTEPS_COST_BETA"

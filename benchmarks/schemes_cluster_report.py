@@ -1,0 +1,176 @@
+"""The report of :mod:`benchmarks.schemes_cluster`: the measured and simulated times side by
+side, what ``auto`` chose, the cost model's parameters, the targets."""
+
+from __future__ import annotations
+
+import math
+
+from .report import _table, fmt_size, network_sentence, target
+
+FIXED = ("ps", "ring", "tree", "hips")
+
+
+def _ms(seconds) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _cell(st: dict | None) -> str:
+    """``measured / simulated (simulated ÷ measured)``, milliseconds."""
+    if not st:
+        return "–"
+    if "time_s" not in st:
+        return "failed"
+    sim = st.get("sim_s")
+    if sim is None:
+        return f"{_ms(st['time_s'])} / –"
+    return f"{_ms(st['time_s'])} / {_ms(sim)} ({sim / st['time_s']:.2f})"
+
+
+def best_fixed(row: dict, pick) -> tuple:
+    """(scheme, stats) of the fastest fixed scheme by ``pick(job) -> stats``; (None, None)."""
+    best = (None, None)
+    for s in FIXED:
+        job = row["jobs"].get(s)
+        st = pick(job) if job and "error" not in job else None
+        if st and "time_s" in st and (best[1] is None or st["time_s"] < best[1]["time_s"]):
+            best = (s, st)
+    return best
+
+
+def size_rows(row: dict, sizes) -> list:
+    """Per size: {size, best scheme, best stats, auto stats, chosen, ratio best / auto}."""
+    auto = row["jobs"].get("auto", {})
+    out = []
+    for s in sizes:
+        name, st = best_fixed(row, lambda j, s=s: j["sizes"].get(str(s)))
+        a = auto.get("sizes", {}).get(str(s)) if "error" not in auto else None
+        ratio = st["time_s"] / a["time_s"] if st and a else float("nan")
+        out.append({"size": s, "best": name, "best_st": st, "auto": a,
+                    "chosen": auto.get("choices", {}).get(str(s)), "ratio": ratio})
+    return out
+
+
+def profile_row(row: dict) -> dict:
+    """The profile: best fixed scheme, auto, ratio best / auto, the runs' scatter and the
+    threshold (1.0, or 1 / (1 + scatter) where auto ran the best scheme on every tensor)."""
+    name, st = best_fixed(row, lambda j: j.get("profile"))
+    auto = row["jobs"].get("auto", {})
+    a = auto.get("profile") if "error" not in auto else None
+    ratio = st["time_s"] / a["time_s"] if st and a else float("nan")
+    mix = auto.get("profile_choices", {})
+    same = list(mix) == [name]
+    scatter = max(st["scatter"], a["scatter"]) if st and a else 0.0
+    return {"best": name, "best_st": st, "auto": a, "mix": mix, "ratio": ratio,
+            "same": same, "scatter": scatter,
+            "threshold": 1.0 / (1.0 + scatter) if same else 1.0}
+
+
+def _model_lines(row: dict) -> list:
+    m = row["jobs"].get("auto", {}).get("model")
+    if not m:
+        return []
+    ivs = ", ".join(f"{iv['scheme']} from {fmt_size(iv['from_bytes'])}" for iv in m["intervals"])
+    t = m.get("timings", {})
+    same = row["jobs"]["auto"].get("same_on_every_rank")
+    return [f"* k = {row['k']}: α = {m['alpha'] * 1e6:.3g} µs, β = {m['beta'] * 1e9:.3g} ns/B "
+            f"({1 / m['beta'] / 1e6:.3g} MB/s; the link's goodput: "
+            f"{row['goodput_Bps'] / 1e6:.3g} MB/s), γ = {m['gamma'] * 1e9:.3g} ns/B, "
+            f"k = {m['servers']} CPU-only server(s) ({m.get('servers_source', '?')}), tree "
+            f"width {m['tree_width']}, HiPS group {m['hips_group']}, choosing among "
+            f"{', '.join(m['schemes'])}: {ivs} (tiny push_pull {t.get('tiny_s', 0) * 1e3:.2f} "
+            f"ms, {fmt_size(int(t.get('large_bytes', 0)))} {t.get('large_s', 0) * 1e3:.2f} ms; "
+            f"{'the same on every rank' if same else '**ranks differ**'})"]
+
+
+def markdown(res: dict):
+    """(Markdown section, targets)."""
+    plan = res["plan"]
+    md = ["## The synchronisation schemes on the emulated cluster", ""]
+    if res.get("skipped") or plan.get("unavailable"):
+        return "\n".join(md + [f"Not measured: {res.get('skipped') or plan['unavailable']}."]), []
+    n = plan["n"]
+    tensors = plan["profile"]["tensors"]
+    md += [f"n = {n} worker hosts at {plan['bandwidth_mbit']:g} Mbit/s per link; k = 0: a "
+           "server colocated on every worker host; k > 0: k CPU-server hosts and no server on "
+           f"the workers. One job per `BYTEPS_SYNC` ({res.get('cores', '?')} CPU cores for "
+           "every process of the cluster). Cells: **measured / simulated** milliseconds "
+           "(simulated ÷ measured): the median over the timed iterations of the slowest "
+           "worker's push_pull of one float32 tensor (after a warm-up, every sum checked), and "
+           "`byteps.sim` for the same configuration with the link goodput measured in the "
+           "same cluster; `auto`'s simulated time is that of the scheme it chose.", "",
+           _capital(network_sentence([r.get("network") for r in res["rows"]])) + ".", ""]
+    header = ["k", "size", *[f"{s}" for s in FIXED], "auto", "auto chose",
+              "best fixed / auto"]
+    rows, targets = [], []
+    for row in res["rows"]:
+        for sr in size_rows(row, plan["sizes"]):
+            rows.append([str(row["k"]), fmt_size(sr["size"])] +
+                        [_cell(_size_st(row, s, sr["size"])) for s in FIXED] +
+                        [_cell(sr["auto"]), sr["chosen"] or "–",
+                         f"{sr['ratio']:.2f} (vs {sr['best']})" if sr["best"] else "–"])
+    md += [_table(header, rows), ""]
+    prof_rows = []
+    for row in res["rows"]:
+        pr = profile_row(row)
+        mix = ", ".join(f"{s} {c}" for s, c in sorted(pr["mix"].items())) or "–"
+        prof_rows.append([str(row["k"])] +
+                         [_cell((row["jobs"].get(s) or {}).get("profile")) for s in FIXED] +
+                         [_cell(pr["auto"]), mix,
+                          f"{pr['ratio']:.2f} (vs {pr['best']}; scatter "
+                          f"±{pr['scatter'] * 100:.0f} %)" if pr["best"] else "–"])
+    nbytes = sum(b for _, b in tensors)
+    md += [f"The {plan['profile']['model']} profile: its {len(tensors)} gradient tensors "
+           f"({nbytes / 1e6:.1f} MB) push_pulled per iteration in backward order, priority = "
+           "minus the forward index, no compute; the iteration time (median of "
+           f"{plan['profile']['iters']} after {plan['profile']['warmup']} warm-up). The "
+           "simulator runs one scheme per job, so `auto` has a simulated time only where it "
+           "chose one scheme for every tensor.", "",
+           _table(["k", *FIXED, "auto", "auto chose (tensors)", "best fixed / auto"],
+                  prof_rows), ""]
+    md += ["The cost model of the `auto` jobs (rank 0's; measured at start-up):", ""]
+    for row in res["rows"]:
+        md += _model_lines(row)
+        fails = [f"{s}: {j['error']}" for s, j in row["jobs"].items() if "error" in j]
+        if fails:
+            md += [f"* k = {row['k']}: failed jobs: " + "; ".join(fails)]
+    md.append("")
+    for row in res["rows"]:
+        srs = [sr for sr in size_rows(row, plan["sizes"]) if math.isfinite(sr["ratio"])]
+        if srs:
+            worst = min(srs, key=lambda sr: sr["ratio"])
+            targets.append(target(
+                f"`auto` ≤ 1.05 × the best fixed scheme at every size (n={n}, k={row['k']})",
+                "best fixed / auto ≥ 0.95",
+                f"worst {fmt_size(worst['size'])}: {worst['ratio']:.2f} (auto chose "
+                f"{worst['chosen']}, best {worst['best']})",
+                worst["ratio"], 1.0 / 1.05))
+        pr = profile_row(row)
+        if math.isfinite(pr["ratio"]):
+            goal = "best fixed / auto ≥ 1.0" + (
+                f" (auto ran {pr['best']} on every tensor: within the scatter, ≥ "
+                f"{pr['threshold']:.2f})" if pr["same"] else "")
+            targets.append(target(
+                f"`auto` ≤ every fixed scheme on the {plan['profile']['model']} profile "
+                f"(n={n}, k={row['k']})", goal,
+                f"{pr['ratio']:.2f} vs {pr['best']}", pr["ratio"], pr["threshold"]))
+    if targets:
+        from .report import targets_table
+
+        md += [targets_table(targets), ""]
+    return "\n".join(md), targets
+
+
+def _size_st(row: dict, scheme: str, size: int):
+    job = row["jobs"].get(scheme)
+    if job is None:
+        return None
+    if "error" in job:
+        return {"error": job["error"]}
+    return job["sizes"].get(str(size))

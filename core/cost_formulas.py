@@ -146,6 +146,27 @@ def hips(n: int, group: int = 0) -> SchemeCost:
     return SchemeCost("hips", 4.0, wire, summed, wire)
 
 
+def hips_servers(n: int, group: int, servers: int) -> SchemeCost:
+    """HiPS as byteps runs it (docs/schemes.md): G = ceil(n / g) first-level servers, server i
+    summing group i's g pushes on its own link, and T = ``servers`` - G top-level ones over
+    which the partitions spread: a first-level server's link carries g pushes in and the total
+    back (``(g + 1)·S`` each way), a top-level server's ``G·S / T``; it sums ``(g - 1)·S`` and
+    ``(G - 1)·S / T``. 4 messages (push, up, down, pull). :func:`hips` is the simulator's model
+    (a server on every machine), cheaper by about g.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: fewer than G + 1 servers, a count out of range.
+    """
+    n = _check(n, "hips: machines")
+    if n == 1:
+        return _none("hips")
+    g = hips_group(n, group)
+    G = math.ceil(n / g)
+    top = _check(servers, "hips: servers", G + 1) - G
+    wire = max(g + 1.0, G / top)
+    return SchemeCost("hips", 4.0, wire, (g - 1) + (G - 1) / top, wire)
+
+
 def ps_shares(n: int, k: int) -> tuple:
     """(share of one CPU-only server, share of one colocated server) of the bytes, from
     ``KeyPlanner``'s weights ``2(n-1)`` and ``max(n-k, 0)`` (n colocated servers, k CPU-only)."""

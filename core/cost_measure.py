@@ -8,11 +8,11 @@
   :data:`ROUNDS`.
 * **β** (seconds per byte on one link direction): a larger push_pull of M = 1 MiB through the
   summation service, over the job's own connections, cut into partitions of b bytes by the
-  core's rule and pipelined: the summation service's own formula (``cost_formulas.ps``, with
-  the pipeline's fill of docs/architecture.md §4) says it takes
-  ``t_M = 2α + wire·(M + n·b)·β + summed·M·γ``, so
-  ``β = (t_M - t₀ - summed·M·γ) / (wire·(M + n·b))``: the β with which the cost model predicts
-  the measured push_pull. The fastest of :data:`LARGE_ROUNDS`. Both times include the core's
+  core's rule and pipelined: the cost model's ``ps`` cost (``cost_formulas.ps`` and the
+  pipeline's fill, one partition: ``CostModel.ps_fill_bytes``) says it takes
+  ``t_M = 2α + wire·(M + min(M, b))·β + summed·M·γ``, so
+  ``β = (t_M - t₀ - summed·M·γ) / (wire·(M + min(M, b)))``: the β with which the cost model
+  predicts the measured push_pull. The fastest of :data:`LARGE_ROUNDS`. Both times include the core's
   own overhead per operation, which the schemes pay too.
 * **Agreement.** Every rank then push_pulls the vector of its measurements (float64, summed by
   the service) and divides by the number of ranks: every rank gets the same bytes, so every
@@ -143,7 +143,7 @@ def network(workers: int, servers: int, part_bytes: int, gamma: float,
     cost = ps(workers, servers)
     m = float(large.nbytes)
     beta = (t_large - t_tiny - cost.summed * m * gamma) / (
-        cost.wire * (m + workers * part_bytes))
+        cost.wire * (m + min(m, part_bytes)))
     floored = beta < BETA_FLOOR
     return t_tiny / 2, max(beta, BETA_FLOOR), t_tiny, t_large, floored
 

@@ -88,6 +88,16 @@ class CostModel:
         servers_source (str): where ``servers`` came from: ``"address book"`` (the job's
             servers on hosts without a worker, the same on every rank), ``"DMLC_NUM_SERVER"``
             (no job: every server taken as CPU-only) or ``"given"`` (default; ``servers=``).
+        partition_bound (int): the job's partition bound, bytes (``BYTEPS_PARTITION_BYTES``
+            rounded up to pages of 4096 · local_size, :func:`byteps.sim.ps_sim.partition_bound`);
+            > 0 adds ``ps``'s pipeline fill, one partition's bytes through the wire,
+            ``wire · β · min(S, b(S))`` with b(S) the core's partition of an S-byte tensor
+            (:meth:`ps_fill_bytes`). 0 (default): no fill term.
+        local_size (int): worker processes per machine (the partition rule's page unit).
+        all_servers (int): every server of the job, colocated or not; when it can run HiPS
+            (>= ceil(n/g) + 1), ``hips`` costs what byteps's placement does
+            (:func:`byteps.cost_formulas.hips_servers`: a first-level server per group on one
+            link), else (0, default) the simulator's model (:func:`~byteps.cost_formulas.hips`).
         tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
             the core's default, the largest divisor of n not above ceil(sqrt(n)).
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
@@ -119,6 +129,9 @@ class CostModel:
     timings: Mapping[str, float] = field(default_factory=dict)
     schemes: Tuple[str, ...] = SCHEMES
     servers_source: str = GIVEN
+    partition_bound: int = 0
+    local_size: int = 1
+    all_servers: int = 0
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -130,7 +143,8 @@ class CostModel:
                                            f"(seconds{' per byte' if name != 'alpha' else ''})"
                                            f", got {v!r}")
             object.__setattr__(self, name, float(v))
-        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 0), ("hips_group", 0)):
+        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 0), ("hips_group", 0),
+                         ("partition_bound", 0), ("local_size", 1), ("all_servers", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
@@ -151,8 +165,14 @@ class CostModel:
     def scheme_costs(self) -> Dict[str, cost_formulas.SchemeCost]:
         """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape, for each
         of :attr:`schemes`."""
-        return {s: cost_formulas.scheme_cost(s, self.workers, self.servers, self.tree_width,
-                                             self.hips_group) for s in self.schemes}
+        return {s: self._scheme_cost(s) for s in self.schemes}
+
+    def _scheme_cost(self, scheme: str) -> cost_formulas.SchemeCost:
+        if scheme == "hips" and self.workers > 1 and self.all_servers >= math.ceil(
+                self.workers / cost_formulas.hips_group(self.workers, self.hips_group)) + 1:
+            return cost_formulas.hips_servers(self.workers, self.hips_group, self.all_servers)
+        return cost_formulas.scheme_cost(scheme, self.workers, self.servers, self.tree_width,
+                                         self.hips_group)
 
     def cost(self, scheme: str, nbytes: int) -> float:
         """Seconds one synchronisation of ``nbytes`` bytes costs with ``scheme``.
@@ -162,15 +182,33 @@ class CostModel:
             byteps.errors.InvalidTypeError: ``nbytes`` not an int.
         """
         nbytes = _size(nbytes, "cost")
-        c = cost_formulas.scheme_cost(scheme, self.workers, self.servers, self.tree_width,
-                                      self.hips_group)
-        return c.seconds(nbytes, self.alpha, self.beta, self.gamma)
+        if scheme not in SCHEMES:
+            cost_formulas.scheme_cost(scheme, self.workers)  # raises, naming it
+        return self._seconds(self._scheme_cost(scheme), nbytes)
 
     def costs(self, nbytes: int) -> Dict[str, float]:
         """{scheme: seconds} for a tensor of ``nbytes`` bytes, for each of :attr:`schemes`."""
         nbytes = _size(nbytes, "costs")
-        return {s: c.seconds(nbytes, self.alpha, self.beta, self.gamma)
-                for s, c in self.scheme_costs().items()}
+        return {s: self._seconds(c, nbytes) for s, c in self.scheme_costs().items()}
+
+    def _seconds(self, c: cost_formulas.SchemeCost, nbytes: int) -> float:
+        return c.seconds(nbytes, self.alpha, self.beta, self.gamma) + \
+            _fill_hops(c) * c.wire * self.beta * self.ps_fill_bytes(nbytes)
+
+    def ps_fill_bytes(self, nbytes: int) -> int:
+        """Bytes of ``ps``'s pipeline fill for a tensor of ``nbytes`` bytes: its first
+        partition, ``min(nbytes, b)`` with b the core's partition bound of the tensor
+        (``TensorPartitionBound``, :func:`byteps.sim.ps_sim.tensor_partition_bound`: a small
+        tensor's is a multiple of 60 KiB, a large one's :attr:`partition_bound`). A server
+        answers a partition's pull only once every worker's push of it is in, so the last
+        partition's sum leaves one partition's time after the pushes end (the ring and the
+        tree forward chunks as they arrive; HiPS pays it at both levels). 0 when :attr:`partition_bound` is 0 or n = 1."""
+        if self.partition_bound <= 0 or self.workers <= 1:
+            return 0
+        from .sim.ps_sim import tensor_partition_bound
+
+        return min(int(nbytes), tensor_partition_bound(int(nbytes), self.partition_bound,
+                                                       self.workers, self.local_size))
 
     def choose(self, nbytes: int) -> str:
         """The scheme for a tensor of ``nbytes`` bytes: ``"ps"``, ``"ring"``, ``"tree"`` or
@@ -193,11 +231,12 @@ class CostModel:
     def as_dict(self) -> dict:
         """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
-        ``servers_source``, ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``servers_source``, ``partition_bound``, ``local_size``, ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
         ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
         return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
                 "servers": self.servers, "servers_source": self.servers_source,
+                "partition_bound": self.partition_bound, "local_size": self.local_size,
                 "tree_width": self.tree_width,
                 "hips_group": self.hips_group, "schemes": list(self.schemes),
                 "measure_seconds": self.measure_seconds,
@@ -245,33 +284,65 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _fill_hops(c: cost_formulas.SchemeCost) -> int:
+    """Store-and-forward levels of servers a partition passes (its pipeline fill): ps 1,
+    hips 2, the all-reduces 0."""
+    return {"ps": 1, "hips": 2}.get(c.scheme, 0)
+
+
+def _fill_pieces(model: CostModel) -> list:
+    """[(lo, hi, per_byte, const)]: the sizes ``lo <= S < hi`` (hi None: no end) on which
+    ``ps_fill_bytes(S) = per_byte·S + const`` (per_byte 0 or 1). The core's partition bound of
+    a tensor changes only where ``S // (PIPELINE_DEPTH·n)`` reaches a multiple of 60 KiB or the
+    job's bound; the fill is S itself below the smallest bound b0 (one partition)."""
+    if model.partition_bound <= 0 or model.workers <= 1:
+        return [(0, None, 0, 0)]
+    from .sim.ps_sim import PIPELINE_DEPTH, SMALL_PARTITION, tensor_partition_bound
+
+    span = PIPELINE_DEPTH * model.workers
+    b0 = tensor_partition_bound(0, model.partition_bound, model.workers, model.local_size)
+    cuts = {0, b0, model.partition_bound * span}
+    cuts.update(j * SMALL_PARTITION * span
+                for j in range(1, model.partition_bound // SMALL_PARTITION + 2))
+    cuts = sorted(c for c in cuts if c < MAX_BYTES)
+    out = [(0, cuts[1] if len(cuts) > 1 else None, 1, 0)]  # below b0: the whole tensor
+    for i, lo in enumerate(cuts[1:], 1):
+        out.append((lo, cuts[i + 1] if i + 1 < len(cuts) else None, 0,
+                    model.ps_fill_bytes(lo)))
+    return out
+
+
 def _envelope(model: CostModel) -> Tuple[Interval, ...]:
     """The cheapest scheme over every integer size in [0, MAX_BYTES): the lower envelope of
-    the cost lines ``a + b·S``. The argmin can change only between floor(x) and floor(x) + 1
-    for a crossing x of two lines, so it is evaluated at 0 and at those integers; equal
-    neighbours merge."""
-    lines = []
+    the cost lines ``a + b·S``, piece by piece where ``ps``'s fill changes its line
+    (:func:`_fill_pieces`). Within a piece the argmin can change only between floor(x) and
+    floor(x) + 1 for a crossing x of two lines, so it is evaluated at the piece's start and at
+    those integers; equal neighbours merge."""
+    base = []
     for i, (s, c) in enumerate(model.scheme_costs().items()):
-        lines.append((s, c.messages * model.alpha, c.wire * model.beta + c.summed * model.gamma,
-                      i))
-    points = {0}
-    for i in range(len(lines)):
-        for j in range(i + 1, len(lines)):
-            (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
-            if bi == bj:
-                continue
-            x = (aj - ai) / (bi - bj)
-            if 0 <= x < MAX_BYTES - 1:
-                points.update((int(math.floor(x)), int(math.floor(x)) + 1))
+        base.append((s, c.messages * model.alpha, c.wire * model.beta + c.summed * model.gamma,
+                     i, _fill_hops(c) * c.wire * model.beta))
+    out: list = []
+    for lo, hi, per_byte, const in _fill_pieces(model):
+        top = MAX_BYTES if hi is None else hi
+        lines = [(s, a + f * const, b + f * per_byte, i) for s, a, b, i, f in base]
+        points = {lo}
+        for i in range(len(lines)):
+            for j in range(i + 1, len(lines)):
+                (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
+                if bi == bj:
+                    continue
+                x = (aj - ai) / (bi - bj)
+                if lo <= x < top - 1:
+                    points.update((int(math.floor(x)), int(math.floor(x)) + 1))
 
-    def best(size: int) -> str:
-        return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
+        def best(size: int, lines=lines) -> str:
+            return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
 
-    out = []
-    for p in sorted(points):
-        s = best(p)
-        if not out or out[-1][1] != s:
-            out.append((p, s))
+        for p in sorted(q for q in points if lo <= q < top):
+            s = best(p)
+            if not out or out[-1][1] != s:
+                out.append((p, s))
     return tuple(Interval(lo, out[i + 1][0] if i + 1 < len(out) else None, s)
                  for i, (lo, s) in enumerate(out))
 
@@ -422,10 +493,14 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         params = over
     if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
         g = math.ceil(math.sqrt(n))
+    from .sim.ps_sim import partition_bound
+
+    local = max(_knob_int(values, "BYTEPS_LOCAL_SIZE", 1), 1)
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
                       took, timings,
                       feasible_schemes(n, total, g) if schemes is None else tuple(schemes),
-                      k_source)
+                      k_source, partition_bound(int(values["BYTEPS_PARTITION_BYTES"]), local),
+                      local, total)
     log.info("%s", model.describe())
     if env is None:
         _cached = (_job_key(values), model)

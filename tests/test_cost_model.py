@@ -127,6 +127,56 @@ def test_tiny_tensors_fewest_messages_huge_least_bytes():
                          + [rng.randrange(1 << 36) for _ in range(20)])
 
 
+def test_hips_as_byteps_places_its_servers():
+    # n = 4, g = 2: G = 2 first-level servers, each link carrying g + 1 = 3 S each way
+    ap = pytest.approx
+    assert coeffs(cost_formulas.hips_servers(4, 2, 4)) == ap((4, 3, 1 + 1 / 2, 3))
+    assert coeffs(cost_formulas.hips_servers(4, 2, 3)) == ap((4, 3, 2, 3))  # one top server
+    assert coeffs(cost_formulas.hips_servers(9, 3, 4)) == ap((4, 4, 2 + 2, 4))
+    with pytest.raises(InvalidArgumentError, match="servers"):
+        cost_formulas.hips_servers(4, 2, 2)
+    # the model uses it when it knows the job's servers, else the simulator's model
+    a, b, g = 1e-5, 1e-9, 1e-11
+    assert cost_model.CostModel(a, b, g, 4, 0, all_servers=4).scheme_costs()["hips"] == \
+        cost_formulas.hips_servers(4, 2, 4)
+    assert cost_model.CostModel(a, b, g, 4, 0).scheme_costs()["hips"] == cost_formulas.hips(4, 2)
+
+
+def test_ps_pipeline_fill_is_one_partition():
+    """With the job's partition bound the ps (and hips) costs add one partition's time: the
+    core's bound of the tensor (61440 B below 16·n·60 KiB, the job's bound from 16·n·bound),
+    or the whole tensor when it is smaller."""
+    a, b, g = 109e-6, 6.16e-9, 4.6e-11  # measured on the emulated cluster, n = 4, k = 0
+    m = cost_model.CostModel(a, b, g, 4, 0, partition_bound=262144, all_servers=4)
+    assert [m.ps_fill_bytes(s) for s in (4096, 61440, 1 << 20, 4 << 20, 16 << 20, 64 << 20)] \
+        == [4096, 61440, 61440, 61440, 262144, 262144]
+    ps = cost_formulas.ps(4, 0)
+    assert m.cost("ps", 1 << 20) == pytest.approx(ps.seconds(1 << 20, a, b, g)
+                                                  + ps.wire * b * 61440)
+    assert m.cost("ring", 1 << 20) == pytest.approx(cost_formulas.ring(4).seconds(1 << 20, a, b, g))
+    # k = 0: ps and the ring move the same bytes; ps's 2 messages win small tensors, the
+    # ring's chunks without a store-and-forward win from about 70 KB (the tree between)
+    assert [iv.scheme for iv in m.intervals] == ["ps", "tree", "ring"]
+    assert m.choose(4096) == "ps" and m.choose(256 << 10) == "ring"
+    check_consistent(m, [0, 1, 4095, 61439, 61440, 61441, 1 << 20, 3932159, 3932160,
+                         16777215, 16777216, 1 << 40])
+    # k = 4 CPU-only servers: ps moves S per worker against the ring's 1.5 S: ps everywhere
+    m4 = cost_model.CostModel(136e-6, 8.3e-9, g, 4, 4, partition_bound=262144, all_servers=4)
+    assert [iv.scheme for iv in m4.intervals] == ["ps"]
+    rng = random.Random(11)
+    for _ in range(200):
+        n = rng.randint(2, 16)
+        m = cost_model.CostModel(10 ** rng.uniform(-7, -3), 10 ** rng.uniform(-12, -8),
+                                 10 ** rng.uniform(-12, -8), n, rng.randint(0, n),
+                                 rng.randint(1, n), rng.choice([0, 2, 3]),
+                                 partition_bound=rng.choice([4096, 262144, 4096000]),
+                                 local_size=rng.randint(1, 3), all_servers=rng.randint(0, 2 * n))
+        cuts = [lo for lo, *_ in cost_model._fill_pieces(m)]
+        check_consistent(m, [0, 1, 1 << 20, 1 << 40] + [c + d for c in cuts for d in (-1, 0, 1)
+                                                          if c + d >= 0]
+                         + [rng.randrange(1 << 30) for _ in range(10)])
+
+
 def test_boundary_where_hips_overtakes_ps():
     """n = 4, one CPU-only server, summation slow against the wire: ps (2 messages) for small
     tensors, hips (4 messages, fewer bytes summed) from the crossing 2α / (b_ps - b_hips)."""
@@ -233,7 +283,9 @@ def test_k_counts_only_the_address_books_cpu_only_servers(monkeypatch):
     assert m.scheme_costs()["ps"] == cost_formulas.ps(4, 0)
     assert m.scheme_costs()["ps"].wire == pytest.approx(1.5)  # 2n(n-1)/n^2, not 1 (k = n)
     assert m.schemes == ("ps", "ring", "tree", "hips")  # hips: 4 servers >= ceil(4/2) + 1
-    assert m.intervals == cost_model.CostModel(2e-5, 8e-11, 3e-11, 4, 0).intervals
+    assert (m.partition_bound, m.local_size, m.all_servers) == (262144, 1, 4)
+    assert m.intervals == cost_model.CostModel(2e-5, 8e-11, 3e-11, 4, 0, partition_bound=262144,
+                                               all_servers=4).intervals
     assert "0 CPU-only server(s) (address book)" in m.describe()
     assert cost_model.measure(servers=4).servers == 4
 

@@ -16,8 +16,11 @@ linear in S and the cheapest scheme changes only where two lines cross.
   all-gather inside groups of w machines, ``2(w-1) α + 2(w-1)/w · S β``, plus a pipelined binary
   tree across the G = ceil(n / w) groups on each S / w shard, ``2 ceil(log2 G) α + 2c · S/w β``
   with c = min(G - 1, 2) children per inner node; summed ``(w-1)/w + c/w`` (G > 1).
-* ``hips`` (two-level PS, groups of g machines, G = ceil(n / g), a server on every machine):
-  ``4 α + (2(g-1)/g + 2(G-1)/(G g)) · S β + ((g-1)/g + (G-1)/(g G)) · S γ``.
+* ``hips`` (two-level PS, groups of g machines, G = ceil(n / g), a server on every machine; the
+  simulator's model): ``4 α + (2(g-1)/g + 2(G-1)/(G g)) · S β + ((g-1)/g + (G-1)/(g G)) · S γ``;
+  :func:`hips_servers` is byteps's placement (a first-level server per group on one link, T
+  top-level servers): ``4 α + max(g + 1, G / T) · S β + ((g-1) + (G-1)/T) · S γ``, what the cost
+  model uses when it knows the job's servers.
 * ``ps`` (the summation service, n workers and k CPU-only servers beside the n colocated ones,
   docs/architecture.md §4): a push and its pull response, ``2 α``; on the wire the optimum
   ``t_opt = 2n(n-1) / (n² + kn - 2k) · S β`` (with k capped at n: more CPU servers than

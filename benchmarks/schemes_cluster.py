@@ -50,6 +50,9 @@ SIZES = (4 << 10, 256 << 10, 4 << 20, 64 << 20)
 #: timed iterations per size (the median counts), after WARMUP untimed ones
 ITERS = {4 << 10: 21, 256 << 10: 11, 4 << 20: 7, 64 << 20: 5}
 WARMUP = 2
+#: rounds of the full plan: every scheme's job once per round, in turn (the median pools every
+#: round's iterations: a load burst from another process hits one round of one scheme)
+ROUNDS = 2
 #: per-link bandwidth (Mbit/s): the architecture table's (benchmarks/table1.py)
 BANDWIDTH_MBIT = 800.0
 FIXED = ("ps", "ring", "tree", "hips")
@@ -108,6 +111,7 @@ def bench_settings(quick: bool, n: int | None = None, ks: Sequence[int] | None =
         "sizes": sizes,
         "iters": {str(s): (5 if quick else ITERS.get(s, 5)) for s in sizes},
         "warmup": 1 if quick else WARMUP,
+        "rounds": 1 if quick else ROUNDS,
         "schemes": list(schemes or (("ps", "ring") if quick else FIXED)),
         "profile": {"model": PROFILE_MODEL, "tensors": profile_tensors(quick),
                     "iters": 3 if quick else 5, "warmup": 1 if quick else 2},
@@ -125,10 +129,10 @@ def plan_jobs(plan: dict, k: int) -> list:
 
 
 def bench_steps(plan: dict) -> int:
-    """Progress steps: per k, one for the cluster (build + link) and one per job."""
+    """Progress steps: per k, one for the cluster (build + link) and one per job and round."""
     if plan["unavailable"]:
         return 1
-    return sum(1 + len(plan_jobs(plan, k)) for k in plan["ks"])
+    return sum(1 + plan.get("rounds", 1) * len(plan_jobs(plan, k)) for k in plan["ks"])
 
 
 # --------------------------------------------------------------------------------- worker --
@@ -219,9 +223,12 @@ def _slowest(reports: list, pick: Callable[[dict], list]) -> list:
 
 
 def _stats(times: list) -> dict:
+    """Median, extremes and ``scatter``: the interquartile range over the median (0 with fewer
+    than 2 times)."""
     med = statistics.median(times)
-    return {"time_s": med, "min_s": min(times), "max_s": max(times),
-            "scatter": (max(times) - min(times)) / (2 * med) if med > 0 else 0.0}
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [med, med, med]
+    return {"time_s": med, "min_s": min(times), "max_s": max(times), "iters": len(times),
+            "scatter": (q[2] - q[0]) / med if med > 0 else 0.0}
 
 
 def _timeout(plan: dict, goodput: float) -> float:
@@ -235,8 +242,9 @@ def _timeout(plan: dict, goodput: float) -> float:
 
 
 def run_job(c: bc.EmulatedCluster, plan: dict, sync: str, goodput: float) -> dict:
-    """One job: ``BYTEPS_SYNC=sync`` on cluster ``c``; the sizes' and the profile's times
-    (median of the slowest worker's), and under ``auto`` rank 0's model and choices.
+    """One job: ``BYTEPS_SYNC=sync`` on cluster ``c``; ``raw``: per size and for the profile,
+    the slowest worker's seconds of each timed iteration; under ``auto`` rank 0's model and
+    choices.
 
     Raises:
         RuntimeError: the job failed.
@@ -251,9 +259,9 @@ def run_job(c: bc.EmulatedCluster, plan: dict, sync: str, goodput: float) -> dic
         reports = res.worker_reports(f"schemes job BYTEPS_SYNC={sync}")
     finally:
         os.unlink(f.name)
-    job = {"sizes": {s: _stats(_slowest(reports, lambda r, s=s: r["times"][s]))
-                     for s in reports[0]["times"]},
-           "profile": _stats(_slowest(reports, lambda r: r["profile"]))}
+    job = {"raw": {"sizes": {s: _slowest(reports, lambda r, s=s: r["times"][s])
+                             for s in reports[0]["times"]},
+                   "profile": _slowest(reports, lambda r: r["profile"])}}
     if sync == "auto":
         r0 = min(reports, key=lambda r: r["rank"])
         job["model"] = r0["model"]
@@ -262,6 +270,28 @@ def run_job(c: bc.EmulatedCluster, plan: dict, sync: str, goodput: float) -> dic
         job["same_on_every_rank"] = all(r["model"]["intervals"] == r0["model"]["intervals"]
                                         for r in reports)
     return job
+
+
+def _pool(jobs: list) -> dict:
+    """One scheme's rounds as one job: every timed iteration of every round that did not fail
+    (their median, :func:`_stats`); ``auto``: the first round's model and choices, and
+    ``choices_rounds`` (each round's, re-measured at each start)."""
+    ok = [j for j in jobs if "error" not in j]
+    if not ok:
+        return {"error": jobs[0]["error"], "rounds": len(jobs)}
+    out = {"rounds": len(ok), "failed_rounds": len(jobs) - len(ok),
+           "wall_s": sum(j["wall_s"] for j in jobs),
+           "sizes": {s: _stats([t for j in ok for t in j["raw"]["sizes"][s]])
+                     for s in ok[0]["raw"]["sizes"]},
+           "profile": _stats([t for j in ok for t in j["raw"]["profile"]])}
+    if "model" in ok[0]:
+        for key in ("model", "choices", "profile_choices", "same_on_every_rank"):
+            out[key] = ok[0][key]
+        out["choices_rounds"] = [j["choices"] for j in ok]
+        out["profile_choices_rounds"] = [j["profile_choices"] for j in ok]
+        out["models"] = [{x: j["model"][x] for x in ("alpha", "beta", "gamma", "intervals")}
+                         for j in ok]
+    return out
 
 
 def simulated(plan: dict, k: int, scheme: str, goodput: float, nbytes: int | None) -> float:
@@ -321,16 +351,20 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
         with bc.EmulatedCluster(n, k, B) as c:
             row["goodput_Bps"] = good = bc.table_goodput(c, plan["link_seconds"])
             row["network"] = c.network_info()
-            for sync in plan_jobs(plan, k):
-                progress(f"schemes n={n} k={k}: BYTEPS_SYNC={sync}")
-                t0 = time.monotonic()
-                try:
-                    row["jobs"][sync] = run_job(c, plan, sync, good)
-                except RuntimeError as exc:
-                    log.warning("schemes n=%d k=%d %s failed: %s", n, k, sync, exc)
-                    row["jobs"][sync] = {"error": str(exc).splitlines()[0]}
-                row["jobs"][sync]["wall_s"] = time.monotonic() - t0
-                log.info("n=%d k=%d %s: %s", n, k, sync, row["jobs"][sync])
+            runs: dict = {sync: [] for sync in plan_jobs(plan, k)}
+            for rnd in range(plan.get("rounds", 1)):  # the schemes in turn, round by round
+                for sync in runs:
+                    progress(f"schemes n={n} k={k}: BYTEPS_SYNC={sync} (round {rnd + 1})")
+                    t0 = time.monotonic()
+                    try:
+                        runs[sync].append(run_job(c, plan, sync, good))
+                    except RuntimeError as exc:
+                        log.warning("schemes n=%d k=%d %s failed: %s", n, k, sync, exc)
+                        runs[sync].append({"error": str(exc).splitlines()[0]})
+                    runs[sync][-1]["wall_s"] = time.monotonic() - t0
+                    log.info("n=%d k=%d %s: %s", n, k, sync,
+                             {x: y for x, y in runs[sync][-1].items() if x != "raw"})
+            row["jobs"] = {sync: _pool(jobs) for sync, jobs in runs.items()}
         row["t_opt_s"] = {str(s): bc.t_opt(n, k, s, good) for s in plan["sizes"]}
         _simulate_rows(plan, k, row)
         res["rows"].append(row)

@@ -44,7 +44,7 @@ def test_plans_and_hook():
     assert quick["n"] in (2, 3) and len(quick["sizes"]) == 2
     assert sum(b for _, b in quick["profile"]["tensors"]) <= sc.QUICK_PROFILE_BYTES
     if full["unavailable"] is None:
-        assert sc.bench_steps(full) == 2 * (1 + 5)
+        assert sc.bench_steps(full) == 2 * (1 + 2 * 5)  # 2 rounds
 
 
 def test_report_without_cluster():

@@ -84,7 +84,8 @@ def model_profile_costs(model: dict | None, tensors) -> dict:
                   model["servers"], model["tree_width"], model["hips_group"],
                   schemes=tuple(model["schemes"]),
                   partition_bound=model.get("partition_bound", 0),
-                  local_size=model.get("local_size", 1), all_servers=model.get("all_servers", 0))
+                  local_size=model.get("local_size", 1), all_servers=model.get("all_servers", 0),
+                  alpha_mesh=model.get("alpha_mesh"))
     lat = {s: c.messages * m.alpha for s, c in m.scheme_costs().items()}
 
     def bw(s, nb):
@@ -120,7 +121,9 @@ def _model_lines(row: dict) -> list:
     ivs = ", ".join(f"{iv['scheme']} from {fmt_size(iv['from_bytes'])}" for iv in m["intervals"])
     t = m.get("timings", {})
     same = row["jobs"]["auto"].get("same_on_every_rank")
-    return [f"* k = {row['k']}: α = {m['alpha'] * 1e6:.3g} µs, β = {m['beta'] * 1e9:.3g} ns/B "
+    mesh = f" (worker mesh: {m['alpha_mesh'] * 1e6:.3g} µs)" if m.get("alpha_mesh") is not None \
+        else ""
+    return [f"* k = {row['k']}: α = {m['alpha'] * 1e6:.3g} µs{mesh}, β = {m['beta'] * 1e9:.3g} ns/B "
             f"({1 / m['beta'] / 1e6:.3g} MB/s; the link's goodput: "
             f"{row['goodput_Bps'] / 1e6:.3g} MB/s), γ = {m['gamma'] * 1e9:.3g} ns/B, "
             f"k = {m['servers']} CPU-only server(s) ({m.get('servers_source', '?')}), tree "

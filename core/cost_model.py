@@ -94,6 +94,8 @@ class CostModel:
             ``wire · β · min(S, b(S))`` with b(S) the core's partition of an S-byte tensor
             (:meth:`ps_fill_bytes`). 0 (default): no fill term.
         local_size (int): worker processes per machine (the partition rule's page unit).
+        alpha_mesh (float | None): seconds per message of the worker mesh (``ring``,
+            ``tree``: worker to worker, no server hop); None (default): ``alpha``.
         all_servers (int): every server of the job, colocated or not; when it can run HiPS
             (>= ceil(n/g) + 1), ``hips`` costs what byteps's placement does
             (:func:`byteps.cost_formulas.hips_servers`: a first-level server per group on one
@@ -132,6 +134,7 @@ class CostModel:
     partition_bound: int = 0
     local_size: int = 1
     all_servers: int = 0
+    alpha_mesh: Optional[float] = None
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +152,13 @@ class CostModel:
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
                                            f"got {v!r}")
+        if self.alpha_mesh is not None:
+            v = self.alpha_mesh
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    not math.isfinite(v) or v < 0:
+                raise InvalidArgumentError(f"cost model: alpha_mesh must be None or a finite "
+                                           f"number >= 0 (seconds), got {v!r}")
+            object.__setattr__(self, "alpha_mesh", float(v))
         object.__setattr__(self, "sources", dict(self.sources))
         object.__setattr__(self, "timings", dict(self.timings))
         if self.tree_width == 0:
@@ -191,8 +201,15 @@ class CostModel:
         nbytes = _size(nbytes, "costs")
         return {s: self._seconds(c, nbytes) for s, c in self.scheme_costs().items()}
 
+    def message_alpha(self, scheme: str) -> float:
+        """α of ``scheme``'s messages: :attr:`alpha_mesh` for ``ring`` and ``tree`` (when
+        set), else :attr:`alpha` (the summation service's, a server hop included)."""
+        if scheme in ("ring", "tree") and self.alpha_mesh is not None:
+            return self.alpha_mesh
+        return self.alpha
+
     def _seconds(self, c: cost_formulas.SchemeCost, nbytes: int) -> float:
-        return c.seconds(nbytes, self.alpha, self.beta, self.gamma) + \
+        return c.seconds(nbytes, self.message_alpha(c.scheme), self.beta, self.gamma) + \
             _fill_hops(c) * c.wire * self.beta * self.ps_fill_bytes(nbytes)
 
     def ps_fill_bytes(self, nbytes: int) -> int:
@@ -233,7 +250,8 @@ class CostModel:
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
         ``servers_source``, ``partition_bound``, ``local_size``, ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
         ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
-        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
+        return {"alpha": self.alpha, "alpha_mesh": self.alpha_mesh, "beta": self.beta,
+                "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
                 "servers": self.servers, "servers_source": self.servers_source,
                 "partition_bound": self.partition_bound, "local_size": self.local_size,
@@ -248,11 +266,14 @@ class CostModel:
     def describe(self) -> str:
         """One line: the parameters, where each came from, and the choice per size range."""
         src = self.sources
-        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', 'given')})",
-                 f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
-                 f"({src.get('beta', 'given')})",
-                 f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
-                 f"({src.get('gamma', 'given')})"]
+        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', 'given')})"]
+        if self.alpha_mesh is not None:
+            parts.append(f"alpha of the worker mesh {self.alpha_mesh * 1e6:.3g} us "
+                         f"({src.get('alpha_mesh', 'given')})")
+        parts += [f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
+                  f"({src.get('beta', 'given')})",
+                  f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
+                  f"({src.get('gamma', 'given')})"]
         ivs = self.intervals
         ranges = f"{ivs[0].scheme} for every size" if len(ivs) == 1 else ", ".join(
             f"{iv.scheme} below {_bytes(iv.hi)}" if iv.lo == 0 else
@@ -320,7 +341,8 @@ def _envelope(model: CostModel) -> Tuple[Interval, ...]:
     those integers; equal neighbours merge."""
     base = []
     for i, (s, c) in enumerate(model.scheme_costs().items()):
-        base.append((s, c.messages * model.alpha, c.wire * model.beta + c.summed * model.gamma,
+        base.append((s, c.messages * model.message_alpha(s),
+                     c.wire * model.beta + c.summed * model.gamma,
                      i, _fill_hops(c) * c.wire * model.beta))
     out: list = []
     for lo, hi, per_byte, const in _fill_pieces(model):
@@ -461,6 +483,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     g = _knob_int(values, HIPS_GROUP_KNOB, DEFAULT_HIPS_GROUP) if hips_group is None \
         else hips_group
     sources = {p: VARIABLES[p] for p in over}
+    alpha_mesh = None
     took = 0.0
     timings: Dict[str, float] = {}
     if len(over) < len(VARIABLES):
@@ -476,11 +499,18 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
 
         n = int(_core.num_worker())
         t0 = time.perf_counter()
+        from .schemes import sync_setting
+
+        mesh = sync_setting(values) in ("ring", "tree", "auto")
         m = cost_measure.run(n, k, int(_core.size()), int(_core.local_size()),
-                             int(values["BYTEPS_PARTITION_BYTES"]))
+                             int(values["BYTEPS_PARTITION_BYTES"]), mesh=mesh)
         took = time.perf_counter() - t0
         params = {"alpha": m.alpha, "beta": m.beta, "gamma": m.gamma}
         timings = {"tiny_s": m.tiny_s, "large_s": m.large_s, "large_bytes": m.large_bytes}
+        if m.alpha_mesh >= 0 and "alpha" not in over:  # BYTEPS_COST_ALPHA sets both
+            alpha_mesh = m.alpha_mesh
+            sources["alpha_mesh"] = MEASURED
+            timings["tiny_mesh_s"] = m.tiny_mesh_s
         for p in ("alpha", "beta"):
             sources.setdefault(p, MEASURED if n > 1 else NO_NETWORK)
         sources.setdefault("gamma", MEASURED)
@@ -500,7 +530,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
                       took, timings,
                       feasible_schemes(n, total, g) if schemes is None else tuple(schemes),
                       k_source, partition_bound(int(values["BYTEPS_PARTITION_BYTES"]), local),
-                      local, total)
+                      local, total, alpha_mesh)
     log.info("%s", model.describe())
     if env is None:
         _cached = (_job_key(values), model)

@@ -354,3 +354,21 @@ def test_measured_on_a_two_worker_job_same_on_both_ranks(local_size):
     assert first["sources"] == {"alpha": "measured", "beta": "measured", "gamma": "measured"}
     assert second["beta"] == 2.5e-10 and second["sources"]["beta"] == "BYTEPS_COST_BETA"
     assert second["sources"]["alpha"] == "measured"
+
+
+def test_mesh_messages_have_their_own_alpha():
+    # α measured through the summation service includes a server hop; a worker-to-worker
+    # message of the ring or the tree costs alpha_mesh (measured with a tiny ring push_pull)
+    a, b, g = 2e-4, 1e-9, 1e-11
+    m = cost_model.CostModel(a, b, g, 4, 0, alpha_mesh=5e-5)
+    assert m.cost("ring", 1000) == pytest.approx(
+        cost_formulas.ring(4).seconds(1000, 5e-5, b, g))
+    assert m.cost("ps", 1000) == pytest.approx(cost_formulas.ps(4, 0).seconds(1000, a, b, g))
+    assert (m.message_alpha("tree"), m.message_alpha("hips")) == (5e-5, a)
+    # the tree of width 2 (4 messages x 50 us) undercuts ps's 2 x 200 us even at 0 bytes
+    assert m.choose(0) == "tree"
+    check_consistent(m, range(0, 1 << 22, 40961))
+    assert m.as_dict()["alpha_mesh"] == 5e-5 and "worker mesh 50 us" in m.describe()
+    assert cost_model.CostModel(a, b, g, 4, 0).message_alpha("ring") == a  # None: alpha
+    with pytest.raises(InvalidArgumentError, match="alpha_mesh"):
+        cost_model.CostModel(a, b, g, 4, 0, alpha_mesh=-1.0)

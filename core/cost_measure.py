@@ -6,6 +6,8 @@
 * **α** (seconds per message): a tiny push_pull (8 bytes, one partition) is two messages one
   after the other, the push and the pull response: ``t₀ = 2α``, the fastest of
   :data:`ROUNDS`.
+* **α of the worker mesh** (``mesh=True``: the job has it): a tiny ring push_pull
+  (:func:`mesh_alpha`), its ``2(n - 1)`` worker-to-worker messages one after another.
 * **β** (seconds per byte on one link direction): a larger push_pull of M = 1 MiB through the
   summation service, over the job's own connections, cut into partitions of b bytes by the
   core's rule and pipelined: the cost model's ``ps`` cost (``cost_formulas.ps`` and the

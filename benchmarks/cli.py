@@ -1,7 +1,7 @@
 """``python -m benchmarks``: run the benchmarks, write ``docs/performance.md`` and its plots.
 
     python -m benchmarks [--quick] [--out docs/performance.md] [--img-dir docs/img]
-                         [--only e2e,cluster,sched,compression,pipeline,micro,sum] [--e2e]
+                         [--only e2e,cluster,sched,compression,pipeline,schemes,micro,sum] [--e2e]
                          [--compression [PARTS]]
                          [--json FILE | --from-json FILE [FILE ...]]
 
@@ -19,7 +19,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
   byteps against torch DDP on the emulated cluster; ``cluster``: :mod:`benchmarks.table1`, its byteps
   jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`; ``compression``:
   :mod:`benchmarks.compression`, its parts chosen by ``--compression``; ``pipeline``:
-  :mod:`benchmarks.pipeline`, PipeDream's plan against data parallelism) that
+  :mod:`benchmarks.pipeline`, PipeDream's plan against data parallelism; ``schemes``:
+  :mod:`benchmarks.schemes_cluster`, the synchronisation schemes and ``BYTEPS_SYNC=auto``) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
@@ -51,7 +52,8 @@ from . import ROOT, micro, report, sumbench
 #: section order in the report: plugins first (the emulated cluster is the headline).
 PLUGINS = {"e2e": f"{__package__}.e2e", "cluster": f"{__package__}.table1",
            "sched": f"{__package__}.sched", "compression": f"{__package__}.compression",
-           "sim": f"{__package__}.sim_validate", "pipeline": f"{__package__}.pipeline"}
+           "sim": f"{__package__}.sim_validate", "pipeline": f"{__package__}.pipeline",
+           "schemes": f"{__package__}.schemes_cluster"}
 
 
 class Bench:

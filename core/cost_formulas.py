@@ -16,8 +16,11 @@ linear in S and the cheapest scheme changes only where two lines cross.
   all-gather inside groups of w machines, ``2(w-1) α + 2(w-1)/w · S β``, plus a pipelined binary
   tree across the G = ceil(n / w) groups on each S / w shard, ``2 ceil(log2 G) α + 2c · S/w β``
   with c = min(G - 1, 2) children per inner node; summed ``(w-1)/w + c/w`` (G > 1).
-* ``hips`` (two-level PS, groups of g machines, G = ceil(n / g), a server on every machine):
-  ``4 α + (2(g-1)/g + 2(G-1)/(G g)) · S β + ((g-1)/g + (G-1)/(g G)) · S γ``.
+* ``hips`` (two-level PS, groups of g machines, G = ceil(n / g), a server on every machine; the
+  simulator's model): ``4 α + (2(g-1)/g + 2(G-1)/(G g)) · S β + ((g-1)/g + (G-1)/(g G)) · S γ``;
+  :func:`hips_servers` is byteps's placement (a first-level server per group on one link, T
+  top-level servers): ``4 α + max(g + 1, G / T) · S β + ((g-1) + (G-1)/T) · S γ``, what the cost
+  model uses when it knows the job's servers.
 * ``ps`` (the summation service, n workers and k CPU-only servers beside the n colocated ones,
   docs/architecture.md §4): a push and its pull response, ``2 α``; on the wire the optimum
   ``t_opt = 2n(n-1) / (n² + kn - 2k) · S β`` (with k capped at n: more CPU servers than
@@ -144,6 +147,27 @@ def hips(n: int, group: int = 0) -> SchemeCost:
     wire = 2 * (g - 1) / g + 2 * (G - 1) / G / g
     summed = (g - 1) / g + (G - 1) / (g * G)
     return SchemeCost("hips", 4.0, wire, summed, wire)
+
+
+def hips_servers(n: int, group: int, servers: int) -> SchemeCost:
+    """HiPS as byteps runs it (docs/schemes.md): G = ceil(n / g) first-level servers, server i
+    summing group i's g pushes on its own link, and T = ``servers`` - G top-level ones over
+    which the partitions spread: a first-level server's link carries g pushes in and the total
+    back (``(g + 1)·S`` each way), a top-level server's ``G·S / T``; it sums ``(g - 1)·S`` and
+    ``(G - 1)·S / T``. 4 messages (push, up, down, pull). :func:`hips` is the simulator's model
+    (a server on every machine), cheaper by about g.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: fewer than G + 1 servers, a count out of range.
+    """
+    n = _check(n, "hips: machines")
+    if n == 1:
+        return _none("hips")
+    g = hips_group(n, group)
+    G = math.ceil(n / g)
+    top = _check(servers, "hips: servers", G + 1) - G
+    wire = max(g + 1.0, G / top)
+    return SchemeCost("hips", 4.0, wire, (g - 1) + (G - 1) / top, wire)
 
 
 def ps_shares(n: int, k: int) -> tuple:

@@ -6,13 +6,15 @@
 * **α** (seconds per message): a tiny push_pull (8 bytes, one partition) is two messages one
   after the other, the push and the pull response: ``t₀ = 2α``, the fastest of
   :data:`ROUNDS`.
+* **α of the worker mesh** (``mesh=True``: the job has it): a tiny ring push_pull
+  (:func:`mesh_alpha`), its ``2(n - 1)`` worker-to-worker messages one after another.
 * **β** (seconds per byte on one link direction): a larger push_pull of M = 1 MiB through the
   summation service, over the job's own connections, cut into partitions of b bytes by the
-  core's rule and pipelined: the summation service's own formula (``cost_formulas.ps``, with
-  the pipeline's fill of docs/architecture.md §4) says it takes
-  ``t_M = 2α + wire·(M + n·b)·β + summed·M·γ``, so
-  ``β = (t_M - t₀ - summed·M·γ) / (wire·(M + n·b))``: the β with which the cost model predicts
-  the measured push_pull. The fastest of :data:`LARGE_ROUNDS`. Both times include the core's
+  core's rule and pipelined: the cost model's ``ps`` cost (``cost_formulas.ps`` and the
+  pipeline's fill, one partition: ``CostModel.ps_fill_bytes``) says it takes
+  ``t_M = 2α + wire·(M + min(M, b))·β + summed·M·γ``, so
+  ``β = (t_M - t₀ - summed·M·γ) / (wire·(M + min(M, b)))``: the β with which the cost model
+  predicts the measured push_pull. The fastest of :data:`LARGE_ROUNDS`. Both times include the core's
   own overhead per operation, which the schemes pay too.
 * **Agreement.** Every rank then push_pulls the vector of its measurements (float64, summed by
   the service) and divides by the number of ranks: every rank gets the same bytes, so every
@@ -34,6 +36,10 @@ from dataclasses import dataclass
 NAME_TINY = "__byteps_cost_model__.tiny"
 NAME_LARGE = "__byteps_cost_model__.large"
 NAME_COMBINE = "__byteps_cost_model__.params"
+#: the worker mesh's tiny push_pull (a ring; only in a job with the mesh), declared after .large
+NAME_TINY_MESH = "__byteps_cost_model__.tiny_mesh"
+#: float32 elements per worker machine of the mesh's tiny push_pull (every ring chunk non-empty)
+MESH_ELEMS_PER_MACHINE = 16
 #: priority of the measurement's push_pulls (above every default priority)
 PRIORITY = 1 << 62
 #: rounds of the tiny push_pull timed (the fastest counts)
@@ -64,6 +70,10 @@ class Measurement:
         large_bytes (int): the larger push_pull's bytes.
         beta_floored (bool): β came out below :data:`BETA_FLOOR` on some rank and was raised
             to it there.
+        alpha_mesh (float): seconds per message of the worker mesh (a worker-to-worker
+            message, no server): a tiny ring push_pull's time over its 2(n - 1) messages;
+            -1.0 when not measured (no mesh in the job, or one worker machine).
+        tiny_mesh_s (float): that ring push_pull's time, seconds (0.0: not measured).
     """
 
     alpha: float
@@ -73,6 +83,8 @@ class Measurement:
     large_s: float
     large_bytes: int
     beta_floored: bool
+    alpha_mesh: float = -1.0
+    tiny_mesh_s: float = 0.0
 
 
 def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
@@ -143,13 +155,33 @@ def network(workers: int, servers: int, part_bytes: int, gamma: float,
     cost = ps(workers, servers)
     m = float(large.nbytes)
     beta = (t_large - t_tiny - cost.summed * m * gamma) / (
-        cost.wire * (m + workers * part_bytes))
+        cost.wire * (m + min(m, part_bytes)))
     floored = beta < BETA_FLOOR
     return t_tiny / 2, max(beta, BETA_FLOOR), t_tiny, t_large, floored
 
 
+def mesh_alpha(workers: int, rounds: int = ROUNDS) -> tuple:
+    """(α of the worker mesh, the tiny ring push_pull's seconds): the fastest of ``rounds``
+    push_pulls of :data:`MESH_ELEMS_PER_MACHINE` float32 per machine declared ``sync="ring"``
+    (after one untimed), over its ``2(n - 1)`` messages one after another. Collective; the
+    job must have the mesh (``BYTEPS_SYNC`` ring, tree or auto)."""
+    import numpy as np
+
+    from . import basics
+
+    buf = np.zeros(MESH_ELEMS_PER_MACHINE * workers, dtype=np.float32)
+    basics.declare(NAME_TINY_MESH, sync="ring")
+    _push_pull(NAME_TINY_MESH, buf)
+    t = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        _push_pull(NAME_TINY_MESH, buf)
+        t = min(t, time.perf_counter() - t0)
+    return t / (2 * (workers - 1)), t
+
+
 def run(workers: int, servers: int, size: int, local_size: int, partition_bytes: int,
-        rounds: int = ROUNDS) -> Measurement:
+        rounds: int = ROUNDS, mesh: bool = False) -> Measurement:
     """Measure α, β, γ on this rank and average them over the ``size`` ranks (collective).
 
     Args:
@@ -162,6 +194,8 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
         partition_bytes: ``BYTEPS_PARTITION_BYTES`` (the job's partition bound before
             rounding).
         rounds: timed rounds of the tiny push_pull.
+        mesh: the job has the worker mesh (``BYTEPS_SYNC`` ring, tree or auto): α of the mesh
+            is measured too (:func:`mesh_alpha`).
 
     Raises:
         byteps.errors.NotInitializedError: before ``init()``.
@@ -180,7 +214,9 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
     else:
         alpha = beta = t_tiny = t_large = 0.0
         floored = False
-    vec = np.array([alpha, beta, gamma, t_tiny, t_large, float(floored)], dtype=np.float64)
+    a_mesh, t_mesh = mesh_alpha(workers, rounds) if mesh and workers > 1 else (0.0, 0.0)
+    vec = np.array([alpha, beta, gamma, t_tiny, t_large, float(floored), a_mesh, t_mesh],
+                   dtype=np.float64)
     if size > 1:
         from . import basics
 
@@ -189,5 +225,7 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
                                    "float64", vec.shape, False, PRIORITY)
         basics.wait(h)
         vec = vec / float(size)
-    a, b, g, t0, tl, fl = (float(x) for x in vec)
-    return Measurement(a, b, g, t0, tl, LARGE_BYTES, fl > 0)
+    a, b, g, t0, tl, fl, am, tm = (float(x) for x in vec)
+    measured = mesh and workers > 1
+    return Measurement(a, b, g, t0, tl, LARGE_BYTES, fl > 0, am if measured else -1.0,
+                       tm if measured else 0.0)

@@ -58,6 +58,10 @@ MAX_BYTES = 1 << 63
 #: where a parameter came from, when not from its variable
 MEASURED = "measured"
 NO_NETWORK = "not measured (one worker machine)"
+#: where :attr:`CostModel.servers` came from
+ADDRESS_BOOK = "address book"
+GIVEN = "given"
+SERVERS_VARIABLE = "DMLC_NUM_SERVER"
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,24 @@ class CostModel:
         beta (float): seconds per byte on one link direction (>= 0).
         gamma (float): seconds per byte summed (>= 0).
         workers (int): n, worker machines (``DMLC_NUM_WORKER``).
-        servers (int): k of the summation service's formula (``DMLC_NUM_SERVER``: taken as
-            CPU-only servers beside the ones the formula puts on every worker machine).
+        servers (int): k of the summation service's formula: the CPU-only servers (on a host
+            where no worker machine runs) beside the ones the formula puts on every worker
+            machine. :func:`measure` takes it from the scheduler's address book.
+        servers_source (str): where ``servers`` came from: ``"address book"`` (the job's
+            servers on hosts without a worker, the same on every rank), ``"DMLC_NUM_SERVER"``
+            (no job: every server taken as CPU-only) or ``"given"`` (default; ``servers=``).
+        partition_bound (int): the job's partition bound, bytes (``BYTEPS_PARTITION_BYTES``
+            rounded up to pages of 4096 · local_size, :func:`byteps.sim.ps_sim.partition_bound`);
+            > 0 adds ``ps``'s pipeline fill, one partition's bytes through the wire,
+            ``wire · β · min(S, b(S))`` with b(S) the core's partition of an S-byte tensor
+            (:meth:`ps_fill_bytes`). 0 (default): no fill term.
+        local_size (int): worker processes per machine (the partition rule's page unit).
+        alpha_mesh (float | None): seconds per message of the worker mesh (``ring``,
+            ``tree``: worker to worker, no server hop); None (default): ``alpha``.
+        all_servers (int): every server of the job, colocated or not; when it can run HiPS
+            (>= ceil(n/g) + 1), ``hips`` costs what byteps's placement does
+            (:func:`byteps.cost_formulas.hips_servers`: a first-level server per group on one
+            link), else (0, default) the simulator's model (:func:`~byteps.cost_formulas.hips`).
         tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
             the core's default, the largest divisor of n not above ceil(sqrt(n)).
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
@@ -110,6 +130,11 @@ class CostModel:
     measure_seconds: float = 0.0
     timings: Mapping[str, float] = field(default_factory=dict)
     schemes: Tuple[str, ...] = SCHEMES
+    servers_source: str = GIVEN
+    partition_bound: int = 0
+    local_size: int = 1
+    all_servers: int = 0
+    alpha_mesh: Optional[float] = None
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -121,11 +146,19 @@ class CostModel:
                                            f"(seconds{' per byte' if name != 'alpha' else ''})"
                                            f", got {v!r}")
             object.__setattr__(self, name, float(v))
-        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 0), ("hips_group", 0)):
+        for name, lo in (("workers", 1), ("servers", 0), ("tree_width", 0), ("hips_group", 0),
+                         ("partition_bound", 0), ("local_size", 1), ("all_servers", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InvalidArgumentError(f"cost model: {name} must be an int >= {lo}, "
                                            f"got {v!r}")
+        if self.alpha_mesh is not None:
+            v = self.alpha_mesh
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    not math.isfinite(v) or v < 0:
+                raise InvalidArgumentError(f"cost model: alpha_mesh must be None or a finite "
+                                           f"number >= 0 (seconds), got {v!r}")
+            object.__setattr__(self, "alpha_mesh", float(v))
         object.__setattr__(self, "sources", dict(self.sources))
         object.__setattr__(self, "timings", dict(self.timings))
         if self.tree_width == 0:
@@ -142,8 +175,14 @@ class CostModel:
     def scheme_costs(self) -> Dict[str, cost_formulas.SchemeCost]:
         """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape, for each
         of :attr:`schemes`."""
-        return {s: cost_formulas.scheme_cost(s, self.workers, self.servers, self.tree_width,
-                                             self.hips_group) for s in self.schemes}
+        return {s: self._scheme_cost(s) for s in self.schemes}
+
+    def _scheme_cost(self, scheme: str) -> cost_formulas.SchemeCost:
+        if scheme == "hips" and self.workers > 1 and self.all_servers >= math.ceil(
+                self.workers / cost_formulas.hips_group(self.workers, self.hips_group)) + 1:
+            return cost_formulas.hips_servers(self.workers, self.hips_group, self.all_servers)
+        return cost_formulas.scheme_cost(scheme, self.workers, self.servers, self.tree_width,
+                                         self.hips_group)
 
     def cost(self, scheme: str, nbytes: int) -> float:
         """Seconds one synchronisation of ``nbytes`` bytes costs with ``scheme``.
@@ -153,15 +192,40 @@ class CostModel:
             byteps.errors.InvalidTypeError: ``nbytes`` not an int.
         """
         nbytes = _size(nbytes, "cost")
-        c = cost_formulas.scheme_cost(scheme, self.workers, self.servers, self.tree_width,
-                                      self.hips_group)
-        return c.seconds(nbytes, self.alpha, self.beta, self.gamma)
+        if scheme not in SCHEMES:
+            cost_formulas.scheme_cost(scheme, self.workers)  # raises, naming it
+        return self._seconds(self._scheme_cost(scheme), nbytes)
 
     def costs(self, nbytes: int) -> Dict[str, float]:
         """{scheme: seconds} for a tensor of ``nbytes`` bytes, for each of :attr:`schemes`."""
         nbytes = _size(nbytes, "costs")
-        return {s: c.seconds(nbytes, self.alpha, self.beta, self.gamma)
-                for s, c in self.scheme_costs().items()}
+        return {s: self._seconds(c, nbytes) for s, c in self.scheme_costs().items()}
+
+    def message_alpha(self, scheme: str) -> float:
+        """α of ``scheme``'s messages: :attr:`alpha_mesh` for ``ring`` and ``tree`` (when
+        set), else :attr:`alpha` (the summation service's, a server hop included)."""
+        if scheme in ("ring", "tree") and self.alpha_mesh is not None:
+            return self.alpha_mesh
+        return self.alpha
+
+    def _seconds(self, c: cost_formulas.SchemeCost, nbytes: int) -> float:
+        return c.seconds(nbytes, self.message_alpha(c.scheme), self.beta, self.gamma) + \
+            _fill_hops(c) * c.wire * self.beta * self.ps_fill_bytes(nbytes)
+
+    def ps_fill_bytes(self, nbytes: int) -> int:
+        """Bytes of ``ps``'s pipeline fill for a tensor of ``nbytes`` bytes: its first
+        partition, ``min(nbytes, b)`` with b the core's partition bound of the tensor
+        (``TensorPartitionBound``, :func:`byteps.sim.ps_sim.tensor_partition_bound`: a small
+        tensor's is a multiple of 60 KiB, a large one's :attr:`partition_bound`). A server
+        answers a partition's pull only once every worker's push of it is in, so the last
+        partition's sum leaves one partition's time after the pushes end (the ring and the
+        tree forward chunks as they arrive; HiPS pays it at both levels). 0 when :attr:`partition_bound` is 0 or n = 1."""
+        if self.partition_bound <= 0 or self.workers <= 1:
+            return 0
+        from .sim.ps_sim import tensor_partition_bound
+
+        return min(int(nbytes), tensor_partition_bound(int(nbytes), self.partition_bound,
+                                                       self.workers, self.local_size))
 
     def choose(self, nbytes: int) -> str:
         """The scheme for a tensor of ``nbytes`` bytes: ``"ps"``, ``"ring"``, ``"tree"`` or
@@ -184,11 +248,14 @@ class CostModel:
     def as_dict(self) -> dict:
         """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
-        ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``servers_source``, ``partition_bound``, ``local_size``, ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
         ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
-        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma,
+        return {"alpha": self.alpha, "alpha_mesh": self.alpha_mesh, "beta": self.beta,
+                "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
-                "servers": self.servers, "tree_width": self.tree_width,
+                "servers": self.servers, "servers_source": self.servers_source,
+                "partition_bound": self.partition_bound, "local_size": self.local_size,
+                "tree_width": self.tree_width,
                 "hips_group": self.hips_group, "schemes": list(self.schemes),
                 "measure_seconds": self.measure_seconds,
                 "timings": dict(self.timings),
@@ -199,18 +266,22 @@ class CostModel:
     def describe(self) -> str:
         """One line: the parameters, where each came from, and the choice per size range."""
         src = self.sources
-        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', 'given')})",
-                 f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
-                 f"({src.get('beta', 'given')})",
-                 f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
-                 f"({src.get('gamma', 'given')})"]
+        parts = [f"alpha {self.alpha * 1e6:.3g} us ({src.get('alpha', 'given')})"]
+        if self.alpha_mesh is not None:
+            parts.append(f"alpha of the worker mesh {self.alpha_mesh * 1e6:.3g} us "
+                         f"({src.get('alpha_mesh', 'given')})")
+        parts += [f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
+                  f"({src.get('beta', 'given')})",
+                  f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
+                  f"({src.get('gamma', 'given')})"]
         ivs = self.intervals
         ranges = f"{ivs[0].scheme} for every size" if len(ivs) == 1 else ", ".join(
             f"{iv.scheme} below {_bytes(iv.hi)}" if iv.lo == 0 else
             f"{iv.scheme} from {_bytes(iv.lo)}" for iv in ivs)
         took = f"; measured in {self.measure_seconds * 1e3:.1f} ms" if self.measure_seconds \
             else ""
-        return (f"cost model: {self.workers} worker machine(s), {self.servers} server(s), tree "
+        return (f"cost model: {self.workers} worker machine(s), {self.servers} CPU-only "
+                f"server(s) ({self.servers_source}), tree "
                 f"width {self.tree_width}, HiPS group "
                 f"{cost_formulas.hips_group(self.workers, self.hips_group)}; "
                 + "; ".join(parts) + f"; choice: {ranges}{took}")
@@ -234,33 +305,66 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _fill_hops(c: cost_formulas.SchemeCost) -> int:
+    """Store-and-forward levels of servers a partition passes (its pipeline fill): ps 1,
+    hips 2, the all-reduces 0."""
+    return {"ps": 1, "hips": 2}.get(c.scheme, 0)
+
+
+def _fill_pieces(model: CostModel) -> list:
+    """[(lo, hi, per_byte, const)]: the sizes ``lo <= S < hi`` (hi None: no end) on which
+    ``ps_fill_bytes(S) = per_byte·S + const`` (per_byte 0 or 1). The core's partition bound of
+    a tensor changes only where ``S // (PIPELINE_DEPTH·n)`` reaches a multiple of 60 KiB or the
+    job's bound; the fill is S itself below the smallest bound b0 (one partition)."""
+    if model.partition_bound <= 0 or model.workers <= 1:
+        return [(0, None, 0, 0)]
+    from .sim.ps_sim import PIPELINE_DEPTH, SMALL_PARTITION, tensor_partition_bound
+
+    span = PIPELINE_DEPTH * model.workers
+    b0 = tensor_partition_bound(0, model.partition_bound, model.workers, model.local_size)
+    cuts = {0, b0, model.partition_bound * span}
+    cuts.update(j * SMALL_PARTITION * span
+                for j in range(1, model.partition_bound // SMALL_PARTITION + 2))
+    cuts = sorted(c for c in cuts if c < MAX_BYTES)
+    out = [(0, cuts[1] if len(cuts) > 1 else None, 1, 0)]  # below b0: the whole tensor
+    for i, lo in enumerate(cuts[1:], 1):
+        out.append((lo, cuts[i + 1] if i + 1 < len(cuts) else None, 0,
+                    model.ps_fill_bytes(lo)))
+    return out
+
+
 def _envelope(model: CostModel) -> Tuple[Interval, ...]:
     """The cheapest scheme over every integer size in [0, MAX_BYTES): the lower envelope of
-    the cost lines ``a + b·S``. The argmin can change only between floor(x) and floor(x) + 1
-    for a crossing x of two lines, so it is evaluated at 0 and at those integers; equal
-    neighbours merge."""
-    lines = []
+    the cost lines ``a + b·S``, piece by piece where ``ps``'s fill changes its line
+    (:func:`_fill_pieces`). Within a piece the argmin can change only between floor(x) and
+    floor(x) + 1 for a crossing x of two lines, so it is evaluated at the piece's start and at
+    those integers; equal neighbours merge."""
+    base = []
     for i, (s, c) in enumerate(model.scheme_costs().items()):
-        lines.append((s, c.messages * model.alpha, c.wire * model.beta + c.summed * model.gamma,
-                      i))
-    points = {0}
-    for i in range(len(lines)):
-        for j in range(i + 1, len(lines)):
-            (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
-            if bi == bj:
-                continue
-            x = (aj - ai) / (bi - bj)
-            if 0 <= x < MAX_BYTES - 1:
-                points.update((int(math.floor(x)), int(math.floor(x)) + 1))
+        base.append((s, c.messages * model.message_alpha(s),
+                     c.wire * model.beta + c.summed * model.gamma,
+                     i, _fill_hops(c) * c.wire * model.beta))
+    out: list = []
+    for lo, hi, per_byte, const in _fill_pieces(model):
+        top = MAX_BYTES if hi is None else hi
+        lines = [(s, a + f * const, b + f * per_byte, i) for s, a, b, i, f in base]
+        points = {lo}
+        for i in range(len(lines)):
+            for j in range(i + 1, len(lines)):
+                (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
+                if bi == bj:
+                    continue
+                x = (aj - ai) / (bi - bj)
+                if lo <= x < top - 1:
+                    points.update((int(math.floor(x)), int(math.floor(x)) + 1))
 
-    def best(size: int) -> str:
-        return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
+        def best(size: int, lines=lines) -> str:
+            return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
 
-    out = []
-    for p in sorted(points):
-        s = best(p)
-        if not out or out[-1][1] != s:
-            out.append((p, s))
+        for p in sorted(q for q in points if lo <= q < top):
+            s = best(p)
+            if not out or out[-1][1] != s:
+                out.append((p, s))
     return tuple(Interval(lo, out[i + 1][0] if i + 1 < len(out) else None, s)
                  for i, (lo, s) in enumerate(out))
 
@@ -303,7 +407,12 @@ def measure(env: Optional[Mapping[str, str]] = None, *, tree_width: Optional[int
         tree_width, hips_group: the schemes' shapes; default: the ``BYTEPS_TREE_WIDTH`` /
             ``BYTEPS_HIPS_GROUP`` knobs where the registry has them, else 0 (the core's
             default width) and 0 (sqrt(n)).
-        servers: k of the summation service's formula; default ``DMLC_NUM_SERVER``.
+        servers: k of the summation service's formula (CPU-only servers); default: in a
+            running distributed job, the servers of the scheduler's address book on hosts
+            where no worker machine runs (``byteps._core.server_placement()``: the same on
+            every rank; servers colocated with workers, as ``bpslaunch`` places them, count
+            0); otherwise ``DMLC_NUM_SERVER`` (every server taken as CPU-only). Which schemes
+            the job can run is judged from all its servers, whatever ``servers`` says.
         schemes: the schemes to choose among; default :data:`CANDIDATES` (all four).
 
     Raises:
@@ -341,6 +450,26 @@ def feasible_schemes(n: int, k: int, group: int) -> tuple:
     return out or ("ring",)
 
 
+def _servers(values: Mapping[str, str], servers: Optional[int],
+             job: bool) -> Tuple[int, int, str]:
+    """(k: CPU-only servers, all servers, where k came from). In a running distributed job
+    both counts come from the scheduler's address book (a server is colocated when a worker
+    machine registered from its host: ``KeyPlanner``'s weights use the same flags), which every
+    rank has alike (the local root's, passed to its local ranks); without one,
+    ``DMLC_NUM_SERVER`` for both (``job`` False: ``values`` are a what-if's, not the running
+    job's). ``servers`` given: k = it."""
+    from . import _core
+
+    total = int(values[SERVERS_VARIABLE])
+    k, source = total, SERVERS_VARIABLE
+    if job and _core.is_initialized() and _core.is_distributed():
+        total, k = (int(x) for x in _core.server_placement())
+        source = ADDRESS_BOOK
+    if servers is not None:
+        k, source = servers, GIVEN
+    return k, total, source
+
+
 def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     global _cached
     from . import _core
@@ -348,12 +477,13 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     values = _core.knob_values(None if env is None else dict(env))
     over = overrides(values)
     n = int(values["DMLC_NUM_WORKER"])
-    k = int(values["DMLC_NUM_SERVER"]) if servers is None else servers
+    k, total, k_source = _servers(values, servers, env is None)
     w = _knob_int(values, TREE_WIDTH_KNOB, DEFAULT_TREE_WIDTH) if tree_width is None \
         else tree_width
     g = _knob_int(values, HIPS_GROUP_KNOB, DEFAULT_HIPS_GROUP) if hips_group is None \
         else hips_group
     sources = {p: VARIABLES[p] for p in over}
+    alpha_mesh = None
     took = 0.0
     timings: Dict[str, float] = {}
     if len(over) < len(VARIABLES):
@@ -369,11 +499,18 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
 
         n = int(_core.num_worker())
         t0 = time.perf_counter()
+        from .schemes import sync_setting
+
+        mesh = sync_setting(values) in ("ring", "tree", "auto")
         m = cost_measure.run(n, k, int(_core.size()), int(_core.local_size()),
-                             int(values["BYTEPS_PARTITION_BYTES"]))
+                             int(values["BYTEPS_PARTITION_BYTES"]), mesh=mesh)
         took = time.perf_counter() - t0
         params = {"alpha": m.alpha, "beta": m.beta, "gamma": m.gamma}
         timings = {"tiny_s": m.tiny_s, "large_s": m.large_s, "large_bytes": m.large_bytes}
+        if m.alpha_mesh >= 0 and "alpha" not in over:  # BYTEPS_COST_ALPHA sets both
+            alpha_mesh = m.alpha_mesh
+            sources["alpha_mesh"] = MEASURED
+            timings["tiny_mesh_s"] = m.tiny_mesh_s
         for p in ("alpha", "beta"):
             sources.setdefault(p, MEASURED if n > 1 else NO_NETWORK)
         sources.setdefault("gamma", MEASURED)
@@ -386,9 +523,14 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         params = over
     if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
         g = math.ceil(math.sqrt(n))
+    from .sim.ps_sim import partition_bound
+
+    local = max(_knob_int(values, "BYTEPS_LOCAL_SIZE", 1), 1)
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
                       took, timings,
-                      feasible_schemes(n, k, g) if schemes is None else tuple(schemes))
+                      feasible_schemes(n, total, g) if schemes is None else tuple(schemes),
+                      k_source, partition_bound(int(values["BYTEPS_PARTITION_BYTES"]), local),
+                      local, total, alpha_mesh)
     log.info("%s", model.describe())
     if env is None:
         _cached = (_job_key(values), model)

@@ -127,6 +127,56 @@ def test_tiny_tensors_fewest_messages_huge_least_bytes():
                          + [rng.randrange(1 << 36) for _ in range(20)])
 
 
+def test_hips_as_byteps_places_its_servers():
+    # n = 4, g = 2: G = 2 first-level servers, each link carrying g + 1 = 3 S each way
+    ap = pytest.approx
+    assert coeffs(cost_formulas.hips_servers(4, 2, 4)) == ap((4, 3, 1 + 1 / 2, 3))
+    assert coeffs(cost_formulas.hips_servers(4, 2, 3)) == ap((4, 3, 2, 3))  # one top server
+    assert coeffs(cost_formulas.hips_servers(9, 3, 4)) == ap((4, 4, 2 + 2, 4))
+    with pytest.raises(InvalidArgumentError, match="servers"):
+        cost_formulas.hips_servers(4, 2, 2)
+    # the model uses it when it knows the job's servers, else the simulator's model
+    a, b, g = 1e-5, 1e-9, 1e-11
+    assert cost_model.CostModel(a, b, g, 4, 0, all_servers=4).scheme_costs()["hips"] == \
+        cost_formulas.hips_servers(4, 2, 4)
+    assert cost_model.CostModel(a, b, g, 4, 0).scheme_costs()["hips"] == cost_formulas.hips(4, 2)
+
+
+def test_ps_pipeline_fill_is_one_partition():
+    """With the job's partition bound the ps (and hips) costs add one partition's time: the
+    core's bound of the tensor (61440 B below 16·n·60 KiB, the job's bound from 16·n·bound),
+    or the whole tensor when it is smaller."""
+    a, b, g = 109e-6, 6.16e-9, 4.6e-11  # measured on the emulated cluster, n = 4, k = 0
+    m = cost_model.CostModel(a, b, g, 4, 0, partition_bound=262144, all_servers=4)
+    assert [m.ps_fill_bytes(s) for s in (4096, 61440, 1 << 20, 4 << 20, 16 << 20, 64 << 20)] \
+        == [4096, 61440, 61440, 61440, 262144, 262144]
+    ps = cost_formulas.ps(4, 0)
+    assert m.cost("ps", 1 << 20) == pytest.approx(ps.seconds(1 << 20, a, b, g)
+                                                  + ps.wire * b * 61440)
+    assert m.cost("ring", 1 << 20) == pytest.approx(cost_formulas.ring(4).seconds(1 << 20, a, b, g))
+    # k = 0: ps and the ring move the same bytes; ps's 2 messages win small tensors, the
+    # ring's chunks without a store-and-forward win from about 70 KB (the tree between)
+    assert [iv.scheme for iv in m.intervals] == ["ps", "tree", "ring"]
+    assert m.choose(4096) == "ps" and m.choose(256 << 10) == "ring"
+    check_consistent(m, [0, 1, 4095, 61439, 61440, 61441, 1 << 20, 3932159, 3932160,
+                         16777215, 16777216, 1 << 40])
+    # k = 4 CPU-only servers: ps moves S per worker against the ring's 1.5 S: ps everywhere
+    m4 = cost_model.CostModel(136e-6, 8.3e-9, g, 4, 4, partition_bound=262144, all_servers=4)
+    assert [iv.scheme for iv in m4.intervals] == ["ps"]
+    rng = random.Random(11)
+    for _ in range(200):
+        n = rng.randint(2, 16)
+        m = cost_model.CostModel(10 ** rng.uniform(-7, -3), 10 ** rng.uniform(-12, -8),
+                                 10 ** rng.uniform(-12, -8), n, rng.randint(0, n),
+                                 rng.randint(1, n), rng.choice([0, 2, 3]),
+                                 partition_bound=rng.choice([4096, 262144, 4096000]),
+                                 local_size=rng.randint(1, 3), all_servers=rng.randint(0, 2 * n))
+        cuts = [lo for lo, *_ in cost_model._fill_pieces(m)]
+        check_consistent(m, [0, 1, 1 << 20, 1 << 40] + [c + d for c in cuts for d in (-1, 0, 1)
+                                                          if c + d >= 0]
+                         + [rng.randrange(1 << 30) for _ in range(10)])
+
+
 def test_boundary_where_hips_overtakes_ps():
     """n = 4, one CPU-only server, summation slow against the wire: ps (2 messages) for small
     tensors, hips (4 messages, fewer bytes summed) from the crossing 2α / (b_ps - b_hips)."""
@@ -207,6 +257,39 @@ def test_variables_set_everything_without_measuring(caplog):
     assert cost_model.measure(env, servers=0, tree_width=4, hips_group=2).tree_width == 4
 
 
+def test_k_counts_only_the_address_books_cpu_only_servers(monkeypatch):
+    # 4 worker machines and 4 servers: colocated on the workers' hosts (the address book says
+    # 0 CPU-only), the summation service's wire cost is t_opt with k = 0, not k = 4
+    values = {"DMLC_NUM_WORKER": "4", "DMLC_NUM_SERVER": "4"}
+    if not _core.is_initialized():
+        assert cost_model._servers(values, None, True) == (4, 4, "DMLC_NUM_SERVER")
+    placement = [(4, 0)]
+    monkeypatch.setattr(_core, "is_initialized", lambda: True)
+    monkeypatch.setattr(_core, "is_distributed", lambda: True)
+    monkeypatch.setattr(_core, "server_placement", lambda: placement[0])
+    assert cost_model._servers(values, None, True) == (0, 4, "address book")
+    assert cost_model._servers(values, 3, True) == (3, 4, "given")  # servers= overrides
+    assert cost_model._servers(values, None, False) == (4, 4, "DMLC_NUM_SERVER")  # env: what-if
+    placement[0] = (6, 2)  # 4 colocated + 2 CPU-only
+    assert cost_model._servers(values, None, True) == (2, 6, "address book")
+    placement[0] = (4, 0)
+    for var, value in zip(VARS, ("2e-5", "8e-11", "3e-11")):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("DMLC_NUM_WORKER", "4")
+    monkeypatch.setenv("DMLC_NUM_SERVER", "4")
+    monkeypatch.setattr(cost_model, "_cached", None)
+    m = cost_model.measure()  # all three set: nothing measured, k from the address book
+    assert (m.servers, m.servers_source) == (0, "address book")
+    assert m.scheme_costs()["ps"] == cost_formulas.ps(4, 0)
+    assert m.scheme_costs()["ps"].wire == pytest.approx(1.5)  # 2n(n-1)/n^2, not 1 (k = n)
+    assert m.schemes == ("ps", "ring", "tree", "hips")  # hips: 4 servers >= ceil(4/2) + 1
+    assert (m.partition_bound, m.local_size, m.all_servers) == (262144, 1, 4)
+    assert m.intervals == cost_model.CostModel(2e-5, 8e-11, 3e-11, 4, 0, partition_bound=262144,
+                                               all_servers=4).intervals
+    assert "0 CPU-only server(s) (address book)" in m.describe()
+    assert cost_model.measure(servers=4).servers == 4
+
+
 @pytest.mark.parametrize("var", VARS)
 @pytest.mark.parametrize("bad", ["fast", "-1", "nan", "", "1e400"])
 def test_bad_variable_is_a_config_error_naming_it(var, bad):
@@ -238,25 +321,54 @@ def test_measuring_needs_init_and_the_job():
 # ----------------------------------------------------------------------- a real 2-worker job --
 
 
-def test_measured_on_a_two_worker_job_same_on_both_ranks():
-    rc, out, _ = run_job(["--workers", "2", "--servers", "1"], "measure", script=WORKER,
-                         timeout=90)
-    assert_ok(rc, out, 2, min_cases=3)
+@pytest.mark.parametrize("local_size", [1, 2])
+def test_measured_on_a_two_worker_job_same_on_both_ranks(local_size):
+    # loopback: the server runs on the workers' host, so the address book marks it colocated
+    # and k (CPU-only servers) is 0 on every rank; with 2 local ranks the non-roots get the
+    # address book's counts from their local root
+    size = 2 * local_size
+    rc, out, _ = run_job(["--workers", "2", "--servers", "1", "--local-size", str(local_size)],
+                         "measure", script=WORKER, timeout=90)
+    assert_ok(rc, out, size, min_cases=3)
     got = {}
-    for r in (0, 1):
+    for r in range(size):
         lines = worker_lines(out, r)
         got[r] = {tag: json.loads(line.split(" ", 1)[1]) for line in lines
-                  for tag in ("COSTMODEL", "COSTMODEL_BETA") if line.startswith(tag + " ")}
+                  for tag in ("COSTMODEL", "COSTMODEL_BETA", "PLACEMENT")
+                  if line.startswith(tag + " ")}
+        assert got[r]["PLACEMENT"] == [1, 0], (r, got[r]["PLACEMENT"])
     for tag in ("COSTMODEL", "COSTMODEL_BETA"):
-        a, b = dict(got[0][tag]), dict(got[1][tag])
-        ta, tb = a.pop("measure_seconds"), b.pop("measure_seconds")
-        assert a == b, tag  # bit-identical parameters, choice and table on both ranks
-        assert 0 < ta < 5 and 0 < tb < 5, (ta, tb)
+        a = dict(got[0][tag])
+        ta = a.pop("measure_seconds")
+        for r in range(1, size):
+            b = dict(got[r][tag])
+            tb = b.pop("measure_seconds")
+            assert a == b, (tag, r)  # bit-identical parameters, choice and table on all ranks
+            assert 0 < tb < 5, tb
+        assert 0 < ta < 5, ta
         assert 0 < a["alpha"] < 0.05, a  # seconds per message
         assert 1e-13 <= a["beta"] < 1e-6, a  # s/B: above 1 MB/s, at most 10 TB/s
         assert 0 < a["gamma"] < 1e-7, a  # s/B: the kernel sums above 10 MB/s
-        assert (a["workers"], a["servers"]) == (2, 1)
+        assert (a["workers"], a["servers"], a["servers_source"]) == (2, 0, "address book")
     first, second = got[0]["COSTMODEL"], got[0]["COSTMODEL_BETA"]
     assert first["sources"] == {"alpha": "measured", "beta": "measured", "gamma": "measured"}
     assert second["beta"] == 2.5e-10 and second["sources"]["beta"] == "BYTEPS_COST_BETA"
     assert second["sources"]["alpha"] == "measured"
+
+
+def test_mesh_messages_have_their_own_alpha():
+    # α measured through the summation service includes a server hop; a worker-to-worker
+    # message of the ring or the tree costs alpha_mesh (measured with a tiny ring push_pull)
+    a, b, g = 2e-4, 1e-9, 1e-11
+    m = cost_model.CostModel(a, b, g, 4, 0, alpha_mesh=5e-5)
+    assert m.cost("ring", 1000) == pytest.approx(
+        cost_formulas.ring(4).seconds(1000, 5e-5, b, g))
+    assert m.cost("ps", 1000) == pytest.approx(cost_formulas.ps(4, 0).seconds(1000, a, b, g))
+    assert (m.message_alpha("tree"), m.message_alpha("hips")) == (5e-5, a)
+    # the tree of width 2 (4 messages x 50 us) undercuts ps's 2 x 200 us even at 0 bytes
+    assert m.choose(0) == "tree"
+    check_consistent(m, range(0, 1 << 22, 40961))
+    assert m.as_dict()["alpha_mesh"] == 5e-5 and "worker mesh 50 us" in m.describe()
+    assert cost_model.CostModel(a, b, g, 4, 0).message_alpha("ring") == a  # None: alpha
+    with pytest.raises(InvalidArgumentError, match="alpha_mesh"):
+        cost_model.CostModel(a, b, g, 4, 0, alpha_mesh=-1.0)

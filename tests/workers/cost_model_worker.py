@@ -2,7 +2,8 @@
 ``python -m byteps.launcher``; start-up, log and fail are bps_worker's.
 
 ``measure``: ``byteps.cost_model()`` (the measurement, collective), prints ``COSTMODEL <json>``
-(``CostModel.as_dict()``); a second call must return the same object without measuring; then
+(``CostModel.as_dict()``) and ``PLACEMENT [servers, CPU-only servers]`` (the address book's,
+``byteps._core.server_placement()``); a second call must return the same object without measuring; then
 ``BYTEPS_COST_BETA`` is set in this process and ``byteps.cost_model(refresh=True)`` measures
 again with β taken from it: prints ``COSTMODEL_BETA <json>``. Finally one push_pull checks that
 the job still sums exactly after the measurement.
@@ -35,6 +36,7 @@ def mode_measure(args) -> int:
     if names[:3] != want:
         fail(f"the measurement declared {names}, expected {want} first")
     log("COSTMODEL " + json.dumps(model.as_dict(), sort_keys=True))
+    log("PLACEMENT " + json.dumps(list(_core.server_placement())))
     if byteps.cost_model() is not model:
         fail("a second byteps.cost_model() measured again")
     os.environ["BYTEPS_COST_BETA"] = BETA

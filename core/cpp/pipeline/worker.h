@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "comm/local_channel.h"
@@ -101,6 +102,10 @@ class WorkerCore : public PullSink, public CollectiveSink {
   Status Start();
   void Stop();
   const WorkerConfig& config() const { return cfg_; }
+  // The job's servers and how many of them run on no worker machine's host (CPU-only), from
+  // the scheduler's address book (the local root's; its other local ranks get them with READY):
+  // the same on every rank. {0, 0} on a single machine.
+  std::pair<int, int> ServerPlacement() const { return {num_servers_, cpu_only_servers_}; }
 
   // `compression`: the compressor's canonical kwargs (compress::FormatSpec), "" for none;
   // fixed by the first declaration or push_pull of the name (InvalidArgument on a change).
@@ -289,6 +294,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
 
   // distributed (local root): the scheduler and the servers
   std::unique_ptr<PsClient> ps_;
+  int num_servers_ = 0, cpu_only_servers_ = 0;  // ServerPlacement()
   // Worker machines that said PEER_GOODBYE (the worker mesh), by worker id.
   std::unique_ptr<std::atomic<bool>[]> peer_left_;
   // AbortCollective's threads (rare: a peer shut down mid-operation), joined by Stop().

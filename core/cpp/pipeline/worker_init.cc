@@ -235,7 +235,11 @@ Status WorkerCore::LocalRendezvous() {
       }
       LocalSignal r;
       if (!channel_.Recv(&r, 50)) continue;
-      if (r.type == static_cast<uint8_t>(LocalSignalType::kReady)) return Status::OK();
+      if (r.type == static_cast<uint8_t>(LocalSignalType::kReady)) {
+        num_servers_ = static_cast<int>(r.key >> 32);  // the root's ServerPlacement()
+        cpu_only_servers_ = static_cast<int>(r.key & 0xffffffffu);
+        return Status::OK();
+      }
       if (r.type == static_cast<uint8_t>(LocalSignalType::kInitFailed))
         return Status(static_cast<StatusCode>(r.code), std::string("local root failed: ") + r.text);
     }
@@ -265,6 +269,7 @@ Status WorkerCore::LocalRendezvous() {
   Status st = cfg_.distributed ? ConnectToJob() : Status::OK();
   s.type = static_cast<uint8_t>(st.ok() ? LocalSignalType::kReady : LocalSignalType::kInitFailed);
   s.code = static_cast<uint8_t>(st.code());
+  s.key = (static_cast<uint64_t>(num_servers_) << 32) | static_cast<uint32_t>(cpu_only_servers_);
   strncpy(s.text, st.message().c_str(), sizeof(s.text) - 1);
   for (int r = 1; r < cfg_.local_size; ++r) channel_.Send(r, s);
   return st;
@@ -298,7 +303,10 @@ Status WorkerCore::ConnectToJob() {
   reg.pid = static_cast<uint32_t>(getpid());
   reg.async_mode = cfg_.async_mode;
   reg.max_staleness = cfg_.max_staleness;
-  return ps_->Connect(reg, cfg_.timeout_s);
+  BPS_RETURN_IF_ERROR(ps_->Connect(reg, cfg_.timeout_s));
+  num_servers_ = ps_->num_servers();
+  cpu_only_servers_ = ps_->cpu_only_servers();
+  return Status::OK();
 }
 
 void WorkerCore::StartThreads() {

@@ -115,6 +115,9 @@ class PsClient : public PsConnectionHandler {
   // starts the heartbeats. Each step is bounded by timeout_s.
   Status Connect(RegisterMsg reg, double timeout_s);
   int num_servers() const { return static_cast<int>(servers_.size()); }
+  // The servers of the address book that run on no worker machine's host (CPU-only; the
+  // scheduler's colocated flags, the same in every worker's book): the k of the cost model.
+  int cpu_only_servers() const { return cpu_only_servers_; }
   // The worker mesh (null when PsClientConfig::collective is).
   PeerMesh* mesh() const { return mesh_.get(); }
 
@@ -189,6 +192,7 @@ class PsClient : public PsConnectionHandler {
   std::unique_ptr<Van> van_;  // outlives control_ and servers_
   std::unique_ptr<ControlClient> control_;
   std::vector<std::unique_ptr<Connection>> servers_;
+  int cpu_only_servers_ = 0;
   std::unique_ptr<PeerMesh> mesh_;  // before van_ goes
   std::mutex declare_mu_;
   std::unordered_map<uint32_t, DeclareReplyFn> declares_;  // by declared key

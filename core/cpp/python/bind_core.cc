@@ -74,6 +74,8 @@ void BindCore(py::module_& m) {
   m.def("local_size", []() { return Require()->config().local_size; });
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
+  // (servers, CPU-only servers) of the job's address book: the cost model's k (docs/schemes.md).
+  m.def("server_placement", []() { return Require()->ServerPlacement(); });
   // BYTEPS_ENABLE_ASYNC and BYTEPS_ASYNC_MAX_STALENESS of the running worker (docs/async.md).
   m.def("async_mode", []() { return Require()->config().async_mode; });
   m.def("max_staleness", []() { return Require()->config().max_staleness; });

@@ -1,0 +1,107 @@
+"""The schemes benchmark (benchmarks.schemes_cluster): its plans, and the quick plan on a tiny
+emulated cluster (n = 2; k = 0 with a server colocated on each worker host, k = 2 with two
+CPU-server hosts): every job finishes, the times are finite and positive, the simulator's
+stand beside them, the ``auto`` rows are there with the cost model's k taken from the address
+book, the section renders. The cluster needs root and iproute2 (skipped otherwise)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+
+import pytest
+
+from benchmarks import cluster as bc
+from benchmarks import schemes_cluster as sc
+from benchmarks import schemes_cluster_report as scr
+
+pytestmark = [pytest.mark.bench]
+
+netns = pytest.mark.skipif(bc.netns_unavailable() is not None,
+                           reason=f"emulated cluster unavailable: {bc.netns_unavailable()}")
+
+
+def _ours_left(before: set) -> list:
+    return [ns for ns in set(bc.list_netns()) - before
+            if ns.startswith(f"bps{os.getpid() % 10000}")]
+
+
+def test_plans_and_hook():
+    from benchmarks import cli
+
+    assert importlib.import_module(cli.PLUGINS["schemes"]) is sc
+    full = sc.bench_settings(False)
+    assert (full["n"], full["ks"], full["sizes"]) == (4, [0, 4], list(sc.SIZES))
+    assert sc.plan_jobs(full, 0) == ["ps", "ring", "tree", "hips", "auto"]  # 4 colocated
+    assert sc.plan_jobs(full, 4) == ["ps", "ring", "tree", "hips", "auto"]  # 4 CPU-only
+    assert sc.schemes_for(4, 2) == ["ps", "ring", "tree"]  # hips needs ceil(4/2) + 1 = 3
+    assert (sc.job_servers(4, 0), sc.job_servers(4, 4), sc.job_servers(4, 2)) == (4, 4, 6)
+    assert len(full["profile"]["tensors"]) == 161  # every ResNet-50 gradient
+    assert sum(b for _, b in full["profile"]["tensors"]) == 4 * 25_557_032
+    quick = sc.bench_settings(True)
+    assert quick["n"] in (2, 3) and len(quick["sizes"]) == 2
+    assert sum(b for _, b in quick["profile"]["tensors"]) <= sc.QUICK_PROFILE_BYTES
+    if full["unavailable"] is None:
+        assert sc.bench_steps(full) == 2 * (1 + 2 * 5)  # 2 rounds
+
+
+def test_report_without_cluster():
+    plan = sc.bench_settings(True)
+    plan["unavailable"] = "no root (test)"
+    res = sc.bench_run(plan)
+    md, targets = sc.bench_markdown(json.loads(json.dumps(res)))
+    assert "Not measured: no root (test)." in md and targets == []
+
+
+def test_targets_from_results():
+    # auto at 0.9 of the best fixed scheme's time (a win), and 10 % slower at the larger size
+    def st(t):
+        return {"time_s": t, "min_s": t, "max_s": t, "scatter": 0.0, "sim_s": t}
+
+    plan = sc.bench_settings(True)
+    row = {"k": 0, "n": 2, "goodput_Bps": 1e8, "jobs": {
+        "ps": {"sizes": {"4096": st(1e-3), "262144": st(2e-3)}, "profile": st(0.1)},
+        "ring": {"sizes": {"4096": st(2e-3), "262144": st(3e-3)}, "profile": st(0.2)},
+        "auto": {"sizes": {"4096": st(0.9e-3), "262144": st(2.2e-3)}, "profile": st(0.1),
+                 "choices": {"4096": "ps", "262144": "ps"}, "profile_choices": {"ps": 3}}}}
+    md, targets = scr.markdown({"plan": plan, "rows": [row], "cores": 2})
+    size_t, prof_t = targets
+    assert size_t["ratio"] == pytest.approx(2 / 2.2) and size_t["met"] is False
+    assert prof_t["ratio"] == pytest.approx(1.0) and prof_t["met"] is True
+    assert "| 0 | 4 KiB | 1.00 / 1.00 (1.00) | 2.00 / 2.00 (1.00) | – | – |" in md
+
+
+@netns
+def test_quick_plan_on_a_tiny_cluster():
+    plan = sc.bench_settings(True, ks=[0, 2], schemes=sc.FIXED)
+    plan["link_seconds"] = 0.3
+    before = set(bc.list_netns())
+    labels = []
+    res = sc.bench_run(plan, labels.append)
+    assert len(labels) == sc.bench_steps(plan)
+    assert not _ours_left(before)
+    res = json.loads(json.dumps(res))
+    assert [r["k"] for r in res["rows"]] == [0, 2]
+    for row in res["rows"]:
+        assert set(row["jobs"]) == {"ps", "ring", "tree", "hips", "auto"}, row["jobs"].keys()
+        for sync, job in row["jobs"].items():
+            assert "error" not in job, (row["k"], sync, job)
+            stats = [*job["sizes"].values(), job["profile"]]
+            assert sorted(job["sizes"]) == sorted(str(s) for s in plan["sizes"])
+            for s in stats:
+                assert math.isfinite(s["time_s"]) and s["time_s"] > 0, (sync, s)
+            for s in job["sizes"].values():
+                assert math.isfinite(s["sim_s"]) and s["sim_s"] > 0, (sync, s)
+        auto = row["jobs"]["auto"]
+        m = auto["model"]
+        # the address book: k = 0 has its servers on the worker hosts, k = 2 two CPU-only
+        assert (m["servers"], m["servers_source"]) == (row["k"], "address book"), m
+        assert auto["same_on_every_rank"]
+        assert set(auto["choices"].values()) <= set(sc.FIXED)
+        assert sum(auto["profile_choices"].values()) == len(plan["profile"]["tensors"])
+    md, targets = sc.bench_markdown(res)
+    assert "## The synchronisation schemes on the emulated cluster" in md
+    assert "failed" not in md and "auto chose" in md and "(address book)" in md
+    assert len(targets) == 4 and all(t["ratio"] > 0 for t in targets), targets

@@ -287,8 +287,7 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         f" at commit {res['commit']}" if res.get("commit") else "") + (
         " (with uncommitted core sources in the tree)" if res.get("dirty") else "")
     md.append(
-        f"{when} (`python -m benchmarks --compression --json FILE`, merged into this page "
-        "with `python -m benchmarks --from-json FULL.json FILE`; alone: `python -m "
+        f"{when} (this section alone: `python -m benchmarks --compression`, or `python -m "
         "benchmarks.compression`). Two-level compression (docs/compression.md): each worker "
         "compresses every partition of a declared tensor before its push, the server "
         "decompresses the pushes, sums, compresses the sum, and the workers decompress what "

@@ -240,8 +240,7 @@ def markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     if res.get("date"):
         md += [f"Measured {res['date']}" + (f" at commit {res['commit']}" if res.get("commit")
                                              else "")
-               + " (`python -m benchmarks --e2e --json FILE`, merged into this page with "
-               "`python -m benchmarks --from-json FULL.json FILE`; alone: "
+               + " (this section alone: `python -m benchmarks --e2e`, or "
                "`python -m benchmarks.e2e`)"
                + (f". This section took {res['elapsed_s'] / 60:.1f} min." if res.get("elapsed_s")
                   else "."), ""]

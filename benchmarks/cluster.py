@@ -44,6 +44,7 @@ from .netns import (
     install_signal_cleanup,
     list_netns,
     netns_unavailable,
+    own_netns_left,
     tbf_params,
 )
 
@@ -58,6 +59,7 @@ __all__ = [
     "measure_link",
     "table_goodput",
     "netns_unavailable",
+    "own_netns_left",
     "pushpull_worker_argv",
     "run_byteps_job",
     "run_pushpull",

@@ -82,6 +82,17 @@ def netns_unavailable() -> str | None:
     return probe_kernel().problem
 
 
+def own_prefix() -> str:
+    """The start of the name of every network namespace this process's clusters create."""
+    return f"bps{os.getpid() % 10000}"
+
+
+def own_netns_left(before: set) -> list[str]:
+    """Namespaces of this process's clusters that exist now and were not in ``before`` (a set
+    of :func:`list_netns` taken earlier): what a closed cluster must not leave behind."""
+    return [ns for ns in set(list_netns()) - before if ns.startswith(own_prefix())]
+
+
 def tbf_params(rate_bps: float) -> tuple[int, int]:
     """``(burst, limit)`` in bytes of the ``tbf`` that shapes a link to ``rate_bps`` bits/s.
 
@@ -185,7 +196,7 @@ class EmulatedCluster:
         existing = set(list_netns())
         if prefix is None:
             while True:
-                prefix = f"bps{os.getpid() % 10000}{next(_counter)}"
+                prefix = f"{own_prefix()}{next(_counter)}"
                 if not any(ns.startswith(prefix + "-") for ns in existing):
                     break
         self.prefix = prefix

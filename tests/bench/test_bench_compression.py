@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 
 import pytest
 
@@ -19,11 +18,6 @@ pytestmark = [pytest.mark.bench]
 
 netns = pytest.mark.skipif(bc.netns_unavailable() is not None,
                            reason=f"emulated cluster unavailable: {bc.netns_unavailable()}")
-
-
-def _ours_left(before: set) -> list:
-    return [ns for ns in set(bc.list_netns()) - before
-            if ns.startswith(f"bps{os.getpid() % 10000}")]
 
 
 def test_hooks_are_wired():
@@ -82,7 +76,7 @@ def test_cluster_tiny():
     labels = []
     res = bcomp.bench_run(plan, labels.append)
     assert len(labels) == bcomp.bench_steps(plan)
-    assert not _ours_left(before)
+    assert not bc.own_netns_left(before)
     (row,) = res["cluster"]["rows"]
     jobs = row["jobs"]
     for name in ("none", "onebit", "fp16"):
@@ -112,7 +106,7 @@ def test_training_tiny():
                                 train_models={"mlp": {"epochs": 2}, "cnn": {"epochs": 2}})
     before = set(bc.list_netns())
     res = bcomp.bench_run(plan, lambda label: None)
-    assert not _ours_left(before)
+    assert not bc.own_netns_left(before)
     rows = res["training"]["rows"]
     assert [(r["model"], r["variant"]) for r in rows] == [
         ("mlp", "none"), ("mlp", "onebit+ef"), ("cnn", "none"), ("cnn", "onebit+ef")]

@@ -9,7 +9,6 @@ import importlib
 import importlib.util
 import json
 import math
-import os
 
 import pytest
 
@@ -24,11 +23,6 @@ netns = pytest.mark.skipif(bc.netns_unavailable() is not None,
 
 # a smaller model than the benchmark's (1.2 MB of gradients) so the tiny jobs stay fast
 TINY = {"widths": [8, 16, 32, 64], "hidden": 256, "batch": 8, "warmup": 1, "steps": 3}
-
-
-def _ours_left(before: set) -> list:
-    return [ns for ns in set(bc.list_netns()) - before
-            if ns.startswith(f"bps{os.getpid() % 10000}")]
 
 
 def test_hooks_are_wired():
@@ -101,7 +95,7 @@ def test_cluster_tiny(tmp_path):
     labels = []
     res = e2e.bench_run(plan, labels.append)
     assert len(labels) == e2e.bench_steps(plan)
-    assert not _ours_left(before)
+    assert not bc.own_netns_left(before)
     (c,) = res["clusters"]
     assert c["k"] == 0 and set(c["jobs"]) == {*modes, "torch-ddp"}
     for key, j in c["jobs"].items():

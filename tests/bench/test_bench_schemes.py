@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 
 import pytest
 
@@ -21,11 +20,6 @@ pytestmark = [pytest.mark.bench]
 
 netns = pytest.mark.skipif(bc.netns_unavailable() is not None,
                            reason=f"emulated cluster unavailable: {bc.netns_unavailable()}")
-
-
-def _ours_left(before: set) -> list:
-    return [ns for ns in set(bc.list_netns()) - before
-            if ns.startswith(f"bps{os.getpid() % 10000}")]
 
 
 def test_plans_and_hook():
@@ -81,7 +75,7 @@ def test_quick_plan_on_a_tiny_cluster():
     labels = []
     res = sc.bench_run(plan, labels.append)
     assert len(labels) == sc.bench_steps(plan)
-    assert not _ours_left(before)
+    assert not bc.own_netns_left(before)
     res = json.loads(json.dumps(res))
     assert [r["k"] for r in res["rows"]] == [0, 2]
     for row in res["rows"]:

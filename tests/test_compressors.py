@@ -355,6 +355,9 @@ def test_fp16_large_output_streamed_exactly():
     core = T.Compressor({"compressor_type": "fp16"}, "worker", "float32", n)
     enc = core.compress(x)
     assert enc == x.astype(np.float16).tobytes()
+    # the decode of 8 MiB of float32 streams too, from any alignment of the output
+    dec = core.decompress(enc)
+    np.testing.assert_array_equal(dec, x.astype(np.float16).astype(np.float32))
 
 
 def test_learning_rate_value():

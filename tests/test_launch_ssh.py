@@ -316,8 +316,11 @@ def test_digits_across_three_hosts(clean):
                             "--network-interface", "eth0", "--env", "BPS_SSH_TEST=yes",
                             PY, DIGITS, "--epochs", "12", "--batch-size", "16"]))
     # While it runs: every remote process has its contract, no secret on a command line.
+    # The launcher starts every process over its own ssh connection at once, so the scheduler
+    # and the server may come up after the workers: wait for all of them.
     deadline = time.monotonic() + 30
-    while len([1 for h in ("w0", "w1", "w2") for _ in job_env(clean, h, "worker")]) < 6:
+    while (len([1 for h in ("w0", "w1", "w2") for _ in job_env(clean, h, "worker")]) < 6
+           or not job_env(clean, "s0", "server") or not job_env(clean, "w0", "scheduler")):
         assert time.monotonic() < deadline and job.proc.poll() is None, job.output[-6000:]
         time.sleep(0.05)
     for name in ("w0", "w1", "w2"):

@@ -157,8 +157,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def _reuses(bench: Bench, before: Sequence[str]) -> List[str]:
     """The sections run before this one whose results it reads instead of measuring again:
     all of its module's ``REUSES`` when every one of them is among ``before``, else none."""
-    wanted = list(getattr(bench, "reuses", None) or ())
-    return wanted if wanted and all(w in before for w in wanted) else []
+    return bench.reuses if bench.reuses and all(w in before for w in bench.reuses) else []
 
 
 def _plans(args: argparse.Namespace, benches: Dict[str, Bench]) -> Dict[str, dict]:

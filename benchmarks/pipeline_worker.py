@@ -3,8 +3,8 @@ host of the emulated cluster: ``python -m benchmarks.pipeline_worker MODE PLAN_J
 
 ``pipedream``: every rank profiles the model at once (the emulated hosts share the machine's
 cores, as the stages do in training), rank 0 partitions its profile
-(byteps.torch.pipeline.partition at the link's bandwidth) and broadcasts the plan, then the pipeline trains ``warmup_epochs`` + ``epochs``
-epochs of synthetic minibatches. ``dp``: byteps data parallelism (DistributedOptimizer) on the
+(byteps.torch.pipeline.partition at the link's bandwidth) and broadcasts the plan, then the
+pipeline trains ``warmup_epochs`` + ``epochs`` epochs of synthetic minibatches. ``dp``: byteps data parallelism (DistributedOptimizer) on the
 same samples per epoch (every rank a minibatch of each global batch). Each prints one
 ``RESULT {json}`` line.
 """

@@ -30,7 +30,7 @@ def bench_settings(quick: bool) -> dict:
 #: sections of ``python -m benchmarks`` whose results this one reads when the same run has them
 #: (their full plans cover this one's: the TCP van's default jobs and gloo at every (n, k) and
 #: size; FIFO and priority + credit per model), so the cluster is not measured twice.
-REUSES = {"cluster": "table1", "sched": "sched"}
+REUSES = ("cluster", "sched")
 
 
 def bench_steps(plan: dict) -> int:

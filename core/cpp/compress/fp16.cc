@@ -52,8 +52,8 @@ uint16_t DoubleToHalf(double v) {
 
 #ifdef BPS_COMPRESS_F16C
 // Outputs of at least this many bytes (beyond a core's share of L2) are written with
-// non-temporal stores (the encode's float16, a plain decode's float32): no read-for-ownership of lines about to be overwritten whole, which is a
-// third of a large cast's memory traffic (64 MiB float32: +10-15 % measured here); smaller
+// non-temporal stores (the encode's float16, a plain decode's float32): no read-for-ownership
+// of lines about to be overwritten whole, which is a third of a large cast's memory traffic (64 MiB float32: +10-15 % measured here); smaller
 // outputs stay in the cache for the send that follows.
 constexpr size_t kStreamOutputBytes = size_t{4} << 20;
 

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "pipeline/telemetry.h"
 #include "pipeline/timeline.h"
 #include "ps/ps_client.h"
+#include "scheduling/push_window.h"
 #include "scheduling/scheduled_queue.h"
 
 namespace byteps {
@@ -53,6 +55,8 @@ struct PushPullArgs {
 // there is nothing to preempt, and every partition costs signals and thread hand-offs between
 // the local processes (2 local workers, 64 MiB: ~29 ms at 512 KiB, ~23 ms at 2-4 MiB here).
 constexpr int64_t kSingleMachinePartitionBytes = 4 << 20;
+// The adaptive push window's ceiling, in partition bounds (32 x 256 KiB = 8 MiB by default).
+constexpr size_t kMaxAdaptiveCredit = 32;
 
 // Tensors whose name starts with this are asynchronous parameters when BYTEPS_ENABLE_ASYNC=1
 // (docs/async.md): the servers keep their value; every other name stays synchronous.
@@ -66,6 +70,11 @@ struct WorkerConfig {
   bool distributed = false;
   size_t partition_bound = 0;
   size_t credit_bytes = 0;
+  // BYTEPS_SCHEDULING_CREDIT unset (and no BYTEPS_AUTOTUNE): the PUSH credit follows the
+  // acknowledgement delay (scheduling/push_window.h), from credit_bytes, within
+  // [partition_bound, credit_max_bytes].
+  bool adaptive_credit = false;
+  size_t credit_max_bytes = 0;
   size_t min_compress_bytes = 65536;  // BYTEPS_MIN_COMPRESS_BYTES
   double timeout_s = 120, heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
   VanSpec van;  // of every connection (VanSpec::FromKnobs)
@@ -106,6 +115,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // the scheduler's address book (the local root's; its other local ranks get them with READY):
   // the same on every rank. {0, 0} on a single machine.
   std::pair<int, int> ServerPlacement() const { return {num_servers_, cpu_only_servers_}; }
+  // The PUSH credit: (adaptive, current window bytes, mean window bytes over the pushes so
+  // far, changes); a fixed credit reports its bytes as both windows and 0 changes.
+  std::tuple<bool, size_t, double, uint64_t> PushCredit() const;
 
   // `compression`: the compressor's canonical kwargs (compress::FormatSpec), "" for none;
   // fixed by the first declaration or push_pull of the name (InvalidArgument on a change).
@@ -302,6 +314,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
   std::vector<std::thread> abort_threads_;
 
   std::unique_ptr<AutotuneState> tune_;  // BYTEPS_AUTOTUNE only
+  std::unique_ptr<PushWindow> push_window_;  // WorkerConfig::adaptive_credit only
 
   // Device tensors: the threads that wait for the copies' events, one per direction, started
   // with the first device tensor.

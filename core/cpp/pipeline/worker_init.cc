@@ -88,6 +88,11 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->credit_bytes = static_cast<size_t>(k.Int("BYTEPS_SCHEDULING_CREDIT")) * cfg->partition_bound;
   cfg->register_bound = cfg->partition_bound;
   BPS_RETURN_IF_ERROR(LoadAutotuneConfig(k, cfg));
+  // The user's credit is kept as given; the tuner sets its own. Otherwise the window adapts,
+  // from the default credit, up to kMaxAdaptiveCredit bounds.
+  cfg->adaptive_credit = cfg->distributed && !k.IsSet("BYTEPS_SCHEDULING_CREDIT") &&
+                         !cfg->autotune.enabled && cfg->credit_bytes > 0;
+  cfg->credit_max_bytes = kMaxAdaptiveCredit * cfg->partition_bound;
   if (cfg->autotune.enabled && (cfg->sync_auto || cfg->sync != SyncScheme::kPs))
     return Status::Config("BYTEPS_AUTOTUNE=1 works with BYTEPS_SYNC=ps only (BYTEPS_SYNC=" + sync +
                           ")");
@@ -188,6 +193,13 @@ void WorkerCore::BuildStagePlan() {
     entry_[s] = row.where[layout].entry;
     queues_[s] = std::make_unique<ScheduledQueue>(row.name, row.credit ? cfg_.credit_bytes : 0);
   }
+  if (cfg_.adaptive_credit) {
+    PushWindow::Config w;
+    w.start_bytes = cfg_.credit_bytes;
+    w.min_bytes = cfg_.partition_bound;
+    w.max_bytes = cfg_.credit_max_bytes;
+    push_window_ = std::make_unique<PushWindow>(w);
+  }
 }
 
 Status WorkerCore::Start() {
@@ -215,7 +227,10 @@ Status WorkerCore::Start() {
                 << cfg_.worker_id << "/" << cfg_.num_worker << ", local " << cfg_.local_rank << "/"
                 << cfg_.local_size << "), " << (cfg_.distributed ? "distributed" : "single machine")
                 << ", partition " << cfg_.partition_bound << " B, credit " << cfg_.credit_bytes
-                << " B, stages " << stages;
+                << (cfg_.adaptive_credit ? " B (adaptive, up to " +
+                                               std::to_string(cfg_.credit_max_bytes) + " B)"
+                                         : std::string(" B"))
+                << ", stages " << stages;
   return Status::OK();
 }
 
@@ -322,6 +337,10 @@ void WorkerCore::StartThreads() {
 
 void WorkerCore::Stop() {
   if (stopping_.exchange(true)) return;
+  if (push_window_)
+    BPS_LOG(INFO) << "rank " << cfg_.rank << ": adaptive push window: mean "
+                  << static_cast<size_t>(push_window_->mean_window()) << " B, last "
+                  << push_window_->window() << " B, " << push_window_->changes() << " changes";
   handles_.FailAll(Status::Shutdown("byteps was shut down while the operation was in flight"));
   if (cfg_.local_size > 1) {
     LocalSignal s;

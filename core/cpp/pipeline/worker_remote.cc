@@ -82,6 +82,10 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
 void WorkerCore::RunPush(PartTask* t) {
   TensorContext* ctx = t->ctx;
   t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
+  if (push_window_) {
+    t->push_sent_ns = TraceNowNs();
+    t->push_in_flight = queues_[static_cast<int>(Stage::kPush)]->in_flight_bytes();
+  }
   if (ctx->traced) t->trace.enter[static_cast<int>(Stage::kPull)] = TraceNowNs();
   if (ctx->compressed)  // the encoding COMPRESS made; the sum comes back encoded
     return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, t->encoded.data(),
@@ -120,6 +124,12 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
     t->trace.end[static_cast<int>(Stage::kPush)] = t->trace.start[static_cast<int>(Stage::kPull)] =
         TraceNowNs();
   ScheduledQueue* q = queues_[static_cast<int>(Stage::kPush)].get();
+  if (push_window_) {  // the acknowledgement delay sizes the window (scheduling/push_window.h)
+    const size_t w =
+        push_window_->OnAck(ps_->server_on_this_host(t->server), PushBytes(t), t->push_in_flight,
+                            TraceNowNs() - t->push_sent_ns, q->size() > 0);
+    if (w) q->SetCredit(w);
+  }
   // The returned credit lets the next partitions leave: send them from this thread instead of
   // waking the PUSH stage thread for each (two thread hand-offs per partition become one).
   QueueItem item;
@@ -159,6 +169,14 @@ void WorkerCore::OnPulled(PendingPull* p) {
   if (cfg_.local_size > 1 && !t->ctx->compressed) SendSignal(LocalSignalType::kPulled, t, -1);
   if (t->ctx->traced) t->trace.server_aux = p->reply_aux;
   Proceed(t);
+}
+
+std::tuple<bool, size_t, double, uint64_t> WorkerCore::PushCredit() const {
+  if (push_window_)
+    return {true, push_window_->window(), push_window_->mean_window(), push_window_->changes()};
+  const ScheduledQueue* q = queues_[static_cast<int>(Stage::kPush)].get();
+  const size_t c = q ? q->credit() : cfg_.credit_bytes;
+  return {false, c, static_cast<double>(c), 0};
 }
 
 void WorkerCore::PushSentThunk(void* arg, const Status& st) {

@@ -38,6 +38,7 @@ Status PsClient::Connect(RegisterMsg reg, double timeout_s) {
   BPS_RETURN_IF_ERROR(control_->Register(reg, timeout_s, &book));
   for (auto& s : book.servers) {
     if (!s.colocated) cpu_only_servers_++;
+    on_this_host_.push_back(s.host == reg.host);
     std::string name = "server " + std::to_string(s.rank) + " at " + s.host + ":" + std::to_string(s.port);
     std::unique_ptr<Connection> conn;
     Status st = van_->Connect(s.host, static_cast<int>(s.port), timeout_s, this, name, &conn);

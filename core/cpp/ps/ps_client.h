@@ -118,6 +118,10 @@ class PsClient : public PsConnectionHandler {
   // The servers of the address book that run on no worker machine's host (CPU-only; the
   // scheduler's colocated flags, the same in every worker's book): the k of the cost model.
   int cpu_only_servers() const { return cpu_only_servers_; }
+  // Whether server `s` advertised this worker's own address (its pushes never cross the NIC).
+  bool server_on_this_host(int s) const {
+    return s >= 0 && s < static_cast<int>(on_this_host_.size()) && on_this_host_[s];
+  }
   // The worker mesh (null when PsClientConfig::collective is).
   PeerMesh* mesh() const { return mesh_.get(); }
 
@@ -193,6 +197,7 @@ class PsClient : public PsConnectionHandler {
   std::unique_ptr<ControlClient> control_;
   std::vector<std::unique_ptr<Connection>> servers_;
   int cpu_only_servers_ = 0;
+  std::vector<bool> on_this_host_;  // by server index
   std::unique_ptr<PeerMesh> mesh_;  // before van_ goes
   std::mutex declare_mu_;
   std::unordered_map<uint32_t, DeclareReplyFn> declares_;  // by declared key

@@ -76,6 +76,15 @@ void BindCore(py::module_& m) {
   m.def("is_distributed", []() { return Require()->config().distributed; });
   // (servers, CPU-only servers) of the job's address book: the cost model's k (docs/schemes.md).
   m.def("server_placement", []() { return Require()->ServerPlacement(); });
+  m.def("push_credit", []() {
+    auto [adaptive, window, mean, changes] = Require()->PushCredit();
+    py::dict d;
+    d["adaptive"] = adaptive;
+    d["window_bytes"] = window;
+    d["mean_window_bytes"] = mean;
+    d["changes"] = changes;
+    return d;
+  });
   // BYTEPS_ENABLE_ASYNC and BYTEPS_ASYNC_MAX_STALENESS of the running worker (docs/async.md).
   m.def("async_mode", []() { return Require()->config().async_mode; });
   m.def("max_staleness", []() { return Require()->config().max_staleness; });

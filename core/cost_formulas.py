@@ -31,7 +31,8 @@ depend on n and the scheme's shape, not on S), so a cost is linear in S wherever
   ``4 α + max(g + 1, G / T) · S β + ((g-1) + (G-1)/T) · S γ``, T = servers - G top-level
   servers; :func:`hips` the paper's placement, a server on every machine,
   ``4 α + (2(g-1)/g + 2(G-1)/(G g)) · S β + ((g-1)/g + (G-1)/(g G)) · S γ`` (the cost
-  model's, when it does not know the job's servers). Fill: a partition through both levels.
+  model's, when it does not know the job's servers). Fill: the first partition's path through
+  both levels less its share of the busiest link.
 * ``ps`` (the summation service, n workers and k CPU-only servers beside the n colocated ones,
   docs/architecture.md §4): a push and its pull response, ``2 α``; on the wire the optimum
   ``t_opt = 2n(n-1) / (n² + kn - 2k) · S β`` (with k capped at n: more CPU servers than
@@ -68,8 +69,9 @@ class SchemeCost:
         nic (float): bytes each NIC direction of the busiest machine carries per byte of the
             tensor; the simulator's busy-time accounting (``wire``).
         fill (float): the pipeline fill, bytes per byte of the first partition: what its path
-            takes on the wire beyond its share ``wire`` of the busiest link (ps: one hop
-            through a server, hips two, the tree up and down its heap; the ring none).
+            takes on the wire beyond its share ``wire`` of the busiest link (ps: one partition
+            through a server, ``wire``; hips: both levels; the tree: up and down its heap; the
+            ring: none).
     """
 
     scheme: str

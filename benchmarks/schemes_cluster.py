@@ -296,24 +296,19 @@ def _pool(jobs: list) -> dict:
 
 def simulated(plan: dict, k: int, scheme: str, goodput: float, nbytes: int | None) -> float:
     """The simulator's seconds for one push_pull of ``nbytes`` (None: one iteration of the
-    profile) with ``scheme`` on the (n, k) cluster at ``goodput`` bytes/s (each tensor its own
-    all-reduce: byteps does not bucket)."""
-    from byteps.cost_formulas import default_tree_width
-    from byteps.sim import recorded
+    profile) with ``scheme`` on the (n, k) cluster at ``goodput`` bytes/s
+    (:func:`byteps.sim.validate.schemes_row`: each tensor its own all-reduce, byteps does not
+    bucket)."""
     from byteps.sim.profiles import Layer, Profile
-    from byteps.sim.simulate import Cluster, Scheme, simulate, single_tensor
+    from byteps.sim.simulate import single_tensor
+    from byteps.sim.validate import schemes_row
 
-    n = plan["n"]
-    names = {"ps": "byteps"}
-    sch = Scheme(names.get(scheme, scheme), bucket_bytes=1,
-                 tree_width=default_tree_width(n), hips_group=hips_group(n))
-    cl = Cluster(n, k, bandwidth=goodput, latency=recorded.EMULATED_LATENCY_S)
     if nbytes is None:
         prof = Profile(plan["profile"]["model"],
                        [Layer(name, int(nb)) for name, nb in plan["profile"]["tensors"]])
     else:
         prof = single_tensor(int(nbytes))
-    return simulate(prof, cl, sch).iteration_s
+    return schemes_row(plan["n"], k, scheme, goodput, prof)
 
 
 def _simulate_rows(plan: dict, k: int, row: dict) -> None:

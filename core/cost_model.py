@@ -90,16 +90,18 @@ class CostModel:
             (no job: every server taken as CPU-only) or ``"given"`` (default; ``servers=``).
         partition_bound (int): the job's partition bound, bytes (``BYTEPS_PARTITION_BYTES``
             rounded up to pages of 4096 · local_size, :func:`byteps.sim.ps_sim.partition_bound`);
-            > 0 adds ``ps``'s pipeline fill, one partition's bytes through the wire,
-            ``wire · β · min(S, b(S))`` with b(S) the core's partition of an S-byte tensor
-            (:meth:`ps_fill_bytes`). 0 (default): no fill term.
+            > 0 adds the schemes' pipeline fill, ``fill · β · min(S, b(S))`` with b(S) the
+            core's partition of an S-byte tensor (:meth:`ps_fill_bytes`;
+            ``SchemeCost.fill``: ps one partition through the wire, hips its path through
+            both levels, the tree up and down its heap). 0 (default): no fill term.
         local_size (int): worker processes per machine (the partition rule's page unit).
         alpha_mesh (float | None): seconds per message of the worker mesh (``ring``,
             ``tree``: worker to worker, no server hop); None (default): ``alpha``.
         all_servers (int): every server of the job, colocated or not; when it can run HiPS
             (>= ceil(n/g) + 1), ``hips`` costs what byteps's placement does
             (:func:`byteps.cost_formulas.hips_servers`: a first-level server per group on one
-            link), else (0, default) the simulator's model (:func:`~byteps.cost_formulas.hips`).
+            link, every server taken on a host of its own), else (0, default) the paper's
+            placement, a server on every machine (:func:`~byteps.cost_formulas.hips`).
         tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
             the core's default, the largest divisor of n not above ceil(sqrt(n)).
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
@@ -209,17 +211,20 @@ class CostModel:
         return self.alpha
 
     def _seconds(self, c: cost_formulas.SchemeCost, nbytes: int) -> float:
-        return c.seconds(nbytes, self.message_alpha(c.scheme), self.beta, self.gamma) + \
-            _fill_hops(c) * c.wire * self.beta * self.ps_fill_bytes(nbytes)
+        return c.seconds(nbytes, self.message_alpha(c.scheme), self.beta, self.gamma,
+                         self.ps_fill_bytes(nbytes))
 
     def ps_fill_bytes(self, nbytes: int) -> int:
-        """Bytes of ``ps``'s pipeline fill for a tensor of ``nbytes`` bytes: its first
-        partition, ``min(nbytes, b)`` with b the core's partition bound of the tensor
-        (``TensorPartitionBound``, :func:`byteps.sim.ps_sim.tensor_partition_bound`: a small
-        tensor's is a multiple of 60 KiB, a large one's :attr:`partition_bound`). A server
-        answers a partition's pull only once every worker's push of it is in, so the last
-        partition's sum leaves one partition's time after the pushes end (the ring and the
-        tree forward chunks as they arrive; HiPS pays it at both levels). 0 when :attr:`partition_bound` is 0 or n = 1."""
+        """Bytes of the first partition of a tensor of ``nbytes`` bytes, on which the schemes'
+        pipeline fill is paid (``SchemeCost.fill``): ``min(nbytes, b)`` with b the core's
+        partition bound of the tensor (``TensorPartitionBound``,
+        :func:`byteps.sim.ps_sim.tensor_partition_bound`: a small tensor's is a multiple of
+        60 KiB, a large one's :attr:`partition_bound`). A server answers a partition's pull
+        only once every worker's push of it is in, so the last partition's sum leaves one
+        partition's time after the pushes end (HiPS: its path through both levels); the tree's
+        first partition goes up and down the heap before the pipeline is full; the ring
+        forwards each chunk as it arrives and pays none. 0 when :attr:`partition_bound` is 0
+        or n = 1."""
         if self.partition_bound <= 0 or self.workers <= 1:
             return 0
         from .sim.ps_sim import tensor_partition_bound
@@ -305,12 +310,6 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _fill_hops(c: cost_formulas.SchemeCost) -> int:
-    """Store-and-forward levels of servers a partition passes (its pipeline fill): ps 1,
-    hips 2, the all-reduces 0."""
-    return {"ps": 1, "hips": 2}.get(c.scheme, 0)
-
-
 def _fill_pieces(model: CostModel) -> list:
     """[(lo, hi, per_byte, const)]: the sizes ``lo <= S < hi`` (hi None: no end) on which
     ``ps_fill_bytes(S) = per_byte·S + const`` (per_byte 0 or 1). The core's partition bound of
@@ -335,7 +334,7 @@ def _fill_pieces(model: CostModel) -> list:
 
 def _envelope(model: CostModel) -> Tuple[Interval, ...]:
     """The cheapest scheme over every integer size in [0, MAX_BYTES): the lower envelope of
-    the cost lines ``a + b·S``, piece by piece where ``ps``'s fill changes its line
+    the cost lines ``a + b·S``, piece by piece where the fill changes the lines
     (:func:`_fill_pieces`). Within a piece the argmin can change only between floor(x) and
     floor(x) + 1 for a crossing x of two lines, so it is evaluated at the piece's start and at
     those integers; equal neighbours merge."""
@@ -343,7 +342,7 @@ def _envelope(model: CostModel) -> Tuple[Interval, ...]:
     for i, (s, c) in enumerate(model.scheme_costs().items()):
         base.append((s, c.messages * model.message_alpha(s),
                      c.wire * model.beta + c.summed * model.gamma,
-                     i, _fill_hops(c) * c.wire * model.beta))
+                     i, c.fill * model.beta))
     out: list = []
     for lo, hi, per_byte, const in _fill_pieces(model):
         top = MAX_BYTES if hi is None else hi

@@ -24,27 +24,35 @@ VARS = ("BYTEPS_COST_ALPHA", "BYTEPS_COST_BETA", "BYTEPS_COST_GAMMA")
 
 
 def coeffs(c):
-    return (c.messages, c.wire, c.summed, c.nic)
+    return (c.messages, c.wire, c.summed, c.nic, c.fill)
 
 
 def test_formulas_hand_computed():
     ap = pytest.approx
-    assert coeffs(cost_formulas.ring(4)) == ap((6, 1.5, 0.75, 1.5))
-    # FlexTree n = 8, w = 2: 4 groups, 2 children per inner node, log2(4) = 2 levels
-    assert coeffs(cost_formulas.tree(8, 2)) == ap((2 + 4, 1 + 2, 0.5 + 1, 1 + 1))
-    # width n is the ring; width 1 a binary tree (n = 5: ceil(log2 5) = 3 levels)
+    assert coeffs(cost_formulas.ring(4)) == ap((6, 1.5, 0.75, 1.5, 0))
+    # FlexTree n = 4, w = 2: 2 groups of 2; per partition each machine sends S/2 in its group's
+    # reduce-scatter and all-gather and S/2 to its heap neighbour: 1.5 S each way, the ring's
+    # bytes; one partition alone takes 4 chunk times one after another (2 S): fill 0.5
+    assert coeffs(cost_formulas.tree(4, 2)) == ap((4, 1.5, 1, 1.5, 0.5))
+    # n = 8, w = 2: 4 groups in a heap of depth 2, at most 2 neighbours (group 1: parent 0 and
+    # child 3): (2 + 2) / 2; the heap's passes take 4 chunk times: fill (2 + 4) / 2 - 2
+    assert coeffs(cost_formulas.tree(8, 2)) == ap((2 + 4, 2, 0.5 + 1, 2, 1))
+    # width n is the ring; width 1 a binary tree (n = 5: depth floor(log2 5) = 2, machine 1 has
+    # a parent and 2 children: 3 S each way; up 1 <- 3, 4 (2), 0 <- 2, 1 (3); down 0 -> 1, 2
+    # (5), 1 -> 3, 4 (6): 6 S for one partition, fill 6 - 3)
     assert coeffs(cost_formulas.tree(8, 8)) == ap(coeffs(cost_formulas.ring(8)))
-    assert coeffs(cost_formulas.tree(5, 1)) == ap((6, 4, 2, 2))
+    assert coeffs(cost_formulas.tree(5, 1)) == ap((4, 3, 2, 3, 3))
     # HiPS n = 9, g = 3: 3 groups; n = 16 default group round(sqrt(16)) = 4
-    assert coeffs(cost_formulas.hips(9, 3)) == ap((4, 4 / 3 + 4 / 9, 2 / 3 + 2 / 9, 16 / 9))
+    assert coeffs(cost_formulas.hips(9, 3)) == ap((4, 4 / 3 + 4 / 9, 2 / 3 + 2 / 9, 16 / 9,
+                                                   32 / 9))
     assert cost_formulas.hips_group(16) == 4 and cost_formulas.hips_group(3) == 2
     # the summation service: n = 4 with k = 0, 2, 4 CPU-only servers, and k = 8 > n (capped)
-    assert coeffs(cost_formulas.ps(4, 0)) == ap((2, 1.5, 0.75, 1.5))
-    assert coeffs(cost_formulas.ps(4, 2)) == ap((2, 24 / 20, 3 * 6 / 20, 24 / 20))
-    assert coeffs(cost_formulas.ps(4, 4)) == ap((2, 1.0, 0.75, 1.0))
-    assert coeffs(cost_formulas.ps(4, 8)) == ap((2, 1.0, 3 / 8, 1.0))
+    assert coeffs(cost_formulas.ps(4, 0)) == ap((2, 1.5, 0.75, 1.5, 1.5))
+    assert coeffs(cost_formulas.ps(4, 2)) == ap((2, 24 / 20, 3 * 6 / 20, 24 / 20, 24 / 20))
+    assert coeffs(cost_formulas.ps(4, 4)) == ap((2, 1.0, 0.75, 1.0, 1.0))
+    assert coeffs(cost_formulas.ps(4, 8)) == ap((2, 1.0, 3 / 8, 1.0, 1.0))
     for s in cost_formulas.SCHEMES:  # one machine: no network, nothing summed
-        assert coeffs(cost_formulas.scheme_cost(s, 1, 3, 2, 2)) == (0, 0, 0, 0)
+        assert coeffs(cost_formulas.scheme_cost(s, 1, 3, 2, 2)) == (0, 0, 0, 0, 0)
     # the ring of the brief: 2(N-1)α + 2(N-1)S/N β + (N-1)S/N γ at N = 4, S = 1e6
     a, b, g, S = 1e-5, 1e-10, 2e-11, 1e6
     assert cost_formulas.ring(4).seconds(S, a, b, g) == ap(6 * a + 1.5 * S * b + 0.75 * S * g)
@@ -70,17 +78,25 @@ def test_ps_formula_is_the_cores_optimum_and_shares():
 
 def test_simulator_uses_the_same_formulas():
     """collectives.bucket_time is the formulas with β = 1/B (GPU summation free for ring and
-    tree, hips summing at 1 / (threads · rate)), and the message-level PS simulation of one
-    large tensor lands on the ps formula."""
+    tree, hips summing at 1 / (threads · rate), the fill on the bucket's first partition, HiPS
+    with byteps's servers on the cluster), and the message-level PS simulation of one large
+    tensor lands on the ps formula."""
+    from byteps.sim.ps_sim import tensor_partition_bound
+
     for n in (2, 3, 4, 8, 16, 33):
         for name, w, g in (("ring", 1, 0), ("tree", 1, 0), ("tree", 4, 0), ("hips", 1, 0),
                            ("hips", 1, 3)):
             cl = sim.Cluster(n, bandwidth=5e9, latency=7e-6, server_threads=3, sum_rate=2e10)
             S = 25 << 20
             got = collectives.bucket_time(sim.Scheme(name, tree_width=w, hips_group=g), cl, S)
-            c = cost_formulas.scheme_cost(name, n, width=w, group=g)
+            if name == "hips":  # k = 0: a server on every worker machine, server i on machine i
+                c = cost_formulas.hips_placed(n, g, list(range(n)))
+            else:
+                c = cost_formulas.scheme_cost(name, n, width=w, group=g)
             gamma = 1 / (3 * 2e10) if name == "hips" else 0.0
-            assert got["total"] == pytest.approx(c.seconds(S, 7e-6, 1 / 5e9, gamma), rel=1e-12)
+            first = min(S, tensor_partition_bound(S, 262144, n))
+            assert got["total"] == pytest.approx(c.seconds(S, 7e-6, 1 / 5e9, gamma, first),
+                                                 rel=1e-12)
             assert got["nic_bytes"] == pytest.approx(c.nic * S)
     B = 1e9 / 8
     for n, k in ((2, 0), (4, 0), (4, 2), (4, 4)):
@@ -90,6 +106,88 @@ def test_simulator_uses_the_same_formulas():
         formula = cost_formulas.ps(n, k).seconds(M, 20e-6, 1 / B,
                                                   1 / (cl.server_threads * cl.sum_rate))
         assert simulated == pytest.approx(formula, rel=0.1), (n, k)
+
+
+def _program_schedule(programs):
+    """One partition alone through the core's all-reduce programs (``coll_program`` of every
+    machine): each link direction carries one message at a time, a send leaves once every
+    receive before it in its machine's program is in, the earliest possible send first.
+    (makespan in bytes' time, the longest chain of messages one after another)."""
+    n = len(programs)
+    done, sent = {}, set()
+    tx_free, rx_free = [0.0] * n, [0.0] * n
+    sends = sum(op[0] == "send" for ops in programs for op in ops)
+    end = chain = 0
+    while len(sent) < sends:
+        ready = []
+        for me, ops in enumerate(programs):
+            at, depth = 0.0, 0
+            for i, op in enumerate(ops):
+                if op[0] != "send":
+                    if (me, op[1], op[2]) not in done:
+                        break
+                    t, d = done[(me, op[1], op[2])]
+                    at, depth = max(at, t), max(depth, d)
+                elif (me, i) not in sent:
+                    ready.append((max(at, tx_free[me], rx_free[op[1]]), me, i, depth))
+        start, me, i, depth = min(ready)
+        op = programs[me][i]
+        tx_free[me] = rx_free[op[1]] = start + op[4]
+        sent.add((me, i))
+        done[(op[1], me, op[2])] = (start + op[4], depth + 1)
+        end, chain = max(end, start + op[4]), max(chain, depth + 1)
+    return end, chain
+
+
+def test_tree_cost_is_the_cores_program():
+    """The tree's coefficients are what the core's program (BuildCollProgram) sends: ``wire``
+    the busiest machine's bytes per direction (every partition pipelines through it), the
+    messages and ``wire + fill`` the longest chain and the time of one partition alone. The
+    sequential up-and-down count (wire 2 at n = 4, w = 2) was 1.33x what the core sends."""
+    T = _core.testing
+    for n in range(2, 17):
+        for w in [d for d in range(1, n + 1) if n % d == 0]:
+            S = 16 * 64 * w  # chunks of whole 16-element blocks (ShardRange)
+            programs = [T.coll_program("tree", n, w, me, S, 1)["ops"] for me in range(n)]
+            tx, rx = [0] * n, [0] * n
+            for me, ops in enumerate(programs):
+                for op in ops:
+                    if op[0] == "send":
+                        tx[me] += op[4]
+                        rx[op[1]] += op[4]
+            c = cost_formulas.tree(n, w)
+            assert max(tx) / S == pytest.approx(c.wire) == max(rx) / S, (n, w)
+            assert c.nic == c.wire
+            end, chain = _program_schedule(programs)
+            assert chain == c.messages, (n, w)
+            assert end / S == pytest.approx(c.wire + c.fill), (n, w)
+    assert cost_formulas.tree(4, 2).wire == cost_formulas.ring(4).wire  # measured: alike
+
+
+def test_hips_placed_is_byteps_placement():
+    """HiPS's busiest link with byteps's servers where the job has them: on hosts of their own
+    the closed form ``max(g + 1, G/T)``; a server on every worker machine (server i on machine
+    i, as the emulated cluster ranks them) 4 S at n = 4, g = 2: machine 1 hosts first-level
+    server 1, whose group is machines 2 and 3 (2 pushes in, the total back), and worker 1,
+    whose push and pull go to server 0 on machine 0."""
+    ap = pytest.approx
+    for n in range(2, 13):
+        for g in range(1, n + 1):
+            G = math.ceil(n / g)
+            for servers in (G + 1, G + 2, 2 * G + 3):
+                c = cost_formulas.hips_placed(n, g, [None] * servers)
+                assert c == cost_formulas.hips_servers(n, g, servers)
+                assert c.wire == ap(max(g + 1, G / (servers - G))), (n, g, servers)
+    assert coeffs(cost_formulas.hips_placed(4, 2, [0, 1, 2, 3])) == ap((4, 4, 1.5, 4, 3))
+    # first-level servers on a machine of their own group: that machine's push stays local
+    assert cost_formulas.hips_placed(4, 2, [0, 2, 1, 3]).wire == ap(2)
+    # the paper's placement (a server on every machine, 1/g of the group's bytes each) is
+    # about g times cheaper than any of byteps's
+    assert cost_formulas.hips(4, 2).wire == ap(1.5)
+    with pytest.raises(InvalidArgumentError, match="servers"):
+        cost_formulas.hips_placed(4, 2, [0, 1])
+    with pytest.raises(InvalidArgumentError, match="machine"):
+        cost_formulas.hips_placed(4, 2, [0, 1, 4])
 
 
 # ------------------------------------------------------------------------------- the choice --
@@ -130,9 +228,11 @@ def test_tiny_tensors_fewest_messages_huge_least_bytes():
 def test_hips_as_byteps_places_its_servers():
     # n = 4, g = 2: G = 2 first-level servers, each link carrying g + 1 = 3 S each way
     ap = pytest.approx
-    assert coeffs(cost_formulas.hips_servers(4, 2, 4)) == ap((4, 3, 1 + 1 / 2, 3))
-    assert coeffs(cost_formulas.hips_servers(4, 2, 3)) == ap((4, 3, 2, 3))  # one top server
-    assert coeffs(cost_formulas.hips_servers(9, 3, 4)) == ap((4, 4, 2 + 2, 4))
+    # the first partition alone: 2 pushes in, 2 sums into the top, 2 totals back, 2 pulls out
+    # (2g + 2G partitions' times), 3 of them its share of the busiest link
+    assert coeffs(cost_formulas.hips_servers(4, 2, 4)) == ap((4, 3, 1 + 1 / 2, 3, 5))
+    assert coeffs(cost_formulas.hips_servers(4, 2, 3)) == ap((4, 3, 2, 3, 5))  # one top server
+    assert coeffs(cost_formulas.hips_servers(9, 3, 4)) == ap((4, 4, 2 + 2, 4, 8))
     with pytest.raises(InvalidArgumentError, match="servers"):
         cost_formulas.hips_servers(4, 2, 2)
     # the model uses it when it knows the job's servers, else the simulator's model
@@ -150,14 +250,20 @@ def test_ps_pipeline_fill_is_one_partition():
     m = cost_model.CostModel(a, b, g, 4, 0, partition_bound=262144, all_servers=4)
     assert [m.ps_fill_bytes(s) for s in (4096, 61440, 1 << 20, 4 << 20, 16 << 20, 64 << 20)] \
         == [4096, 61440, 61440, 61440, 262144, 262144]
-    ps = cost_formulas.ps(4, 0)
+    ps, tree = cost_formulas.ps(4, 0), cost_formulas.tree(4, 2)
     assert m.cost("ps", 1 << 20) == pytest.approx(ps.seconds(1 << 20, a, b, g)
                                                   + ps.wire * b * 61440)
+    assert m.cost("tree", 1 << 20) == pytest.approx(tree.seconds(1 << 20, a, b, g)
+                                                    + 0.5 * b * 61440)
     assert m.cost("ring", 1 << 20) == pytest.approx(cost_formulas.ring(4).seconds(1 << 20, a, b, g))
-    # k = 0: ps and the ring move the same bytes; ps's 2 messages win small tensors, the
-    # ring's chunks without a store-and-forward win from about 70 KB (the tree between)
+    # k = 0: ps, the ring and the tree (w = 2) move the same bytes; ps's 2 messages win small
+    # tensors, then the tree's 4 against the ring's 6, until its fill (half a partition) and
+    # its extra sums outweigh 2 α: 2α = 0.5·61440·β + 0.25·S·γ
     assert [iv.scheme for iv in m.intervals] == ["ps", "tree", "ring"]
-    assert m.choose(4096) == "ps" and m.choose(256 << 10) == "ring"
+    x = (2 * a - 0.5 * 61440 * b) / (0.25 * g)
+    assert m.intervals[2].lo == math.floor(x) + 1
+    assert m.choose(4096) == "ps" and m.choose(256 << 10) == "tree"
+    assert m.choose(4 << 20) == "ring"
     check_consistent(m, [0, 1, 4095, 61439, 61440, 61441, 1 << 20, 3932159, 3932160,
                          16777215, 16777216, 1 << 40])
     # k = 4 CPU-only servers: ps moves S per worker against the ring's 1.5 S: ps everywhere

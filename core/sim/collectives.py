@@ -5,22 +5,29 @@ torch DDP's 25 MiB by default); a bucket starts when its last gradient is ready 
 previous bucket has finished (one collective at a time, as NCCL's stream and Horovod's
 background thread run them). A bucket of S bytes takes, on n machines with NIC bandwidth B,
 per-message latency α and L GPUs per machine (the α-β-γ model, defined once in
-:mod:`byteps.cost_formulas`, which the cost model of ``BYTEPS_SYNC=auto`` uses too):
+:mod:`byteps.cost_formulas`, which the cost model of ``BYTEPS_SYNC=auto`` uses too), with b the
+bytes of its first partition (byteps's partition rule, ``Scheme.partition_bytes``):
 
 * local phases, L > 1 (hierarchical all-reduce): reduce-scatter and all-gather inside the
   machine, ``2 (L-1)/L · S / gpu_bus``;
 * ``ring``: ``2(n-1) α + 2(n-1)/n · S / B`` (reduce-scatter + all-gather among the machines);
-* ``tree`` (FlexTree-style, width w): reduce-scatter and all-gather inside groups of w
-  machines, ``2(w-1) α + 2(w-1)/w · S / B``, plus a pipelined binary tree across the
-  g = ceil(n / w) groups on each S / w shard, ``2 ceil(log2 g) α + 2 c · S / (w B)`` with
-  c = min(g - 1, 2) children per inner node (w = 1: a plain binary tree, w = n: the ring);
-* ``hips`` (two-level hierarchical PS, groups of g machines, G = ceil(n / g) groups, a server
-  colocated on every machine): ``4 α + 2(g-1)/g · S / B + 2(G-1)/G · S / (g B)`` plus the
-  servers' summation ``((g-1)/g + (G-1)/(g G)) · S / (threads · γ)``.
+* ``tree`` (byteps's FlexTree, width w, G = n / w groups): its partitions pipelined through a
+  ring inside each group and a binary heap across the groups, so the busiest link sets the
+  time: ``(2(w-1) + 2 floor(log2 G)) α + (2(w-1) + d)/w · S / B + fill · b / B``, d the heap's
+  largest degree (1 for G = 2, 2 for G = 3 or 4, 3 beyond), the fill the first partition's
+  trip up and down the heap (``cost_formulas.tree``);
+* ``hips`` (two-level PS, groups of g machines, G = ceil(n / g)) as byteps places its servers:
+  the job's servers (:func:`hips_hosts`: the cluster's CPU machines, then one on every worker
+  machine when there are fewer CPU machines than worker machines), ranks 0..G-1 the first level
+  (server i for group i), the rest the top level: ``4 α + wire · S / B + fill · b / B`` with
+  wire the busiest link's bytes per byte (``cost_formulas.hips_placed``: 3 at n = 4 on CPU
+  machines of their own, 4 with the servers on the worker machines, where first-level server
+  1 serves machines 2 and 3 from machine 1), plus the servers' summation
+  ``((g-1) + (G-1)/T) · S / (threads · γ)``.
 
-The CPU machines are not used by these schemes; summation on the GPU is taken as free.
-Busy time is charged to every machine's NIC ports (bytes / B) and to the engine itself (its
-buckets' total time: what bounds an all-reduce whose buckets run back to back).
+The CPU machines carry only HiPS's servers; summation on the GPU is taken as free. Busy time is
+charged to every worker machine's NIC ports (the busiest machine's bytes) and to the engine
+itself (its buckets' total time: what bounds an all-reduce whose buckets run back to back).
 """
 
 from __future__ import annotations
@@ -29,25 +36,54 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .. import cost_formulas
 from .network import Port, Sim
+from .ps_sim import partition_bound, tensor_partition_bound
+
+
+def hips_hosts(cluster) -> List[Optional[int]]:
+    """Where byteps's HiPS servers run on ``cluster``, by server rank: None for a CPU machine,
+    else the worker machine. The servers are the job's (``bpslaunch`` and the emulated
+    cluster: one per CPU machine and, with fewer CPU machines than worker machines, one on
+    every worker machine); byteps ranks them by host address and port, which on the emulated
+    cluster puts the CPU machines first and the worker machines in order."""
+    n, k = cluster.machines, cluster.cpu_machines
+    return [None] * k + (list(range(n)) if k < n else [])
+
+
+def scheme_cost(scheme, cluster) -> cost_formulas.SchemeCost:
+    """The :class:`byteps.cost_formulas.SchemeCost` of an all-reduce ``scheme`` on
+    ``cluster`` (``hips``: byteps's placement, :func:`hips_hosts`).
+
+    Raises:
+        byteps.errors.InvalidArgumentError: HiPS without the G + 1 servers it needs.
+    """
+    n = cluster.machines
+    if scheme.name == "hips" and n > 1:
+        return cost_formulas.hips_placed(n, scheme.hips_group, hips_hosts(cluster))
+    return cost_formulas.scheme_cost(scheme.name, n, width=scheme.tree_width or 1,
+                                     group=scheme.hips_group)
 
 
 def bucket_time(scheme, cluster, nbytes: float) -> Dict[str, float]:
     """Seconds of one bucket of ``nbytes`` bytes: ``{"total", "net", "local", "sum"}`` and
     the bytes each NIC direction carries (``"nic_bytes"``, the busiest machine's).
 
-    The network and summation terms are :mod:`byteps.cost_formulas`' (the cost model's
-    definition) with β = 1 / bandwidth; summation on the GPU is free (γ = 0) for ``ring`` and
-    ``tree``, and ``hips`` sums on the servers' CPUs at γ = 1 / (server_threads · sum_rate)."""
+    The network and summation terms are :func:`scheme_cost`'s (the cost model's definition)
+    with β = 1 / bandwidth, the fill paid on the bucket's first partition (the core's bound of
+    an S-byte tensor under ``scheme.partition_bytes``); summation on the GPU is free (γ = 0)
+    for ``ring`` and ``tree``, and ``hips`` sums on the servers' CPUs at
+    γ = 1 / (server_threads · sum_rate)."""
     n, L, B, a = cluster.machines, cluster.gpus_per_machine, cluster.bandwidth, cluster.latency
     S = float(nbytes)
     local = 2 * (L - 1) / L * S / cluster.gpu_bus_bandwidth if L > 1 else 0.0
     net = nic = summ = 0.0
     if n > 1 and scheme.name in ("ring", "tree", "hips"):
-        cost = cost_formulas.scheme_cost(scheme.name, n, width=scheme.tree_width or 1,
-                                         group=scheme.hips_group)
+        cost = scheme_cost(scheme, cluster)
         gamma = 1.0 / (cluster.server_threads * cluster.sum_rate) if scheme.name == "hips" \
             else 0.0
-        net = cost.latency_seconds(a) + cost.wire_seconds(S, 1.0 / B)
+        first = min(S, tensor_partition_bound(int(S), partition_bound(scheme.partition_bytes, L),
+                                              n, L))
+        net = cost.latency_seconds(a) + cost.wire_seconds(S, 1.0 / B) + \
+            cost.fill_seconds(first, 1.0 / B)
         nic = cost.nic * S
         summ = cost.sum_seconds(S, gamma)
     return {"total": local + net + summ, "net": net, "local": local, "sum": summ,

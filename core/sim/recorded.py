@@ -60,6 +60,29 @@ SCHED = {
     },
 }
 
+#: The synchronisation schemes (docs/schemes.md, "Measured on the emulated cluster"): n = 4
+#: worker hosts, links shaped to 800 Mbit/s, one job per scheme (the tree of the core's default
+#: width 2, HiPS in groups of 2), default settings; k = 0: a server on every worker host, k = 4:
+#: four CPU-server hosts. Goodput: bytes/s of one link as the run's simulated column used it
+#: (94.6 and 95.7 MB/s as the page prints them; these reproduce each of its simulated cells).
+SCHEMES = {
+    "commit": "0396f0d",
+    "measured": "2026-11-23 12:24, python -m benchmarks.schemes_cluster",
+    "n": 4,
+    "goodput_Bps": {0: 94.570e6, 4: 95.680e6},
+    # (k, scheme, bytes, measured s)
+    "rows": [
+        (k, scheme, size, ms / 1e3)
+        for k, table in (
+            (0, {"ps": (0.415, 4.16, 67.54, 1066), "ring": (0.472, 3.84, 65.98, 1069),
+                 "tree": (0.419, 3.86, 66.33, 1069), "hips": (0.545, 10.58, 184, 2896)}),
+            (4, {"ps": (0.446, 2.99, 50.57, 738), "ring": (0.449, 3.74, 66.15, 1067),
+                 "tree": (0.376, 3.81, 71.91, 1087), "hips": (0.651, 7.85, 153, 2269)}))
+        for scheme, times in table.items()
+        for size, ms in zip((4 << 10, 256 << 10, 4 << 20, 64 << 20), times)
+    ],
+}
+
 #: Latency of the emulated cluster's links: no delay is added (veth pairs behind a bridge);
 #: the simulator takes 50 µs per message (kernel and thread hand-offs), an assumption.
 EMULATED_LATENCY_S = 50e-6

@@ -8,10 +8,11 @@ simulated / measured).
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional
 
 from . import recorded
-from .profiles import from_architecture
+from .profiles import Profile, from_architecture
 from .simulate import Cluster, Scheme, simulate, single_tensor, t_opt
 
 #: Allowed |simulated / measured - 1|.
@@ -36,6 +37,33 @@ def sched_row(model: str, n: int, k: int, goodput_Bps: float, mode: str, partiti
         sch = Scheme(partition_bytes=partition).fifo()
     cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
     return simulate(prof, cl, sch).iteration_s
+
+
+def schemes_row(n: int, k: int, scheme: str, goodput_Bps: float, profile: Profile) -> float:
+    """Simulated iteration of ``profile`` (a single tensor: one push_pull) with byteps's
+    ``scheme`` (``ps``, ``ring``, ``tree``, ``hips``) on the (n, k) emulated cluster, as
+    ``benchmarks/schemes_cluster.py`` runs it: each tensor its own all-reduce (byteps does not
+    bucket), the core's default tree width and HiPS group (``BYTEPS_TREE_WIDTH`` and
+    ``BYTEPS_HIPS_GROUP`` 0), seconds."""
+    from ..cost_formulas import default_tree_width
+
+    sch = Scheme("byteps" if scheme == "ps" else scheme, bucket_bytes=1,
+                 tree_width=default_tree_width(n), hips_group=max(1, math.ceil(math.sqrt(n))))
+    cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
+    return simulate(profile, cl, sch).iteration_s
+
+
+def schemes(spec: Optional[Dict] = None) -> List[Dict]:
+    """The synchronisation schemes' push_pulls: ``spec`` as :data:`recorded.SCHEMES`."""
+    spec = spec or recorded.SCHEMES
+    n = spec["n"]
+    out = []
+    for k, scheme, nbytes, meas in spec["rows"]:
+        sim_s = schemes_row(n, k, scheme, spec["goodput_Bps"][k], single_tensor(nbytes))
+        size = f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+        out.append(_row(f"{scheme} n={n} k={k} {size}", meas, sim_s, kind="schemes",
+                        nbytes=nbytes))
+    return out
 
 
 def _row(label: str, measured: float, simulated: float, **extra) -> Dict:

@@ -357,10 +357,13 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     t_end = time.monotonic()  # CLOCK_MONOTONIC: the same clock in every network namespace
     net1 = _net_bytes()
     net = [b - a for a, b in zip(net0, net1)] if net0 and net1 else None
+    from byteps import _core
+
+    credit = _core.push_credit() if _core.is_distributed() else None
     bps.shutdown()
     print("RESULT " + json.dumps({"rank": r, "size": size, "bytes": int(x.nbytes),
                                   "times": times, "cpu": cpu, "t_start": t_start,
-                                  "t_end": t_end, "net": net}),
+                                  "t_end": t_end, "net": net, "push_credit": credit}),
           flush=True)
     return 0
 

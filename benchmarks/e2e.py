@@ -254,6 +254,9 @@ def summarize(reports: Sequence[dict]) -> dict:
         "grad_bytes": reports[0]["grad_bytes"], "params": reports[0]["params"],
         "workers": len(reports),
         **({"autotune": reports[0]["autotune"]} if "autotune" in reports[0] else {}),
+        # the PUSH credit per worker: the adaptive window's mean over the job (bytes)
+        **({"push_window_bytes": [r["push_credit"]["mean_window_bytes"] for r in reports]}
+           if all(r.get("push_credit") for r in reports) else {}),
     }
 
 

@@ -207,10 +207,14 @@ def train(args: argparse.Namespace) -> dict:
         "params": sum(p.numel() for p in model.parameters()),
         "t_start": t_start, "t_end": t_end,
     }
-    if os.environ.get("BYTEPS_AUTOTUNE", "0") not in ("", "0"):
-        import byteps._core as core  # what the tuner tried and chose (docs/autotune.md)
+    if args.mode in BYTEPS_MODES:
+        import byteps._core as core
 
-        result["autotune"] = core.autotune_status()
+        # the PUSH credit (the adaptive window's mean, docs/architecture.md section 5)
+        if core.is_distributed():
+            result["push_credit"] = core.push_credit()
+        if os.environ.get("BYTEPS_AUTOTUNE", "0") not in ("", "0"):
+            result["autotune"] = core.autotune_status()  # what the tuner tried and chose
     shutdown()
     return result
 

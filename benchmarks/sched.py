@@ -255,8 +255,12 @@ def core_defaults() -> tuple[int, int]:
     return int(k["BYTEPS_PARTITION_BYTES"]), int(k["BYTEPS_SCHEDULING_CREDIT"])
 
 
-def _env(partition: int, credit: int) -> dict:
-    return {"BYTEPS_PARTITION_BYTES": str(partition), "BYTEPS_SCHEDULING_CREDIT": str(credit)}
+def _env(partition: int, credit: int | None) -> dict:
+    """The knobs of a job; ``credit`` None: unset (the core's adaptive push window)."""
+    env = {"BYTEPS_PARTITION_BYTES": str(partition)}
+    if credit is not None:
+        env["BYTEPS_SCHEDULING_CREDIT"] = str(credit)
+    return env
 
 
 def bench_settings(quick: bool, model_names: Sequence[str] | None = None,
@@ -289,7 +293,7 @@ def bench_settings(quick: bool, model_names: Sequence[str] | None = None,
 
 def bench_steps(plan: dict) -> int:
     """Progress steps: the cluster, then one per job."""
-    jobs = 1 + len(plan["sweep"]) + int(plan.get("autotune", False))
+    jobs = 2 + len(plan["sweep"]) + int(plan.get("autotune", False))
     return 1 if plan["unavailable"] else 1 + len(plan["models"]) * jobs
 
 
@@ -317,14 +321,19 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
                    "ideal_s": ideal_iteration(layers, spb),
                    "sequential_s": sequential_iteration(layers, spb), "jobs": []}
             timeout = 90.0 + 6.0 * (plan["iters"] + plan["warmup"]) * (comm + row["compute_s"])
-            jobs = [("fifo", plan["fifo_partition"], 0)] + \
+            # the core's defaults: the adaptive push window (no credit set), from the
+            # default credit; then the fixed points of the sweep
+            jobs = [("fifo", plan["fifo_partition"], 0),
+                    ("adaptive", plan["defaults"][0], plan["defaults"][1])] + \
                 [("priority", p, cr) for p, cr in plan["sweep"]]
             for mode, part, credit in jobs:
                 progress(f"sched {name}: {mode} partition {part} credit {credit}")
                 job = {"mode": mode, "partition": part, "credit": credit}
                 try:
-                    job["time_s"] = run_workload(c, layers, mode, _env(part, credit),
-                                                 plan["iters"], plan["warmup"], timeout)
+                    env = _env(part, None if mode == "adaptive" else credit)
+                    job["time_s"] = run_workload(c, layers, "priority" if mode == "adaptive"
+                                                 else mode, env, plan["iters"], plan["warmup"],
+                                                 timeout)
                 except RuntimeError as exc:
                     log.warning("%s %s failed: %s", name, job, exc)
                     job["error"] = str(exc).splitlines()[0]
@@ -365,9 +374,12 @@ def _best(row: dict) -> dict | None:
 
 
 def _default_job(row: dict, plan: dict) -> dict | None:
-    for j in row["jobs"]:
-        if j["mode"] == "priority" and [j["partition"], j["credit"]] == plan["defaults"]:
-            return j
+    """The core's defaults: the adaptive window's job (the fixed default credit's in runs
+    from before it)."""
+    for mode in ("adaptive", "priority"):
+        for j in row["jobs"]:
+            if j["mode"] == mode and [j["partition"], j["credit"]] == plan["defaults"]:
+                return j
     return None
 
 
@@ -383,7 +395,9 @@ def sched_targets(res: dict) -> list[dict]:
             ratio = row["ideal_s"] / job["time_s"]
             out.append(target(
                 f"scheduling {name}: priority + credit within 10 % of the ideal overlap bound "
-                f"({label}: {job['partition']} B, credit {job['credit']})"
+                f"({label}: {job['partition']} B, "
+                + (f"adaptive window from credit {job['credit']})" if job["mode"] == "adaptive"
+                   else f"credit {job['credit']})")
                 + ("" if name == "vgg16" else " (info)"),
                 "ideal / measured ≥ 0.909",
                 f"{job['time_s']:.3f} s vs ideal {row['ideal_s']:.3f} s",
@@ -450,9 +464,12 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
             if j["mode"] == "autotune" and "partition" not in j:
                 body.append(["autotune", "", "", "failed", ""])
                 continue
-            body.append([{"fifo": "FIFO", "autotune": "autotune (chosen)"}.get(
+            body.append([{"fifo": "FIFO", "autotune": "autotune (chosen)",
+                          "adaptive": "priority + adaptive window (default)"}.get(
                              j["mode"], "priority + credit"),
-                         str(j["partition"]), "∞" if j["credit"] == 0 else str(j["credit"]),
+                         str(j["partition"]),
+                         f"from {j['credit']}" if j["mode"] == "adaptive" else
+                         "∞" if j["credit"] == 0 else str(j["credit"]),
                          "failed" if not math.isfinite(t) else f"{t:.3f}",
                          "" if not math.isfinite(t) else f"{t / row['ideal_s']:.2f}"])
         md += [_table(["schedule", "partition (B)", "credit", "iteration (s)", "/ ideal"],

@@ -53,12 +53,15 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
         res = {"plan": plan, "table1": table1.bench_run(plan["table1"], progress),
                "sched": sched.bench_run(plan["sched"], progress)}
     rows = []
+    # the default jobs ran with the core's adaptive push window unless the run fixed the credit
+    adaptive = "BYTEPS_SCHEDULING_CREDIT" not in res["table1"].get("env_knobs", {})
     for r in res["table1"].get("rows", []):
         meas = (r.get("default") or {}).get("time_s")
         if meas:
             rows.append(validate._row(f"byteps n={r['n']} k={r['k']} {r['bytes'] >> 20} MiB",
                                       meas, validate.table1_row(r["n"], r["k"], r["bytes"],
-                                                                r["goodput_Bps"])))
+                                                                r["goodput_Bps"],
+                                                                adaptive_credit=adaptive)))
         g = (r.get("gloo") or {}).get("time_s")
         if g:
             rows.append(validate._row(f"gloo (ring) n={r['n']} k={r['k']} "
@@ -67,7 +70,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
     s, sp = res["sched"], plan["sched"]
     for name, row in s.get("models", {}).items():
         for j in row["jobs"]:
-            if "time_s" not in j or j["mode"] not in ("fifo", "priority"):
+            if "time_s" not in j or j["mode"] not in ("fifo", "priority", "adaptive"):
                 continue
             sim_s = validate.sched_row(name, sp["n"], sp["k"], s["goodput_Bps"], j["mode"],
                                        j["partition"], j["credit"], sp["compute_ratio"])

@@ -11,41 +11,49 @@ import random
 
 import pytest
 
-T = pytest.importorskip("byteps._core").testing
+T = pytest.importorskip("byteps._core")
 
 KIB = 1024
 PART = 256 * KIB
 
 
 def simulate(win, rate_Bps, latency_s=0.0, part=PART, pushes=4000, paths=(0,), noise=None,
-             backlog=True, seed=1):
+             backlog=True, local=(), incast=None):
     """Runs ``pushes`` partitions through ``win``; returns (throughput / rate, windows seen in
-    partitions after the first quarter). ``paths``: the servers pushed to in turn; a negative
-    one is a local server (no link, no queueing). ``noise(rng)``: seconds added to an ack."""
-    rng = random.Random(seed)
+    partitions after the first quarter). ``paths``: the servers pushed to in turn, all behind
+    one NIC of ``rate_Bps``; those in ``local`` are on the worker's host (no NIC, no queueing).
+    ``incast``: {server: rate} of a server whose own link is slower (others share it).
+    ``noise(rng)``: seconds added to an acknowledgement."""
+    rng = random.Random(1)
     t = link_free = 0.0
     in_flight = sent = done = 0
+    server_free = {s: 0.0 for s in (incast or {})}
     acks: list = []
     windows = []
     while done < pushes:
         while sent < pushes and (in_flight == 0 or in_flight + part <= win.window):
             in_flight += part
             server = paths[sent % len(paths)]
-            if server < 0:
+            if server in local:
                 end = t + 20e-6
             else:
                 start = max(t, link_free)
                 link_free = start + part / rate_Bps
-                end = link_free + 2 * latency_s
+                end = link_free
+                if server in server_free:  # then through the server's slower link
+                    end = server_free[server] = max(end, server_free[server]) + \
+                        part / incast[server]
+                end += 2 * latency_s
             if noise:
                 end += noise(rng)
-            heapq.heappush(acks, (end, sent, server, t, in_flight))
+            win.on_send(server, server in local, part)
+            heapq.heappush(acks, (end, sent, server, t))
             sent += 1
             if not backlog:
                 break
-        ack_t, _, server, sent_t, inflight = heapq.heappop(acks)
+        ack_t, _, server, sent_t = heapq.heappop(acks)
         t = max(t, ack_t)
-        win.on_ack(server < 0, part, inflight, int((t - sent_t) * 1e9),
+        win.on_ack(server, server in local, part, int((t - sent_t) * 1e9),
                    backlog and sent < pushes)
         in_flight -= part
         done += 1
@@ -63,9 +71,9 @@ def test_link_bound_path_holds_a_few_partitions_at_every_rate(mbit):
     w = window()
     util, seen = simulate(w, mbit * 1e6 / 8)
     assert util > 0.97
-    # low = 3, high = 6 partitions queued (the one on the wire counted)
-    assert 2.5 <= sum(seen) / len(seen) <= 7.5, seen[-20:]
-    assert max(seen) <= 8
+    # low = 2, high = 4 partitions queued (the one on the wire counted)
+    assert 1.5 <= sum(seen) / len(seen) <= 5.5, seen[-20:]
+    assert max(seen) <= 6
 
 
 def test_fixed_credit_equivalent_is_rate_independent():
@@ -100,11 +108,28 @@ def test_small_partitions_get_a_window_of_small_partitions():
     assert 4 <= sum(seen) / len(seen) <= 7.5
 
 
-def test_a_local_server_that_never_queues_does_not_hold_the_window_open():
+def test_servers_behind_one_nic_share_the_queue():
+    """Three remote servers and one on this host (the emulated cluster's k = 0): the queue on
+    the NIC is counted once however many servers it holds pushes for, and the local pushes
+    neither queue nor hold the window open."""
     w = window()
-    util, seen = simulate(w, 100e6 / 8, paths=(0, -1, 1, 2))
-    assert util > 0.5
-    assert sum(seen) / len(seen) <= 8
+    util, seen = simulate(w, 100e6 / 8, paths=(0, 3, 1, 2), local=(3,))
+    assert util > 1.3  # the local quarter of the bytes does not cross the NIC
+    mean = sum(seen) / len(seen)
+    assert 3 <= mean <= 9  # low..high queued on the NIC, plus the local pushes in flight
+
+
+def test_queue_at_a_slow_server_is_bounded_on_its_own():
+    """Two servers: one behind a link a third as fast as the worker's NIC (other workers push
+    to it too). The NIC does not queue (the other server's pushes come back fast), so the
+    NIC's rule alone would let the window grow; the slow server's own queue (`high`
+    partitions) bounds it, and the NIC still sends at the slow server's bound (half the pushes
+    at a third of the rate: 2/3 of the NIC)."""
+    rate = 800e6 / 8
+    w = window(hi=64)
+    util, seen = simulate(w, rate, paths=(0, 1), incast={0: rate / 3})
+    assert 3 <= sum(seen) / len(seen) <= 10
+    assert util > 0.6
 
 
 def test_not_growing_while_nothing_waits_for_credit():
@@ -141,15 +166,120 @@ def test_window_counts_queueing_against_the_fastest_push():
     that put more than `high` partitions in the queue shrink it; only local pushes: no
     change."""
     w = T.PushWindow(4 * PART, PART, 32 * PART)
-    w.on_ack(False, PART, PART, 1_000_000, True)  # the base: 1 ms
+
+    for _ in range(8):  # 8 partitions in flight to server 0 (plus one per ack below)
+        w.on_send(0, False, PART)
+
+    def ack(local, delay_ms):
+        w.on_send(0, local, PART)
+        return w.on_ack(0, local, PART, int(delay_ms * 1e6), True)
+
+    ack(False, 1.0)  # the base: 1 ms
     for _ in range(8):
-        w.on_ack(False, PART, 4 * PART, 1_000_000, True)
+        ack(False, 1.0)
     grown = w.window
     assert grown > 4 * PART
     for _ in range(40):  # 8 in flight, 10 ms: 7.2 partitions queued
-        w.on_ack(False, PART, 8 * PART, 10_000_000, True)
+        ack(False, 10.0)
     assert w.window < grown
     before, changes = w.window, w.changes
     for _ in range(40):
-        w.on_ack(True, PART, 8 * PART, 50_000_000, True)
+        ack(True, 50.0)
     assert (w.window, w.changes) == (before, changes)
+
+
+def test_lost_pushes_leave_their_path():
+    """A push that failed no longer counts as queued: with 8 partitions in flight and 10 ms
+    against a 1 ms base the window shrinks; once 6 of them are lost it does not."""
+    for lost, shrinks in ((0, True), (6, False)):
+        w = T.PushWindow(4 * PART, PART, 32 * PART)
+        for _ in range(9):
+            w.on_send(0, False, PART)
+        w.on_ack(0, False, PART, 1_000_000, True)
+        for _ in range(lost):
+            w.on_lost(0, PART)
+        for _ in range(16):
+            w.on_send(0, False, PART)
+            w.on_ack(0, False, PART, 10_000_000, True)
+        assert (w.window < 4 * PART) == shrinks
+
+
+# ------------------------------------------------------------------- in a running job --
+
+WORKER = r"""
+import json, os
+import numpy as np
+import byteps.basics as bps
+from byteps import _core
+bps.init()
+r, size = bps.rank(), bps.size()
+x = np.full(2 << 20, float(r + 1), np.float32)  # 8 MiB: 128 partitions of 64 KiB
+out = np.empty_like(x)
+for it in range(6):
+    bps.wait(bps.push_pull_async("t", x.ctypes.data, out.ctypes.data, x.nbytes, "float32",
+                                 x.shape, False))
+    assert (out == size * (size + 1) / 2).all(), out[:4]
+print("CREDIT " + json.dumps(_core.push_credit()), flush=True)
+bps.shutdown()
+"""
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_roles(extra_env, timeout=120):
+    """A scheduler and a server advertising 127.0.0.2 (another host, as far as the workers can
+    tell) and two worker machines on 127.0.0.1, started by hand; the workers' CREDIT dicts."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from byteps.cluster_env import ClusterSpec, JobIdentity, role_env
+
+    spec = ClusterSpec(2, 1, 1, "127.0.0.2", _free_port(), JobIdentity.fresh())
+    base = {**os.environ, "BYTEPS_PARTITION_BYTES": "65536", **extra_env}
+    server = [sys.executable, "-m", "byteps.server"]
+    procs = [subprocess.Popen(server, env=role_env(spec, "scheduler", node_host="127.0.0.2",
+                                                   base=base)),
+             subprocess.Popen(server, env=role_env(spec, "server", node_host="127.0.0.2",
+                                                   base=base))]
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE,
+                                text=True, env=role_env(spec, "worker", worker_id=w,
+                                                        local_rank=0, node_host="127.0.0.1",
+                                                        base=base))
+               for w in range(2)]
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in workers]
+        assert [p.returncode for p in workers] == [0, 0], outs
+        for p in procs:
+            p.wait(timeout=30)
+    finally:
+        for p in procs + workers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [json.loads(next(ln[7:] for ln in o.splitlines() if ln.startswith("CREDIT ")))
+            for o in outs]
+
+
+def test_a_job_without_a_credit_runs_the_adaptive_window():
+    """No BYTEPS_SCHEDULING_CREDIT: the window adapts (the server is on another address than
+    the workers, so its pushes are sampled), stays within one and 32 partition bounds, and
+    the sums are exact."""
+    for c in _run_roles({}):
+        assert c["adaptive"] is True
+        assert 65536 <= c["window_bytes"] <= T.ADAPTIVE_CREDIT_MAX_BOUNDS * 65536
+        assert 65536 <= c["mean_window_bytes"] <= T.ADAPTIVE_CREDIT_MAX_BOUNDS * 65536
+        assert c["changes"] >= 1
+
+
+def test_a_set_credit_is_kept_as_given():
+    for c in _run_roles({"BYTEPS_SCHEDULING_CREDIT": "2"}):
+        assert c == {"adaptive": False, "window_bytes": 2 * 65536,
+                     "mean_window_bytes": 2 * 65536.0, "changes": 0}

@@ -58,7 +58,9 @@ def _cluster_args(p: argparse.ArgumentParser, many: bool = False) -> None:
     p.add_argument("--sum-rate", default="37.1GB/s", help="γ: summation per server thread")
     p.add_argument("--server-threads", type=int, default=2)
     p.add_argument("--partition-bytes", type=int, default=262144)
-    p.add_argument("--credit", type=int, default=4, help="partitions (0 = unlimited)")
+    p.add_argument("--credit", type=int, default=None,
+                   help="a fixed credit in partitions (0 = unlimited); default: the core's "
+                   "adaptive window, from 4")
 
 
 def _cluster(a: argparse.Namespace) -> Cluster:
@@ -108,7 +110,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
 
     if a.cmd == "run":
-        sch = Scheme(a.scheme, partition_bytes=a.partition_bytes, credit=a.credit,
+        sch = Scheme(a.scheme, partition_bytes=a.partition_bytes,
+                     credit=4 if a.credit is None else a.credit,
+                     adaptive_credit=a.credit is None,
                      compression=a.compression, bucket_bytes=int(a.bucket_mib * (1 << 20)),
                      tree_width=a.tree_width, hips_group=a.hips_group)
         res = simulate(_profile(a), _cluster(a), sch.fifo() if a.fifo else sch,
@@ -128,8 +132,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{prof.name}: {prof.nbytes / 1e6:.1f} MB of gradients, compute "
               f"{prof.compute_s * 1e3:.1f} ms; {cl.machines} machines x "
               f"{cl.gpus_per_machine} GPUs, {cl.bandwidth * 8 / 1e9:g} Gbit/s\n")
-        print(report.whatif_markdown(report.whatif(prof, cl, a.ratios, a.partition_bytes,
-                                                   a.credit, a.method)))
+        print(report.whatif_markdown(report.whatif(
+            prof, cl, a.ratios, a.partition_bytes, 4 if a.credit is None else a.credit,
+            a.method, adaptive_credit=a.credit is None)))
         if a.method == "symmetric" or (a.method == "auto" and cl.machines >= SYMMETRIC_FROM):
             print("\nBytePS rows: the symmetric model (one representative worker); it can be "
                   "optimistic where the workers push in key order (docs/simulator.md): check "
@@ -140,7 +145,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             prof = _profile(a, name)
             for bw in a.bandwidth:
                 rows = report.scaling(prof, a.gpus, a.gpus_per_machine, parse_rate(bw),
-                                      a.partition_bytes, a.credit, a.method,
+                                      a.partition_bytes, 4 if a.credit is None else a.credit,
+                                      a.method, adaptive_credit=a.credit is None,
                                       latency=a.latency_us * 1e-6,
                                       local_bandwidth=parse_rate(a.local_bandwidth),
                                       gpu_bus_bandwidth=parse_rate(a.gpu_bus),

@@ -16,7 +16,9 @@ What is modelled, as the core does it (docs/architecture.md §4-§7):
 * **push order**: priority first (``priority``: the first layer first; ``fifo``: one priority,
   so the order gradients were produced), then the earlier-declared tensor, partitions starting
   at index ``worker id`` (``StaggeredPushPosition``); **credit**: at most ``credit x partition
-  bound`` bytes pushed and not yet acknowledged (one always may go), returned by the server's
+  bound`` bytes pushed and not yet acknowledged (one always may go) -- with
+  ``Scheme.adaptive_credit`` (``byteps``) a window per worker that the core's own rule
+  (``byteps._core.PushWindow``) sizes from each push's acknowledgement delay --, returned by the server's
   ``PUSH_ACK`` on receipt, modelled as arriving one latency later (in the core it queues
   behind the pull responses on the same connection; modelled that way, the n = 4, k = 2 rows
   of the architecture table come out 15 % slower than measured, without it 1-3 %:
@@ -145,6 +147,15 @@ class PSBackend:
                                                   for _ in range(self.workers)]
         self.job_bound = partition_bound(scheme.partition_bytes, L)
         self.credit_bytes = scheme.credit * self.job_bound if scheme.credit > 0 else 0
+        #: the adaptive push window of every worker (None: the credit is fixed)
+        self.windows = None
+        if scheme.name == "byteps" and scheme.adaptive_credit and self.credit_bytes:
+            from .._core import ADAPTIVE_CREDIT_MAX_BOUNDS, PushWindow
+
+            self.windows = [PushWindow(self.credit_bytes, self.job_bound,
+                                       ADAPTIVE_CREDIT_MAX_BOUNDS * self.job_bound)
+                            for _ in range(n)]
+        self.sent_at: Dict[tuple, float] = {}  # (worker, key) -> when its push left
         self.queue: List[List[tuple]] = [[] for _ in range(self.workers)]
         self.inflight = [0] * self.workers
         self.parts: Dict[int, List[tuple]] = {}  # tensor -> [(key, bytes, server)]
@@ -231,16 +242,24 @@ class PSBackend:
         q = self.queue[w]
         while q:
             b = q[0][1][2]
-            if self.credit_bytes and self.inflight[w] > 0 and \
-                    self.inflight[w] + b > self.credit_bytes:
+            credit = self.windows[w].window if self.windows else self.credit_bytes
+            if credit and self.inflight[w] > 0 and self.inflight[w] + b > credit:
                 return
             _, (j, key, b, s) = heapq.heappop(q)
             self.inflight[w] += b
+            if self.windows:
+                self.windows[w].on_send(s, self.servers[s].machine == w, b)
+                self.sent_at[(w, key)] = self.sim.now
             wire = b / self.sch.compression + HEADER_BYTES
             self.up[w][s].send(wire, lambda w=w, it=(j, key, b, s): self._on_push(w, it))
 
-    def _on_ack(self, w: int, b: int) -> None:
+    def _on_ack(self, w: int, item: tuple) -> None:
+        _, key, b, s = item
         self.inflight[w] -= b
+        if self.windows:
+            sent = self.sent_at.pop((w, key))
+            self.windows[w].on_ack(s, self.servers[s].machine == w, b,
+                                   max(1, int((self.sim.now - sent) * 1e9)), bool(self.queue[w]))
         self._try_push(w)
 
     def _on_pull(self, w: int, j: int, key: int, b: int) -> None:
@@ -260,7 +279,7 @@ class PSBackend:
     def _on_push(self, w: int, item: tuple) -> None:
         j, key, b, s = item
         srv = self.servers[s]
-        self.sim.after(self.cl.latency, self._on_ack, w, b)
+        self.sim.after(self.cl.latency, self._on_ack, w, item)
         if key not in srv.thread_of:
             t = min(range(len(srv.load)), key=lambda i: srv.load[i])
             srv.thread_of[key] = t

@@ -88,7 +88,7 @@ class SymmetricPSBackend(PSBackend):
         (i - v) mod P, when worker 0 pushes partition (i - v) mod P: key i is complete once
         worker 0's pushes of partitions i, i-1, ..., i-n+1 (mod P) have all arrived."""
         j, key, b, s = item
-        self.sim.after(self.cl.latency, self._on_ack, w, b)
+        self.sim.after(self.cl.latency, self._on_ack, w, item)
         parts, need = self.parts[j], self.need[j]
         P = len(parts)
         q = key - parts[0][0]

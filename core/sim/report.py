@@ -61,10 +61,11 @@ SCALING = {"BytePS, k = n": ("byteps", 1.0), "BytePS, k = n/2": ("byteps", 0.5),
 def scaling(profile: profiles.Profile, gpus: Sequence[int] = (8, 16, 32, 64, 128, 256),
             gpus_per_machine: int = 8, bandwidth: float = 100e9 / 8,
             partition_bytes: int = 4 << 20, credit: int = 4, method: str = "auto",
-            **cluster_kw) -> List[Dict]:
+            adaptive_credit: bool = True, **cluster_kw) -> List[Dict]:
     """Iteration time, scaling efficiency and bound per configuration of :data:`SCALING`
     and GPU count (``gpus_per_machine`` GPUs per worker machine; bandwidth in bytes/s).
-    Partitions of ``partition_bytes`` (default 4 MiB) with ``credit``; ``method``: see
+    Partitions of ``partition_bytes`` (default 4 MiB) with ``credit`` (the adaptive window's
+    start, or fixed with ``adaptive_credit=False``); ``method``: see
     :func:`byteps.sim.simulate` (native PS is always simulated in full).
 
     Returns rows ``{"config", "gpus", "machines", "cpu_machines", "iteration_s",
@@ -76,7 +77,7 @@ def scaling(profile: profiles.Profile, gpus: Sequence[int] = (8, 16, 32, 64, 128
             n = max(1, g // gpus_per_machine)
             cl = Cluster(n, int(round(kfrac * n)), gpus_per_machine, bandwidth, **cluster_kw)
             r = simulate(profile, cl, Scheme(scheme, partition_bytes=partition_bytes,
-                                             credit=credit),
+                                             credit=credit, adaptive_credit=adaptive_credit),
                          method=method if scheme == "byteps" else "auto")
             top = max(r.busy, key=lambda k: r.busy[k]) if r.busy else "compute"
             out.append({"config": label, "gpus": g, "machines": n, "cpu_machines":
@@ -115,8 +116,10 @@ def scaling_markdown(rows: List[Dict]) -> str:
 
 
 def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] = (2, 4, 8),
-           partition_bytes: int = 262144, credit: int = 4, method: str = "auto") -> List[Dict]:
-    """BytePS (with the given CPU machines and ``credit``, with 4 x the credit, and without CPU
+           partition_bytes: int = 262144, credit: int = 4, method: str = "auto",
+           adaptive_credit: bool = True) -> List[Dict]:
+    """BytePS (with the given CPU machines and ``credit`` -- the adaptive window's start, or
+    fixed with ``adaptive_credit=False`` --, with a fixed 4 x the credit, and without CPU
     machines), ring all-reduce, native PS and BytePS with each compression ratio on
     ``cluster`` (partitions of ``partition_bytes``; ``method``: see
     :func:`byteps.sim.simulate`). Rows ``{"config", "iteration_s", "efficiency", "bound",
@@ -129,13 +132,16 @@ def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] 
              ("native PS", cluster, Scheme("ps"))]
     cases += [(f"BytePS + compression {r:g}x", cluster, Scheme("byteps", compression=r))
               for r in ratios]
-    if credit:  # the credit window (BYTEPS_SCHEDULING_CREDIT) matters at 25 Gbit/s and up
-        cases.insert(1, (f"BytePS, {cluster.cpu_machines} CPU machines, credit {4 * credit}",
-                         cluster, Scheme("byteps", credit=4 * credit)))
+    if credit:  # a fixed window 4 x deeper than the adaptive one starts at (25 Gbit/s and up)
+        cases.insert(1, (f"BytePS, {cluster.cpu_machines} CPU machines, fixed credit "
+                         f"{4 * credit}", cluster,
+                         Scheme("byteps", credit=4 * credit, adaptive_credit=False)))
     out = []
     for label, cl, sch in cases:
+        fixed = "credit " in label
         sch = replace(sch, partition_bytes=partition_bytes,
-                      credit=sch.credit if "credit " in label else credit)
+                      credit=sch.credit if fixed else credit,
+                      adaptive_credit=False if fixed else adaptive_credit)
         r = simulate(profile, cl, sch, method=method if sch.name == "byteps" else "auto")
         out.append({"config": label, "iteration_s": r.iteration_s, "efficiency": r.efficiency,
                     "bound": r.bound, "scheme": SCHEME_NAMES[sch.name]})

@@ -78,6 +78,10 @@ class Scheme:
             unlimited credit); PS schemes only.
         partition_bytes (int): ``BYTEPS_PARTITION_BYTES``, default 262 144.
         credit (int): ``BYTEPS_SCHEDULING_CREDIT`` in partitions (0 = unlimited), default 4.
+        adaptive_credit (bool): ``byteps``: the credit is the core's adaptive push window
+            (``byteps._core.PushWindow``, what the core does when ``BYTEPS_SCHEDULING_CREDIT``
+            is unset), starting at ``credit`` partitions; False: ``credit`` stays fixed.
+            Default True.
         compression (float): compression ratio (wire bytes = bytes / ratio), PS schemes.
         bucket_bytes (int): all-reduce bucket size, default 25 MiB (torch DDP).
         tree_width (int): ``tree``: FlexTree group width w (1 = binary tree).
@@ -88,6 +92,7 @@ class Scheme:
     scheduling: str = "priority"
     partition_bytes: int = 262144
     credit: int = 4
+    adaptive_credit: bool = True
     compression: float = 1.0
     bucket_bytes: int = 25 << 20
     tree_width: int = 1

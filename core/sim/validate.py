@@ -20,19 +20,25 @@ TOLERANCE = 0.10
 
 
 def table1_row(n: int, k: int, nbytes: int, goodput_Bps: float,
-               scheme: str = "byteps") -> float:
+               scheme: str = "byteps", adaptive_credit: bool = True) -> float:
     """Simulated push_pull of one ``nbytes`` tensor on the emulated cluster (default
-    settings), seconds; ``scheme="ring"`` for gloo's all_reduce."""
+    settings), seconds; ``scheme="ring"`` for gloo's all_reduce. ``adaptive_credit``: the
+    core's adaptive push window (its default); False: the fixed credit of 4 partitions that
+    the core had before it (the recorded runs up to 2026-11-23)."""
     cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
-    return simulate(single_tensor(nbytes), cl, Scheme(scheme)).iteration_s
+    return simulate(single_tensor(nbytes), cl,
+                    Scheme(scheme, adaptive_credit=adaptive_credit)).iteration_s
 
 
 def sched_row(model: str, n: int, k: int, goodput_Bps: float, mode: str, partition: int,
               credit: int, compute_ratio: float = 1.0) -> float:
-    """Simulated iteration of the scheduling workload (benchmarks/sched.py), seconds."""
+    """Simulated iteration of the scheduling workload (benchmarks/sched.py), seconds. ``mode``:
+    ``fifo``, ``priority`` (priority + the fixed ``credit``) or ``adaptive`` (priority + the
+    core's adaptive push window, from ``credit``)."""
     base = from_architecture(model)
     prof = base.scaled(compute_ratio * t_opt(n, k, base.nbytes, goodput_Bps))
-    sch = Scheme(partition_bytes=partition, credit=credit)
+    # `adaptive`: the core's default window (from `credit`); `priority`: the credit as set
+    sch = Scheme(partition_bytes=partition, credit=credit, adaptive_credit=mode == "adaptive")
     if mode == "fifo":
         sch = Scheme(partition_bytes=partition).fifo()
     cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
@@ -77,7 +83,8 @@ def table1(rows: Optional[List] = None, gloo: bool = True) -> List[Dict]:
     for n, k, m, mbit, byteps_s, gloo_s in rows or recorded.TABLE1["rows"]:
         B = mbit * 1e6 / 8
         tag = f"n={n} k={k} {m >> 20} MiB"
-        out.append(_row(f"byteps {tag}", byteps_s, table1_row(n, k, m, B), kind="byteps",
+        out.append(_row(f"byteps {tag}", byteps_s, table1_row(n, k, m, B, adaptive_credit=False),
+                        kind="byteps",
                         t_opt_s=t_opt(n, k, m, B)))
         if gloo and gloo_s:
             out.append(_row(f"gloo (ring) {tag}", gloo_s, table1_row(n, k, m, B, "ring"),

@@ -125,8 +125,9 @@ std::vector<KnobSpec> BuildTable() {
           "ceil(sqrt(DMLC_NUM_WORKER))."),
       Int("BYTEPS_SCHEDULING_CREDIT", "4", 0, 1 << 20, "worker",
           "Partitions in flight to the servers at once (credit, in units of "
-          "BYTEPS_PARTITION_BYTES) queued for the wire at once; queues are priority-ordered. 0 = "
-          "unlimited (no credit)."),
+          "BYTEPS_PARTITION_BYTES); queues are priority-ordered. 0 = unlimited (no credit). "
+          "Unset: an adaptive window that starts at the default and follows the servers' "
+          "acknowledgement delay (docs/architecture.md section 5); set: fixed at this value."),
       Int("BYTEPS_TCP_NOTSENT_LOWAT", "65536", 0, (1LL << 31) - 1, "worker,server",
           "Most not-yet-sent bytes the kernel may hold per data connection (TCP_NOTSENT_LOWAT); "
           "the rest waits in the priority-ordered queues, so a high-priority partition does not "

@@ -98,7 +98,8 @@ std::vector<UpstreamVar> BuildUpstream() {
                                  "partition in shared memory; there is no reduce root."),
       Impl("BYTEPS_SCHEDULING_CREDIT", "Default 4, and the queues are always priority-ordered "
                                        "(upstream: 0 = scheduling off); 0 here means no credit "
-                                       "limit."),
+                                       "limit. Unset, the window adapts to the acknowledgement "
+                                       "delay from 4; set, it is fixed as upstream's."),
       Ign("BYTEPS_THREADPOOL_SIZE", "COMPRESS and DECOMPRESS are stages with a thread each, "
                                     "like every other stage, so nothing needs a pool (upstream "
                                     "crashed when compression ran without one)."),

@@ -83,9 +83,8 @@ struct PartTask {
   SendItem push_item;
   SendItem pull_item;
   // The adaptive push window's sample of this round's push: when it was handed to the PS
-  // client (steady clock, ns) and the PUSH bytes in flight then, itself included.
+  // client (steady clock, ns).
   int64_t push_sent_ns = 0;
-  size_t push_in_flight = 0;
   // The pull of this partition's sum, as the PS client tracks it (reused every round): whether
   // a response is being received into this task's buffer, the servers' stall reports.
   PendingPull pull;

@@ -55,8 +55,6 @@ struct PushPullArgs {
 // there is nothing to preempt, and every partition costs signals and thread hand-offs between
 // the local processes (2 local workers, 64 MiB: ~29 ms at 512 KiB, ~23 ms at 2-4 MiB here).
 constexpr int64_t kSingleMachinePartitionBytes = 4 << 20;
-// The adaptive push window's ceiling, in partition bounds (32 x 256 KiB = 8 MiB by default).
-constexpr size_t kMaxAdaptiveCredit = 32;
 
 // Tensors whose name starts with this are asynchronous parameters when BYTEPS_ENABLE_ASYNC=1
 // (docs/async.md): the servers keep their value; every other name stays synchronous.

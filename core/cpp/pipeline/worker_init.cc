@@ -89,10 +89,10 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->register_bound = cfg->partition_bound;
   BPS_RETURN_IF_ERROR(LoadAutotuneConfig(k, cfg));
   // The user's credit is kept as given; the tuner sets its own. Otherwise the window adapts,
-  // from the default credit, up to kMaxAdaptiveCredit bounds.
+  // from the default credit, up to kAdaptiveCreditMaxBounds partition bounds.
   cfg->adaptive_credit = cfg->distributed && !k.IsSet("BYTEPS_SCHEDULING_CREDIT") &&
                          !cfg->autotune.enabled && cfg->credit_bytes > 0;
-  cfg->credit_max_bytes = kMaxAdaptiveCredit * cfg->partition_bound;
+  cfg->credit_max_bytes = kAdaptiveCreditMaxBounds * cfg->partition_bound;
   if (cfg->autotune.enabled && (cfg->sync_auto || cfg->sync != SyncScheme::kPs))
     return Status::Config("BYTEPS_AUTOTUNE=1 works with BYTEPS_SYNC=ps only (BYTEPS_SYNC=" + sync +
                           ")");

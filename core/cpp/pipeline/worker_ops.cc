@@ -342,9 +342,11 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
       std::vector<PendingPull*> pulls, unacked;
       for (auto& t : ctx->parts) pulls.push_back(&t->pull);
       ps_->CancelPulls(pulls, cfg_.timeout_s, &unacked);
-      for (PendingPull* p : unacked)
-        queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(
-            PushBytes(static_cast<PartTask*>(p->arg)));
+      for (PendingPull* p : unacked) {
+        auto* t = static_cast<PartTask*>(p->arg);
+        queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(PushBytes(t));
+        if (push_window_) push_window_->OnLost(t->server, PushBytes(t));
+      }
     }
     if (ctx->all_reduce) CancelCollective(ctx);
     DrainDeviceCopies(ctx);

@@ -84,7 +84,7 @@ void WorkerCore::RunPush(PartTask* t) {
   t->stages.pos++;  // PUSH -> PULL before the bytes leave: the answer may beat OnPushSent
   if (push_window_) {
     t->push_sent_ns = TraceNowNs();
-    t->push_in_flight = queues_[static_cast<int>(Stage::kPush)]->in_flight_bytes();
+    push_window_->OnSend(t->server, ps_->server_on_this_host(t->server), PushBytes(t));
   }
   if (ctx->traced) t->trace.enter[static_cast<int>(Stage::kPull)] = TraceNowNs();
   if (ctx->compressed)  // the encoding COMPRESS made; the sum comes back encoded
@@ -104,8 +104,10 @@ void WorkerCore::RunPush(PartTask* t) {
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {
   if (st.ok()) return;  // its credit comes back with the server's acknowledgement
-  if (ps_->ClaimPushAck(&t->pull))
+  if (ps_->ClaimPushAck(&t->pull)) {
     queues_[static_cast<int>(Stage::kPush)]->ReturnCredit(PushBytes(t));
+    if (push_window_) push_window_->OnLost(t->server, PushBytes(t));
+  }
   if (!stopping_) Fatal(st);
 }
 
@@ -125,9 +127,9 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
         TraceNowNs();
   ScheduledQueue* q = queues_[static_cast<int>(Stage::kPush)].get();
   if (push_window_) {  // the acknowledgement delay sizes the window (scheduling/push_window.h)
-    const size_t w =
-        push_window_->OnAck(ps_->server_on_this_host(t->server), PushBytes(t), t->push_in_flight,
-                            TraceNowNs() - t->push_sent_ns, q->size() > 0);
+    const size_t w = push_window_->OnAck(t->server, ps_->server_on_this_host(t->server),
+                                         PushBytes(t), TraceNowNs() - t->push_sent_ns,
+                                         q->size() > 0);
     if (w) q->SetCredit(w);
   }
   // The returned credit lets the next partitions leave: send them from this thread instead of

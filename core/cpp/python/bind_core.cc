@@ -11,6 +11,7 @@
 #include "pipeline/api.h"
 #include "pipeline/engine_bridge.h"
 #include "scheduling/autotune_search.h"
+#include "scheduling/push_window.h"
 
 namespace py = pybind11;
 
@@ -76,6 +77,29 @@ void BindCore(py::module_& m) {
   m.def("is_distributed", []() { return Require()->config().distributed; });
   // (servers, CPU-only servers) of the job's address book: the cost model's k (docs/schemes.md).
   m.def("server_placement", []() { return Require()->ServerPlacement(); });
+  // The adaptive push window (scheduling/push_window.h): the rule the PUSH stage follows, for
+  // the simulator (byteps.sim) and the tests to feed acknowledgements of their own.
+  m.attr("ADAPTIVE_CREDIT_MAX_BOUNDS") = kAdaptiveCreditMaxBounds;
+  py::class_<PushWindow>(m, "PushWindow")
+      .def(py::init([](size_t start, size_t min_bytes, size_t max_bytes, double low, double high) {
+             PushWindow::Config c;
+             c.start_bytes = start;
+             c.min_bytes = min_bytes;
+             c.max_bytes = max_bytes;
+             c.low = low;
+             c.high = high;
+             return std::make_unique<PushWindow>(c);
+           }),
+           py::arg("start_bytes"), py::arg("min_bytes"), py::arg("max_bytes"), py::arg("low") = 2.0,
+           py::arg("high") = 4.0)
+      .def("on_send", &PushWindow::OnSend, py::arg("path"), py::arg("local"), py::arg("bytes"))
+      .def("on_ack", &PushWindow::OnAck, py::arg("path"), py::arg("local"), py::arg("bytes"),
+           py::arg("delay_ns"), py::arg("limited"))
+      .def("on_lost", &PushWindow::OnLost, py::arg("path"), py::arg("bytes"))
+      .def_property_readonly("window", &PushWindow::window)
+      .def_property_readonly("mean_window", &PushWindow::mean_window)
+      .def_property_readonly("changes", &PushWindow::changes);
+
   m.def("push_credit", []() {
     auto [adaptive, window, mean, changes] = Require()->PushCredit();
     py::dict d;

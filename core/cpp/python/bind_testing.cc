@@ -13,7 +13,6 @@
 #include "ps/sync_scheme.h"
 #include "ps/protocol.h"
 #include "scheduling/partitioner.h"
-#include "scheduling/push_window.h"
 #include "scheduling/scheduled_queue.h"
 
 namespace py = pybind11;
@@ -85,25 +84,6 @@ void BindTesting(py::module_& root) {
       .def("close", &ScheduledQueue::Close)
       .def("__len__", &ScheduledQueue::size)
       .def_property_readonly("in_flight_bytes", &ScheduledQueue::in_flight_bytes);
-
-  // The adaptive push window (scheduling/push_window.h), fed synthetic acknowledgements.
-  py::class_<PushWindow>(m, "PushWindow")
-      .def(py::init([](size_t start, size_t min_bytes, size_t max_bytes, double low, double high) {
-             PushWindow::Config c;
-             c.start_bytes = start;
-             c.min_bytes = min_bytes;
-             c.max_bytes = max_bytes;
-             c.low = low;
-             c.high = high;
-             return std::make_unique<PushWindow>(c);
-           }),
-           py::arg("start_bytes"), py::arg("min_bytes"), py::arg("max_bytes"), py::arg("low") = 3.0,
-           py::arg("high") = 6.0)
-      .def("on_ack", &PushWindow::OnAck, py::arg("local"), py::arg("bytes"), py::arg("in_flight"),
-           py::arg("delay_ns"), py::arg("limited"))
-      .def_property_readonly("window", &PushWindow::window)
-      .def_property_readonly("mean_window", &PushWindow::mean_window)
-      .def_property_readonly("changes", &PushWindow::changes);
 
   // The all-reduce programs (ps/sync_scheme.h): a list of (kind, peer, tag, offset, length,
   // scratch, from_input) per op, kind "send" | "recv_sum" | "recv_copy".

@@ -27,13 +27,13 @@ def test_hooks_are_wired():
     plugin = importlib.import_module(cli.PLUGINS["sched"])
     plan = plugin.bench_settings(True)
     assert plan["models"] == ["resnet50"]
-    assert plan["sweep"] == [plan["defaults"]] == [list(sched.core_defaults())]
-    assert plugin.bench_steps(plan) == 1 + 2  # cluster, FIFO, defaults
+    assert plan["sweep"] == [] and plan["defaults"] == list(sched.core_defaults())
+    assert plugin.bench_steps(plan) == 1 + 2  # cluster, FIFO, defaults (adaptive window)
     full = plugin.bench_settings(False)
     assert full["models"] == ["vgg16", "resnet50"]
     assert plan["defaults"] in full["sweep"]
     assert full["autotune"] and not plan["autotune"]
-    assert plugin.bench_steps(full) == 1 + 2 * (1 + len(full["sweep"]) + 1)
+    assert plugin.bench_steps(full) == 1 + 2 * (2 + len(full["sweep"]) + 1)
 
 
 def test_tiny_workload_fifo_and_priority(tmp_path):
@@ -66,6 +66,7 @@ def test_markdown_and_targets_from_results(tmp_path):
         "bytes": 553430176, "tensors": 32, "t_comm_opt_s": 5.8, "compute_s": 5.8,
         "ideal_s": 5.9, "sequential_s": 11.8, "jobs": [
             {"mode": "fifo", "partition": 4096000, "credit": 0, "time_s": 7.8},
+            {"mode": "adaptive", "partition": 262144, "credit": 4, "time_s": 6.0},
             {"mode": "priority", "partition": 262144, "credit": 4, "time_s": 6.1},
             {"mode": "priority", "partition": 4096000, "credit": 4, "error": "boom"},
             {"mode": "autotune", "partition": 262144, "credit": 8, "time_s": 6.2,
@@ -75,6 +76,9 @@ def test_markdown_and_targets_from_results(tmp_path):
     md, targets = sched.bench_markdown(res, str(tmp_path), "img")
     assert "| FIFO | 4096000 | ∞ | 7.800 | 1.32 |" in md
     assert "| priority + credit | 4096000 | 4 | failed |  |" in md
+    assert "| priority + adaptive window (default) | 262144 | from 4 | 6.000 | 1.02 |" in md
+    defaults = [t for t in targets if "(defaults:" in t["name"]]
+    assert len(defaults) == 1 and "adaptive window from credit 4" in defaults[0]["name"]
     assert (tmp_path / "sched_iteration.png").stat().st_size > 1000
     best = [t for t in targets if "best of sweep" in t["name"]]
     assert len(best) == 1 and best[0]["met"] is True

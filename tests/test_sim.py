@@ -220,3 +220,22 @@ def test_whatif_answers_the_16_machine_question_in_one_command(tmp_path, capsys)
     # at 3 x the compute rate the all-reduce is communication-bound, and says by what
     assert "all-reduce, one bucket at a time" in got["ring all-reduce"][4]
     assert float(got["BytePS, 4 CPU machines"][3].split()[0]) > 1.0  # faster than ring
+
+
+def test_adaptive_window_fills_a_fast_network_and_stays_shallow_on_a_slow_one():
+    """The core's adaptive push window in the simulator (Scheme.adaptive_credit, the default):
+    at 100 Gbit/s with 4 CPU machines it grows past the fixed credit of 4 partitions, which
+    leaves the CPU machines' links idle, and is as fast as a fixed 16; at 1 Gbit/s (n = 8,
+    k = 4, one 64 MiB tensor) it is no slower than the fixed credit."""
+    prof = sim.from_architecture("vgg16", tflops=120)
+    cl = sim.Cluster(16, 4, 8, sim.parse_rate("100Gbps"))
+    t = {name: sim.simulate(prof, cl, sch, method="symmetric").iteration_s for name, sch in (
+        ("adaptive", sim.Scheme()),
+        ("fixed 4", sim.Scheme(credit=4, adaptive_credit=False)),
+        ("fixed 16", sim.Scheme(credit=16, adaptive_credit=False)))}
+    assert t["adaptive"] < 0.9 * t["fixed 4"], t
+    assert t["adaptive"] <= 1.01 * t["fixed 16"], t
+    M, B = 64 << 20, 1e9 / 8
+    slow = {ad: sim.simulate(sim.single_tensor(M), sim.Cluster(8, 4, bandwidth=B),
+                             sim.Scheme(adaptive_credit=ad)).iteration_s for ad in (True, False)}
+    assert slow[True] <= 1.01 * slow[False], slow

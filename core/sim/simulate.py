@@ -154,12 +154,15 @@ METHODS = ("auto", "full", "symmetric")
 
 
 def simulate(profile: Profile, cluster: Cluster, scheme: Scheme,
-             method: str = "auto") -> SimResult:
+             method: str = "auto", warmup: int = 0) -> SimResult:
     """Simulate one iteration of ``profile`` on ``cluster`` with ``scheme``.
 
     ``method``: ``full`` (every worker, message by message), ``symmetric`` (``byteps`` only:
     one representative worker, :mod:`byteps.sim.ps_sym`) or ``auto`` (symmetric for
-    ``byteps`` from :data:`SYMMETRIC_FROM` worker machines up, else full).
+    ``byteps`` from :data:`SYMMETRIC_FROM` worker machines up, else full). ``warmup``
+    (default 0): iterations simulated first and not reported; the workers' adaptive push
+    windows carry over from them, as in a job's later iterations (a job's first iteration
+    starts from the default credit).
 
     Raises:
         byteps.errors.InvalidArgumentError: an invalid cluster, scheme or method.
@@ -176,22 +179,29 @@ def simulate(profile: Profile, cluster: Cluster, scheme: Scheme,
     if method == "auto":
         method = "symmetric" if scheme.name == "byteps" and \
             cluster.machines >= SYMMETRIC_FROM else "full"
+    if warmup < 0:
+        raise InvalidArgumentError(f"warmup {warmup}: >= 0 iterations")
     layers: List[Layer] = profile.layers
     sizes = [x.nbytes for x in layers]
     backward = list(reversed(range(len(layers))))
-    sim = Sim()
-    if method == "symmetric":
-        be = SymmetricPSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
-    elif scheme.name in ("byteps", "ps"):
-        be = PSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
-    else:
-        be = CollectiveBackend(sim, cluster, scheme, sizes, backward)
-    t = 0.0
-    for j in backward:
-        t += layers[j].bwd_s
-        sim.at(t, be.submit, j)
-    bwd_end = t
-    sim.run()
+    windows = None
+    for _ in range(warmup + 1):
+        sim = Sim()
+        if method == "symmetric":
+            be = SymmetricPSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
+        elif scheme.name in ("byteps", "ps"):
+            be = PSBackend(sim, cluster, scheme, sizes, list(range(len(layers))))
+        else:
+            be = CollectiveBackend(sim, cluster, scheme, sizes, backward)
+        if windows is not None:
+            be.windows = windows
+        t = 0.0
+        for j in backward:
+            t += layers[j].bwd_s
+            sim.at(t, be.submit, j)
+        bwd_end = t
+        sim.run()
+        windows = getattr(be, "windows", None)
     iteration, comm_end = 0.0, 0.0
     for done in be.done:
         t = bwd_end

@@ -53,8 +53,7 @@ def simulate(win, rate_Bps, latency_s=0.0, part=PART, pushes=4000, paths=(0,), n
                 break
         ack_t, _, server, sent_t = heapq.heappop(acks)
         t = max(t, ack_t)
-        win.on_ack(server, server in local, part, int((t - sent_t) * 1e9),
-                   backlog and sent < pushes)
+        win.on_ack(server, part, int((t - sent_t) * 1e9), backlog and sent < pushes)
         in_flight -= part
         done += 1
         if done > pushes // 4:
@@ -172,7 +171,7 @@ def test_window_counts_queueing_against_the_fastest_push():
 
     def ack(local, delay_ms):
         w.on_send(0, local, PART)
-        return w.on_ack(0, local, PART, int(delay_ms * 1e6), True)
+        return w.on_ack(0, PART, int(delay_ms * 1e6), True)
 
     ack(False, 1.0)  # the base: 1 ms
     for _ in range(8):
@@ -195,12 +194,12 @@ def test_lost_pushes_leave_their_path():
         w = T.PushWindow(4 * PART, PART, 32 * PART)
         for _ in range(9):
             w.on_send(0, False, PART)
-        w.on_ack(0, False, PART, 1_000_000, True)
+        w.on_ack(0, PART, 1_000_000, True)
         for _ in range(lost):
             w.on_lost(0, PART)
         for _ in range(16):
             w.on_send(0, False, PART)
-            w.on_ack(0, False, PART, 10_000_000, True)
+            w.on_ack(0, PART, 10_000_000, True)
         assert (w.window < 4 * PART) == shrinks
 
 

@@ -18,8 +18,8 @@ What is modelled, as the core does it (docs/architecture.md §4-§7):
   at index ``worker id`` (``StaggeredPushPosition``); **credit**: at most ``credit x partition
   bound`` bytes pushed and not yet acknowledged (one always may go) -- with
   ``Scheme.adaptive_credit`` (``byteps``) a window per worker that the core's own rule
-  (``byteps._core.PushWindow``) sizes from each push's acknowledgement delay --, returned by the server's
-  ``PUSH_ACK`` on receipt, modelled as arriving one latency later (in the core it queues
+  (``byteps._core.PushWindow``) sizes from each push's acknowledgement delay --, returned by
+  the server's ``PUSH_ACK`` on receipt, modelled as arriving one latency later (in the core it queues
   behind the pull responses on the same connection; modelled that way, the n = 4, k = 2 rows
   of the architecture table come out 15 % slower than measured, without it 1-3 %:
   docs/simulator.md);
@@ -258,8 +258,8 @@ class PSBackend:
         self.inflight[w] -= b
         if self.windows:
             sent = self.sent_at.pop((w, key))
-            self.windows[w].on_ack(s, self.servers[s].machine == w, b,
-                                   max(1, int((self.sim.now - sent) * 1e9)), bool(self.queue[w]))
+            self.windows[w].on_ack(s, b, max(1, int((self.sim.now - sent) * 1e9)),
+                                   bool(self.queue[w]))
         self._try_push(w)
 
     def _on_pull(self, w: int, j: int, key: int, b: int) -> None:

@@ -138,10 +138,9 @@ def whatif(profile: profiles.Profile, cluster: Cluster, ratios: Sequence[float] 
                          Scheme("byteps", credit=4 * credit, adaptive_credit=False)))
     out = []
     for label, cl, sch in cases:
-        fixed = "credit " in label
-        sch = replace(sch, partition_bytes=partition_bytes,
-                      credit=sch.credit if fixed else credit,
-                      adaptive_credit=False if fixed else adaptive_credit)
+        sch = replace(sch, partition_bytes=partition_bytes)
+        if sch.adaptive_credit:  # every row but the fixed-credit one takes the caller's credit
+            sch = replace(sch, credit=credit, adaptive_credit=adaptive_credit)
         r = simulate(profile, cl, sch, method=method if sch.name == "byteps" else "auto")
         out.append({"config": label, "iteration_s": r.iteration_s, "efficiency": r.efficiency,
                     "bound": r.bound, "scheme": SCHEME_NAMES[sch.name]})

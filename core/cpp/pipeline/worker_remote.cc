@@ -127,9 +127,8 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
         TraceNowNs();
   ScheduledQueue* q = queues_[static_cast<int>(Stage::kPush)].get();
   if (push_window_) {  // the acknowledgement delay sizes the window (scheduling/push_window.h)
-    const size_t w = push_window_->OnAck(t->server, ps_->server_on_this_host(t->server),
-                                         PushBytes(t), TraceNowNs() - t->push_sent_ns,
-                                         q->size() > 0);
+    const size_t w = push_window_->OnAck(t->server, PushBytes(t),
+                                         TraceNowNs() - t->push_sent_ns, q->size() > 0);
     if (w) q->SetCredit(w);
   }
   // The returned credit lets the next partitions leave: send them from this thread instead of

@@ -93,8 +93,8 @@ void BindCore(py::module_& m) {
            py::arg("start_bytes"), py::arg("min_bytes"), py::arg("max_bytes"), py::arg("low") = 2.0,
            py::arg("high") = 4.0)
       .def("on_send", &PushWindow::OnSend, py::arg("path"), py::arg("local"), py::arg("bytes"))
-      .def("on_ack", &PushWindow::OnAck, py::arg("path"), py::arg("local"), py::arg("bytes"),
-           py::arg("delay_ns"), py::arg("limited"))
+      .def("on_ack", &PushWindow::OnAck, py::arg("path"), py::arg("bytes"), py::arg("delay_ns"),
+           py::arg("limited"))
       .def("on_lost", &PushWindow::OnLost, py::arg("path"), py::arg("bytes"))
       .def_property_readonly("window", &PushWindow::window)
       .def_property_readonly("mean_window", &PushWindow::mean_window)

@@ -32,7 +32,7 @@ void PushWindow::OnLost(int path, size_t bytes) {
   p.in_flight = bytes > p.in_flight ? 0 : p.in_flight - bytes;
 }
 
-size_t PushWindow::OnAck(int path, bool local, size_t bytes, int64_t delay_ns, bool limited) {
+size_t PushWindow::OnAck(int path, size_t bytes, int64_t delay_ns, bool limited) {
   std::lock_guard<std::mutex> lk(mu_);
   if (delay_ns <= 0) delay_ns = 1;
   window_sum_ += static_cast<double>(window_);
@@ -46,7 +46,7 @@ size_t PushWindow::OnAck(int path, bool local, size_t bytes, int64_t delay_ns, b
   const double unit = unit_den_ > 0 ? unit_num_ / unit_den_ : b;
   Path& p = PathLocked(path);
   p.in_flight = bytes > p.in_flight ? 0 : p.in_flight - bytes;
-  if (!local) {
+  if (p.remote) {
     base_ns_ = std::min(base_ns_, delay_ns);
     // The share of this push's delay that the fastest push did not have: time it queued.
     const double queued =

@@ -56,7 +56,7 @@ class PushWindow {
   // Its acknowledgement: `delay_ns` passed between the push leaving and its acknowledgement,
   // and `limited`: a push was waiting for credit when the acknowledgement came. Returns the new
   // window (bytes) when it changed, 0 otherwise.
-  size_t OnAck(int path, bool local, size_t bytes, int64_t delay_ns, bool limited);
+  size_t OnAck(int path, size_t bytes, int64_t delay_ns, bool limited);
   // A push that was sent and will never be acknowledged (it failed): its bytes leave the path.
   void OnLost(int path, size_t bytes);
 
@@ -68,7 +68,7 @@ class PushWindow {
  private:
   struct Path {
     size_t in_flight = 0;
-    bool remote = false;
+    bool remote = false;  // as OnSend was told
     double round_min_queued = -1;  // least share of delay queued this round (-1: no sample)
   };
   Path& PathLocked(int path);

@@ -197,7 +197,7 @@ def run_on_workers(cluster: bc.EmulatedCluster, argv: Sequence[str], env: Mappin
     return _reports(outs, codes, what)
 
 
-def run_torch_ddp(cluster: bc.EmulatedCluster, plan: dict, attempts: int = 2) -> list[dict]:
+def run_torch_ddp(cluster: bc.EmulatedCluster, plan: dict, attempts: int = 3) -> list[dict]:
     """torch DDP (gloo) on the worker hosts: rendezvous (``env://``) at w0's address, on a fresh
     random port per attempt. The baseline is another library's: a job of it that fails or hangs
     (gloo's TCPStore rendezvous in the network namespaces occasionally leaves one rank waiting

@@ -9,13 +9,6 @@ from byteps import sim
 from byteps.errors import InvalidArgumentError
 from byteps.sim import models, profiles, recorded, report, validate
 
-#: Rows known to miss 10 %, with why (docs/simulator.md): the n = 4, k = 2 4 MiB push_pull,
-#: 64 KiB partitions with a 1 MiB credit: a window of partitions for servers of two kinds
-#: leaves one kind's links idle at times, which the fluid model loses and the emulated
-#: cluster's queues partly absorb (1.19 x measured; 1.13 x before the staggered order applied
-#: to a tensor's first pushes).
-KNOWN_MISSES = {"byteps n=4 k=2 4 MiB": 0.20}
-
 
 @pytest.fixture(scope="module")
 def validation_rows():
@@ -56,17 +49,60 @@ def test_schemes_simulated_against_measured():
 def test_simulated_within_10_percent_of_measured(validation_rows):
     assert len(validation_rows) == 46
     bad = [(r["label"], round(r["ratio"], 3)) for r in validation_rows
-           if abs(r["ratio"] - 1) > KNOWN_MISSES.get(r["label"], validate.TOLERANCE)]
+           if abs(r["ratio"] - 1) > validate.TOLERANCE]
     assert not bad, bad
-    within = sum(abs(r["ratio"] - 1) <= validate.TOLERANCE for r in validation_rows)
-    assert within >= len(validation_rows) - len(KNOWN_MISSES)
+
+
+def test_the_shapers_burst_is_what_the_4_mib_rows_needed():
+    """The emulated links' tbf buckets pass their first 400 000 bytes above the shaped rate:
+    without them the recorded n = 4, k = 2 push_pull of 4 MiB comes out 1.19 x measured, with
+    them within 10 %; at 256 MiB the burst is a rounding error."""
+    row = {(n, k, m): t for n, k, m, _, t, _ in recorded.TABLE1["rows"]}
+    B = 765e6 / 8
+    plain = validate.table1_row(4, 2, 4 << 20, B, adaptive_credit=False, shaper_burst=0)
+    shaped = validate.table1_row(4, 2, 4 << 20, B, adaptive_credit=False)
+    assert plain / row[(4, 2, 4 << 20)] > 1.15
+    assert abs(shaped / row[(4, 2, 4 << 20)] - 1) <= validate.TOLERANCE
+    big = [validate.table1_row(4, 4, 256 << 20, B, adaptive_credit=False, shaper_burst=b)
+           for b in (0, recorded.EMULATED_SHAPER_BURST)]
+    assert big[1] < big[0] and big[1] / big[0] > 0.995
+
+
+def test_token_bucket_port_passes_its_burst_at_the_peak_rate():
+    """One message through a port of 1e6 bytes/s with a bucket of 2e5 bytes and a 1e7 bytes/s
+    peak: the bucket drains at (1e7 - 1e6) bytes/s, so the first 1e7 * 2e5 / 9e6 bytes pass in
+    2e5 / 9e6 s and the rest at 1e6 bytes/s. A second message after the bucket ran empty moves
+    at the capacity alone."""
+    from byteps.sim.network import Conn, Port, Sim
+
+    sim = Sim()
+    port = Port("shaped", 1e6, burst=2e5, peak=1e7)
+    conn = Conn(sim, port, None, 0.0)
+    done = []
+    conn.send(1e6, lambda: done.append(sim.now))
+    sim.run()
+    t_burst = 2e5 / 9e6
+    assert done[0] == pytest.approx(t_burst + (1e6 - 1e7 * t_burst) / 1e6, rel=1e-9)
+    start = sim.now
+    conn.send(1e5, lambda: done.append(sim.now - start))
+    sim.run()
+    assert done[1] == pytest.approx(0.1, rel=1e-9)
+    # an idle port keeps its bucket; a port without one moves its capacity from the first byte
+    assert Port("idle", 1e6, burst=2e5, peak=1e7).tokens == 2e5
+    with pytest.raises(InvalidArgumentError):
+        Port("bad", 1e6, burst=1.0, peak=1e6)
+    with pytest.raises(InvalidArgumentError):  # a burst's rate must be above the bandwidth
+        from byteps.sim.simulate import Cluster
+
+        Cluster(2, shaper_burst=1e5, bandwidth=1e10, local_bandwidth=1e9).check()
 
 
 def test_scheduling_beats_fifo_and_t_opt_is_a_floor(validation_rows):
-    for r in validation_rows:
-        if "t_opt_s" in r and r["kind"] == "byteps":
-            assert r["simulated_s"] >= 0.99 * r["t_opt_s"], r
     B = 765e6 / 8
+    for r in validation_rows:  # the links' buckets can save at most one burst's time
+        if "t_opt_s" in r and r["kind"] == "byteps":
+            floor = r["t_opt_s"] - recorded.EMULATED_SHAPER_BURST / B
+            assert r["simulated_s"] >= 0.99 * floor, r
     fifo = validate.sched_row("resnet50", 2, 0, B, "fifo", 262144, 0)
     prio = validate.sched_row("resnet50", 2, 0, B, "priority", 262144, 4)
     assert fifo / prio > 1.2  # measured: 1.30

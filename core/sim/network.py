@@ -2,7 +2,9 @@
 
 * :class:`Sim`: a discrete-event loop (a heap of timed callbacks, seconds) that also advances
   the network between events.
-* :class:`Port`: one direction of a NIC (or a machine's local bus), capacity in bytes/s.
+* :class:`Port`: one direction of a NIC (or a machine's local bus), capacity in bytes/s;
+  optionally shaped by a token bucket (``burst`` bytes at ``peak`` bytes/s before the
+  capacity holds, as ``tc``'s ``tbf`` lets through after an idle link).
 * :class:`Conn`: a FIFO channel from one port to another (a TCP connection, one direction):
   its messages leave one at a time, in order; a message in flight is a *flow* that gets a
   max-min fair share of both ports (progressive filling, recomputed whenever the set of
@@ -44,17 +46,31 @@ class Port:
         capacity (float): bytes/s.
         bytes (float): bytes of the flows through it that have ended; at the end of a run,
             ``bytes / capacity`` is its busy time, seconds.
+        burst (float): a token bucket's size, bytes (default 0: none, a NIC's line rate).
+            The bucket starts full; while it holds tokens the port moves ``peak`` bytes/s and
+            spends what it moves above ``capacity``; once empty the port moves ``capacity``
+            for the rest of the run (the bucket is not refilled: a run is one iteration after
+            an idle link, as a ``tbf`` shaper sees a benchmark's timed push_pull).
+        peak (float): bytes/s while the bucket holds tokens (required with ``burst``).
     """
 
-    __slots__ = ("name", "capacity", "bytes", "paths", "id", "cnt", "rcap", "rcnt", "stamp")
+    __slots__ = ("name", "capacity", "bytes", "paths", "id", "cnt", "rcap", "rcnt", "stamp",
+                 "cap", "peak", "tokens", "tok_rate", "tok_t", "tok_ver")
 
-    def __init__(self, name: str, capacity: float):
+    def __init__(self, name: str, capacity: float, burst: float = 0.0, peak: float = 0.0):
+        from ..errors import InvalidArgumentError
+
         if not capacity > 0:
-            from ..errors import InvalidArgumentError
-
             raise InvalidArgumentError(f"port {name}: capacity must be > 0 bytes/s, "
                                        f"got {capacity}")
+        if burst < 0 or (burst > 0 and not peak > capacity):
+            raise InvalidArgumentError(f"port {name}: burst >= 0 bytes, and with a burst a "
+                                       f"peak rate above the capacity ({capacity} bytes/s)")
         self.name, self.capacity, self.bytes = name, float(capacity), 0.0
+        #: the capacity now (peak while the bucket holds tokens)
+        self.cap = float(peak) if burst > 0 else self.capacity
+        self.peak, self.tokens = float(peak), float(burst)
+        self.tok_rate, self.tok_t, self.tok_ver = 0.0, 0.0, 0  # rate through it, since when
         self.paths: Dict[_Path, None] = {}  # paths with flows now (an ordered set)
         self.id = next(_ids)
         self.cnt = 0.0  # flows through it now (weighted: Conn.src_weight, dst_weight)
@@ -183,9 +199,9 @@ class Sim:
             heap = []
             for q in comp:
                 c = q.cnt
-                q.rcap, q.rcnt = q.capacity, c
+                q.rcap, q.rcnt = q.cap, c
                 if c > _EPS:
-                    heap.append((q.capacity / c, q.id, q))
+                    heap.append((q.cap / c, q.id, q))
             heapq.heapify(heap)
             now = self.now
             pop, push, schedule = heapq.heappop, heapq.heappush, self._schedule
@@ -215,11 +231,37 @@ class Sim:
                                 f.t = now
                                 f.rate = cur
                                 schedule(f)
+            for q in comp:
+                if q.tokens > 0:
+                    self._spend_tokens(q)
         for f in self._unrated:
             if f.ver == 0:  # not finished in the meantime
                 f.rate = f.path.rate
                 self._schedule(f)
         self._unrated.clear()
+
+    def _spend_tokens(self, q: Port) -> None:
+        """Settle a shaped port's bucket at the rate it had, take its new rate through it,
+        and schedule the instant the bucket runs empty at that rate."""
+        q.tokens -= max(q.tok_rate - q.capacity, 0.0) * (self.now - q.tok_t)
+        q.tok_t = self.now
+        q.tok_rate = sum(path.rate * path.count * w for path in q.paths
+                         for p, w in path.pw if p is q)
+        q.tok_ver += 1
+        if q.tokens <= 0:
+            self._bucket_empty(q, q.tok_ver)
+        elif q.tok_rate > q.capacity:
+            self.after(q.tokens / (q.tok_rate - q.capacity), self._bucket_empty, q, q.tok_ver)
+
+    def _bucket_empty(self, q: Port, ver: int) -> None:
+        """The port's bucket ran empty: from now on it moves its capacity."""
+        if ver != q.tok_ver or q.tokens <= 0 and q.cap == q.capacity:
+            return
+        q.tokens, q.cap = 0.0, q.capacity
+        q.tok_ver += 1
+        for path in q.paths:
+            path.rated_count = -1  # force a recompute of the paths through it
+            self._changed[path] = None
 
     def run(self, until: float = math.inf) -> float:
         """Run until nothing is left to do (or ``until`` seconds); returns the time."""

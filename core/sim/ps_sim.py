@@ -169,7 +169,7 @@ class PSBackend:
         """Every machine's NIC (a tx and an rx port), each worker machine's loopback and GPU
         bus; one connection each way per worker and server."""
         cl, sim, n, lat = self.cl, self.sim, self.n, self.cl.latency
-        nic = [(self._port(f"{name}.tx", cl.bandwidth), self._port(f"{name}.rx", cl.bandwidth))
+        nic = [(self._nic(f"{name}.tx"), self._nic(f"{name}.rx"))
                for name in names]
         loop = [self._port(f"w{i}.loopback", cl.local_bandwidth) for i in range(n)]
         if self.L > 1:
@@ -187,8 +187,14 @@ class PSBackend:
             self.up.append(ups)
             self.down.append(downs)
 
-    def _port(self, name: str, cap: float) -> Port:
-        p = Port(name, cap)
+    def _nic(self, name: str) -> Port:
+        """One direction of a machine's NIC (shaped by a token bucket where the cluster's
+        links are)."""
+        cl = self.cl
+        return self._port(name, cl.bandwidth, cl.shaper_burst, cl.local_bandwidth)
+
+    def _port(self, name: str, cap: float, burst: float = 0.0, peak: float = 0.0) -> Port:
+        p = Port(name, cap, burst, peak)
         self.ports.append(p)
         return p
 

@@ -55,11 +55,11 @@ class SymmetricPSBackend(PSBackend):
     def _network(self, names: List[str]) -> None:
         cl, sim, n, k, lat = self.cl, self.sim, self.n, self.cl.cpu_machines, self.cl.latency
         self.workers = 1
-        wtx = self._port("worker NICs (tx)", cl.bandwidth)
-        wrx = self._port("worker NICs (rx)", cl.bandwidth)
+        wtx = self._nic("worker NICs (tx)")
+        wrx = self._nic("worker NICs (rx)")
         if k:
-            ctx = self._port("CPU machines' NICs (tx)", cl.bandwidth)
-            crx = self._port("CPU machines' NICs (rx)", cl.bandwidth)
+            ctx = self._nic("CPU machines' NICs (tx)")
+            crx = self._nic("CPU machines' NICs (rx)")
         loop = self._port("worker loopback", cl.local_bandwidth)
         if self.L > 1:
             self.bus_conn = [PriorityConn(sim, self._port("worker GPU bus",

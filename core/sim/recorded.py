@@ -86,3 +86,10 @@ SCHEMES = {
 #: Latency of the emulated cluster's links: no delay is added (veth pairs behind a bridge);
 #: the simulator takes 50 µs per message (kernel and thread hand-offs), an assumption.
 EMULATED_LATENCY_S = 50e-6
+
+#: The token bucket of each shaped link direction of the emulated cluster at 800 Mbit/s, bytes:
+#: ``tbf`` burst = 4 ms at the shaped rate, at least 128 KiB (benchmarks/netns.py). Each
+#: timed push_pull of the architecture table starts on idle links (after a barrier), so its
+#: first bytes pass the full buckets above the shaped rate: up to 4 ms of a 4 MiB push_pull's
+#: 44-66 ms.
+EMULATED_SHAPER_BURST = 400_000

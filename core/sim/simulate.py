@@ -43,6 +43,12 @@ class Cluster:
         sum_rate (float): γ, bytes/s one server thread sums. Default 37.1e9: the summation
             kernel, float32, 1 thread, measured on this repository's machine
             (docs/performance.md).
+        shaper_burst (float): bytes of a token bucket on each direction of every NIC (a
+            ``tbf`` shaper's burst, as the emulated cluster shapes its links); default 0: a
+            real NIC, line rate from the first byte. A full bucket at the start of the
+            iteration lets that many bytes above the bandwidth pass at ``local_bandwidth``
+            (:class:`byteps.sim.network.Port`); the PS schemes only (the all-reduce schemes
+            are costed by formula).
     """
 
     machines: int
@@ -54,6 +60,7 @@ class Cluster:
     gpu_bus_bandwidth: float = 12e9
     server_threads: int = 2
     sum_rate: float = 37.1e9
+    shaper_burst: float = 0.0
 
     def check(self) -> None:
         from ..errors import InvalidArgumentError
@@ -64,8 +71,12 @@ class Cluster:
         for f in ("bandwidth", "local_bandwidth", "gpu_bus_bandwidth", "sum_rate"):
             if not getattr(self, f) > 0:
                 raise InvalidArgumentError(f"cluster: {f} must be > 0 bytes/s")
-        if self.latency < 0 or self.server_threads < 1:
-            raise InvalidArgumentError("cluster: latency >= 0 s, server_threads >= 1")
+        if self.latency < 0 or self.server_threads < 1 or self.shaper_burst < 0:
+            raise InvalidArgumentError("cluster: latency >= 0 s, server_threads >= 1, "
+                                       "shaper_burst >= 0 bytes")
+        if self.shaper_burst and not self.local_bandwidth > self.bandwidth:
+            raise InvalidArgumentError("cluster: a shaper_burst needs local_bandwidth (the "
+                                       "rate of a burst) above bandwidth")
 
 
 @dataclass

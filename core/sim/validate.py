@@ -24,14 +24,17 @@ TABLE1_WARMUP = 3
 
 
 def table1_row(n: int, k: int, nbytes: int, goodput_Bps: float,
-               scheme: str = "byteps", adaptive_credit: bool = True) -> float:
+               scheme: str = "byteps", adaptive_credit: bool = True,
+               shaper_burst: float = recorded.EMULATED_SHAPER_BURST) -> float:
     """Simulated push_pull of one ``nbytes`` tensor on the emulated cluster (default
     settings), seconds; ``scheme="ring"`` for gloo's all_reduce. ``adaptive_credit``: the
     core's adaptive push window (its default), in the state it reaches by the middle of the
     benchmark's timed iterations (:data:`TABLE1_WARMUP` iterations simulated first); False:
     the fixed credit of 4 partitions that the core had before it (the recorded runs up to
-    2026-11-23)."""
-    cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
+    2026-11-23). ``shaper_burst``: bytes of the links' ``tbf`` buckets (``Cluster.shaper_burst``;
+    default the emulated cluster's at 800 Mbit/s), full at the start of each push_pull."""
+    cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S,
+                 shaper_burst=shaper_burst)
     return simulate(single_tensor(nbytes), cl, Scheme(scheme, adaptive_credit=adaptive_credit),
                     warmup=TABLE1_WARMUP if adaptive_credit else 0).iteration_s
 

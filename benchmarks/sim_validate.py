@@ -38,6 +38,12 @@ def bench_steps(plan: dict) -> int:
             table1.bench_steps(plan["table1"]) + sched.bench_steps(plan["sched"]))
 
 
+def _shaper_burst(plan: dict) -> int:
+    """Bytes of the tbf bucket the architecture table's links were shaped with."""
+    mbit = plan["table1"].get("bandwidth_mbit", table1.BANDWIDTH_MBIT)
+    return netns.tbf_params(mbit * 1e6)[0]
+
+
 def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
               reused: dict | None = None) -> dict:
     """Measure both workloads on the emulated cluster, then simulate them. ``reused``: the
@@ -56,7 +62,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
     # the default jobs ran with the core's adaptive push window unless the run fixed the credit
     adaptive = "BYTEPS_SCHEDULING_CREDIT" not in res["table1"].get("env_knobs", {})
     # the links' tbf buckets, as the run shaped them (full when each timed push_pull starts)
-    burst = netns.tbf_params(plan["table1"]["bandwidth_mbit"] * 1e6)[0]
+    burst = _shaper_burst(plan)
     for r in res["table1"].get("rows", []):
         meas = (r.get("default") or {}).get("time_s")
         if meas:
@@ -97,7 +103,7 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
            "this run measured" + (" (the jobs of this page's emulated-cluster and scheduling "
                                   "sections, not run again)" if res["plan"].get("reused") else "")
            + ". The links' `tbf` buckets "
-           f"({netns.tbf_params(res['plan']['table1']['bandwidth_mbit'] * 1e6)[0]:,} bytes each "
+           f"({_shaper_burst(res['plan']):,} bytes each "
            "way) are simulated full when each of the architecture table's push_pulls starts "
            "(`Cluster.shaper_burst`: its jobs start every timed push_pull after a barrier, on "
            "idle links), and not for the scheduling workload (iterations back to back).",

@@ -244,12 +244,12 @@ def test_hips_as_byteps_places_its_servers():
 
 def test_ps_pipeline_fill_is_one_partition():
     """With the job's partition bound the ps (and hips) costs add one partition's time: the
-    core's bound of the tensor (61440 B below 16·n·60 KiB, the job's bound from 16·n·bound),
+    core's bound of the tensor (61440 B below 32·n·60 KiB, the job's bound from 32·n·bound),
     or the whole tensor when it is smaller."""
     a, b, g = 109e-6, 6.16e-9, 4.6e-11  # measured on the emulated cluster, n = 4, k = 0
     m = cost_model.CostModel(a, b, g, 4, 0, partition_bound=262144, all_servers=4)
     assert [m.ps_fill_bytes(s) for s in (4096, 61440, 1 << 20, 4 << 20, 16 << 20, 64 << 20)] \
-        == [4096, 61440, 61440, 61440, 262144, 262144]
+        == [4096, 61440, 61440, 61440, 122880, 262144]
     ps, tree = cost_formulas.ps(4, 0), cost_formulas.tree(4, 2)
     assert m.cost("ps", 1 << 20) == pytest.approx(ps.seconds(1 << 20, a, b, g)
                                                   + ps.wire * b * 61440)

@@ -177,16 +177,17 @@ class TestPartitioner:
     def test_tensor_partition_bound(self):
         job = 256 << 10
         small = 60 << 10  # a partition + its frame header within one 65160-byte GSO packet
-        # A tensor the job's bound would cut into fewer than 16 n partitions: n / (16 n)
+        # A tensor the job's bound would cut into fewer than 32 n partitions: n / (32 n)
         # rounded down to a multiple of 60 KiB, at least one.
-        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == small  # want 64 KiB
-        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == 2 * small  # want 128 KiB
+        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == small  # want 32 KiB
+        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == small  # want 64 KiB
+        assert T.tensor_partition_bound(8 << 20, job, 2, 1) == 2 * small  # want 128 KiB
         assert T.tensor_partition_bound(4096, job, 8, 1) == small
-        assert T.tensor_partition_bound(16 * 4 * job - 1, job, 4, 1) == 4 * small
-        assert T.tensor_partition_bound(294 << 10 << 5, 4000 << 10, 2, 1) == 4 * small
+        assert T.tensor_partition_bound(32 * 4 * job - 1, job, 4, 1) == 4 * small
+        assert T.tensor_partition_bound(294 << 10 << 6, 4000 << 10, 2, 1) == 4 * small
         # Large tensors keep the job's bound.
-        assert T.tensor_partition_bound(64 << 20, job, 4, 1) == job
-        assert T.tensor_partition_bound(16 * 4 * job, job, 4, 1) == job
+        assert T.tensor_partition_bound(64 << 20, job, 2, 1) == job
+        assert T.tensor_partition_bound(32 * 4 * job, job, 4, 1) == job
         # A job bound below the small one wins; whole local_size pages, rounded down.
         assert T.tensor_partition_bound(4 << 20, 16 << 10, 4, 1) == 16 << 10
         assert T.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3) == 5 * 3 * 4096
@@ -200,12 +201,12 @@ class TestPartitioner:
         job = T.partition_bound(job_pages * 4096, L)
         b = T.tensor_partition_bound(nbytes, job, n, L)
         assert 0 < b <= job
-        if nbytes // (16 * n) >= job:
+        if nbytes // (32 * n) >= job:
             assert b == job
         else:
             assert b % (4096 * L) == 0 or b == job
             # at most the pipeline's want (or one small partition, or one page unit)
-            assert b <= max(nbytes // (16 * n), 60 << 10, 4096 * L)
+            assert b <= max(nbytes // (32 * n), 60 << 10, 4096 * L)
 
     @FAST
     @given(st.integers(0, 300), st.integers(0, 1000))

@@ -4,7 +4,7 @@
 What is modelled, as the core does it (docs/architecture.md §4-§7):
 
 * **partitions**: a tensor of ``b`` bytes is cut at ``TensorPartitionBound`` (the job's bound,
-  or, for a tensor that the job's bound would cut into fewer than 16 n partitions, ``b / (16
+  or, for a tensor that the job's bound would cut into fewer than 32 n partitions, ``b / (32
   n)`` rounded down to a multiple of 60 KiB, at least one, in whole pages of 4096 x L bytes);
 * **placement** (``byteps``): servers on the CPU machines and/or colocated on the worker
   machines as the emulated cluster places them (k = 0: one per worker machine; 0 < k < n: one
@@ -45,7 +45,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from .network import Conn, Port, PriorityConn, Sim
 
 PAGE = 4096
-PIPELINE_DEPTH = 16
+PIPELINE_DEPTH = 32  # kPipelineDepth
 SMALL_PARTITION = 60 << 10
 HEADER_BYTES = 48
 

@@ -3,7 +3,7 @@
 The message-by-message model (:mod:`byteps.sim.ps_sim`) moves ``2 n`` messages per partition
 through a network of ``2 (n + k)`` ports, and each message start or end recomputes the max-min
 rates of every path in flight: its cost grows as n^4 (the partition count per tensor grows
-with n, ``b / (16 n)``). Every worker machine is alike, though, and the staggered push order
+with n, ``b / (32 n)``). Every worker machine is alike, though, and the staggered push order
 (``StaggeredPushPosition``) spreads what the workers push at one moment over the servers.
 This model takes that spreading as perfect and simulates **worker 0 alone**, message by
 message, on a network of five ports that each stand for every machine of a kind:

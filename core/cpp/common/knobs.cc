@@ -65,8 +65,8 @@ std::vector<KnobSpec> BuildTable() {
       Int("BYTEPS_PARTITION_BYTES", "262144", 4096, 1LL << 31, "worker",
           "Largest partition of a tensor, in bytes; rounded up to a multiple of "
           "BYTEPS_LOCAL_SIZE * 4096 (ByteScheduler, SOSP'19 §4). A distributed job cuts a "
-          "tensor that this bound would cut into fewer than 16 * DMLC_NUM_WORKER partitions at "
-          "1/(16 * DMLC_NUM_WORKER) of it rounded down to a multiple of 61440 bytes (at least "
+          "tensor that this bound would cut into fewer than 32 * DMLC_NUM_WORKER partitions at "
+          "1/(32 * DMLC_NUM_WORKER) of it rounded down to a multiple of 61440 bytes (at least "
           "one; whole BYTEPS_LOCAL_SIZE pages), so the pipeline stays full and no frame leaves "
           "a tiny TCP segmentation tail. Default chosen by the "
           "scheduling sweep of docs/performance.md (upstream: 4096000). A single-machine job "

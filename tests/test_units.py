@@ -198,8 +198,13 @@ class TestPartitioner:
     @given(st.integers(1, 1 << 34), st.integers(1, 64), st.sampled_from([1, 2, 3, 4, 8]),
            st.integers(1, 1 << 12))
     def test_tensor_partition_bound_properties(self, nbytes, n, L, job_pages):
+        from byteps.sim import ps_sim
+
         job = T.partition_bound(job_pages * 4096, L)
         b = T.tensor_partition_bound(nbytes, job, n, L)
+        # the simulator and the cost model cut tensors as the core does
+        assert ps_sim.partition_bound(job_pages * 4096, L) == job
+        assert ps_sim.tensor_partition_bound(nbytes, job, n, L) == b
         assert 0 < b <= job
         if nbytes // (32 * n) >= job:
             assert b == job

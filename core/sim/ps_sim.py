@@ -42,11 +42,12 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Dict, List, Optional, Sequence
 
+# the core's small-tensor rule constants (kPipelineDepth, kSmallPartitionBytes), not copies
+from .._core import PIPELINE_DEPTH
+from .._core import SMALL_PARTITION_BYTES as SMALL_PARTITION
 from .network import Conn, Port, PriorityConn, Sim
 
 PAGE = 4096
-PIPELINE_DEPTH = 32  # kPipelineDepth
-SMALL_PARTITION = 60 << 10
 HEADER_BYTES = 48
 
 

@@ -46,16 +46,16 @@ class Port:
         capacity (float): bytes/s.
         bytes (float): bytes of the flows through it that have ended; at the end of a run,
             ``bytes / capacity`` is its busy time, seconds.
-        burst (float): a token bucket's size, bytes (default 0: none, a NIC's line rate).
-            The bucket starts full; while it holds tokens the port moves ``peak`` bytes/s and
+        tokens (float): what is left of its token bucket, bytes (constructor ``burst``,
+            default 0: none, a NIC's line rate). The bucket starts full; while it holds tokens
+            the port moves the constructor's ``peak`` bytes/s (required with a burst) and
             spends what it moves above ``capacity``; once empty the port moves ``capacity``
             for the rest of the run (the bucket is not refilled: a run is one iteration after
             an idle link, as a ``tbf`` shaper sees a benchmark's timed push_pull).
-        peak (float): bytes/s while the bucket holds tokens (required with ``burst``).
     """
 
     __slots__ = ("name", "capacity", "bytes", "paths", "id", "cnt", "rcap", "rcnt", "stamp",
-                 "cap", "peak", "tokens", "tok_rate", "tok_t", "tok_ver")
+                 "cap", "tokens", "tok_rate", "tok_t", "tok_ver")
 
     def __init__(self, name: str, capacity: float, burst: float = 0.0, peak: float = 0.0):
         from ..errors import InvalidArgumentError
@@ -69,7 +69,7 @@ class Port:
         self.name, self.capacity, self.bytes = name, float(capacity), 0.0
         #: the capacity now (peak while the bucket holds tokens)
         self.cap = float(peak) if burst > 0 else self.capacity
-        self.peak, self.tokens = float(peak), float(burst)
+        self.tokens = float(burst)
         self.tok_rate, self.tok_t, self.tok_ver = 0.0, 0.0, 0  # rate through it, since when
         self.paths: Dict[_Path, None] = {}  # paths with flows now (an ordered set)
         self.id = next(_ids)
@@ -255,7 +255,7 @@ class Sim:
 
     def _bucket_empty(self, q: Port, ver: int) -> None:
         """The port's bucket ran empty: from now on it moves its capacity."""
-        if ver != q.tok_ver or q.tokens <= 0 and q.cap == q.capacity:
+        if ver != q.tok_ver:  # the port's rate changed since, or the bucket is empty already
             return
         q.tokens, q.cap = 0.0, q.capacity
         q.tok_ver += 1

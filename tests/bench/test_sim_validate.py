@@ -31,6 +31,15 @@ def test_cli_hands_the_sections_results_only_when_the_run_has_them():
     assert cli._reuses(bench, ["cluster"]) == []  # sched not measured: sim measures both itself
 
 
+def test_recorded_bucket_is_the_emulated_clusters():
+    """byteps.sim.recorded cannot import the benchmarks: its bucket is the emulator's rule at
+    the architecture table's rate, checked here."""
+    from benchmarks import netns, table1
+    from byteps.sim import recorded
+
+    assert netns.tbf_params(table1.BANDWIDTH_MBIT * 1e6)[0] == recorded.EMULATED_SHAPER_BURST
+
+
 def test_reused_results_are_simulated_not_measured_again():
     plan = sim_validate.bench_settings(True)
     plan["reused"] = ["cluster", "sched"]

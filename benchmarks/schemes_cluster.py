@@ -48,11 +48,17 @@ log = logging.getLogger(__name__)
 #: tensor sizes of the full plan (bytes, float32)
 SIZES = (4 << 10, 256 << 10, 4 << 20, 64 << 20)
 #: timed iterations per size (the median counts), after WARMUP untimed ones
-ITERS = {4 << 10: 21, 256 << 10: 11, 4 << 20: 7, 64 << 20: 5}
+ITERS = {4 << 10: 51, 256 << 10: 21, 4 << 20: 7, 64 << 20: 5}
 WARMUP = 2
 #: rounds of the full plan: every scheme's job once per round, in turn (the median pools every
 #: round's iterations: a load burst from another process hits one round of one scheme)
 ROUNDS = 2
+#: sizes up to this many bytes get SMALL_ROUNDS more rounds of jobs that time only them (no
+#: profile): at 4 KiB a job's median moves 20-40 % from one job to the next on a shared
+#: 2-core host (which process waits for a core), as much as the schemes differ, so one
+#: scheme's two jobs against another's said more about the jobs than about the schemes
+SMALL_MAX_BYTES = 256 << 10
+SMALL_ROUNDS = 4
 #: per-link bandwidth (Mbit/s): the architecture table's (benchmarks/table1.py)
 BANDWIDTH_MBIT = 800.0
 FIXED = ("ps", "ring", "tree", "hips")
@@ -112,6 +118,8 @@ def bench_settings(quick: bool, n: int | None = None, ks: Sequence[int] | None =
         "iters": {str(s): (5 if quick else ITERS.get(s, 5)) for s in sizes},
         "warmup": 1 if quick else WARMUP,
         "rounds": 1 if quick else ROUNDS,
+        "small_rounds": 0 if quick else SMALL_ROUNDS,
+        "small_max_bytes": SMALL_MAX_BYTES,
         "schemes": list(schemes or (("ps", "ring") if quick else FIXED)),
         "profile": {"model": PROFILE_MODEL, "tensors": profile_tensors(quick),
                     "iters": 3 if quick else 5, "warmup": 1 if quick else 2},
@@ -129,10 +137,17 @@ def plan_jobs(plan: dict, k: int) -> list:
 
 
 def bench_steps(plan: dict) -> int:
-    """Progress steps: per k, one for the cluster (build + link) and one per job and round."""
+    """Progress steps: per k, one for the cluster (build + link) and one per job and round
+    (the small sizes' rounds included)."""
     if plan["unavailable"]:
         return 1
-    return sum(1 + plan.get("rounds", 1) * len(plan_jobs(plan, k)) for k in plan["ks"])
+    rounds = plan.get("rounds", 1) + (plan.get("small_rounds", 0) if small_sizes(plan) else 0)
+    return sum(1 + rounds * len(plan_jobs(plan, k)) for k in plan["ks"])
+
+
+def small_sizes(plan: dict) -> list:
+    """The plan's sizes that the small rounds time again (``small_max_bytes`` or less)."""
+    return [s for s in plan["sizes"] if s <= plan.get("small_max_bytes", 0)]
 
 
 # --------------------------------------------------------------------------------- worker --
@@ -191,7 +206,7 @@ def _worker_main(spec_path: str) -> int:
         out["times"][str(s)] = times
     bufs = [np.full(max(nb // 4, 1), r + 1, np.float32) for _, nb in tensors]
     p = spec["profile"]
-    for it in range(p["warmup"] + p["iters"]):
+    for it in range(p["warmup"] + p["iters"] if tensors else 0):
         barrier()
         t0 = time.perf_counter()
         handles = [bps.push_pull_async(f"schemes.p.{tensors[j][0]}", bufs[j].ctypes.data,
@@ -241,15 +256,19 @@ def _timeout(plan: dict, goodput: float) -> float:
     return 120.0 + 6.0 * t
 
 
-def run_job(c: bc.EmulatedCluster, plan: dict, sync: str, goodput: float) -> dict:
+def run_job(c: bc.EmulatedCluster, plan: dict, sync: str, goodput: float,
+            small: bool = False) -> dict:
     """One job: ``BYTEPS_SYNC=sync`` on cluster ``c``; ``raw``: per size and for the profile,
     the slowest worker's seconds of each timed iteration; under ``auto`` rank 0's model and
-    choices.
+    choices. ``small``: only :func:`small_sizes`, no profile.
 
     Raises:
         RuntimeError: the job failed.
     """
     spec = {k: plan[k] for k in ("sizes", "iters", "warmup", "profile")}
+    if small:
+        spec["sizes"] = small_sizes(plan)
+        spec["profile"] = dict(plan["profile"], tensors=[])
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
@@ -274,23 +293,29 @@ def run_job(c: bc.EmulatedCluster, plan: dict, sync: str, goodput: float) -> dic
 
 def _pool(jobs: list) -> dict:
     """One scheme's rounds as one job: every timed iteration of every round that did not fail
-    (their median, :func:`_stats`); ``auto``: the first round's model and choices, and
-    ``choices_rounds`` (each round's, re-measured at each start)."""
+    and timed it (their median, :func:`_stats`; ``rounds`` per size and for the profile);
+    ``auto``: the first round's model and choices, and ``choices_rounds`` (each round's,
+    re-measured at each start)."""
     ok = [j for j in jobs if "error" not in j]
-    if not ok:
-        return {"error": jobs[0]["error"], "rounds": len(jobs)}
+    full = [j for j in ok if j["raw"]["profile"]]
+    if not full:
+        return {"error": next((j["error"] for j in jobs if "error" in j), "no full round"),
+                "rounds": len(jobs)}
+    sizes = {s: [j for j in ok if s in j["raw"]["sizes"]] for s in full[0]["raw"]["sizes"]}
     out = {"rounds": len(ok), "failed_rounds": len(jobs) - len(ok),
            "wall_s": sum(j["wall_s"] for j in jobs),
-           "sizes": {s: _stats([t for j in ok for t in j["raw"]["sizes"][s]])
-                     for s in ok[0]["raw"]["sizes"]},
-           "profile": _stats([t for j in ok for t in j["raw"]["profile"]])}
+           "sizes": {s: dict(_stats([t for j in js for t in j["raw"]["sizes"][s]]),
+                             rounds=len(js)) for s, js in sizes.items()},
+           "profile": dict(_stats([t for j in full for t in j["raw"]["profile"]]),
+                           rounds=len(full))}
     if "model" in ok[0]:
-        for key in ("model", "choices", "profile_choices", "same_on_every_rank"):
-            out[key] = ok[0][key]
+        for key in ("model", "choices", "profile_choices"):
+            out[key] = full[0][key]
+        out["same_on_every_rank"] = all(j["same_on_every_rank"] for j in ok)
         out["choices_rounds"] = [j["choices"] for j in ok]
-        out["profile_choices_rounds"] = [j["profile_choices"] for j in ok]
-        out["models"] = [{x: j["model"][x] for x in ("alpha", "beta", "gamma", "intervals")}
-                         for j in ok]
+        out["profile_choices_rounds"] = [j["profile_choices"] for j in full]
+        out["models"] = [{x: j["model"].get(x) for x in ("alpha", "beta", "gamma", "latency",
+                                                          "intervals")} for j in ok]
     return out
 
 
@@ -347,12 +372,15 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
             row["goodput_Bps"] = good = bc.table_goodput(c, plan["link_seconds"])
             row["network"] = c.network_info()
             runs: dict = {sync: [] for sync in plan_jobs(plan, k)}
-            for rnd in range(plan.get("rounds", 1)):  # the schemes in turn, round by round
+            full = plan.get("rounds", 1)
+            small = plan.get("small_rounds", 0) if small_sizes(plan) else 0
+            for rnd in range(full + small):  # the schemes in turn, round by round
                 for sync in runs:
-                    progress(f"schemes n={n} k={k}: BYTEPS_SYNC={sync} (round {rnd + 1})")
+                    what = "round" if rnd < full else "small sizes, round"
+                    progress(f"schemes n={n} k={k}: BYTEPS_SYNC={sync} ({what} {rnd + 1})")
                     t0 = time.monotonic()
                     try:
-                        runs[sync].append(run_job(c, plan, sync, good))
+                        runs[sync].append(run_job(c, plan, sync, good, small=rnd >= full))
                     except RuntimeError as exc:
                         log.warning("schemes n=%d k=%d %s failed: %s", n, k, sync, exc)
                         runs[sync].append({"error": str(exc).splitlines()[0]})

@@ -47,17 +47,22 @@ def best_fixed(row: dict, pick) -> tuple:
 
 def size_rows(row: dict, sizes) -> list:
     """Per size: {size, best scheme, best stats, auto stats, chosen, ratio best / auto,
-    scatter, threshold}: 1 / 1.05, or where auto chose the best fixed scheme itself (the two
-    jobs run the same program) 1 / (1 + the larger of the two rows' scatters) if lower."""
+    scatter, threshold}: 1 / 1.05, or where auto chose the best fixed scheme itself in every
+    round (the jobs run the same program) 1 / (1 + the larger of the two rows' scatters) if
+    lower. ``chosen``: the scheme auto chose, or ``"tree 4, ps 2"`` where its rounds (each
+    measuring the cost model again) chose differently."""
     auto = row["jobs"].get("auto", {})
     out = []
     for s in sizes:
         name, st = best_fixed(row, lambda j, s=s: j["sizes"].get(str(s)))
         a = auto.get("sizes", {}).get(str(s)) if "error" not in auto else None
         ratio = st["time_s"] / a["time_s"] if st and a else float("nan")
-        chosen = auto.get("choices", {}).get(str(s))
+        picks = [c[str(s)] for c in auto.get("choices_rounds", []) if str(s) in c] or \
+            [auto.get("choices", {}).get(str(s))]
+        chosen = picks[0] if len(set(picks)) == 1 else ", ".join(
+            f"{c} {picks.count(c)}" for c in sorted(set(picks), key=picks.index))
         scatter = max(st["scatter"], a["scatter"]) if st and a else 0.0
-        same = chosen == name
+        same = set(picks) == {name}
         out.append({"size": s, "best": name, "best_st": st, "auto": a, "chosen": chosen,
                     "ratio": ratio, "same": same, "scatter": scatter,
                     "threshold": min(1 / SIZE_TOLERANCE, 1 / (1 + scatter)) if same
@@ -85,8 +90,8 @@ def model_profile_costs(model: dict | None, tensors) -> dict:
                   schemes=tuple(model["schemes"]),
                   partition_bound=model.get("partition_bound", 0),
                   local_size=model.get("local_size", 1), all_servers=model.get("all_servers", 0),
-                  alpha_mesh=model.get("alpha_mesh"))
-    lat = {s: c.messages * m.alpha for s, c in m.scheme_costs().items()}
+                  alpha_mesh=model.get("alpha_mesh"), latency=model.get("latency", {}))
+    lat = {s: m.latency_seconds(s) for s in m.schemes}
 
     def bw(s, nb):
         return m.cost(s, nb) - lat[s]
@@ -123,6 +128,9 @@ def _model_lines(row: dict) -> list:
     same = row["jobs"]["auto"].get("same_on_every_rank")
     mesh = f" (worker mesh: {m['alpha_mesh'] * 1e6:.3g} µs)" if m.get("alpha_mesh") is not None \
         else ""
+    if m.get("latency"):
+        mesh += "; each scheme's tiny push_pull (median, its α term): " + ", ".join(
+            f"{s} {x * 1e3:.3f} ms" for s, x in m["latency"].items())
     return [f"* k = {row['k']}: α = {m['alpha'] * 1e6:.3g} µs{mesh}, β = {m['beta'] * 1e9:.3g} ns/B "
             f"({1 / m['beta'] / 1e6:.3g} MB/s; the link's goodput: "
             f"{row['goodput_Bps'] / 1e6:.3g} MB/s), γ = {m['gamma'] * 1e9:.3g} ns/B, "
@@ -131,6 +139,21 @@ def _model_lines(row: dict) -> list:
             f"{', '.join(m['schemes'])}: {ivs} (tiny push_pull {t.get('tiny_s', 0) * 1e3:.2f} "
             f"ms, {fmt_size(int(t.get('large_bytes', 0)))} {t.get('large_s', 0) * 1e3:.2f} ms; "
             f"{'the same on every rank' if same else '**ranks differ**'})"]
+
+
+def _rounds(plan: dict) -> str:
+    """What was pooled: the rounds of jobs (the schemes in turn) and the timed iterations per
+    size."""
+    iters = ", ".join(f"{fmt_size(int(s))} {i}" for s, i in plan["iters"].items())
+    text = (f" Every scheme's job ran {plan.get('rounds', 1)} time(s), the schemes in turn; the "
+            f"median pools every round's timed iterations ({iters} per round)")
+    small = [s for s in plan["sizes"] if s <= plan.get("small_max_bytes", 0)]
+    if plan.get("small_rounds") and small:
+        text += (f", and sizes up to {fmt_size(plan['small_max_bytes'])} pool "
+                 f"{plan['small_rounds']} more rounds of jobs that time only them (a job's "
+                 "median at 4 KiB moves 20–40 % between jobs on a shared 2-core host, as much "
+                 "as the schemes differ; each `auto` job measures its cost model again)")
+    return text + "."
 
 
 def markdown(res: dict):
@@ -148,8 +171,8 @@ def markdown(res: dict):
            "(simulated ÷ measured): the median over the timed iterations of the slowest "
            "worker's push_pull of one float32 tensor (after a warm-up, every sum checked), and "
            "`byteps.sim` for the same configuration with the link goodput measured in the "
-           "same cluster; `auto`'s simulated time is that of the scheme it chose.", "",
-           _capital(network_sentence([r.get("network") for r in res["rows"]])) + ".", ""]
+           "same cluster; `auto`'s simulated time is that of the scheme it chose." + _rounds(plan),
+           "", _capital(network_sentence([r.get("network") for r in res["rows"]])) + ".", ""]
     header = ["k", "size", *[f"{s}" for s in FIXED], "auto", "auto chose",
               "best fixed / auto"]
     rows, targets = [], []

@@ -6,8 +6,12 @@
 * **α** (seconds per message): a tiny push_pull (8 bytes, one partition) is two messages one
   after the other, the push and the pull response: ``t₀ = 2α``, the fastest of
   :data:`ROUNDS`.
-* **α of the worker mesh** (``mesh=True``: the job has it): a tiny ring push_pull
-  (:func:`mesh_alpha`), its ``2(n - 1)`` worker-to-worker messages one after another.
+* **Each scheme's latency** (:func:`scheme_latencies`): a tiny push_pull declared with each
+  scheme the job can run, the schemes in turn round after round, the median of
+  :data:`LATENCY_ROUNDS` per scheme. The cost model takes it as the scheme's whole α term:
+  its messages differ in what they pass through (a server's receive, summation engine and
+  response; a worker's forward in the ring or the heap), which one α per message cannot say.
+  α of the worker mesh is the ring's over its ``2(n - 1)`` messages.
 * **β** (seconds per byte on one link direction): a larger push_pull of M = 1 MiB through the
   summation service, over the job's own connections, cut into partitions of b bytes by the
   core's rule and pipelined: the cost model's ``ps`` cost (``cost_formulas.ps`` and the
@@ -30,16 +34,20 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: tensor names of the measurement (declared in this order on every rank)
 NAME_TINY = "__byteps_cost_model__.tiny"
 NAME_LARGE = "__byteps_cost_model__.large"
 NAME_COMBINE = "__byteps_cost_model__.params"
-#: the worker mesh's tiny push_pull (a ring; only in a job with the mesh), declared after .large
-NAME_TINY_MESH = "__byteps_cost_model__.tiny_mesh"
-#: float32 elements per worker machine of the mesh's tiny push_pull (every ring chunk non-empty)
+#: each scheme's tiny push_pull, ``NAME_LATENCY + "." + scheme``, declared after .large in the
+#: order of ``cost_formulas.SCHEMES``
+NAME_LATENCY = "__byteps_cost_model__.latency"
+#: float32 elements per worker machine of the schemes' tiny push_pulls (every ring chunk
+#: non-empty)
 MESH_ELEMS_PER_MACHINE = 16
+#: rounds of the schemes' tiny push_pulls (the schemes in turn; the median counts)
+LATENCY_ROUNDS = 15
 #: priority of the measurement's push_pulls (above every default priority)
 PRIORITY = 1 << 62
 #: rounds of the tiny push_pull timed (the fastest counts)
@@ -71,9 +79,11 @@ class Measurement:
         beta_floored (bool): β came out below :data:`BETA_FLOOR` on some rank and was raised
             to it there.
         alpha_mesh (float): seconds per message of the worker mesh (a worker-to-worker
-            message, no server): a tiny ring push_pull's time over its 2(n - 1) messages;
+            message, no server): the ring's tiny push_pull over its 2(n - 1) messages;
             -1.0 when not measured (no mesh in the job, or one worker machine).
         tiny_mesh_s (float): that ring push_pull's time, seconds (0.0: not measured).
+        latency (dict[str, float]): per scheme timed, its tiny push_pull's median seconds
+            (:func:`scheme_latencies`); empty with one worker machine.
     """
 
     alpha: float
@@ -85,6 +95,7 @@ class Measurement:
     beta_floored: bool
     alpha_mesh: float = -1.0
     tiny_mesh_s: float = 0.0
+    latency: dict = field(default_factory=dict)
 
 
 def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
@@ -160,28 +171,35 @@ def network(workers: int, servers: int, part_bytes: int, gamma: float,
     return t_tiny / 2, max(beta, BETA_FLOOR), t_tiny, t_large, floored
 
 
-def mesh_alpha(workers: int, rounds: int = ROUNDS) -> tuple:
-    """(α of the worker mesh, the tiny ring push_pull's seconds): the fastest of ``rounds``
-    push_pulls of :data:`MESH_ELEMS_PER_MACHINE` float32 per machine declared ``sync="ring"``
-    (after one untimed), over its ``2(n - 1)`` messages one after another. Collective; the
-    job must have the mesh (``BYTEPS_SYNC`` ring, tree or auto)."""
+def scheme_latencies(workers: int, schemes, rounds: int = LATENCY_ROUNDS) -> dict:
+    """{scheme: seconds}: for each of ``schemes``, the median over ``rounds`` of a push_pull of
+    :data:`MESH_ELEMS_PER_MACHINE` float32 per machine declared with that scheme (one
+    partition; every ring chunk non-empty), after one untimed each. The schemes take turns
+    round by round, so a load burst of the host hits them alike; the median, not the fastest,
+    because a tensor's steady-state time is what the choice is for (the fastest of a few rounds
+    favours the scheme whose time scatters most). Collective; ``ring`` and ``tree`` need the
+    worker mesh (``BYTEPS_SYNC`` ring, tree or auto), ``ps`` and ``hips`` servers."""
+    import statistics
+
     import numpy as np
 
     from . import basics
 
     buf = np.zeros(MESH_ELEMS_PER_MACHINE * workers, dtype=np.float32)
-    basics.declare(NAME_TINY_MESH, sync="ring")
-    _push_pull(NAME_TINY_MESH, buf)
-    t = math.inf
+    for s in schemes:
+        basics.declare(f"{NAME_LATENCY}.{s}", sync=s)
+        _push_pull(f"{NAME_LATENCY}.{s}", buf)
+    times: dict = {s: [] for s in schemes}
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        _push_pull(NAME_TINY_MESH, buf)
-        t = min(t, time.perf_counter() - t0)
-    return t / (2 * (workers - 1)), t
+        for s in schemes:
+            t0 = time.perf_counter()
+            _push_pull(f"{NAME_LATENCY}.{s}", buf)
+            times[s].append(time.perf_counter() - t0)
+    return {s: statistics.median(ts) for s, ts in times.items()}
 
 
 def run(workers: int, servers: int, size: int, local_size: int, partition_bytes: int,
-        rounds: int = ROUNDS, mesh: bool = False) -> Measurement:
+        rounds: int = ROUNDS, schemes=("ps",)) -> Measurement:
     """Measure α, β, γ on this rank and average them over the ``size`` ranks (collective).
 
     Args:
@@ -194,8 +212,10 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
         partition_bytes: ``BYTEPS_PARTITION_BYTES`` (the job's partition bound before
             rounding).
         rounds: timed rounds of the tiny push_pull.
-        mesh: the job has the worker mesh (``BYTEPS_SYNC`` ring, tree or auto): α of the mesh
-            is measured too (:func:`mesh_alpha`).
+        schemes: the schemes whose latency is timed (:func:`scheme_latencies`), in the
+            order of ``cost_formulas.SCHEMES``: those the job can run (``ring`` and ``tree``
+            only with the worker mesh). With ``ring`` among them α of the mesh is its
+            latency over its 2(n - 1) messages.
 
     Raises:
         byteps.errors.NotInitializedError: before ``init()``.
@@ -214,9 +234,12 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
     else:
         alpha = beta = t_tiny = t_large = 0.0
         floored = False
-    a_mesh, t_mesh = mesh_alpha(workers, rounds) if mesh and workers > 1 else (0.0, 0.0)
-    vec = np.array([alpha, beta, gamma, t_tiny, t_large, float(floored), a_mesh, t_mesh],
-                   dtype=np.float64)
+    from .cost_formulas import SCHEMES
+
+    timed = [s for s in SCHEMES if s in schemes] if workers > 1 else []
+    lat = scheme_latencies(workers, timed) if timed else {}
+    vec = np.array([alpha, beta, gamma, t_tiny, t_large, float(floored)]
+                   + [lat.get(s, 0.0) for s in SCHEMES], dtype=np.float64)
     if size > 1:
         from . import basics
 
@@ -225,7 +248,9 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
                                    "float64", vec.shape, False, PRIORITY)
         basics.wait(h)
         vec = vec / float(size)
-    a, b, g, t0, tl, fl, am, tm = (float(x) for x in vec)
-    measured = mesh and workers > 1
-    return Measurement(a, b, g, t0, tl, LARGE_BYTES, fl > 0, am if measured else -1.0,
-                       tm if measured else 0.0)
+    a, b, g, t0, tl, fl = (float(x) for x in vec[:6])
+    latency = {s: float(v) for s, v in zip(SCHEMES, vec[6:]) if s in timed}
+    t_ring = latency.get("ring", 0.0)
+    return Measurement(a, b, g, t0, tl, LARGE_BYTES, fl > 0,
+                       t_ring / (2 * (workers - 1)) if "ring" in latency else -1.0, t_ring,
+                       latency)

@@ -97,6 +97,10 @@ class CostModel:
         local_size (int): worker processes per machine (the partition rule's page unit).
         alpha_mesh (float | None): seconds per message of the worker mesh (``ring``,
             ``tree``: worker to worker, no server hop); None (default): ``alpha``.
+        latency (dict[str, float]): per scheme, the measured seconds of its tiny push_pull
+            (``cost_measure.scheme_latencies``), which replace that scheme's α term
+            ``messages · α`` (:meth:`latency_seconds`); default empty: every scheme's α term
+            from ``alpha`` / ``alpha_mesh``.
         all_servers (int): every server of the job, colocated or not; when it can run HiPS
             (>= ceil(n/g) + 1), ``hips`` costs what byteps's placement does
             (:func:`byteps.cost_formulas.hips_servers`: a first-level server per group on one
@@ -137,6 +141,7 @@ class CostModel:
     local_size: int = 1
     all_servers: int = 0
     alpha_mesh: Optional[float] = None
+    latency: Mapping[str, float] = field(default_factory=dict)
     intervals: Tuple[Interval, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -161,6 +166,15 @@ class CostModel:
                 raise InvalidArgumentError(f"cost model: alpha_mesh must be None or a finite "
                                            f"number >= 0 (seconds), got {v!r}")
             object.__setattr__(self, "alpha_mesh", float(v))
+        lat = {}
+        for name, v in dict(self.latency).items():
+            if name not in SCHEMES or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(v) or v < 0:
+                raise InvalidArgumentError(f"cost model: latency must map schemes of "
+                                           f"{', '.join(SCHEMES)} to finite seconds >= 0, got "
+                                           f"{name!r}: {v!r}")
+            lat[name] = float(v)
+        object.__setattr__(self, "latency", lat)
         object.__setattr__(self, "sources", dict(self.sources))
         object.__setattr__(self, "timings", dict(self.timings))
         if self.tree_width == 0:
@@ -204,15 +218,26 @@ class CostModel:
         return {s: self._seconds(c, nbytes) for s, c in self.scheme_costs().items()}
 
     def message_alpha(self, scheme: str) -> float:
-        """α of ``scheme``'s messages: :attr:`alpha_mesh` for ``ring`` and ``tree`` (when
-        set), else :attr:`alpha` (the summation service's, a server hop included)."""
+        """α of ``scheme``'s messages: its measured :attr:`latency` over its messages where
+        measured, else :attr:`alpha_mesh` for ``ring`` and ``tree`` (when set), else
+        :attr:`alpha` (the summation service's, a server hop included)."""
+        if scheme in self.latency:
+            messages = self._scheme_cost(scheme).messages
+            return self.latency[scheme] / messages if messages > 0 else 0.0
         if scheme in ("ring", "tree") and self.alpha_mesh is not None:
             return self.alpha_mesh
         return self.alpha
 
+    def latency_seconds(self, scheme: str) -> float:
+        """The α term of ``scheme``'s cost, seconds: its measured :attr:`latency`, else its
+        messages times :meth:`message_alpha`."""
+        if scheme in self.latency:
+            return self.latency[scheme]
+        return self._scheme_cost(scheme).messages * self.message_alpha(scheme)
+
     def _seconds(self, c: cost_formulas.SchemeCost, nbytes: int) -> float:
-        return c.seconds(nbytes, self.message_alpha(c.scheme), self.beta, self.gamma,
-                         self.ps_fill_bytes(nbytes))
+        return self.latency_seconds(c.scheme) + c.seconds(
+            nbytes, 0.0, self.beta, self.gamma, self.ps_fill_bytes(nbytes))
 
     def ps_fill_bytes(self, nbytes: int) -> int:
         """Bytes of the first partition of a tensor of ``nbytes`` bytes, on which the schemes'
@@ -253,12 +278,16 @@ class CostModel:
     def as_dict(self) -> dict:
         """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
-        ``servers_source``, ``partition_bound``, ``local_size``, ``measure_seconds``, ``timings``, ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``,
+        ``servers_source``, ``all_servers``, ``partition_bound``, ``local_size``, ``measure_seconds``, ``timings``,
+        ``alpha_mesh``, ``latency`` ({scheme: seconds}), ``intervals`` (list of
+        ``{"from_bytes", "to_bytes", "scheme"}``,
         ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
-        return {"alpha": self.alpha, "alpha_mesh": self.alpha_mesh, "beta": self.beta,
+        return {"alpha": self.alpha, "alpha_mesh": self.alpha_mesh,
+                "latency": dict(self.latency), "beta": self.beta,
                 "gamma": self.gamma,
                 "sources": dict(self.sources), "workers": self.workers,
                 "servers": self.servers, "servers_source": self.servers_source,
+                "all_servers": self.all_servers,
                 "partition_bound": self.partition_bound, "local_size": self.local_size,
                 "tree_width": self.tree_width,
                 "hips_group": self.hips_group, "schemes": list(self.schemes),
@@ -275,6 +304,10 @@ class CostModel:
         if self.alpha_mesh is not None:
             parts.append(f"alpha of the worker mesh {self.alpha_mesh * 1e6:.3g} us "
                          f"({src.get('alpha_mesh', 'given')})")
+        if self.latency:
+            parts.append("tiny push_pull " + ", ".join(
+                f"{s} {t * 1e6:.3g} us" for s, t in self.latency.items()) +
+                f" ({src.get('latency', 'given')})")
         parts += [f"beta {self.beta * 1e9:.3g} ns/B = {_rate(self.beta)} "
                   f"({src.get('beta', 'given')})",
                   f"gamma {self.gamma * 1e9:.3g} ns/B = {_rate(self.gamma)} "
@@ -340,7 +373,7 @@ def _envelope(model: CostModel) -> Tuple[Interval, ...]:
     those integers; equal neighbours merge."""
     base = []
     for i, (s, c) in enumerate(model.scheme_costs().items()):
-        base.append((s, c.messages * model.message_alpha(s),
+        base.append((s, model.latency_seconds(s),
                      c.wire * model.beta + c.summed * model.gamma,
                      i, c.fill * model.beta))
     out: list = []
@@ -483,6 +516,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         else hips_group
     sources = {p: VARIABLES[p] for p in over}
     alpha_mesh = None
+    latency: Dict[str, float] = {}
     took = 0.0
     timings: Dict[str, float] = {}
     if len(over) < len(VARIABLES):
@@ -501,8 +535,13 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         from .schemes import sync_setting
 
         mesh = sync_setting(values) in ("ring", "tree", "auto")
+        if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
+            g = math.ceil(math.sqrt(n))
+        runs = feasible_schemes(n, total, g) if schemes is None else tuple(schemes)
+        timed = () if "alpha" in over else tuple(
+            s for s in runs if mesh or s not in ("ring", "tree"))
         m = cost_measure.run(n, k, int(_core.size()), int(_core.local_size()),
-                             int(values["BYTEPS_PARTITION_BYTES"]), mesh=mesh)
+                             int(values["BYTEPS_PARTITION_BYTES"]), schemes=timed)
         took = time.perf_counter() - t0
         params = {"alpha": m.alpha, "beta": m.beta, "gamma": m.gamma}
         timings = {"tiny_s": m.tiny_s, "large_s": m.large_s, "large_bytes": m.large_bytes}
@@ -510,6 +549,9 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
             alpha_mesh = m.alpha_mesh
             sources["alpha_mesh"] = MEASURED
             timings["tiny_mesh_s"] = m.tiny_mesh_s
+        if m.latency:
+            latency = m.latency
+            sources["latency"] = MEASURED
         for p in ("alpha", "beta"):
             sources.setdefault(p, MEASURED if n > 1 else NO_NETWORK)
         sources.setdefault("gamma", MEASURED)
@@ -529,7 +571,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
                       took, timings,
                       feasible_schemes(n, total, g) if schemes is None else tuple(schemes),
                       k_source, partition_bound(int(values["BYTEPS_PARTITION_BYTES"]), local),
-                      local, total, alpha_mesh)
+                      local, total, alpha_mesh, latency)
     log.info("%s", model.describe())
     if env is None:
         _cached = (_job_key(values), model)

@@ -457,7 +457,10 @@ def test_measured_on_a_two_worker_job_same_on_both_ranks(local_size):
         assert 0 < a["gamma"] < 1e-7, a  # s/B: the kernel sums above 10 MB/s
         assert (a["workers"], a["servers"], a["servers_source"]) == (2, 0, "address book")
     first, second = got[0]["COSTMODEL"], got[0]["COSTMODEL_BETA"]
-    assert first["sources"] == {"alpha": "measured", "beta": "measured", "gamma": "measured"}
+    assert first["sources"] == {"alpha": "measured", "beta": "measured", "gamma": "measured",
+                                "latency": "measured"}
+    # BYTEPS_SYNC=ps: no worker mesh, one server (HiPS needs 2): only ps's latency is timed
+    assert list(first["latency"]) == ["ps"] and 0 < first["latency"]["ps"] < 0.05, first
     assert second["beta"] == 2.5e-10 and second["sources"]["beta"] == "BYTEPS_COST_BETA"
     assert second["sources"]["alpha"] == "measured"
 
@@ -478,3 +481,25 @@ def test_mesh_messages_have_their_own_alpha():
     assert cost_model.CostModel(a, b, g, 4, 0).message_alpha("ring") == a  # None: alpha
     with pytest.raises(InvalidArgumentError, match="alpha_mesh"):
         cost_model.CostModel(a, b, g, 4, 0, alpha_mesh=-1.0)
+
+
+def test_measured_latency_is_each_schemes_alpha_term():
+    # a tiny push_pull timed per scheme replaces messages x alpha; schemes not timed keep it
+    a, b, g = 2e-4, 1e-9, 1e-11
+    m = cost_model.CostModel(a, b, g, 4, 0, alpha_mesh=5e-5,
+                             latency={"ps": 3e-4, "tree": 4.4e-4})
+    assert m.latency_seconds("ps") == 3e-4 and m.latency_seconds("tree") == 4.4e-4
+    assert m.latency_seconds("ring") == pytest.approx(6 * 5e-5)  # 2(n-1) mesh messages
+    assert m.message_alpha("ps") == pytest.approx(1.5e-4)  # over its 2 messages
+    assert m.cost("ps", 1000) == pytest.approx(
+        3e-4 + cost_formulas.ps(4, 0).seconds(1000, 0.0, b, g))
+    # 0 bytes: the ring's 300 us undercut ps's 300 us? a tie goes to ps (the earlier scheme),
+    # the tree's measured 440 us no longer wins on a 4 x 50 us count
+    assert m.choose(0) == "ps"
+    check_consistent(m, range(0, 1 << 22, 40961))
+    d = m.as_dict()
+    assert d["latency"] == {"ps": 3e-4, "tree": 4.4e-4} and d["all_servers"] == 0
+    assert "tiny push_pull ps 300 us, tree 440 us" in m.describe()
+    for bad in ({"gossip": 1e-4}, {"ps": -1e-4}, {"ps": float("nan")}, {"ps": True}):
+        with pytest.raises(InvalidArgumentError, match="latency"):
+            cost_model.CostModel(a, b, g, 4, 0, latency=bad)

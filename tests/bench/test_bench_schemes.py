@@ -38,7 +38,8 @@ def test_plans_and_hook():
     assert quick["n"] in (2, 3) and len(quick["sizes"]) == 2
     assert sum(b for _, b in quick["profile"]["tensors"]) <= sc.QUICK_PROFILE_BYTES
     if full["unavailable"] is None:
-        assert sc.bench_steps(full) == 2 * (1 + 2 * 5)  # 2 rounds
+        assert sc.bench_steps(full) == 2 * (1 + (2 + 4) * 5)  # 2 rounds, 4 of small sizes
+    assert sc.small_sizes(full) == [4 << 10, 256 << 10] and quick["small_rounds"] == 0
 
 
 def test_report_without_cluster():
@@ -67,9 +68,35 @@ def test_targets_from_results():
     assert "| 0 | 4 KiB | 1.00 / 1.00 (1.00) | 2.00 / 2.00 (1.00) | – | – |" in md
 
 
+def test_small_rounds_pool_with_the_full_ones():
+    # a small round times only the small sizes and no profile; the sizes pool every round that
+    # timed them, the profile the full rounds; auto's per-round choices show where they differ
+    def job(sizes, profile, choice):
+        model = {"alpha": 1e-4, "beta": 1e-8, "gamma": 1e-10, "latency": {"ps": 2e-4},
+                 "intervals": []}
+        return {"raw": {"sizes": sizes, "profile": profile}, "wall_s": 1.0, "model": model,
+                "choices": {"4096": choice}, "profile_choices": {choice: 1} if profile else {},
+                "same_on_every_rank": True}
+
+    full = job({"4096": [1.0, 3.0], "67108864": [9.0]}, [5.0], "ps")
+    small = [job({"4096": [t]}, [], c) for t, c in ((2.0, "tree"), (4.0, "ps"))]
+    out = sc._pool([full, *small, {"error": "boom", "wall_s": 1.0}])
+    assert (out["rounds"], out["failed_rounds"]) == (3, 1)
+    assert out["sizes"]["4096"]["time_s"] == 2.5 and out["sizes"]["4096"]["rounds"] == 3
+    assert out["sizes"]["67108864"]["rounds"] == 1 and out["profile"]["rounds"] == 1
+    assert out["choices_rounds"] == [{"4096": c} for c in ("ps", "tree", "ps")]
+    assert out["profile_choices_rounds"] == [{"ps": 1}]
+    st = {"time_s": 2.5, "min_s": 1.0, "max_s": 4.0, "scatter": 0.1}
+    row = {"k": 0, "jobs": {"ps": {"sizes": {"4096": st}}, "auto": out}}
+    (sr,) = scr.size_rows(row, [4096])
+    assert sr["chosen"] == "ps 2, tree 1" and not sr["same"]
+    assert sr["threshold"] == pytest.approx(1 / sc.SIZE_TOLERANCE)
+
+
 @netns
 def test_quick_plan_on_a_tiny_cluster():
     plan = sc.bench_settings(True, ks=[0, 2], schemes=sc.FIXED)
+    plan["small_rounds"] = 1  # the small sizes' round too (the quick plan runs none)
     plan["link_seconds"] = 0.3
     before = set(bc.list_netns())
     labels = []
@@ -94,6 +121,9 @@ def test_quick_plan_on_a_tiny_cluster():
         assert (m["servers"], m["servers_source"]) == (row["k"], "address book"), m
         assert auto["same_on_every_rank"]
         assert set(auto["choices"].values()) <= set(sc.FIXED)
+        # every scheme the job runs had its tiny push_pull timed
+        assert set(m["latency"]) == set(m["schemes"]) and min(m["latency"].values()) > 0, m
+        assert len(auto["choices_rounds"]) == 2 and auto["sizes"]["4096"]["rounds"] == 2
         assert sum(auto["profile_choices"].values()) == len(plan["profile"]["tensors"])
     md, targets = sc.bench_markdown(res)
     assert "## The synchronisation schemes on the emulated cluster" in md

@@ -32,8 +32,9 @@ def mode_measure(args) -> int:
 
     model = byteps.cost_model()
     names = list(_core.declared_names())
-    want = [cost_measure.NAME_TINY, cost_measure.NAME_LARGE, cost_measure.NAME_COMBINE]
-    if names[:3] != want:
+    want = [cost_measure.NAME_TINY, cost_measure.NAME_LARGE,
+            cost_measure.NAME_LATENCY + ".ps", cost_measure.NAME_COMBINE]
+    if names[:4] != want:
         fail(f"the measurement declared {names}, expected {want} first")
     log("COSTMODEL " + json.dumps(model.as_dict(), sort_keys=True))
     log("PLACEMENT " + json.dumps(list(_core.server_placement())))

@@ -278,10 +278,10 @@ class CostModel:
     def as_dict(self) -> dict:
         """A JSON-serialisable dict: ``alpha``, ``beta``, ``gamma`` (seconds, seconds per
         byte), ``sources``, ``workers``, ``servers``, ``tree_width``, ``hips_group``,
-        ``servers_source``, ``all_servers``, ``partition_bound``, ``local_size``, ``measure_seconds``, ``timings``,
-        ``alpha_mesh``, ``latency`` ({scheme: seconds}), ``intervals`` (list of
-        ``{"from_bytes", "to_bytes", "scheme"}``,
-        ``to_bytes`` None for the last) and ``table`` ({str(size): scheme} per power of two)."""
+        ``servers_source``, ``all_servers``, ``partition_bound``, ``local_size``,
+        ``measure_seconds``, ``timings``, ``alpha_mesh``, ``latency`` ({scheme: seconds}),
+        ``intervals`` (list of ``{"from_bytes", "to_bytes", "scheme"}``, ``to_bytes`` None for
+        the last) and ``table`` ({str(size): scheme} per power of two)."""
         return {"alpha": self.alpha, "alpha_mesh": self.alpha_mesh,
                 "latency": dict(self.latency), "beta": self.beta,
                 "gamma": self.gamma,

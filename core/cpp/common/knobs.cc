@@ -93,8 +93,10 @@ std::vector<KnobSpec> BuildTable() {
           "tries at most 14)."),
       Float("BYTEPS_COST_ALPHA", "", 0, 10, "worker",
             "Cost model (BYTEPS_SYNC=auto, docs/schemes.md): alpha, the latency of one message, "
-            "seconds. Unset: measured at start-up (a few tiny push_pulls through the summation "
-            "service) and averaged over the workers. Every worker must set it alike."),
+            "seconds; set, every scheme's latency is its messages times alpha. Unset: each "
+            "scheme's latency is measured at start-up (a tiny push_pull of every scheme the job "
+            "can run, the median of 15) and averaged over the workers. Every worker must set it "
+            "alike."),
       Float("BYTEPS_COST_BETA", "", 0, 1, "worker",
             "Cost model: beta, seconds per byte on one link direction (1 / bandwidth). Unset: "
             "measured at start-up (a 1 MiB push_pull through the summation service, read through "

@@ -27,14 +27,24 @@ WORKER = str(TESTS / "workers" / "ucx_transport_worker.py")
 TLS = ["tcp", "shm"]
 
 
-def run(scenario: str, tls: str, timeout: float = 240) -> dict:
-    proc = subprocess.run([sys.executable, WORKER, scenario], env=clean_job_env({"UCX_TLS": tls}),
+def run(scenario: str, tls: str, timeout: float = 240, env: dict | None = None) -> dict:
+    proc = subprocess.run([sys.executable, WORKER, scenario],
+                          env=clean_job_env({"UCX_TLS": tls, **(env or {})}),
                           capture_output=True, text=True, timeout=timeout, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (
         f"{scenario} with UCX_TLS={tls}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n"
         f"{proc.stderr[-4000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_a_users_rendezvous_threshold_is_honoured():
+    # UCX_RNDV_THRESH set: no frame is forced eager, UCX applies the threshold (8 KiB: the
+    # 96 KiB and 1 MiB frames go by rendezvous, 4 KiB eager), and every frame is still exact
+    r = run("frames", "shm", env={"UCX_RNDV_THRESH": "8k"})
+    rndv = {s["size"]: s["rndv"] for s in r["sizes"]}
+    assert rndv[4096] == 0 and rndv[96 << 10] == 1 and rndv[1 << 20] == 1, rndv
+    assert all(s["exact"] and s["tail_untouched"] for s in r["sizes"]), r["sizes"]
 
 
 @pytest.mark.parametrize("tls", TLS)
@@ -52,6 +62,11 @@ def test_frames_arrive_byte_exact_in_order(tls):
     # the 2 MiB frames of the order test); over TCP, where UCX's rendezvous has no zero copy
     # and only adds a round trip, frames up to 4 MiB go eager and only the 64 MiB one is fetched.
     assert rx["rndv_received"] == 1 if tls == "tcp" else rx["rndv_received"] >= 1 + 8, rx
+    # Up to 128 KiB shared memory sends eager too (a 96 KiB frame: UCX's own threshold would
+    # fetch it by rendezvous, a round trip more); 1 MiB and up by rendezvous.
+    rndv = {s["size"]: s["rndv"] for s in r["sizes"]}
+    assert rndv[96 << 10] == 0 and rndv[4096] == 0, rndv
+    assert rndv[64 << 20] == 1 and rndv[1 << 20] == (0 if tls == "tcp" else 1), rndv
     assert rx["frames_received"] == len(r["sizes"]) + 1 + 24
     assert r["stats_tx"]["frames_sent"] == len(r["sizes"]) + 1 + 24
     for size in (4096, 8 << 20):

@@ -24,7 +24,7 @@ from byteps.errors import BytePSError
 
 T = _core.testing
 PUSH, PULL, HEARTBEAT = 21, 22, 5
-SIZES = [0, 1, 4 << 10, 1 << 20, 64 << 20]
+SIZES = [0, 1, 4 << 10, 96 << 10, 1 << 20, 64 << 20]
 
 
 def pattern(size: int, seed: int) -> bytes:
@@ -52,6 +52,7 @@ def frames():
     for i, size in enumerate(SIZES):
         data, key = pattern(size, i), 100 + i
         b.prepare(key, size + 7, register=(i % 2 == 0))
+        rndv_before = b.stats(lb)["rndv_received"]
         a.send(la, key, PUSH, staged=a.stage(data, register=(i % 2 == 1)))
         status = sent_ok(a)
         rx = b.recv(60)
@@ -59,7 +60,8 @@ def frames():
         out["sizes"].append({
             "size": size, "sent": status, "key": rx and rx["key"],
             "payload_len": rx and rx["payload_len"], "in_buffer": rx and rx["in_prepared_buffer"],
-            "exact": buf[:size] == data, "tail_untouched": buf[size:] == b"\xee" * 7})
+            "exact": buf[:size] == data, "tail_untouched": buf[size:] == b"\xee" * 7,
+            "rndv": b.stats(lb)["rndv_received"] - rndv_before})
     # The receiver's own buffer (policy "own"), and back from b to a.
     data = pattern(1 << 20, 7)
     a.send(la, 200, PUSH, payload=data)

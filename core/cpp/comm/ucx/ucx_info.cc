@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "comm/ucx/ucx_context.h"
+#include "comm/ucx/ucx_link.h"
 #include "comm/ucx/ucx_util.h"
 
 namespace byteps {
@@ -63,6 +64,14 @@ std::string ParseUcxAmTransport(const std::string& ep_info) {
     if (am && !tl.empty()) return tl;
   }
   return "";
+}
+
+size_t UcxEagerMax(const std::string& am_transport, bool user_rndv_thresh) {
+  if (user_rndv_thresh) return 0;
+  if (am_transport == "tcp") return kTcpEagerMax;
+  if (am_transport == "posix" || am_transport == "sysv" || am_transport == "xpmem")
+    return kShmEagerMax;
+  return 0;
 }
 
 UcxInfo QueryUcxInfo() {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #if __has_include(<ucs/debug/log_def.h>)
@@ -97,9 +98,10 @@ Status UcxLink::CreateEndpoint(const std::string& peer_address) {
                             ctx_->config_summary() + ": " + ucs_status_string(s) +
                             " (the peer is gone, or no transport in UCX_TLS reaches it)");
   }
-  eager_over_tcp_ = ParseUcxAmTransport(CaptureUcxOutput([&](FILE* f) {
-                      ucp_ep_print_info(ep_, f);
-                    })) == "tcp";
+  const char* thresh = std::getenv("UCX_RNDV_THRESH");
+  eager_max_ = UcxEagerMax(
+      ParseUcxAmTransport(CaptureUcxOutput([&](FILE* f) { ucp_ep_print_info(ep_, f); })),
+      thresh != nullptr && *thresh != '\0');
   return Status::OK();
 }
 
@@ -180,7 +182,7 @@ void UcxLink::SubmitOne(UcxKind kind, SendItem* item) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = &UcxLink::SendDoneCb;
   p.user_data = c;
-  if (eager_over_tcp_ && len <= kTcpEagerMax) {
+  if (eager_max_ > 0 && len <= eager_max_) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
   }

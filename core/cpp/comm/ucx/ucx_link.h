@@ -9,8 +9,8 @@
 // the SendItem's memory. UCX chooses the protocol by size: eager data arrives with the header
 // and is copied into the destination the handler chose; rendezvous data (UCP_AM_RECV_ATTR_FLAG_
 // RNDV) is fetched by ucp_am_recv_data_nbx straight into that destination (zero copy). Over
-// TCP, which has no zero-copy rendezvous, frames up to kTcpEagerMax are sent eager
-// (eager_over_tcp).
+// TCP, which has no zero-copy rendezvous, frames up to kTcpEagerMax are sent eager, over shared
+// memory frames up to kShmEagerMax (eager_max).
 //
 // Order. Frames of a link reach the handler in the order they were sent, one at a time, as on
 // TCP: ValidateHeader(1), OnHeader(1), payload 1, OnFrame(1), ValidateHeader(2)... While a
@@ -48,8 +48,10 @@ constexpr uint16_t kUcxVersion = 1;
 constexpr size_t kMaxHeldFrames = 4096;
 constexpr size_t kMaxHeldBytes = 64ull << 20;
 // Frames up to this size go eager where the link's active messages travel over TCP
-// (UcxLink::eager_over_tcp).
+// (UcxLink::eager_max).
 constexpr size_t kTcpEagerMax = 4 << 20;
+// ... and up to this size over UCX's shared-memory transports (UcxLink::eager_max).
+constexpr size_t kShmEagerMax = 128 << 10;
 
 enum class UcxKind : uint16_t { kConnect = 1, kAccept = 2, kFrame = 3, kClose = 4 };
 
@@ -99,13 +101,18 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // failed peer): a dead peer is then seen by its CLOSE message, an operation to it that fails,
   // or the job's heartbeats, but not while the link is idle.
   bool peer_failure_detection() const { return peer_mode_; }
-  // True when UCX carries this link's active messages over TCP: frames up to kTcpEagerMax are
-  // then sent eager (UCP_AM_SEND_FLAG_EAGER). UCX's TCP transport has no zero-copy rendezvous
-  // (its fragments are copied either way), so a rendezvous there only adds a round trip whose
-  // reply waits behind the bulk data queued in the other direction: on the emulated cluster
-  // it cost 1.1-1.5x the TCP van's time at 16 MiB; eager matches it. Set once the endpoint
+  // Frames up to this many bytes are sent eager (UCP_AM_SEND_FLAG_EAGER) rather than as UCX's
+  // rendezvous threshold says (UcxEagerMax, ucx_util.h; 0: UCX chooses). Over TCP up to
+  // kTcpEagerMax: UCX's TCP transport has no zero-copy rendezvous (its fragments are copied
+  // either way), so a rendezvous there only adds a round trip whose reply waits behind the
+  // bulk data queued in the other direction: on the emulated cluster it cost 1.1-1.5x the TCP
+  // van's time at 16 MiB; eager matches it. Over shared memory up to kShmEagerMax: UCX's
+  // threshold there (auto) put the 60 KiB partitions of small tensors on rendezvous, a round
+  // trip more per partition; eager copies them through the shared segment instead: 2 workers
+  // + 1 server on one host, 256 KiB 0.31-0.34 ms against 0.38-0.78, 64 KiB 0.23-0.28 against
+  // 0.29-0.42, 64 MiB (256 KiB partitions, still rendezvous) unchanged. Set once the endpoint
   // exists (progress thread).
-  bool eager_over_tcp() const { return eager_over_tcp_; }
+  size_t eager_max() const { return eager_max_; }
   // The lifeline socket this link owns (-1: none; UcxContext::Connect says what it does).
   int lifeline_fd() const { return lifeline_fd_; }
   // The endpoint's transports and lanes as UCX prints them (ucp_ep_print_info).
@@ -193,7 +200,7 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   bool lifeline_watched_ = false;
   ucp_ep_h ep_ = nullptr;
   bool peer_mode_ = true;
-  bool eager_over_tcp_ = false;
+  size_t eager_max_ = 0;
   bool ep_closing_ = false;
   size_t pending_ops_ = 0;  // UCX requests that reference this link
   std::vector<SendCtx*> free_ctx_;

@@ -2,6 +2,7 @@
 #pragma once
 #include <ucp/api/ucp.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -20,5 +21,11 @@ std::vector<std::string> ParseUcxResources(const std::string& context_info);
 // messages, from ucp_ep_print_info's text ("lane[0]:  1:tcp/eth0.0 md[1] ... am am_bw#0");
 // "" when no such lane is found.
 std::string ParseUcxAmTransport(const std::string& ep_info);
+// The largest frame a link whose active messages travel over `am_transport` sends eager
+// (UCP_AM_SEND_FLAG_EAGER) instead of letting UCX choose by its rendezvous threshold:
+// kTcpEagerMax over "tcp", kShmEagerMax over UCX's shared-memory transports ("posix", "sysv",
+// "xpmem"), 0 (UCX chooses) over anything else, and 0 wherever the user set UCX_RNDV_THRESH
+// (`user_rndv_thresh`: then the threshold is UCX's to apply).
+size_t UcxEagerMax(const std::string& am_transport, bool user_rndv_thresh);
 
 }  // namespace byteps

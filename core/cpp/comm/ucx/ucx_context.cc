@@ -50,7 +50,9 @@ Status UcxContext::Init(const std::string& default_tls) {
       return Status::Config("UCX refused UCX_TLS=" + default_tls + ": " + ucs_status_string(s));
     }
   }
-  ReadUcxConfig(config, &tls, &devices);
+  std::string rndv_thresh;
+  ReadUcxConfig(config, &tls, &devices, &rndv_thresh);
+  user_rndv_thresh_ = rndv_thresh != "auto";
   config_summary_ = "UCX_TLS=" + tls + ", UCX_NET_DEVICES=" + devices;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;

@@ -97,6 +97,10 @@ class UcxContext {
   std::vector<std::string> Resources() const;
   // "UCX_TLS=..., UCX_NET_DEVICES=..." as UCX read them: for error messages.
   const std::string& config_summary() const { return config_summary_; }
+  // Whether the user chose UCX's rendezvous threshold (UCX_RNDV_THRESH, in the environment or
+  // a UCX configuration file, not at its default "auto"): links then force nothing eager
+  // (UcxEagerMax, ucx_util.h).
+  bool user_rndv_thresh() const { return user_rndv_thresh_; }
 
   // Each link a peer opens becomes a connection (UcxConnection, not yet started: its frames
   // wait for Start()) with `handler`, handed to `on_connection` on the progress thread. Without
@@ -185,6 +189,7 @@ class UcxContext {
   std::string name_;
   std::string address_;
   std::string config_summary_;
+  bool user_rndv_thresh_ = false;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int worker_fd_ = -1, event_fd_ = -1, epoll_fd_ = -1;

@@ -21,14 +21,17 @@ std::string CaptureUcxOutput(const std::function<void(FILE*)>& print) {
   return out;
 }
 
-void ReadUcxConfig(const ucp_config_t* config, std::string* tls, std::string* net_devices) {
+void ReadUcxConfig(const ucp_config_t* config, std::string* tls, std::string* net_devices,
+                   std::string* rndv_thresh) {
   const std::string text = CaptureUcxOutput(
       [&](FILE* f) { ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG); });
   *tls = *net_devices = "?";
+  if (rndv_thresh) *rndv_thresh = "?";
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("UCX_TLS=", 0) == 0) *tls = line.substr(8);
     if (line.rfind("UCX_NET_DEVICES=", 0) == 0) *net_devices = line.substr(16);
+    if (rndv_thresh && line.rfind("UCX_RNDV_THRESH=", 0) == 0) *rndv_thresh = line.substr(16);
   }
 }
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #if __has_include(<ucs/debug/log_def.h>)
@@ -98,10 +97,9 @@ Status UcxLink::CreateEndpoint(const std::string& peer_address) {
                             ctx_->config_summary() + ": " + ucs_status_string(s) +
                             " (the peer is gone, or no transport in UCX_TLS reaches it)");
   }
-  const char* thresh = std::getenv("UCX_RNDV_THRESH");
   eager_max_ = UcxEagerMax(
       ParseUcxAmTransport(CaptureUcxOutput([&](FILE* f) { ucp_ep_print_info(ep_, f); })),
-      thresh != nullptr && *thresh != '\0');
+      ctx_->user_rndv_thresh());
   return Status::OK();
 }
 

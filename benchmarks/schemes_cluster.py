@@ -141,13 +141,17 @@ def bench_steps(plan: dict) -> int:
     (the small sizes' rounds included)."""
     if plan["unavailable"]:
         return 1
-    rounds = plan.get("rounds", 1) + (plan.get("small_rounds", 0) if small_sizes(plan) else 0)
-    return sum(1 + rounds * len(plan_jobs(plan, k)) for k in plan["ks"])
+    return sum(1 + sum(round_counts(plan)) * len(plan_jobs(plan, k)) for k in plan["ks"])
 
 
 def small_sizes(plan: dict) -> list:
     """The plan's sizes that the small rounds time again (``small_max_bytes`` or less)."""
     return [s for s in plan["sizes"] if s <= plan.get("small_max_bytes", 0)]
+
+
+def round_counts(plan: dict) -> tuple:
+    """(full rounds, small rounds) of the plan: the small ones only where it has small sizes."""
+    return plan.get("rounds", 1), plan.get("small_rounds", 0) if small_sizes(plan) else 0
 
 
 # --------------------------------------------------------------------------------- worker --
@@ -372,8 +376,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
             row["goodput_Bps"] = good = bc.table_goodput(c, plan["link_seconds"])
             row["network"] = c.network_info()
             runs: dict = {sync: [] for sync in plan_jobs(plan, k)}
-            full = plan.get("rounds", 1)
-            small = plan.get("small_rounds", 0) if small_sizes(plan) else 0
+            full, small = round_counts(plan)
             for rnd in range(full + small):  # the schemes in turn, round by round
                 for sync in runs:
                     what = "round" if rnd < full else "small sizes, round"

@@ -144,13 +144,15 @@ def _model_lines(row: dict) -> list:
 def _rounds(plan: dict) -> str:
     """What was pooled: the rounds of jobs (the schemes in turn) and the timed iterations per
     size."""
+    from .schemes_cluster import round_counts
+
     iters = ", ".join(f"{fmt_size(int(s))} {i}" for s, i in plan["iters"].items())
-    text = (f" Every scheme's job ran {plan.get('rounds', 1)} time(s), the schemes in turn; the "
+    full, small = round_counts(plan)
+    text = (f" Every scheme's job ran {full} time(s), the schemes in turn; the "
             f"median pools every round's timed iterations ({iters} per round)")
-    small = [s for s in plan["sizes"] if s <= plan.get("small_max_bytes", 0)]
-    if plan.get("small_rounds") and small:
+    if small:
         text += (f", and sizes up to {fmt_size(plan['small_max_bytes'])} pool "
-                 f"{plan['small_rounds']} more rounds of jobs that time only them (a job's "
+                 f"{small} more rounds of jobs that time only them (a job's "
                  "median at 4 KiB moves 20–40 % between jobs on a shared 2-core host, as much "
                  "as the schemes differ; each `auto` job measures its cost model again)")
     return text + "."

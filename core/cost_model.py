@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from . import cost_formulas
+from .cost_envelope import MAX_BYTES, Interval  # noqa: F401 (MAX_BYTES: public, as before)
+from .cost_envelope import envelope as _envelope
+from .cost_envelope import fill_pieces as _fill_pieces  # noqa: F401 (tests read it here)
 from .cost_formulas import SCHEMES
 from .errors import InternalError, InvalidArgumentError, NotInitializedError
 
@@ -53,8 +56,6 @@ DEFAULT_HIPS_GROUP = 0
 CANDIDATES = SCHEMES
 #: size classes of :meth:`CostModel.table`: 1 B, 2 B, 4 B ... 16 GiB
 TABLE_SIZES = tuple(1 << i for i in range(35))
-#: largest tensor size the intervals cover exactly (bytes)
-MAX_BYTES = 1 << 63
 #: where a parameter came from, when not from its variable
 MEASURED = "measured"
 NO_NETWORK = "not measured (one worker machine)"
@@ -62,15 +63,6 @@ NO_NETWORK = "not measured (one worker machine)"
 ADDRESS_BOOK = "address book"
 GIVEN = "given"
 SERVERS_VARIABLE = "DMLC_NUM_SERVER"
-
-
-@dataclass(frozen=True)
-class Interval:
-    """Tensor sizes ``lo <= nbytes < hi`` (``hi`` None: no upper end) get ``scheme``."""
-
-    lo: int
-    hi: Optional[int]
-    scheme: str
 
 
 @dataclass(frozen=True)
@@ -341,64 +333,6 @@ def _bytes(n: int) -> str:
         if n >= 1 << shift:
             return f"{n / (1 << shift):.4g} {unit}"
     return f"{n} B"
-
-
-def _fill_pieces(model: CostModel) -> list:
-    """[(lo, hi, per_byte, const)]: the sizes ``lo <= S < hi`` (hi None: no end) on which
-    ``ps_fill_bytes(S) = per_byte·S + const`` (per_byte 0 or 1). The core's partition bound of
-    a tensor changes only where ``S // (PIPELINE_DEPTH·n)`` reaches a multiple of 60 KiB or the
-    job's bound; the fill is S itself below the smallest bound b0 (one partition)."""
-    if model.partition_bound <= 0 or model.workers <= 1:
-        return [(0, None, 0, 0)]
-    from .sim.ps_sim import PIPELINE_DEPTH, SMALL_PARTITION, tensor_partition_bound
-
-    span = PIPELINE_DEPTH * model.workers
-    b0 = tensor_partition_bound(0, model.partition_bound, model.workers, model.local_size)
-    cuts = {0, b0, model.partition_bound * span}
-    cuts.update(j * SMALL_PARTITION * span
-                for j in range(1, model.partition_bound // SMALL_PARTITION + 2))
-    cuts = sorted(c for c in cuts if c < MAX_BYTES)
-    out = [(0, cuts[1] if len(cuts) > 1 else None, 1, 0)]  # below b0: the whole tensor
-    for i, lo in enumerate(cuts[1:], 1):
-        out.append((lo, cuts[i + 1] if i + 1 < len(cuts) else None, 0,
-                    model.ps_fill_bytes(lo)))
-    return out
-
-
-def _envelope(model: CostModel) -> Tuple[Interval, ...]:
-    """The cheapest scheme over every integer size in [0, MAX_BYTES): the lower envelope of
-    the cost lines ``a + b·S``, piece by piece where the fill changes the lines
-    (:func:`_fill_pieces`). Within a piece the argmin can change only between floor(x) and
-    floor(x) + 1 for a crossing x of two lines, so it is evaluated at the piece's start and at
-    those integers; equal neighbours merge."""
-    base = []
-    for i, (s, c) in enumerate(model.scheme_costs().items()):
-        base.append((s, model.latency_seconds(s),
-                     c.wire * model.beta + c.summed * model.gamma,
-                     i, c.fill * model.beta))
-    out: list = []
-    for lo, hi, per_byte, const in _fill_pieces(model):
-        top = MAX_BYTES if hi is None else hi
-        lines = [(s, a + f * const, b + f * per_byte, i) for s, a, b, i, f in base]
-        points = {lo}
-        for i in range(len(lines)):
-            for j in range(i + 1, len(lines)):
-                (_, ai, bi, _), (_, aj, bj, _) = lines[i], lines[j]
-                if bi == bj:
-                    continue
-                x = (aj - ai) / (bi - bj)
-                if lo <= x < top - 1:
-                    points.update((int(math.floor(x)), int(math.floor(x)) + 1))
-
-        def best(size: int, lines=lines) -> str:
-            return min(lines, key=lambda ln: (ln[1] + ln[2] * size, ln[3]))[0]
-
-        for p in sorted(q for q in points if lo <= q < top):
-            s = best(p)
-            if not out or out[-1][1] != s:
-                out.append((p, s))
-    return tuple(Interval(lo, out[i + 1][0] if i + 1 < len(out) else None, s)
-                 for i, (lo, s) in enumerate(out))
 
 
 # ---------------------------------------------------------------------------- the job's model --

@@ -142,6 +142,15 @@ def test_idle_links_cost_no_cpu(tls):
     assert r["cpu_s"] < 0.2 * r["wall_s"], r
 
 
+@pytest.mark.parametrize("tls", TLS)
+def test_progress_threads_poll_for_the_spin_time_then_sleep(tls):
+    r = run("spin_cpu", tls)
+    # Two threads polling take most of a core each (at least one core's worth over 2 cores
+    # shared with the rest of the machine); once 0.4 s have passed they sleep again.
+    assert r["polling"]["cpu_s"] > 0.5 * r["polling"]["wall_s"], r
+    assert r["after"]["cpu_s"] < 0.5 * r["after"]["wall_s"], r
+
+
 def test_ucx_start_failure_names_ucx_and_the_transports():
     r = run("init_failure", "nonsense")
     cls, msg = r["error"]

@@ -31,8 +31,9 @@ def pattern(size: int, seed: int) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
 
 
-def pair(name: str = "p"):
-    a, b = T.UcxTestPeer(f"{name}-a"), T.UcxTestPeer(f"{name}-b")
+def pair(name: str = "p", spin_s: float = 0.0):
+    a = T.UcxTestPeer(f"{name}-a", spin_s=spin_s)
+    b = T.UcxTestPeer(f"{name}-b", spin_s=spin_s)
     la = a.connect(b.address, timeout=20, name=f"{name}-b")
     lb = b.accept(timeout=20)
     return a, b, la, lb
@@ -315,6 +316,24 @@ def idle_cpu():
     t0, c0 = time.monotonic(), time.process_time()
     time.sleep(2.0)
     out = {"wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - c0}
+    a.shutdown()
+    b.shutdown()
+    return out
+
+
+def spin_cpu():
+    """Two peers whose progress threads poll 0.4 s after their last work
+    (BYTEPS_UCX_SPIN_US=400000): CPU time of the process in the 0.3 s after a frame, and in
+    the 1.5 s after that."""
+    a, b, la, lb = pair("spin", spin_s=0.4)
+    a.send(la, 1, PUSH, payload=b"warm")
+    b.recv(10)
+    t0, c0 = time.monotonic(), time.process_time()
+    time.sleep(0.3)
+    t1, c1 = time.monotonic(), time.process_time()
+    time.sleep(1.5)
+    out = {"polling": {"wall_s": t1 - t0, "cpu_s": c1 - c0},
+           "after": {"wall_s": time.monotonic() - t1, "cpu_s": time.process_time() - c1}}
     a.shutdown()
     b.shutdown()
     return out

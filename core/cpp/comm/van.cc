@@ -36,6 +36,7 @@ Status Van::Create(const VanSpec& spec, std::unique_ptr<Van>* out) {
   UcxVan::Options o;
   o.reach = spec.kind == "ucx" ? UcxVan::Reach::kAll : UcxVan::Reach::kColocated;
   o.require_rdma = spec.require_rdma;
+  o.spin_s = spec.ucx_spin_s;
   return UcxVan::Create(o, out);
 #else
   return Status::Config(
@@ -55,6 +56,7 @@ Status VanSpec::FromKnobs(const Knobs& k, VanSpec* out) {
     spec.require_rdma = true;
   }
   spec.ipc = k.Bool("BYTEPS_ENABLE_IPC");
+  spec.ucx_spin_s = k.Float("BYTEPS_UCX_SPIN_US") * 1e-6;
   *out = spec;
   return Status::OK();
 }

@@ -31,6 +31,7 @@ struct VanSpec {
   std::string kind = "tcp";   // "tcp" | "ucx"
   bool require_rdma = false;  // ucx: fail at start without an RDMA transport
   bool ipc = false;           // tcp: colocated peers over UCX shared memory
+  double ucx_spin_s = 0;      // ucx (and ipc): BYTEPS_UCX_SPIN_US, in seconds
   // kInvalidArgument for a value no van answers to (e.g. DMLC_ENABLE_RDMA=fabric).
   static Status FromKnobs(const Knobs& k, VanSpec* out);
   // "tcp", "tcp + ipc", "ucx", "ucx (rdma required)": for log lines.

@@ -42,8 +42,9 @@ constexpr size_t kMaxOwnBytes = 256ull << 20;
 // The PS layer's header checks (ValidatePsHeader), as every real handler has them.
 class UcxTestPeer : public PsConnectionHandler {
  public:
-  explicit UcxTestPeer(const std::string& name, const std::string& default_tls = "") {
-    Check(UcxContext::Create(name, &ctx_, default_tls));
+  explicit UcxTestPeer(const std::string& name, const std::string& default_tls = "",
+                       double spin_s = 0) {
+    Check(UcxContext::Create(name, &ctx_, default_tls, spin_s));
     SetRefuse(false);
   }
   ~UcxTestPeer() override { Shutdown(false); }
@@ -418,8 +419,8 @@ void BindUcxTesting(py::module_& root) {
 #ifdef BYTEPS_WITH_UCX
   m.attr("ucx_available") = true;
   py::class_<UcxTestPeer>(m, "UcxTestPeer")
-      .def(py::init<const std::string&, const std::string&>(), py::arg("name"),
-           py::arg("default_tls") = std::string())
+      .def(py::init<const std::string&, const std::string&, double>(), py::arg("name"),
+           py::arg("default_tls") = std::string(), py::arg("spin_s") = 0.0)
       .def_property_readonly("address", &UcxTestPeer::address)
       .def_property_readonly("config_summary", &UcxTestPeer::config_summary)
       .def("connect", &UcxTestPeer::Connect, py::arg("address"), py::arg("timeout") = 10.0,

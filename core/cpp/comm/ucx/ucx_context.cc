@@ -17,7 +17,6 @@
 
 namespace byteps {
 namespace {
-constexpr int kSpinRounds = 256;         // empty progress rounds before the thread sleeps
 constexpr int kLinkedWakeupMs = 1000;    // with links open: UCX's keepalive runs in progress
 constexpr size_t kMaxAddress = 32 << 10;  // a worker address from a peer
 constexpr size_t kMaxLinks = 4096;        // links a context accepts
@@ -25,8 +24,8 @@ constexpr double kShutdownWaitS = 2.0;    // for endpoints to close at Shutdown
 }  // namespace
 
 Status UcxContext::Create(const std::string& name, std::unique_ptr<UcxContext>* out,
-                          const std::string& default_tls) {
-  std::unique_ptr<UcxContext> c(new UcxContext(name));
+                          const std::string& default_tls, double spin_s) {
+  std::unique_ptr<UcxContext> c(new UcxContext(name, spin_s));
   Status st = c->Init(default_tls);
   if (!st.ok()) return st;
   *out = std::move(c);
@@ -187,7 +186,11 @@ size_t UcxContext::DrainTasks(bool always) {
 
 void UcxContext::Loop() {
   thread_id_.store(std::this_thread::get_id());
-  int idle = 0;
+  const auto spin = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(spin_s_));
+  std::chrono::steady_clock::time_point idle_since;
+  bool found_work = false;  // since the last polling ran out: poll before sleeping again
+  bool polling = false;     // idle since idle_since
   uint32_t rounds = 0;
   bool arm_failed_logged = false;
   while (true) {
@@ -195,11 +198,18 @@ void UcxContext::Loop() {
     work += ucp_worker_progress(worker_);
     if (stop_.load()) break;
     if ((++rounds & 63) == 0) CheckLifelines();
-    if (work || ++idle < kSpinRounds) {
-      if (work) idle = 0;
+    if (work) {
+      found_work = true;
+      polling = false;
       continue;
     }
-    idle = 0;
+    if (found_work && spin.count() > 0) {  // poll on until `spin` has passed without work
+      const auto now = std::chrono::steady_clock::now();
+      if (!polling) idle_since = now;
+      polling = true;
+      if (now - idle_since < spin) continue;
+    }
+    found_work = polling = false;
     const int grace_ms = CheckLifelines();
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them

@@ -9,11 +9,14 @@
 // send/receive completed, endpoint failed) therefore runs on the progress thread, and so do the
 // handlers' OnHeader / OnFrame / OnClosed. No UCX lock is ever taken.
 //
-// Sleeping. When ucp_worker_progress has found nothing for a few hundred rounds the thread arms
-// the worker (ucp_worker_arm) and sleeps in epoll on the worker's event fd and an eventfd of its
-// own, which a thread that queues work writes only when the progress thread sleeps (a Dekker
-// pair of sequentially consistent atomics decides). An idle process burns no CPU; with links
-// open the thread still wakes once a second so UCX's keepalive runs.
+// Sleeping. When a round of ucp_worker_progress has found nothing (and has found nothing for
+// spin_s, BYTEPS_UCX_SPIN_US, default 0) the thread arms the worker (ucp_worker_arm) and sleeps
+// in epoll on the worker's event fd and an eventfd of its own, which a thread that queues work
+// writes only when the progress thread sleeps (a Dekker pair of sequentially consistent atomics
+// decides). An idle process burns no CPU; with links open the thread still wakes once a second
+// so UCX's keepalive runs. Polling by default took the CPU of the processes sharing the cores
+// (and over UCX's TCP transport every poll is an epoll_wait system call): 256 empty rounds
+// before sleeping made 4 KiB push_pull 2x slower over UCX's TCP than sleeping at once.
 //
 // Connecting. A peer is reached by its worker address (address(), an opaque blob of a few
 // hundred bytes that the caller carries to the peer, e.g. in the address book). Connect creates
@@ -83,8 +86,10 @@ class UcxContext {
   // `default_tls`, when not empty, is the transport list used where UCX's own configuration
   // leaves UCX_TLS at its default "all" (the van's shared-memory-only context for colocated
   // peers: "sm,self"); an explicit UCX_TLS=all counts as the default.
+  // `spin_s`: seconds the progress thread keeps polling after it last found work before it
+  // sleeps (BYTEPS_UCX_SPIN_US; "Sleeping" above).
   static Status Create(const std::string& name, std::unique_ptr<UcxContext>* out,
-                       const std::string& default_tls = "");
+                       const std::string& default_tls = "", double spin_s = 0);
   ~UcxContext();  // Shutdown()
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
@@ -169,7 +174,7 @@ class UcxContext {
   void WatchLifeline(UcxLink* link);
 
  private:
-  explicit UcxContext(std::string name) : name_(std::move(name)) {}
+  UcxContext(std::string name, double spin_s) : name_(std::move(name)), spin_s_(spin_s) {}
   Status Init(const std::string& default_tls);
   void Loop();
   // Reads what the watched lifelines report and fails the links whose peer is gone, once their
@@ -187,6 +192,7 @@ class UcxContext {
                         uint64_t token);
 
   std::string name_;
+  const double spin_s_;
   std::string address_;
   std::string config_summary_;
   bool user_rndv_thresh_ = false;

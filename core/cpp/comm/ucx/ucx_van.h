@@ -44,6 +44,7 @@ class UcxVan final : public Van {
     // DMLC_ENABLE_RDMA=1 / ibverbs: refuse to start without an RDMA transport in UCX.
     bool require_rdma = false;
     std::string name = "byteps";  // the UCX context's name (UCX logs, error messages)
+    double spin_s = 0;  // the progress thread's polling before it sleeps (UcxContext::Create)
   };
   // Creates the UCX context and its progress thread. Errors: kConfig naming UCX and UCX_TLS /
   // UCX_NET_DEVICES when UCX cannot start with them, or (require_rdma) naming the transports

@@ -197,7 +197,7 @@ void UcxContext::Loop() {
     size_t work = DrainTasks();
     work += ucp_worker_progress(worker_);
     if (stop_.load()) break;
-    if ((++rounds & 63) == 0) CheckLifelines();
+    if ((++rounds & 63) == 0) CheckLifelines(/*poll=*/true);
     if (work) {
       found_work = true;
       polling = false;
@@ -210,7 +210,9 @@ void UcxContext::Loop() {
       if (now - idle_since < spin) continue;
     }
     found_work = polling = false;
-    const int grace_ms = CheckLifelines();
+    // The lifelines' set is in the sleeping set: a lifeline that reports wakes the thread at
+    // once, so only the graces already running need looking at here (no system call).
+    const int grace_ms = CheckLifelines(/*poll=*/false);
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
     int timeout_ms = links_.empty() ? -1 : kLinkedWakeupMs;
@@ -231,6 +233,8 @@ void UcxContext::Loop() {
           uint64_t v;
           ssize_t r = read(event_fd_, &v, sizeof(v));
           (void)r;
+        } else if (evs[i].data.fd == lifeline_epoll_) {
+          CheckLifelines(/*poll=*/true);
         }
       }
     }

@@ -177,10 +177,11 @@ class UcxContext {
   UcxContext(std::string name, double spin_s) : name_(std::move(name)), spin_s_(spin_s) {}
   Status Init(const std::string& default_tls);
   void Loop();
-  // Reads what the watched lifelines report and fails the links whose peer is gone, once their
-  // grace has passed (progress thread). Returns the milliseconds until the next grace ends
-  // (-1: none pending), for the sleep's timeout.
-  int CheckLifelines();
+  // Reads what the watched lifelines report (`poll`: one epoll_wait on their set, without
+  // blocking) and fails the links whose peer is gone, once their grace has passed (progress
+  // thread). Returns the milliseconds until the next grace ends (-1: none pending), for the
+  // sleep's timeout.
+  int CheckLifelines(bool poll);
   size_t DrainTasks(bool always = false);
   void Wake();
   void Cleanup();  // after the thread stopped

@@ -68,7 +68,7 @@ Status UcxContext::Init(const std::string& default_tls) {
   }
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_NAME;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // round_mu_ serialises the callers
   wp.name = name_.c_str();
   s = ucp_worker_create(context_, &wp, &worker_);
   if (s != UCS_OK) {
@@ -152,6 +152,23 @@ void UcxContext::EnqueueSends(std::shared_ptr<UcxLink> link) {
   Wake();
 }
 
+bool UcxContext::SubmitDirect(UcxLink* link) {
+  std::vector<UcxLink::SentFrame> sent;
+  bool wake = false;
+  {
+    std::unique_lock<std::mutex> round(round_mu_, std::try_to_lock);
+    if (!round.owns_lock() || !direct_sends_) return false;
+    UcxLink::DeferDone defer(&sent);
+    link->SubmitQueued();
+    // A send UCX took but has not completed (its resources were busy, or a rendezvous) is
+    // completed by progress: the sleeping thread must look.
+    wake = link->sending_ != nullptr;
+  }
+  for (auto& f : sent) f.Finish();
+  if (wake) Wake();
+  return true;
+}
+
 Status UcxContext::RunSync(const std::function<Status()>& fn, double timeout_s) {
   if (OnProgressThread()) return fn();
   auto done = std::make_shared<std::promise<Status>>();
@@ -193,6 +210,7 @@ void UcxContext::Loop() {
   bool polling = false;     // idle since idle_since
   uint32_t rounds = 0;
   bool arm_failed_logged = false;
+  std::unique_lock<std::mutex> round(round_mu_);
   while (true) {
     size_t work = DrainTasks();
     work += ucp_worker_progress(worker_);
@@ -227,7 +245,9 @@ void UcxContext::Loop() {
     sleeping_.store(true);
     if (pending_.load() == 0 && !stop_.load()) {
       epoll_event evs[3];
+      round.unlock();  // senders may use the worker meanwhile (SubmitDirect)
       int n = epoll_wait(epoll_fd_, evs, 3, timeout_ms);
+      round.lock();
       for (int i = 0; i < n; ++i) {
         if (evs[i].data.fd == event_fd_) {
           uint64_t v;
@@ -543,6 +563,10 @@ void UcxContext::Shutdown(bool abrupt) {
     sleeping_ = true;
     Wake();
     thread_.join();
+    {  // after a sender that holds it: none uses the worker from here on
+      std::lock_guard<std::mutex> round(round_mu_);
+      direct_sends_ = false;
+    }
     // Queued before stopped_: run them here (no thread is left to race).
     DrainTasks(/*always=*/true);
   }

@@ -1,13 +1,18 @@
 // The UCX transport's process side: one UCP context and one worker, owned by one progress thread
 // (docs/architecture.md §6 describes the frames it carries).
 //
-// Threading. The worker is created in UCS_THREAD_MODE_SINGLE and only the progress thread ever
-// calls into it: sends, receives, endpoint creation and closing, memory registration. Other
-// threads hand work over through two queues: a link with frames to send is put on a ready list
-// (the frames themselves stay in the link's intrusive SendItem list: nothing is allocated per
-// frame), anything else is a task (std::function). Every UCX callback (active message arrived,
-// send/receive completed, endpoint failed) therefore runs on the progress thread, and so do the
-// handlers' OnHeader / OnFrame / OnClosed. No UCX lock is ever taken.
+// Threading. The worker is created in UCS_THREAD_MODE_SERIALIZED: one thread at a time calls
+// into it, and that is whoever holds round_mu_. The progress thread holds it for every round of
+// work (tasks, ucp_worker_progress and the callbacks it runs, arming) and lets go of it only
+// while it sleeps. Other threads hand work over through two queues: a link with frames to send
+// is put on a ready list (the frames themselves stay in the link's intrusive SendItem list:
+// nothing is allocated per frame), anything else is a task (std::function). One shortcut: a
+// thread that sends a frame while the progress thread sleeps takes round_mu_ (try_lock, never
+// waiting) and hands the link's frames to UCX itself (SubmitDirect), which saves waking the
+// progress thread for every frame; the frame's `done` then runs in Send, after round_mu_ is
+// released (comm/connection.h allows it). Every other UCX callback (active message arrived,
+// a send completed later, receive completed, endpoint failed) runs on the progress thread, and
+// so do the handlers' OnHeader / OnFrame / OnClosed. UCX's own locks are never taken.
 //
 // Sleeping. When a round of ucp_worker_progress has found nothing (and has found nothing for
 // spin_s, BYTEPS_UCX_SPIN_US, default 0) the thread arms the worker (ucp_worker_arm) and sleeps
@@ -160,6 +165,11 @@ class UcxContext {
   Status RunSync(const std::function<Status()>& fn, double timeout_s = 30);
   // The link has frames in its send list.
   void EnqueueSends(std::shared_ptr<UcxLink> link);
+  // From a thread other than the progress thread: hands the link's queued frames to UCX on this
+  // thread if the progress thread is asleep (round_mu_ free), running the completed frames'
+  // `done` after letting go of it; false (nothing done) when the progress thread is busy or the
+  // context is stopping: queue them (EnqueueSends).
+  bool SubmitDirect(UcxLink* link);
   // The registered region containing [p, p+len), or null (progress thread).
   ucp_mem_h FindMemh(const void* p, size_t len) const;
   // Gives a send or receive of [p, p+len) the registration that contains it, if any
@@ -213,6 +223,9 @@ class UcxContext {
   std::atomic<size_t> pending_{0};  // tasks + ready links queued
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
+  // Whoever calls into the UCX worker holds it ("Threading" above).
+  std::mutex round_mu_;
+  bool direct_sends_ = true;  // under round_mu_: off once Shutdown has stopped the thread
 
   // Progress thread only.
   std::deque<std::function<void()>> drain_tasks_;  // DrainTasks' batch (storage reused)

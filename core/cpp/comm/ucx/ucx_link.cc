@@ -36,6 +36,20 @@ void InstallQuietSelect() {}
 #endif
 }  // namespace
 
+// UcxLink::DeferDone's list on this thread (null: none).
+thread_local std::vector<UcxLink::SentFrame>* g_deferred_done = nullptr;
+
+UcxLink::DeferDone::DeferDone(std::vector<SentFrame>* out) : prev_(g_deferred_done) {
+  g_deferred_done = out;
+}
+
+UcxLink::DeferDone::~DeferDone() { g_deferred_done = prev_; }
+
+void UcxLink::SentFrame::Finish() {
+  if (done) done(arg, status);
+  delete heap_item;
+}
+
 // One frame handed to UCX: the active message header must stay valid until the send completes.
 struct UcxLink::SendCtx {
   UcxAmHeader hdr;
@@ -120,6 +134,7 @@ void UcxLink::Send(SendItem* item) {
     }
   }
   if (enqueue) {
+    if (!ctx->OnProgressThread() && ctx->SubmitDirect(this)) return;
     ctx->EnqueueSends(shared_from_this());
     return;
   }
@@ -228,8 +243,12 @@ void UcxLink::CompleteSend(SendCtx* c, ucs_status_t status, const Status* why) {
   const bool connect = c->hdr.kind == static_cast<uint16_t>(UcxKind::kConnect);
   c->item = nullptr;
   free_ctx_.push_back(c);
-  if (done) done(arg, st);
-  delete heap_item;
+  if (g_deferred_done) {  // SubmitDirect: after the worker is let go of
+    g_deferred_done->push_back(SentFrame{done, arg, st, heap_item});
+  } else {
+    if (done) done(arg, st);
+    delete heap_item;
+  }
   if (connect && status != UCS_OK)  // the waiting Connect fails now, not at its timeout
     Fail(Status::PeerLost("UCX could not send CONNECT to " + peer_name_ + ": " +
                           ucs_status_string(status)),

@@ -76,8 +76,9 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // Connection's operations (UcxConnection forwards them; comm/connection.h says what they do).
   // Frames that arrive before Start() wait for it.
   void Start();
-  // item->done fires on the progress thread once UCX has sent the frame (the payload may be
-  // reused), or in Send itself with PeerLost on a closed link.
+  // item->done fires once UCX has sent the frame (the payload may be reused): on the progress
+  // thread, or in Send itself when Send handed the frame to UCX (UcxContext::SubmitDirect) or
+  // the link is closed (PeerLost).
   void Send(SendItem* item);
   bool Flush(double timeout_s);
   // Queued frames fail, the peer is told (CLOSE), the endpoint is closed; OnClosed is not
@@ -117,6 +118,26 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   int lifeline_fd() const { return lifeline_fd_; }
   // The endpoint's transports and lanes as UCX prints them (ucp_ep_print_info).
   std::string Describe();
+
+  // A frame UCX completed during SubmitDirect: its `done` runs once the worker is let go of.
+  struct SentFrame {
+    void (*done)(void*, const Status&) = nullptr;
+    void* arg = nullptr;
+    Status status;
+    SendItem* heap_item = nullptr;
+    void Finish();
+  };
+  // While one exists on a thread, CompleteSend there collects into `out` instead of calling.
+  class DeferDone {
+   public:
+    explicit DeferDone(std::vector<SentFrame>* out);
+    ~DeferDone();
+    DeferDone(const DeferDone&) = delete;
+    DeferDone& operator=(const DeferDone&) = delete;
+
+   private:
+    std::vector<SentFrame>* prev_;
+  };
 
   struct Stats {
     uint64_t frames_sent = 0, frames_received = 0, eager_received = 0, rndv_received = 0;

@@ -143,6 +143,19 @@ def test_idle_links_cost_no_cpu(tls):
 
 
 @pytest.mark.parametrize("tls", TLS)
+def test_senders_hand_frames_to_ucx_while_the_progress_thread_sleeps(tls):
+    r = run("direct", tls)
+    p, c = r["paced"], r["concurrent"]
+    assert p["completed"] and p["order"] and p["exact"], p
+    # Paced 2 ms apart, nearly every frame finds the progress thread asleep.
+    assert p["direct"] >= 50, p
+    assert not c["errors"] and c["completed"] and c["received"] == 1200 and c["exact"], c
+    assert c["streams"] == 4 and c["in_order"] and c["links"], c
+    print(f"\nUCX {tls}: {p['direct']} of 100 paced frames and {c['direct']} of 1200 "
+          "concurrent ones sent by their own thread")
+
+
+@pytest.mark.parametrize("tls", TLS)
 def test_progress_threads_poll_for_the_spin_time_then_sleep(tls):
     r = run("spin_cpu", tls)
     # Two threads polling take most of a core each (at least one core's worth over 2 cores

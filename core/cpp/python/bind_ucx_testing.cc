@@ -261,6 +261,7 @@ class UcxTestPeer : public PsConnectionHandler {
     d["eager_received"] = s.eager_received;
     d["rndv_received"] = s.rndv_received;
     d["held_max"] = s.held_max;
+    d["direct_sent"] = s.direct_sent;
     return d;
   }
 

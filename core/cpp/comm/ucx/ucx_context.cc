@@ -154,18 +154,17 @@ void UcxContext::EnqueueSends(std::shared_ptr<UcxLink> link) {
 
 bool UcxContext::SubmitDirect(UcxLink* link) {
   std::vector<UcxLink::SentFrame> sent;
-  bool wake = false;
   {
     std::unique_lock<std::mutex> round(round_mu_, std::try_to_lock);
     if (!round.owns_lock() || !direct_sends_) return false;
     UcxLink::DeferDone defer(&sent);
     link->SubmitQueued();
     // A send UCX took but has not completed (its resources were busy, or a rendezvous) is
-    // completed by progress: the sleeping thread must look.
-    wake = link->sending_ != nullptr;
+    // completed by progress: the sleeping thread must look. Woken under round_mu_: Shutdown
+    // closes the eventfd only after taking it.
+    if (link->sending_ != nullptr) Wake();
   }
   for (auto& f : sent) f.Finish();
-  if (wake) Wake();
   return true;
 }
 

@@ -186,6 +186,7 @@ void UcxLink::SubmitOne(UcxKind kind, SendItem* item) {
     c->hdr.frame.payload_len = len;
   }
   ++pending_ops_;
+  if (g_deferred_done && kind == UcxKind::kFrame) direct_sent_.fetch_add(1);
   const bool usable = ep_ && !ep_closing_ && (kind != UcxKind::kFrame || state_.load() == kOpen);
   if (!usable) {
     CompleteSend(c, UCS_ERR_CANCELED);
@@ -506,6 +507,7 @@ std::string UcxLink::Describe() {
 UcxLink::Stats UcxLink::stats() const {
   Stats s;
   s.frames_sent = frames_sent_.load();
+  s.direct_sent = direct_sent_.load();
   s.frames_received = frames_received_.load();
   s.eager_received = eager_received_.load();
   s.rndv_received = rndv_received_.load();

@@ -141,6 +141,7 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
 
   struct Stats {
     uint64_t frames_sent = 0, frames_received = 0, eager_received = 0, rndv_received = 0;
+    uint64_t direct_sent = 0;  // frames the sending thread handed to UCX (SubmitDirect)
     uint64_t held_max = 0;  // most frames held at once (behind a rendezvous receive, or Start)
   };
   Stats stats() const;
@@ -243,7 +244,7 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   Status notify_status_;
 
   std::atomic<uint64_t> frames_sent_{0}, frames_received_{0}, eager_received_{0},
-      rndv_received_{0}, held_max_{0};
+      rndv_received_{0}, held_max_{0}, direct_sent_{0};
 };
 
 }  // namespace byteps

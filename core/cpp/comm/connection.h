@@ -25,7 +25,9 @@ struct SendItem {
   size_t len = 0;
   std::string owned;  // payload storage for control messages
   // Called once the frame is fully written (OK) or can never be (error); on the connection's
-  // sending thread, or in Send() itself when the connection is already closed.
+  // sending thread, or in Send() itself: when the van handed the frame over from the calling
+  // thread (the UCX van, comm/ucx/ucx_context.h), or the connection is already closed. A caller
+  // must not hold a lock in Send that `done` takes.
   void (*done)(void* arg, const Status& st) = nullptr;
   void* arg = nullptr;
   bool heap = false;

@@ -23,7 +23,6 @@ namespace python {
 void BindTesting(py::module_& root) {
   py::module_ m = root.def_submodule("testing", "Unit-test hooks into the C++ core.");
   BindVanTesting(m);
-  BindVanStreamTesting(m);
   BindTestingRounds(m);
   BindCompressTesting(m);
   m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));

@@ -28,7 +28,6 @@ void BindCore(pybind11::module_& m);      // init, push_pull, handles
 void BindServer(pybind11::module_& m);    // server / scheduler entry points
 void BindTesting(pybind11::module_& m);   // unit-test hooks: partitioner, queues, key plan, codec
 void BindVanTesting(pybind11::module_& testing);  // the van seam on its own (bind_van.cc)
-void BindVanStreamTesting(pybind11::module_& testing);  // testing.van_stream (bind_van_stream.cc)
 void BindTestingRounds(pybind11::module_& testing);  // testing.SummationRounds (round logic)
 void BindCompressTesting(pybind11::module_& testing);  // testing.Compressor (compress/)
 void BindTelemetry(pybind11::module_& m);  // get_pushpull_speed, per-tensor counters, trace

@@ -62,10 +62,13 @@ def key_state(r, key):
 # ---- sums ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fixed", [False, True], ids=["rotating", "fixed-slots"])
 @pytest.mark.parametrize("dtype", ["float32", "int32", "float16"])
 @pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1], [1, 2, 0]])
-def test_sum_of_n_workers_bit_for_bit(dtype, order):
-    r = rounds(3)
+def test_sum_of_n_workers_bit_for_bit(dtype, order, fixed):
+    """Also with fixed slots (a server whose workers write pushes one-way, docs/rdma.md): the
+    second push sums the first two slots, the same bits as the rotation's addition."""
+    r = rounds(3, fixed_staging=fixed)
     for rnd in (1, 2, 3):
         pushed = []
         for i, w in enumerate(order):
@@ -80,6 +83,36 @@ def test_sum_of_n_workers_bit_for_bit(dtype, order):
         for _kind, w, key, got_round, payload in got:
             assert (key, got_round) == (7, rnd)
             assert payload == want, (dtype, w, rnd)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_fixed_slots_stay_where_they_are_and_sum_every_round(n):
+    """With fixed slots every worker's push lands at the same address every round (what a
+    window points at), rotating keys move theirs; a lone pusher's slot is copied into the sum,
+    so its next push cannot change the answer already given."""
+    fixed, rotating = rounds(n, fixed_staging=True), rounds(n)
+    for r in (fixed, rotating):
+        slots = []
+        for rnd in (1, 2, 3, 4):
+            xs = [data(w, rnd) for w in range(n)]
+            for w in range(n):
+                assert r.push(5, w, rnd, xs[w].tobytes())
+            got = r.replies()
+            assert [g[4] for g in got] == [fold(xs).tobytes()] * n
+            slots.append(r.key_state(5)["staging"])
+        state = r.key_state(5)
+        if r is fixed:
+            assert state["fixed_staging"] and all(s == slots[0] for s in slots), slots
+        else:
+            assert not state["fixed_staging"] and any(s != slots[0] for s in slots), slots
+    # a lone pusher: its reply is a copy, not its slot
+    one = rounds(1, fixed_staging=True)
+    one.push(9, 0, 1, data(0, 1).tobytes())
+    first = one.replies()[0][4]
+    one.push(9, 0, 2, data(0, 2).tobytes())
+    sums_by_parity = one.key_state(9)["sum"]  # [round 2's, round 1's]
+    assert first == data(0, 1).tobytes() and sums_by_parity[1] == first
+    assert one.replies()[0][4] == sums_by_parity[0] == data(0, 2).tobytes()
 
 
 def test_float32_sum_is_exact_for_integral_values():
@@ -332,7 +365,8 @@ def test_random_interleavings_never_give_a_wrong_sum_or_lose_a_reply(draw):
     dtype = draw.draw(st.sampled_from(["float32", "int32", "float16"]), "dtype")
     # Per worker: ask for the sum with the push (kPushFlagPull) or with a separate PULL.
     pull_too = draw.draw(st.lists(st.booleans(), min_size=n, max_size=n), "pull_too")
-    r = rounds(n, engines=draw.draw(st.integers(1, 3), "engines"))
+    r = rounds(n, engines=draw.draw(st.integers(1, 3), "engines"),
+               fixed_staging=draw.draw(st.booleans(), "fixed_slots"))
     sizes = {k: 1 + (k * 13) % 29 for k in range(nkeys)}
     received = {(w, k): 0 for w in range(n) for k in range(nkeys)}  # last round received
     pushed = {(w, k): 0 for w in range(n) for k in range(nkeys)}

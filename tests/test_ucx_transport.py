@@ -164,6 +164,37 @@ def test_progress_threads_poll_for_the_spin_time_then_sleep(tls):
     assert r["after"]["cpu_s"] < 0.5 * r["after"]["wall_s"], r
 
 
+def test_frames_go_one_way_through_a_peer_s_window():
+    """Over shared memory with one-way writes on (BYTEPS_UCX_ONE_WAY=1): frames through a window
+    land byte-exact in the receiver's memory (a slab slot of UcxContext::AllocateShared, and
+    registered heap memory) and arrive as headers alone, announcing the bytes written, in order
+    with the link's other frames; a frame under the one-way minimum is sent as a frame; a frame
+    larger than its window or through no window fails alone (InvalidArgument), a malformed blob
+    is refused, the link stays up. auto: shared memory offers no windows, 0: none at all."""
+    r = run("windows", "shm")
+    on = r["1"]
+    assert on["one_way"] and on["min"] > 96 << 10, on
+    assert on["sent"] == [[1, "OK"], [3, "OK"], [4, "OK"], [2, "OK"]], on["sent"]
+    assert on["rx"] == [[1, 0, 3 << 20], [3, 2048, 0], [4, 5, 0], [2, 0, 1 << 20]], on["rx"]
+    assert on["big_exact"] and on["tail_untouched"] and on["heap_exact"] and on["small_exact"]
+    assert on["stats_tx"]["one_way_sent"] == 2 and on["stats_rx"]["one_way_received"] == 2
+    assert on["bad_sends"] == [[5, "INVALID_ARGUMENT"], [6, "INVALID_ARGUMENT"]], on
+    assert on["bad_blob"] == "InvalidArgumentError" and on["link_alive"]
+    for mode, why in (("auto", "BYTEPS_UCX_ONE_WAY=1"), ("0", "BYTEPS_UCX_ONE_WAY=0")):
+        assert not r[mode]["one_way"] and why in r[mode]["why"], r[mode]
+        assert r[mode]["export_error"][0] == "InvalidArgumentError", r[mode]
+        assert why in r[mode]["export_error"][1], r[mode]
+
+
+def test_no_windows_over_ucx_tcp():
+    """Over UCX's TCP transport a write costs more than an eager frame: no windows, whatever
+    BYTEPS_UCX_ONE_WAY says, and the refusal says why."""
+    r = run("windows", "tcp")
+    for mode in ("1", "auto"):
+        assert not r[mode]["one_way"] and "tcp" in r[mode]["why"], r[mode]
+        assert r[mode]["export_error"][0] == "InvalidArgumentError", r[mode]
+
+
 def test_ucx_start_failure_names_ucx_and_the_transports():
     r = run("init_failure", "nonsense")
     cls, msg = r["error"]

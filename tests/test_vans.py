@@ -87,6 +87,30 @@ def test_many_partitions_versioned_rounds(van):
     assert_ok(rc, out, 2, min_cases=9)
 
 
+@pytest.mark.timeout(300)
+@needs_ucx
+@pytest.mark.parametrize("config", ["2w1s", "2w1s_local2"])
+def test_one_way_pushes_over_shared_memory(config):
+    """BYTEPS_UCX_ONE_WAY=1 over shared memory: from a key's second round on, its pushes above
+    UCX's eager limit are written one-way into the server's slots (the server's shutdown line
+    counts them, the local roots' their writes), and 6 rounds of changing values of 24 MB
+    tensors in 256 KiB partitions (float32, int32, in and out of place; float64 averaged) stay
+    exact; with the default (auto) shared memory keeps frames, and nobody counts any."""
+    counts = {}
+    for one_way in ("1", "auto"):
+        rc, out = run_clean(config, "ucx-shm", "partitions", 6, 24,
+                            env=[f"BYTEPS_UCX_ONE_WAY={one_way}", "BYTEPS_LOG_LEVEL=INFO"])
+        assert_ok(rc, out, world_size(CONFIGS[config]), min_cases=13)
+        got = re.findall(r"\[(server 0|worker \d)\].* (\d+) payloads written one-way into a "
+                         r"peer's window, (\d+) received so", out)
+        counts[one_way] = {who: (int(w), int(r)) for who, w, r in got}
+    on, auto = counts["1"], counts["auto"]
+    assert on["server 0"][1] > 0, on
+    roots = ["worker 0", "worker 1"] if config == "2w1s" else ["worker 0", "worker 2"]
+    assert sum(on[r][0] for r in roots) == on["server 0"][1], on
+    assert auto["server 0"][1] == 0 and all(w == 0 for w, _ in auto.values()), auto
+
+
 # --------------------------------------------------------------------------------- faults --
 
 

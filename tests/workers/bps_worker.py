@@ -188,8 +188,10 @@ def mode_correctness(args) -> int:
 
 
 def mode_partitions(args) -> int:
+    """ARGS: rounds (4), megabytes per tensor (5)."""
     rounds = int(args[0]) if args else 4
-    n = 5 * 1000 * 1000 // 4  # ~5 MB of float32
+    megabytes = float(args[1]) if len(args) > 1 else 5.0
+    n = int(megabytes * 1000 * 1000) // 4  # ~5 MB of float32
     count = 0
     for dtype in ("float32", "int32"):
         for rnd in range(rounds):
@@ -197,7 +199,7 @@ def mode_partitions(args) -> int:
                      rnd=rnd)
             count += 1
     # average over the partitioned path, float64 (~5 MB)
-    run_case("part.f64.avg", 950, "float64", (625000,), True, False)
+    run_case("part.f64.avg", 950, "float64", (n // 2,), True, False)
     return count + 1
 
 

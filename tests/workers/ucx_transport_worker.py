@@ -32,9 +32,9 @@ def pattern(size: int, seed: int) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
 
 
-def pair(name: str = "p", spin_s: float = 0.0):
-    a = T.UcxTestPeer(f"{name}-a", spin_s=spin_s)
-    b = T.UcxTestPeer(f"{name}-b", spin_s=spin_s)
+def pair(name: str = "p", spin_s: float = 0.0, one_way: str = "auto"):
+    a = T.UcxTestPeer(f"{name}-a", spin_s=spin_s, one_way=one_way)
+    b = T.UcxTestPeer(f"{name}-b", spin_s=spin_s, one_way=one_way)
     la = a.connect(b.address, timeout=20, name=f"{name}-b")
     lb = b.accept(timeout=20)
     return a, b, la, lb
@@ -419,6 +419,57 @@ def bench():
            "rndv": b.stats(lb)["rndv_received"]}
     a.shutdown()
     b.shutdown()
+    return out
+
+
+def windows():
+    """One-way writes: b exports windows (a slab's slot, and registered heap memory) to a, which
+    writes frames through them; mixed with plain frames on the same link; the refusals."""
+    out = {}
+    for mode in ("1", "auto", "0"):
+        a, b, la, lb = pair(f"win{mode}", one_way=mode)
+        st = a.stats(la)
+        out[mode] = {"one_way": st["one_way"], "why": st["one_way_why"], "min": st["one_way_min"]}
+        b.prepare_shared(1, 4 << 20)
+        try:
+            blob = b.export_window(lb, 1)
+        except BytePSError as err:
+            out[mode]["export_error"] = [type(err).__name__, str(err)]
+            a.shutdown()
+            b.shutdown()
+            continue
+        w_shared = a.open_window(la, blob)
+        b.prepare(2, 1 << 20, register=True)
+        w_heap = a.open_window(la, b.export_window(lb, 2))
+        big, small, heap = pattern(3 << 20, 1), pattern(2048, 2), pattern(1 << 20, 3)
+        # in order: a written frame, a small one through the window (sent as a frame: under the
+        # one-way minimum), a plain frame, a write into registered heap memory
+        a.send(la, 1, PUSH, staged=a.stage(big), window=w_shared)
+        a.send(la, 3, PUSH, payload=small, window=w_shared)
+        a.send(la, 4, PUSH, payload=b"plain")
+        a.send(la, 2, PUSH, staged=a.stage(heap), window=w_heap)
+        sent = sent_ok(a, 4)
+        rx = [b.recv(30) for _ in range(4)]
+        out[mode].update({
+            "sent": sent,
+            "rx": [[r["key"], r["payload_len"], r["written"]] for r in rx],
+            "small_exact": rx[1]["payload"] == small,
+            "big_exact": b.buffer(1)[:len(big)] == big,
+            "tail_untouched": b.buffer(1)[len(big):] == b"\xee" * ((4 << 20) - len(big)),
+            "heap_exact": b.buffer(2) == heap,
+            "stats_tx": a.stats(la), "stats_rx": b.stats(lb)})
+        # a frame larger than its window, a window that does not exist, a malformed blob
+        a.send(la, 5, PUSH, staged=a.stage(pattern(5 << 20, 4)), window=w_shared)
+        a.send(la, 6, PUSH, staged=a.stage(pattern(1 << 20, 5)), window=99)
+        out[mode]["bad_sends"] = [[k, code] for k, code, _m, _t0, _t1 in a.wait_sent(2, 30)]
+        try:
+            a.open_window(la, b"BPSW" + b"\0" * 10)
+            out[mode]["bad_blob"] = None
+        except BytePSError as err:
+            out[mode]["bad_blob"] = type(err).__name__
+        out[mode]["link_alive"] = b.wait_closed(lb, 0.5) is None
+        a.shutdown()
+        b.shutdown()
     return out
 
 

@@ -31,6 +31,10 @@ struct SendItem {
   void (*done)(void* arg, const Status& st) = nullptr;
   void* arg = nullptr;
   bool heap = false;
+  // A window of the peer (Connection::OpenWindow, not 0): the van writes the payload straight
+  // into it (one-way, no rendezvous) and then sends the header alone, with payload_len 0 and
+  // `written` = len. 0: the payload travels in the frame.
+  uint32_t window = 0;
   SendItem* next = nullptr;
 };
 
@@ -86,6 +90,31 @@ class Connection {
   virtual bool closed() const = 0;
   // This host's address on the route to the peer (what the peer can reach it at).
   virtual std::string LocalAddress() const = 0;
+
+  // One-way writes, for a van with remote memory access (the UCX van over shared memory or
+  // RDMA; docs/rdma.md). The receiver exports [addr, addr+len) of memory it registered with the
+  // van (Van::RegisterMemory) to the peer of this connection: *blob (a few hundred bytes: the
+  // address and the remote key) is what it sends the peer in a message of its own. The peer
+  // opens it once (OpenWindow: *id, never 0) and from then on sends frames whose payload the van
+  // writes straight into that memory (SendItem::window); each such frame arrives after its
+  // bytes are in place, with payload_len 0 and FrameHeader::written = the bytes written. The
+  // protocol decides what a window is for and checks `written` (the peer may lie in it, never
+  // write outside the window). Errors (kInvalidArgument): a van or a link without one-way writes
+  // (the TCP van; a UCX link whose remote memory access would go over TCP, where frames are
+  // faster), memory not registered, a malformed blob. Windows live as long as the connection.
+  virtual Status ExportWindow(void* addr, size_t len, std::string* blob) {
+    (void)addr;
+    (void)len;
+    (void)blob;
+    return Status::InvalidArgument("the connection to " + peer_name_ +
+                                   " has no one-way writes");
+  }
+  virtual Status OpenWindow(const std::string& blob, uint32_t* id) {
+    (void)blob;
+    (void)id;
+    return Status::InvalidArgument("the connection to " + peer_name_ +
+                                   " has no one-way writes");
+  }
 
   // Receives a large payload chunk by chunk into a small, cache-resident bounce buffer and
   // hands each chunk (whole elements: every chunk but the last is kBounceBytes) to `sink`,

@@ -34,7 +34,10 @@ struct FrameHeader {
   uint64_t key = 0;
   uint64_t payload_len = 0;
   uint64_t aux = 0;     // message-specific (e.g. a reply code)
-  uint64_t reserved = 0;
+  // Bytes the sender wrote into the receiver's memory (a window the receiver exported on this
+  // connection: Connection::ExportWindow) before sending this frame, which then carries no
+  // payload; 0 for every other frame. Set by the van, checked by the protocol.
+  uint64_t written = 0;
 };
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 48, "FrameHeader must be 48 bytes");

@@ -39,6 +39,13 @@ void TcpConnection::Start() {
 
 void TcpConnection::Send(SendItem* item) {
   item->next = nullptr;
+  if (item->window != 0) {  // no windows here (Connection::OpenWindow)
+    if (item->done)
+      item->done(item->arg, Status::InvalidArgument("a one-way write on the TCP connection to " +
+                                                    peer_name_));
+    if (item->heap) delete item;
+    return;
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!closed_) {

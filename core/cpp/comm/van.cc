@@ -37,6 +37,9 @@ Status Van::Create(const VanSpec& spec, std::unique_ptr<Van>* out) {
   o.reach = spec.kind == "ucx" ? UcxVan::Reach::kAll : UcxVan::Reach::kColocated;
   o.require_rdma = spec.require_rdma;
   o.spin_s = spec.ucx_spin_s;
+  o.one_way = spec.ucx_one_way == "0"   ? UcxOneWay::kOff
+              : spec.ucx_one_way == "1" ? UcxOneWay::kOn
+                                        : UcxOneWay::kAuto;
   return UcxVan::Create(o, out);
 #else
   return Status::Config(
@@ -57,6 +60,7 @@ Status VanSpec::FromKnobs(const Knobs& k, VanSpec* out) {
   }
   spec.ipc = k.Bool("BYTEPS_ENABLE_IPC");
   spec.ucx_spin_s = k.Float("BYTEPS_UCX_SPIN_US") * 1e-6;
+  spec.ucx_one_way = k.Str("BYTEPS_UCX_ONE_WAY");
   *out = spec;
   return Status::OK();
 }

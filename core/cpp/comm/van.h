@@ -32,6 +32,7 @@ struct VanSpec {
   bool require_rdma = false;  // ucx: fail at start without an RDMA transport
   bool ipc = false;           // tcp: colocated peers over UCX shared memory
   double ucx_spin_s = 0;      // ucx (and ipc): BYTEPS_UCX_SPIN_US, in seconds
+  std::string ucx_one_way = "auto";  // ucx (and ipc): BYTEPS_UCX_ONE_WAY (auto, 1, 0)
   // kInvalidArgument for a value no van answers to (e.g. DMLC_ENABLE_RDMA=fabric).
   static Status FromKnobs(const Knobs& k, VanSpec* out);
   // "tcp", "tcp + ipc", "ucx", "ucx (rdma required)": for log lines.
@@ -90,6 +91,19 @@ class Van {
     return Status::OK();
   }
   virtual void UnregisterMemory(void* addr) { (void)addr; }
+  // Whether connections of this van may offer one-way writes (Connection::ExportWindow): a
+  // receiver that exports windows keeps the memory behind them at fixed addresses.
+  virtual bool one_way_writes() const { return false; }
+  // Memory for windows: `len` bytes, page-aligned, registered, and where the van can, shared
+  // with the processes of this host, whose one-way writes are then plain copies into it (the
+  // UCX van: UcxContext::AllocateShared). Freed with FreeMemory before the van goes. A van
+  // without it (TCP) says kInvalidArgument: the caller allocates (and registers) memory itself.
+  virtual Status AllocateMemory(size_t len, void** addr) {
+    (void)len;
+    (void)addr;
+    return Status::InvalidArgument(std::string("the ") + kind() + " van allocates no memory");
+  }
+  virtual void FreeMemory(void* addr) { (void)addr; }
 
  protected:
   Van() = default;

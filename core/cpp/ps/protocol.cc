@@ -55,9 +55,18 @@ Status ValidatePsHeader(const FrameHeader& h) {
                                    std::to_string(h.payload_len) + " bytes exceeds the limit " +
                                    std::to_string(limit));
   if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery ||
-       t == MsgType::kPushAck || t == MsgType::kPeerHello || t == MsgType::kPeerGoodbye) &&
+       t == MsgType::kPeerHello || t == MsgType::kPeerGoodbye) &&
       h.payload_len != 0)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
+  if (t == MsgType::kPushAck && h.payload_len > kMaxWindowBlob)
+    return Status::InvalidArgument("PUSH_ACK with a window of " + std::to_string(h.payload_len) +
+                                   " bytes (at most " + std::to_string(kMaxWindowBlob) + ")");
+  // A one-way push (written into the server's window) announces its bytes and carries none.
+  if (h.written != 0 &&
+      (t != MsgType::kPush || h.payload_len != 0 || h.written > kMaxDataPayload))
+    return Status::InvalidArgument(std::string(MsgTypeName(t)) + " announcing " +
+                                   std::to_string(h.written) + " bytes written one-way" +
+                                   (t == MsgType::kPush ? " and carrying a payload too" : ""));
   return Status::OK();
 }
 

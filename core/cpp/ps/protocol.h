@@ -36,9 +36,14 @@ enum class MsgType : uint16_t {
   // stall inspector: which workers have not pushed (key, round) yet
   kStallQuery = 26,   // worker -> server: aux = round, no payload
   kStallReport = 27,  // server -> worker: aux = round, payload = uint32 worker ids missing
-  // server -> worker: the push of (key, aux = round) has been received (no payload). The worker's
+  // server -> worker: the push of (key, aux = round) has been received. The worker's
   // scheduling credit is held until then (upstream's ps-lite push callback), so the bytes a
-  // worker has in flight are bounded on the wire, not only in its own queues.
+  // worker has in flight are bounded on the wire, not only in its own queues. The first
+  // acknowledgement of a plain key on a connection with one-way writes (comm/connection.h:
+  // ExportWindow; the UCX van over shared memory or RDMA) carries a window on the worker's
+  // fixed slot for the key at the server (at most kMaxWindowBlob bytes; no payload otherwise):
+  // the worker's later pushes of the key are written into it one-way, each a PUSH without
+  // payload whose FrameHeader::written is the key's length (docs/rdma.md).
   kPushAck = 28,
   // worker -> server, before the first push of a compressed key on this connection: the key's
   // compressor (payload: EncodeKeyConfig; the uncompressed element count and the compressor's
@@ -108,6 +113,8 @@ constexpr uint64_t ToAux(DataError e) { return static_cast<uint64_t>(e); }
 // received into the connection's own buffer, which holds kMaxBufferedPayload bytes.
 constexpr uint64_t kMaxControlPayload = 4ull << 20;  // 4 MiB
 static_assert(kMaxControlPayload <= kMaxBufferedPayload, "a control payload must fit the buffer");
+// The largest window a PUSH_ACK carries (an address, a length and UCX's packed remote key).
+constexpr uint64_t kMaxWindowBlob = 64ull << 10;
 // The largest data payload (a PUSH or PULL_RESPONSE: one partition, far smaller). A server
 // bounds pushes further by the job's partition bound.
 constexpr uint64_t kMaxDataPayload = 1ull << 33;  // 8 GiB

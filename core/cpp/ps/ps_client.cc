@@ -100,8 +100,13 @@ void PsClient::ReservePulls(const std::vector<uint64_t>& keys) {
 void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf,
                     size_t len, PendingPull* pull, SendItem* item, SentFn on_sent, void* arg,
                     uint64_t aux, size_t pull_up_to, uint8_t flags) {
+  uint32_t window = 0;
   if (pull) {
     std::lock_guard<std::mutex> lk(pull_mu_);
+    if (!windows_.empty() && aux == 0 && pull_up_to == 0 && flags == 0) {
+      auto it = windows_.find(key);
+      if (it != windows_.end() && it->second.first == server) window = it->second.second;
+    }
     pull->key = key;
     pull->round = round;
     pull->length = pull_up_to ? pull_up_to : len;
@@ -125,6 +130,7 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   item->done = on_sent;
   item->arg = arg;
   item->heap = false;
+  item->window = window;
   servers_[server]->Send(item);
 }
 
@@ -266,6 +272,7 @@ void PsClient::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     return;
   }
   if (TypeOf(h) == MsgType::kPushAck) {
+    if (h.payload_len > 0) OpenWindow(c, h, payload);
     PendingPull* p = nullptr;
     {
       std::lock_guard<std::mutex> lk(pull_mu_);
@@ -299,6 +306,18 @@ void PsClient::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
   }
   pull_cv_.notify_all();
   sink_->OnPulled(p);
+}
+
+void PsClient::OpenWindow(Connection* c, const FrameHeader& h, const void* blob) {
+  uint32_t id = 0;
+  Status st = c->OpenWindow(std::string(static_cast<const char*>(blob), h.payload_len), &id);
+  if (!st.ok()) {  // the key's pushes stay frames
+    if (window_errors_.fetch_add(1) == 0)
+      BPS_LOG(INFO) << "pushes to " << c->peer_name() << " stay frames: " << st.message();
+    return;
+  }
+  std::lock_guard<std::mutex> lk(pull_mu_);
+  windows_[h.key] = {c->tag, id};
 }
 
 PendingPull* PsClient::PendingLocked(uint64_t key) const {

@@ -138,7 +138,9 @@ class PsClient : public PsConnectionHandler {
   // A compressed key's push (docs/compression.md) sets `aux` (the bits of the worker's learning
   // rate) and `pull_up_to`: its sum comes back as an encoding of at most that many bytes
   // (PendingPull::received says how many); 0 = exactly `len`. `flags`: more push flags
-  // (kPushFlagHips: a HiPS push, aux = the top-level server).
+  // (kPushFlagHips: a HiPS push, aux = the top-level server). A plain push that pulls goes
+  // one-way into the server's slot once the server gave a window for the key (the van decides
+  // by size: comm/connection.h, SendItem::window).
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg, uint64_t aux = 0,
             size_t pull_up_to = 0, uint8_t flags = 0);  // flags: more push flags (kPushFlagAsync, kPushFlagHips)
@@ -184,6 +186,8 @@ class PsClient : public PsConnectionHandler {
 
  private:
   void OnControlMessage(const FrameHeader& h, const char* payload, size_t len);
+  // A PUSH_ACK's window: the key's later pushes to that server go one-way (receiving thread).
+  void OpenWindow(Connection* c, const FrameHeader& h, const void* blob);
   // The pull pending for `key` (null: none, or given up), with pull_mu_ held.
   PendingPull* PendingLocked(uint64_t key) const;
   // Connection::PayloadSink of streamed pull responses: divide, then non-temporal copy.
@@ -204,6 +208,10 @@ class PsClient : public PsConnectionHandler {
   std::mutex pull_mu_;
   std::condition_variable pull_cv_;
   std::unordered_map<uint64_t, PendingPull*> pending_pulls_;
+  // One-way pushes (docs/rdma.md): the window a server gave for a key, {server, window id of
+  // its connection}; under pull_mu_.
+  std::unordered_map<uint64_t, std::pair<int, uint32_t>> windows_;
+  std::atomic<uint64_t> window_errors_{0};
   mutable std::mutex left_mu_;
   std::set<int> left_machines_;
   std::chrono::steady_clock::time_point left_at_{};

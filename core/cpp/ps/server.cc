@@ -17,6 +17,7 @@ namespace byteps {
 SummationServer::SummationServer(ServerOptions opts)
     : opts_(std::move(opts)), rounds_(opts_.num_worker, opts_.engine_threads, true, this) {
   workers_.assign(opts_.num_worker, nullptr);
+  windows_.resize(opts_.num_worker);
   rounds_.set_timing(opts_.trace);
   rounds_.SetAsync(opts_.async_mode, opts_.max_staleness);
 }
@@ -32,6 +33,8 @@ SummationServer::~SummationServer() {
 
 Status SummationServer::Run() {
   BPS_RETURN_IF_ERROR(Van::Create(opts_.van, &van_));
+  // Workers may write their pushes into fixed slots (windows) over this van's links.
+  rounds_.set_fixed_staging(van_->one_way_writes());
   // Asynchronous mode: the scheduler says which worker machines left (died or shut down), so
   // no asynchronous key waits for them (also learnt here when a worker's connection closes).
   control_ = std::make_unique<ControlClient>(
@@ -167,12 +170,39 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
     role = &first_roles_[static_cast<size_t>(top)];
   }
   const int sender = from_server ? c->tag - kServerTag : c->tag;
+  if (h.written) BPS_RETURN_IF_ERROR(CheckWritten(c, h));
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
   char* buf = nullptr;
-  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), h.payload_len,
-                                         sender, &buf, role, (h.flags & kPushFlagAsync) != 0));
-  *dest = buf ? static_cast<void*>(buf) : Connection::kDiscard;
+  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype),
+                                         h.written ? h.written : h.payload_len, sender, &buf,
+                                         role, (h.flags & kPushFlagAsync) != 0));
+  *dest = buf && !h.written ? static_cast<void*>(buf) : Connection::kDiscard;
   return Status::OK();
+}
+
+Status SummationServer::CheckWritten(Connection* c, const FrameHeader& h) {
+  // Only a worker the window went to writes into it; the van checked the write stayed in it.
+  const bool worker = c->tag >= 0 && c->tag < opts_.num_worker;
+  auto it = worker ? windows_[c->tag].find(h.key) : windows_[0].end();
+  if (!worker || it == windows_[c->tag].end() || !it->second || h.flags != kPushFlagPull)
+    return Status::InvalidArgument("a one-way push of key " + std::to_string(h.key) + " from " +
+                                   c->peer_name() + ", which has no window for it");
+  return Status::OK();
+}
+
+std::string SummationServer::WindowFor(Connection* c, const FrameHeader& h, void* slot) {
+  // A plain synchronous push that also pulls (the worker's next push of the key then waits for
+  // this round's sum, which frees the slot), received into its fixed slot, once per key.
+  if (h.written || h.flags != kPushFlagPull || !slot || slot == Connection::kDiscard ||
+      c->tag < 0 || c->tag >= opts_.num_worker || !van_->one_way_writes())
+    return std::string();
+  auto& sent = windows_[c->tag];
+  if (sent.count(h.key)) return std::string();
+  std::string blob;
+  bool ok = rounds_.WindowSlot(h.key, c->tag, h.payload_len) == slot &&
+            c->ExportWindow(slot, h.payload_len, &blob).ok();
+  sent.emplace(h.key, ok);
+  return ok ? blob : std::string();
 }
 
 namespace {
@@ -221,6 +251,7 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     c->tag = w;
     c->set_peer_name("worker " + std::to_string(w));
     workers_[w] = c;
+    windows_[w].clear();  // windows are the connection's: a new one has none
     return;
   }
   if (t == MsgType::kGoodbye) {
@@ -231,10 +262,12 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
   if (t == MsgType::kPush) {
     // Acknowledged on receipt (the worker's credit), before the round may complete: the sum
     // then follows the acknowledgement on this connection.
-    c->SendControl(MsgType::kPushAck, std::string(), h.key, static_cast<uint32_t>(rank_),
-                   h.round);
+    // The first one of a key may carry a window on the worker's slot (one-way pushes).
+    c->SendControl(MsgType::kPushAck, WindowFor(c, h, payload), h.key,
+                   static_cast<uint32_t>(rank_), h.round);
     const int sender = c->tag >= kServerTag ? c->tag - kServerTag : c->tag;
-    rounds_.Push(h.key, static_cast<DType>(h.dtype), h.payload_len, sender, h.round,
+    rounds_.Push(h.key, static_cast<DType>(h.dtype), h.written ? h.written : h.payload_len,
+                 sender, h.round,
                  (h.flags & kPushFlagPull) != 0,
                  h.flags & (kPushFlagHips | kPushFlagHipsUp) ? 0 : LearningRateOf(h),
                  (h.flags & kPushFlagAsync) != 0);
@@ -271,6 +304,21 @@ std::unique_ptr<KeyAttachment> SummationServer::Attach(const RoundKey& k) {
   }
   return r;
 }
+
+char* SummationServer::AllocateSlot(size_t len) {
+  void* p = nullptr;
+  Status st = van_->AllocateMemory(len, &p);
+  if (!st.ok()) {
+    static LogLimiter limit;
+    std::string more;
+    if (limit.Allow(&more))
+      BPS_LOG(WARNING) << "push slots from the heap (" << st.message() << ")" << more;
+    return nullptr;
+  }
+  return static_cast<char*>(p);
+}
+
+void SummationServer::FreeSlot(char* p) { van_->FreeMemory(p); }
 
 void SummationServer::SendError(int worker, const std::string& msg) {
   static LogLimiter limit;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/van.h"
@@ -55,6 +56,9 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
  private:
   // ReplySink: over the worker connections.
   std::unique_ptr<KeyAttachment> Attach(const RoundKey& k) override;
+  // Fixed slots from the van (Van::AllocateMemory: shared memory colocated workers write into).
+  char* AllocateSlot(size_t len) override;
+  void FreeSlot(char* p) override;
   void SendSum(int worker, RoundKey& k, int parity) override;
   // A frame of key k's data (a pull response, or HiPS's push up) from this server: type, dtype,
   // key, round and sender set, everything else cleared.
@@ -82,6 +86,11 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   Connection* Worker(int worker);
   // A first-level HiPS server (by group) connected to this top-level one.
   Connection* Lower(int group);
+  // One-way pushes (docs/rdma.md): the window on worker `worker`'s slot of the key of this
+  // push, for its first acknowledgement on connection c (empty: none, or sent before).
+  std::string WindowFor(Connection* c, const FrameHeader& h, void* slot);
+  // Checks a one-way push (FrameHeader::written): its key's window went to this connection.
+  Status CheckWritten(Connection* c, const FrameHeader& h);
   // HiPS: a first-level server's connections to every top-level server, made before any
   // worker's frame is read (hips_uplink.cc).
   Status ConnectUplinks(const AddressBook& book);
@@ -109,6 +118,9 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   std::mutex conns_mu_;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> workers_;
+  // [worker]: the keys whose window (true) or lack of one (false) its connection was told, since
+  // its HELLO; touched only by that connection's handler calls.
+  std::vector<std::unordered_map<uint64_t, bool>> windows_;
   // Accepted connections are started (their frames read) only once the address book has given
   // rounds_ the job's partition bound: no push is read before it is known, and no handler waits
   // for it (a van may run every connection's handlers on one thread, the UCX van does).

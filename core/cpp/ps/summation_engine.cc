@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/logging.h"
 #include "ps/protocol.h"
@@ -29,8 +30,15 @@ SummationEngine::~SummationEngine() {
   Stop();
   for (auto& [k, ks] : keys_) {
     ks->attachment.reset();  // it may refer to the buffers (the server's registrations)
-    for (char* p : ks->owned) free(p);
+    FreeBuffers(ks.get());
   }
+}
+
+void SummationEngine::FreeBuffers(RoundKey* ks) {
+  for (char* p : ks->owned) free(p);
+  for (char* p : ks->sink_slots) sink_->FreeSlot(p);
+  ks->owned.clear();
+  ks->sink_slots.clear();
 }
 
 void SummationEngine::Start() {
@@ -104,8 +112,14 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
   };
   ks->sum[0] = buffer(sum_len);
   if (!async_key) ks->sum[1] = buffer(sum_len);  // an asynchronous key has one store, sum[0]
+  ks->fixed_staging = fixed_staging_ && !async_key && !codec;
   ks->staging = std::vector<std::atomic<char*>>(num_worker_);
-  for (auto& s : ks->staging) s.store(buffer(len));
+  for (auto& s : ks->staging) {
+    char* slot = ks->fixed_staging && sink_ ? sink_->AllocateSlot(std::max<size_t>(len, 1))
+                                            : nullptr;
+    if (slot) ks->sink_slots.push_back(slot);
+    s.store(slot ? slot : buffer(len));
+  }
   if (async_key) {
     ks->async = true;
     ks->worker_round.assign(num_worker_, 0);
@@ -123,7 +137,7 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
     ks->configured.assign(num_worker_, 0);
   }
   if (failed) {
-    for (char* p : ks->owned) free(p);
+    FreeBuffers(ks.get());
     return Status::Internal(Name() + ": out of memory for key " + std::to_string(key) + " (" +
                             std::to_string(len) + " bytes)");
   }
@@ -135,7 +149,7 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
   if (it != keys_.end()) {  // another receiver made it meanwhile: keep theirs
     lk.unlock();
     ks->attachment.reset();
-    for (char* p : ks->owned) free(p);
+    FreeBuffers(ks.get());
     *out = it->second.get();
     return Status::OK();
   }
@@ -244,6 +258,14 @@ void SummationEngine::Push(uint64_t key, DType dtype, uint64_t len, int worker, 
   Dispatch(Event{EventType::kPush, pull_too, ks, worker, round, len, lr});
 }
 
+char* SummationEngine::WindowSlot(uint64_t key, int worker, uint64_t len) {
+  RoundKey* ks = FindKey(key);
+  if (!ks || !ks->fixed_staging || ks->level != KeyLevel::kPlain || ks->len != len ||
+      worker < 0 || worker >= num_worker_)
+    return nullptr;
+  return ks->staging[worker].load(std::memory_order_acquire);
+}
+
 void SummationEngine::Pull(uint64_t key, int worker, uint32_t round) {
   if (worker < 0 || worker >= num_worker_) return;
   RoundKey* ks = FindKey(key);
@@ -321,6 +343,8 @@ void SummationEngine::HandlePush(const Event& ev) {
     }
     if (ks->compressed()) {
       if (!DecodePush(ks, ev, p, /*first=*/true)) return;
+    } else if (ks->fixed_staging) {
+      ks->first[p] = ev.worker;  // summed with the second push (or copied: a lone pusher)
     } else {
       // First push of the round: its staging buffer becomes the sum (no copy).
       char* incoming = ks->staging[ev.worker].load(std::memory_order_acquire);
@@ -346,6 +370,9 @@ void SummationEngine::HandlePush(const Event& ev) {
     }
     if (ks->compressed()) {
       if (!DecodePush(ks, ev, p, /*first=*/false)) return;
+    } else if (ks->fixed_staging && ks->count[p] == 1) {
+      reduce::Sum3(ks->sum[p], ks->staging[ks->first[p]].load(std::memory_order_acquire),
+                   ks->staging[ev.worker].load(std::memory_order_acquire), count, ks->dtype);
     } else {
       reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
                       ks->dtype);
@@ -358,6 +385,8 @@ void SummationEngine::HandlePush(const Event& ev) {
     return;
   }
   ks->count[p] = 0;
+  if (ks->fixed_staging && ks->expected == 1)  // the lone push is the sum
+    memcpy(ks->sum[p], ks->staging[ks->first[p]].load(std::memory_order_acquire), ks->len);
   if (ks->level == KeyLevel::kHipsFirst) {
     // The group's sum goes up; the round completes when the total is back (Forwarded).
     ks->forwarded[p] = true;

@@ -8,8 +8,13 @@
 // push round r+2 after every worker has received round r (it needs the r+1 sum, which needs
 // everyone's r+1 push, which each sends only after receiving r), which is why two buffers
 // suffice. The first push of a round costs no copy: its staging buffer becomes the round's sum
-// buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation). Nothing
-// is allocated per push: buffers are made once per key, events travel through ring queues.
+// buffer and the old sum buffer becomes that worker's staging buffer (pointer rotation). A key
+// with fixed slots (set_fixed_staging: a server whose workers write their pushes one-way into
+// the slot, docs/rdma.md) keeps each worker's staging buffer where it is instead: the round's
+// second push sums the first two slots into the sum buffer (one pass, as the rotation's first
+// addition), a lone pusher's slot is copied. A worker's slot is free again once it has the
+// round's sum, which is before it pushes the key again. Nothing is allocated per push: buffers
+// are made once per key, events travel through ring queues.
 //
 // An asynchronous key (BYTEPS_ENABLE_ASYNC, docs/async.md; ps/async_rounds.cc) has no rounds
 // across workers: it holds the parameters, each worker's push is added to them at once and
@@ -60,6 +65,8 @@ struct RoundKey {
   int engine = 0;
   char* sum[2] = {nullptr, nullptr};        // [parity]
   std::vector<std::atomic<char*>> staging;  // [worker]: where its next push is received
+  bool fixed_staging = false;  // staging never rotates (SummationEngine::set_fixed_staging)
+  int first[2] = {-1, -1};     // fixed_staging: [parity] the open round's first pusher
   uint32_t round[2] = {0, 0};               // [parity]: the round that buffer holds
   bool opened[2] = {false, false};          // [parity]: a round of that parity has begun
   int count[2] = {0, 0};                    // pushes so far in the open round
@@ -68,6 +75,7 @@ struct RoundKey {
   std::vector<uint8_t> pushed[2];  // [worker]: pushed in the open round (duplicates, stalls)
   std::vector<char*> owned;
   std::vector<size_t> owned_len;  // [i]: the bytes owned[i] holds (a compressed key's differ)
+  std::vector<char*> sink_slots;  // staging slots from ReplySink::AllocateSlot (not in owned)
   std::unique_ptr<KeyAttachment> attachment;  // the sink's, from ReplySink::Attach
   // Its level and pushers (KeyRole; `expected` = the pushers' count), and for a first-level
   // HiPS key whether round [parity]'s sum is up at the top level (ReplySink::Forward), the
@@ -121,6 +129,14 @@ class ReplySink {
   virtual ~ReplySink() = default;
   // Per-key state for the sink, made once with the key (under the key table's lock).
   virtual std::unique_ptr<KeyAttachment> Attach(const RoundKey&) { return nullptr; }
+  // The fixed staging slots (SummationEngine::set_fixed_staging) of `len` bytes, page-aligned:
+  // the server's van allocates them where it can (memory colocated workers write into
+  // one-way); null: the engine allocates them itself. Freed with FreeSlot.
+  virtual char* AllocateSlot(size_t len) {
+    (void)len;
+    return nullptr;
+  }
+  virtual void FreeSlot(char* p) { (void)p; }
   // An asynchronous key's value for worker `worker`: k.snapshot[worker], k.len bytes of k.dtype,
   // as the answer to its round k.reply_round[worker]. The buffer is left untouched until the
   // worker's next push of the key (which it sends only after receiving this).
@@ -201,6 +217,14 @@ class SummationEngine {
   int num_worker() const { return num_worker_; }
   // Time every round (RoundKey::reply_aux) for traced workers; set before the first push.
   void set_timing(bool on) { timing_ = on; }
+  // Plain synchronous keys made from now on keep every worker's staging buffer at a fixed
+  // address (no rotation; see above): what a server exporting windows needs. Set before the
+  // first push.
+  void set_fixed_staging(bool on) { fixed_staging_ = on; }
+  // Worker `worker`'s fixed slot of a plain synchronous key of `len` bytes: where its pushes are
+  // received, at the same address every round (a window's memory); null for a key without
+  // fixed slots, another size, or no such key. Any thread.
+  char* WindowSlot(uint64_t key, int worker, uint64_t len);
   int num_engines() const { return static_cast<int>(engines_.size()); }
   uint64_t engine_load(int engine) const { return engines_[engine]->load_bytes; }
   // The key's state, or nullptr before its first push. Only for a quiescent engine (tests).
@@ -225,6 +249,7 @@ class SummationEngine {
   };
 
   RoundKey* FindKey(uint64_t key);
+  void FreeBuffers(RoundKey* ks);  // owned and sink_slots
   // Makes a key: plain (config null; `len` bytes per push) or compressed (the codec made from
   // config, `len` its largest encoding). *out = the existing key when another thread made it.
   Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
@@ -263,6 +288,7 @@ class SummationEngine {
   int64_t max_staleness_ = -1;
   std::unique_ptr<std::atomic<bool>[]> left_;  // [worker]: left the job (asynchronous mode)
   bool timing_ = false;
+  bool fixed_staging_ = false;
   ReplySink* const sink_;
   std::atomic<int> rank_{-1};
   std::atomic<uint64_t> partition_bound_{0};

@@ -2,7 +2,8 @@
 // (ps/summation_engine.h, docs/architecture.md §7) driven in process, without sockets, with an
 // in-memory reply sink that records every answer. Not a public API.
 //
-//   r = SummationRounds(num_worker, partition_bound, engines=2, threaded=False, rank=0)
+//   r = SummationRounds(num_worker, partition_bound, engines=2, threaded=False, rank=0,
+//                       fixed_staging=False)   fixed_staging: set_fixed_staging (no rotation)
 //   r.push(key, worker, round, data, dtype="float32", pull=True) -> bool
 //       PushBuffer then Push, as a server does for one PUSH frame (data: bytes, the payload).
 //       False when refused (the worker got an error reply); raises InvalidArgumentError for a
@@ -95,11 +96,12 @@ class RecordingSink : public ReplySink {
 
 class Rounds {
  public:
-  Rounds(int num_worker, uint64_t bound, int engines, bool threaded, int rank)
+  Rounds(int num_worker, uint64_t bound, int engines, bool threaded, int rank, bool fixed)
       : engine_(num_worker, engines, threaded, &sink_) {
     if (num_worker < 1 || engines < 1)
       ThrowInvalidArgument("SummationRounds needs num_worker >= 1 and engines >= 1");
     engine_.Configure(rank, bound);
+    engine_.set_fixed_staging(fixed);
     engine_.Start();
   }
   SummationEngine& engine() { return engine_; }
@@ -141,6 +143,11 @@ py::object KeyState(Rounds& r, uint64_t key) {
   d["sum"] = std::vector<py::bytes>{py::bytes(k->sum[0], sum_len),
                                     k->sum[1] ? py::bytes(k->sum[1], sum_len) : py::bytes()};
   d["compression"] = k->compression;
+  // Where each worker's next push is received (addresses: fixed slots never move).
+  std::vector<uintptr_t> staging;
+  for (const auto& p : k->staging) staging.push_back(reinterpret_cast<uintptr_t>(p.load()));
+  d["staging"] = staging;
+  d["fixed_staging"] = k->fixed_staging;
   d["async"] = k->async;
   if (k->async) {
     d["initialized"] = k->initialized;
@@ -156,9 +163,9 @@ py::object KeyState(Rounds& r, uint64_t key) {
 
 void BindTestingRounds(py::module_& m) {
   py::class_<Rounds>(m, "SummationRounds")
-      .def(py::init<int, uint64_t, int, bool, int>(), py::arg("num_worker"),
+      .def(py::init<int, uint64_t, int, bool, int, bool>(), py::arg("num_worker"),
            py::arg("partition_bound"), py::arg("engines") = 2, py::arg("threaded") = false,
-           py::arg("rank") = 0)
+           py::arg("rank") = 0, py::arg("fixed_staging") = false)
       .def(
           "push",
           [](Rounds& r, uint64_t key, int worker, uint32_t round, py::bytes data,

@@ -43,8 +43,11 @@ constexpr size_t kMaxOwnBytes = 256ull << 20;
 class UcxTestPeer : public PsConnectionHandler {
  public:
   explicit UcxTestPeer(const std::string& name, const std::string& default_tls = "",
-                       double spin_s = 0) {
-    Check(UcxContext::Create(name, &ctx_, default_tls, spin_s));
+                       double spin_s = 0, const std::string& one_way = "auto") {
+    const UcxOneWay mode = one_way == "1" ? UcxOneWay::kOn
+                           : one_way == "0" ? UcxOneWay::kOff
+                                            : UcxOneWay::kAuto;
+    Check(UcxContext::Create(name, &ctx_, default_tls, spin_s, mode));
     SetRefuse(false);
   }
   ~UcxTestPeer() override { Shutdown(false); }
@@ -117,10 +120,59 @@ class UcxTestPeer : public PsConnectionHandler {
   void Prepare(uint64_t key, size_t size, bool reg) {
     auto buf = std::make_shared<Buffer>();
     buf->data.assign(size, '\xee');
-    if (reg) Check(Ctx()->RegisterMemory(&buf->data[0], size));
+    buf->ptr = &buf->data[0];
+    buf->size = size;
+    if (reg) Check(Ctx()->RegisterMemory(buf->ptr, size));
     std::lock_guard<std::mutex> lk(mu_);
     buffers_[key] = buf;
     policy_[key] = Policy::kBuffer;
+  }
+  // The same from UcxContext::AllocateShared (a slab's slot; unmapped at shutdown).
+  py::int_ PrepareShared(uint64_t key, size_t size) {
+    auto buf = std::make_shared<Buffer>();
+    void* p = nullptr;
+    Check(Ctx()->AllocateShared(size, &p));
+    buf->ptr = static_cast<char*>(p);
+    buf->size = size;
+    buf->shared = true;
+    memset(buf->ptr, 0xee, size);
+    std::lock_guard<std::mutex> lk(mu_);
+    buffers_[key] = buf;
+    policy_[key] = Policy::kBuffer;
+    return py::int_(reinterpret_cast<uintptr_t>(p));
+  }
+  // A window on the buffer prepared for `key` (its first `size` bytes; 0: all), for the peer of
+  // `link`: the blob to hand to the peer's open_window.
+  py::bytes ExportWindow(int link, uint64_t key, size_t size) {
+    Connection* c = Conn(link);
+    char* ptr;
+    size_t len;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = buffers_.find(key);
+      if (it == buffers_.end()) ThrowInvalidArgument("no buffer prepared for this key");
+      ptr = it->second->ptr;
+      len = size ? size : it->second->size;
+    }
+    std::string blob;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = c->ExportWindow(ptr, len, &blob);
+    }
+    Check(st);
+    return py::bytes(blob);
+  }
+  uint32_t OpenWindow(int link, const std::string& blob) {
+    Connection* c = Conn(link);
+    uint32_t id = 0;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = c->OpenWindow(blob, &id);
+    }
+    Check(st);
+    return id;
   }
 
   // RegisterMemory / UnregisterMemory of the buffer prepared for `key` (errors raise).
@@ -131,8 +183,8 @@ class UcxTestPeer : public PsConnectionHandler {
       std::lock_guard<std::mutex> lk(mu_);
       auto it = buffers_.find(key);
       if (it == buffers_.end()) ThrowInvalidArgument("no buffer prepared for this key");
-      addr = &it->second->data[0];
-      size = it->second->data.size();
+      addr = it->second->ptr;
+      size = it->second->size;
     }
     Check(reg ? Ctx()->RegisterMemory(addr, size) : Ctx()->UnregisterMemory(addr));
   }
@@ -141,7 +193,8 @@ class UcxTestPeer : public PsConnectionHandler {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = buffers_.find(key);
     if (it == buffers_.end()) ThrowInvalidArgument("no buffer prepared for this key");
-    return py::bytes(it->second->data);
+    if (it->second->shared && !ctx_) ThrowInvalidArgument("shared memory gone with the context");
+    return py::bytes(it->second->ptr, it->second->size);
   }
 
   int Stage(const std::string& data, bool reg) {
@@ -153,12 +206,15 @@ class UcxTestPeer : public PsConnectionHandler {
     return static_cast<int>(staged_.size()) - 1;
   }
 
-  // Sends a frame: the staged buffer `staged` (no copy) or a copy of `payload`.
-  void Send(int link, uint64_t key, uint16_t type, int staged, const std::string& payload) {
+  // Sends a frame: the staged buffer `staged` (no copy) or a copy of `payload`; through the
+  // peer's window `window` (open_window) when not 0.
+  void Send(int link, uint64_t key, uint16_t type, int staged, const std::string& payload,
+            uint32_t window) {
     Connection* l = Conn(link);
     std::unique_ptr<SendItem> owner(new SendItem);
     SendItem* item = owner.get();
     item->heap = true;
+    item->window = window;
     item->hdr.type = type;
     item->hdr.key = key;
     if (staged >= 0) {
@@ -213,6 +269,7 @@ class UcxTestPeer : public PsConnectionHandler {
     d["key"] = rx.h.key;
     d["type"] = rx.h.type;
     d["payload_len"] = rx.h.payload_len;
+    d["written"] = rx.h.written;
     d["mode"] = rx.mode;
     d["payload"] = rx.has_copy ? py::object(py::bytes(rx.copy)) : py::object(py::none());
     d["payload_is_null"] = rx.null_payload;
@@ -262,6 +319,11 @@ class UcxTestPeer : public PsConnectionHandler {
     d["rndv_received"] = s.rndv_received;
     d["held_max"] = s.held_max;
     d["direct_sent"] = s.direct_sent;
+    d["one_way_sent"] = s.one_way_sent;
+    d["one_way_received"] = s.one_way_received;
+    d["one_way"] = Link(link)->one_way_why().empty();
+    d["one_way_why"] = Link(link)->one_way_why();
+    d["one_way_min"] = Link(link)->one_way_min();
     return d;
   }
 
@@ -298,10 +360,10 @@ class UcxTestPeer : public PsConnectionHandler {
       case Policy::kBuffer:
       case Policy::kSink: {
         auto& buf = buffers_[h.key];
-        if (!buf || buf->data.size() < h.payload_len)
+        if (!buf || buf->size < h.payload_len)
           return Status::InvalidArgument("test: prepared buffer too small");
         rx.mode = p == Policy::kSink ? "sink" : "buffer";
-        *dest = &buf->data[0];
+        *dest = buf->ptr;
         if (p == Policy::kSink) l->StreamPayload(&UcxTestPeer::AddOneSink, this);
         break;
       }
@@ -344,7 +406,10 @@ class UcxTestPeer : public PsConnectionHandler {
 
  private:
   struct Buffer {
-    std::string data;
+    std::string data;     // prepare(): the storage
+    char* ptr = nullptr;  // the buffer (into data, or a slab's slot)
+    size_t size = 0;
+    bool shared = false;  // prepare_shared()
   };
   struct Rx {
     int link = -1;
@@ -420,8 +485,9 @@ void BindUcxTesting(py::module_& root) {
 #ifdef BYTEPS_WITH_UCX
   m.attr("ucx_available") = true;
   py::class_<UcxTestPeer>(m, "UcxTestPeer")
-      .def(py::init<const std::string&, const std::string&, double>(), py::arg("name"),
-           py::arg("default_tls") = std::string(), py::arg("spin_s") = 0.0)
+      .def(py::init<const std::string&, const std::string&, double, const std::string&>(),
+           py::arg("name"), py::arg("default_tls") = std::string(), py::arg("spin_s") = 0.0,
+           py::arg("one_way") = "auto")
       .def_property_readonly("address", &UcxTestPeer::address)
       .def_property_readonly("config_summary", &UcxTestPeer::config_summary)
       .def("connect", &UcxTestPeer::Connect, py::arg("address"), py::arg("timeout") = 10.0,
@@ -434,11 +500,15 @@ void BindUcxTesting(py::module_& root) {
       .def("prepare", &UcxTestPeer::Prepare, py::arg("key"), py::arg("size"),
            py::arg("register") = false)
       .def("buffer", &UcxTestPeer::BufferBytes, py::arg("key"))
+      .def("prepare_shared", &UcxTestPeer::PrepareShared, py::arg("key"), py::arg("size"))
+      .def("export_window", &UcxTestPeer::ExportWindow, py::arg("link"), py::arg("key"),
+           py::arg("size") = 0)
+      .def("open_window", &UcxTestPeer::OpenWindow, py::arg("link"), py::arg("blob"))
       .def("register_buffer", &UcxTestPeer::RegisterBuffer, py::arg("key"),
            py::arg("register") = true)
       .def("stage", &UcxTestPeer::Stage, py::arg("data"), py::arg("register") = false)
       .def("send", &UcxTestPeer::Send, py::arg("link"), py::arg("key"), py::arg("type") = 21,
-           py::arg("staged") = -1, py::arg("payload") = std::string())
+           py::arg("staged") = -1, py::arg("payload") = std::string(), py::arg("window") = 0)
       .def("wait_sent", &UcxTestPeer::WaitSent, py::arg("count") = 1, py::arg("timeout") = 10.0)
       .def("recv", &UcxTestPeer::Recv, py::arg("timeout") = 10.0)
       .def("wait_closed", &UcxTestPeer::WaitClosed, py::arg("link"), py::arg("timeout") = 10.0)

@@ -1,6 +1,7 @@
 #include "comm/ucx/ucx_connection.h"
 
 #include "comm/socket_util.h"
+#include "comm/ucx/ucx_context.h"
 #include "common/logging.h"
 
 namespace byteps {
@@ -23,6 +24,16 @@ void UcxConnection::Join() {
 
 std::string UcxConnection::LocalAddress() const {
   return link_->lifeline_fd() >= 0 ? LocalAddressOf(link_->lifeline_fd()) : "";
+}
+
+Status UcxConnection::ExportWindow(void* addr, size_t len, std::string* blob) {
+  UcxContext* ctx;
+  {
+    std::lock_guard<std::mutex> lk(link_->mu_);
+    ctx = link_->ctx_;
+  }
+  if (!ctx) return Status::PeerLost("UCX link to " + peer_name() + " is closed");
+  return ctx->PackRemoteKey(link_.get(), addr, len, blob);
 }
 
 }  // namespace byteps

@@ -37,6 +37,12 @@ class UcxConnection final : public Connection {
     link_->SetPeerName(n);
   }
 
+  // One-way writes (comm/connection.h; ucx_link.h "One-way writes").
+  Status ExportWindow(void* addr, size_t len, std::string* blob) override;
+  Status OpenWindow(const std::string& blob, uint32_t* id) override {
+    return link_->OpenWindow(blob, id);
+  }
+
   UcxLink* link() const { return link_.get(); }
 
  private:

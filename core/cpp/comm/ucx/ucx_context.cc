@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -24,8 +25,8 @@ constexpr double kShutdownWaitS = 2.0;    // for endpoints to close at Shutdown
 }  // namespace
 
 Status UcxContext::Create(const std::string& name, std::unique_ptr<UcxContext>* out,
-                          const std::string& default_tls, double spin_s) {
-  std::unique_ptr<UcxContext> c(new UcxContext(name, spin_s));
+                          const std::string& default_tls, double spin_s, UcxOneWay one_way) {
+  std::unique_ptr<UcxContext> c(new UcxContext(name, spin_s, one_way));
   Status st = c->Init(default_tls);
   if (!st.ok()) return st;
   *out = std::move(c);
@@ -55,7 +56,8 @@ Status UcxContext::Init(const std::string& default_tls) {
   config_summary_ = "UCX_TLS=" + tls + ", UCX_NET_DEVICES=" + devices;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  // RMA: the one-way writes into a peer's window (UcxLink::OpenWindow).
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
   params.name = name_.c_str();
   s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -493,16 +495,100 @@ Status UcxContext::RegisterMemory(void* addr, size_t len) {
   });
 }
 
+Status UcxContext::AllocateShared(size_t len, void** addr) {
+  if (len == 0) return Status::InvalidArgument("allocating 0 bytes of shared memory");
+  const size_t need = (len + 4095) / 4096 * 4096;
+  auto out = std::make_shared<void*>(nullptr);
+  Status st = RunSync([this, need, out]() -> Status {
+    auto open = regions_.find(open_slab_);
+    if (open == regions_.end() || open->second.len - open->second.used < need) {
+      ucp_mem_map_params_t p{};
+      p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+      p.length = std::max(need, kSlabBytes);
+      p.flags = UCP_MEM_MAP_ALLOCATE;
+      ucp_mem_h memh;
+      ucs_status_t s = ucp_mem_map(context_, &p, &memh);
+      if (s != UCS_OK)
+        return Status::Internal("UCX could not allocate " + std::to_string(p.length) +
+                                " bytes: " + ucs_status_string(s));
+      ucp_mem_attr_t attr{};
+      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+      s = ucp_mem_query(memh, &attr);
+      if (s != UCS_OK || reinterpret_cast<uintptr_t>(attr.address) % 4096 != 0) {
+        ucp_mem_unmap(context_, memh);
+        return Status::Internal("UCX allocated memory it cannot describe (or not page-aligned)");
+      }
+      if (open != regions_.end() && open->second.live == 0) {  // nothing left in it
+        ucp_mem_unmap(context_, open->second.memh);
+        regions_.erase(open);
+      }
+      UcxRegion r{attr.address, attr.length, memh, /*slab=*/true};
+      open_slab_ = reinterpret_cast<uintptr_t>(attr.address);
+      open = regions_.emplace(open_slab_, r).first;
+    }
+    *out = static_cast<char*>(open->second.addr) + open->second.used;
+    open->second.used += need;
+    ++open->second.live;
+    return Status::OK();
+  });
+  if (st.ok()) *addr = *out;
+  return st;
+}
+
+void UcxContext::FreeShared(void* addr) {
+  Status st = RunSync([this, addr]() -> Status {
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    auto it = regions_.upper_bound(a);
+    if (it == regions_.begin()) return Status::InvalidArgument("not shared memory of UCX");
+    --it;
+    UcxRegion& r = it->second;
+    if (!r.slab || a - it->first >= r.len || r.live == 0)
+      return Status::InvalidArgument("not shared memory of UCX");
+    if (--r.live == 0 && it->first != open_slab_) {
+      ucp_mem_unmap(context_, r.memh);
+      regions_.erase(it);
+    }
+    return Status::OK();
+  });
+  if (!st.ok()) BPS_LOG(WARNING) << "freeing UCX shared memory: " << st.message();
+}
+
 Status UcxContext::UnregisterMemory(void* addr) {
   return RunSync([this, addr]() -> Status {
     auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
-    if (it == regions_.end())
+    if (it == regions_.end() || it->second.slab)
       return Status::InvalidArgument("no UCX memory region starts at this address");
     ucs_status_t s = ucp_mem_unmap(context_, it->second.memh);
     regions_.erase(it);
     return s == UCS_OK ? Status::OK()
                        : Status::Internal(std::string("ucp_mem_unmap: ") + ucs_status_string(s));
   });
+}
+
+Status UcxContext::PackRemoteKey(UcxLink* link, void* addr, size_t len, std::string* blob) {
+  auto out = std::make_shared<std::string>();
+  Status st = RunSync([this, link, addr, len, out]() -> Status {
+    if (!link->one_way())
+      return Status::InvalidArgument("the UCX link to " + link->peer_name() +
+                                     " has no one-way writes (" + link->one_way_why() + ")");
+    ucp_mem_h memh = len ? FindMemh(addr, len) : nullptr;
+    if (!memh)
+      return Status::InvalidArgument("a window on memory not registered with UCX (" +
+                                     std::to_string(len) + " bytes)");
+    void* rkey = nullptr;
+    size_t rkey_len = 0;
+    ucs_status_t s = ucp_rkey_pack(context_, memh, &rkey, &rkey_len);
+    if (s != UCS_OK)
+      return Status::Internal(std::string("ucp_rkey_pack: ") + ucs_status_string(s));
+    WireWriter w;
+    w.U32(kUcxWindowMagic).U64(reinterpret_cast<uintptr_t>(addr)).U64(len);
+    w.Str(std::string(static_cast<const char*>(rkey), rkey_len));
+    ucp_rkey_buffer_release(rkey);
+    *out = w.Take();
+    return Status::OK();
+  });
+  if (st.ok()) *blob = std::move(*out);
+  return st;
 }
 
 void UcxContext::Retire(uint64_t link_id) {
@@ -535,7 +621,9 @@ void UcxContext::Shutdown(bool abrupt) {
   shut_down_ = true;
   if (data_ops_)
     BPS_LOG(INFO) << "UCX " << name_ << ": " << registered_ops_ << " of " << data_ops_
-                  << " payload sends and rendezvous receives used a region registered once";
+                  << " payload sends and rendezvous receives used a region registered once; "
+                  << one_way_sent.load() << " payloads written one-way into a peer's window, "
+                  << one_way_received.load() << " received so";
   if (thread_.joinable()) {
     RunSync([this, abrupt]() -> Status {
       std::vector<std::shared_ptr<UcxLink>> links;

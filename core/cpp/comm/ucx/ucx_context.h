@@ -63,12 +63,19 @@ namespace byteps {
 
 class UcxLink;
 
+// Which links offer one-way writes (ucx_link.h, "One-way writes"): kAuto, those whose active
+// messages go over RDMA; kOn, over shared memory too; kOff, none. Never over TCP.
+enum class UcxOneWay { kAuto, kOn, kOff };
+
 // A registered memory region (RegisterMemory): sends from and rendezvous receives into any part
 // of it pass its handle to UCX, which then skips its own registration cache.
 struct UcxRegion {
   void* addr = nullptr;
   size_t len = 0;
   ucp_mem_h memh = nullptr;
+  // A slab of AllocateShared: UCX allocated it; `used` bytes are carved, `live` slots in use.
+  bool slab = false;
+  size_t used = 0, live = 0;
 };
 
 // What UCX reports about itself and this host, for the doctor.
@@ -93,8 +100,11 @@ class UcxContext {
   // peers: "sm,self"); an explicit UCX_TLS=all counts as the default.
   // `spin_s`: seconds the progress thread keeps polling after it last found work before it
   // sleeps (BYTEPS_UCX_SPIN_US; "Sleeping" above).
+  // `one_way`: which links offer one-way writes (PackRemoteKey, UcxLink::OpenWindow;
+  // BYTEPS_UCX_ONE_WAY): UcxOneWay.
   static Status Create(const std::string& name, std::unique_ptr<UcxContext>* out,
-                       const std::string& default_tls = "", double spin_s = 0);
+                       const std::string& default_tls = "", double spin_s = 0,
+                       UcxOneWay one_way = UcxOneWay::kAuto);
   ~UcxContext();  // Shutdown()
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
@@ -150,6 +160,22 @@ class UcxContext {
   // (InvalidArgument); a region must stay registered while frames use it.
   Status RegisterMemory(void* addr, size_t len);
   Status UnregisterMemory(void* addr);
+  // Memory for peers to write into one-way (Van::AllocateMemory): `len` bytes, page-aligned,
+  // carved from slabs of at least kSlabBytes that UCX allocates and registers itself
+  // (ucp_mem_map with UCP_MEM_MAP_ALLOCATE: System V or POSIX shared memory where UCX has it,
+  // so that a colocated peer's write is a copy through its own mapping of the slab, with
+  // nothing for this process to do; registered with the RDMA devices too). A slab is a
+  // registered region (sends from it and receives into it use its registration); it is
+  // unmapped once its last slot is freed (and at Shutdown). Errors: kInternal from UCX.
+  Status AllocateShared(size_t len, void** addr);
+  void FreeShared(void* addr);
+  static constexpr size_t kSlabBytes = 64ull << 20;
+  // A window on [addr, addr+len), which must lie in one registered region, for `link`'s peer
+  // (Connection::ExportWindow): *blob = "BPSW", the address, the length and the region's
+  // packed remote key. kInvalidArgument where the context or the link has no one-way writes
+  // or the memory is not registered.
+  Status PackRemoteKey(UcxLink* link, void* addr, size_t len, std::string* blob);
+  UcxOneWay one_way() const { return one_way_; }
 
   // Closes every link and stops the thread; then no call reaches UCX. Links are closed with a
   // CLOSE message to their peer (OnClosed with PeerLost there), or, `abrupt` (tests: a crash),
@@ -182,9 +208,13 @@ class UcxContext {
   void LogPeerError(const std::string& what);
   // Watches the link's lifeline socket (progress thread; ucx_lifeline.cc).
   void WatchLifeline(UcxLink* link);
+  // Payloads written one-way into a peer's window, and frames that announced such a write to
+  // this process: the links count them, Shutdown's INFO line reports them.
+  std::atomic<uint64_t> one_way_sent{0}, one_way_received{0};
 
  private:
-  UcxContext(std::string name, double spin_s) : name_(std::move(name)), spin_s_(spin_s) {}
+  UcxContext(std::string name, double spin_s, UcxOneWay one_way)
+      : name_(std::move(name)), spin_s_(spin_s), one_way_(one_way) {}
   Status Init(const std::string& default_tls);
   void Loop();
   // Reads what the watched lifelines report (`poll`: one epoll_wait on their set, without
@@ -204,6 +234,7 @@ class UcxContext {
 
   std::string name_;
   const double spin_s_;
+  const UcxOneWay one_way_;
   std::string address_;
   std::string config_summary_;
   bool user_rndv_thresh_ = false;
@@ -232,6 +263,7 @@ class UcxContext {
   std::vector<std::shared_ptr<UcxLink>> drain_ready_;
   std::unordered_map<uint64_t, std::shared_ptr<UcxLink>> links_;
   std::map<uintptr_t, UcxRegion> regions_;
+  uintptr_t open_slab_ = 0;  // the slab AllocateShared carves from (0: none)
   int lifeline_epoll_ = -1;  // the watched lifelines, by link id; itself in epoll_fd_
   size_t lifelines_ = 0;     // watched now
   std::vector<std::pair<uint64_t, std::chrono::steady_clock::time_point>> lost_;  // fail then

@@ -111,9 +111,9 @@ Status UcxLink::CreateEndpoint(const std::string& peer_address) {
                             ctx_->config_summary() + ": " + ucs_status_string(s) +
                             " (the peer is gone, or no transport in UCX_TLS reaches it)");
   }
-  eager_max_ = UcxEagerMax(
-      ParseUcxAmTransport(CaptureUcxOutput([&](FILE* f) { ucp_ep_print_info(ep_, f); })),
-      ctx_->user_rndv_thresh());
+  const std::string info = CaptureUcxOutput([&](FILE* f) { ucp_ep_print_info(ep_, f); });
+  eager_max_ = UcxEagerMax(ParseUcxAmTransport(info), ctx_->user_rndv_thresh());
+  ChooseOneWay(info);
   return Status::OK();
 }
 
@@ -154,12 +154,13 @@ void UcxLink::SubmitQueued() {
   }
   while (list) {
     SendItem* next = list->next;
-    SubmitOne(UcxKind::kFrame, list);
+    if (WritesOneWay(list)) SendWritten(list);
+    else SubmitOne(UcxKind::kFrame, list);
     list = next;
   }
 }
 
-void UcxLink::SubmitOne(UcxKind kind, SendItem* item) {
+UcxLink::SendCtx* UcxLink::NewCtx(UcxKind kind, SendItem* item) {
   SendCtx* c;
   if (free_ctx_.empty()) {
     all_ctx_.emplace_back(new SendCtx);
@@ -178,12 +179,24 @@ void UcxLink::SubmitOne(UcxKind kind, SendItem* item) {
   c->done = item ? item->done : nullptr;
   c->arg = item ? item->arg : nullptr;
   c->heap = item ? item->heap : false;
-  const void* payload = item ? item->payload : nullptr;
-  const size_t len = item ? item->len : 0;
+  return c;
+}
+
+void UcxLink::FailFrame(SendItem* item, const Status& why) {
+  SendCtx* c = NewCtx(UcxKind::kFrame, item);
+  ++pending_ops_;
+  CompleteSend(c, UCS_ERR_CANCELED, &why, /*keep_code=*/true);
+}
+
+void UcxLink::SubmitOne(UcxKind kind, SendItem* item, bool written) {
+  SendCtx* c = NewCtx(kind, item);
+  const void* payload = item && !written ? item->payload : nullptr;
+  const size_t len = item && !written ? item->len : 0;
   if (kind == UcxKind::kFrame) {
     c->hdr.frame = item->hdr;
     c->hdr.frame.magic = kFrameMagic;
     c->hdr.frame.payload_len = len;
+    c->hdr.frame.written = written ? item->len : 0;
   }
   ++pending_ops_;
   if (g_deferred_done && kind == UcxKind::kFrame) direct_sent_.fetch_add(1);
@@ -229,11 +242,13 @@ void UcxLink::Unlink(SendCtx* c) {
   c->request = nullptr;
 }
 
-void UcxLink::CompleteSend(SendCtx* c, ucs_status_t status, const Status* why) {
+void UcxLink::CompleteSend(SendCtx* c, ucs_status_t status, const Status* why,
+                           bool keep_code) {
   Status st;
-  if (status != UCS_OK)
-    st = Status::PeerLost("UCX send to " + peer_name_ + " failed: " +
-                          (why ? why->message() : std::string(ucs_status_string(status))));
+  if (status != UCS_OK)  // PeerLost, or `why`'s own code (FailFrame: a frame never sent)
+    st = Status(keep_code && why && !why->ok() ? why->code() : StatusCode::kPeerLost,
+                "UCX send to " + peer_name_ + " failed: " +
+                    (why ? why->message() : std::string(ucs_status_string(status))));
   else if (c->counted)
     frames_sent_.fetch_add(1);
   // Read before `done`: the owner may reuse the item at once.
@@ -274,6 +289,7 @@ bool UcxLink::Flush(double timeout_s) {
 
 void UcxLink::Abandon() {
   AbandonSends(nullptr);
+  DestroyWindows();
   if (rx_request_) {
     ucp_request_free(rx_request_);
     rx_request_ = nullptr;
@@ -389,6 +405,7 @@ bool UcxLink::Join(double timeout_s) {
 
 void UcxLink::CloseEndpoint(bool tell_peer, bool force) {
   ReleaseHeld();
+  DestroyWindows();  // remote keys go before their endpoint
   if (ep_ && !ep_closing_) {
     if (tell_peer && remote_id_ != 0) SubmitOne(UcxKind::kClose, nullptr);
     ep_closing_ = true;
@@ -512,6 +529,8 @@ UcxLink::Stats UcxLink::stats() const {
   s.eager_received = eager_received_.load();
   s.rndv_received = rndv_received_.load();
   s.held_max = held_max_.load();
+  s.one_way_sent = one_way_sent_.load();
+  s.one_way_received = one_way_received_.load();
   return s;
 }
 

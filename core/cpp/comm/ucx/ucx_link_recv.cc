@@ -71,6 +71,10 @@ ucs_status_t UcxLink::Process(const FrameHeader& h, void* data, size_t len, bool
     st = Status::InvalidArgument("a header announcing " + std::to_string(h.payload_len) +
                                  " payload bytes on a message of " + std::to_string(len));
   if (st.ok()) st = handler_->ValidateHeader(h);
+  if (st.ok() && h.written) {
+    one_way_received_.fetch_add(1);
+    ctx_->one_way_received.fetch_add(1);
+  }
   void* dest = nullptr;
   sink_ = nullptr;
   if (st.ok()) st = handler_->OnHeader(conn, h, &dest);

@@ -52,7 +52,7 @@ double SecondsLeft(std::chrono::steady_clock::time_point deadline) {
 Status UcxVan::Create(const Options& opts, std::unique_ptr<Van>* out) {
   std::unique_ptr<UcxVan> van(new UcxVan(opts));
   const std::string tls = opts.reach == Reach::kColocated ? "sm,self" : "";
-  BPS_RETURN_IF_ERROR(UcxContext::Create(opts.name, &van->ctx_, tls, opts.spin_s));
+  BPS_RETURN_IF_ERROR(UcxContext::Create(opts.name, &van->ctx_, tls, opts.spin_s, opts.one_way));
   if (opts.require_rdma) {
     std::string found;
     bool rdma = false;

@@ -45,6 +45,9 @@ class UcxVan final : public Van {
     bool require_rdma = false;
     std::string name = "byteps";  // the UCX context's name (UCX logs, error messages)
     double spin_s = 0;  // the progress thread's polling before it sleeps (UcxContext::Create)
+    // BYTEPS_UCX_ONE_WAY: which links write pushes one-way into a server's window
+    // (UcxContext::Create).
+    UcxOneWay one_way = UcxOneWay::kAuto;
   };
   // Creates the UCX context and its progress thread. Errors: kConfig naming UCX and UCX_TLS /
   // UCX_NET_DEVICES when UCX cannot start with them, or (require_rdma) naming the transports
@@ -64,6 +67,11 @@ class UcxVan final : public Van {
   // ucp_mem_map once: frames sent from or received into the region use its registration.
   Status RegisterMemory(void* addr, size_t len) override;
   void UnregisterMemory(void* addr) override;
+  bool one_way_writes() const override { return opts_.one_way != UcxOneWay::kOff; }
+  Status AllocateMemory(size_t len, void** addr) override {
+    return ctx_->AllocateShared(len, addr);
+  }
+  void FreeMemory(void* addr) override { ctx_->FreeShared(addr); }
 
   UcxContext* context() const { return ctx_.get(); }
 

@@ -158,7 +158,7 @@ def test_wrong_secret_worker_gets_config_error():
 
 # ------------------------------------------------------------------------------- fuzzing --
 
-HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, reserved
+HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, written
 FRAME_MAGIC = 0x31535042
 _TYPES = list(range(1, 11)) + list(range(20, 30))
 
@@ -175,8 +175,10 @@ def malformed_frame(rng: random.Random) -> bytes:
     dtype = rng.randrange(8) if kind != 3 else rng.randrange(8, 256)
     plen = rng.randrange(0, 64) if kind != 4 else rng.choice([1 << 40, (1 << 64) - 1, 1 << 34])
     sender = rng.choice([0, 1, 2, 7, 0xFFFFFFFF])
+    # a one-way push's announcement (no window was ever exported to this peer) now and then
+    written = rng.choice([0, 0, 0, 4096, 1 << 20, (1 << 64) - 1])
     hdr = HEADER.pack(magic, typ, dtype, rng.getrandbits(8), sender, rng.getrandbits(32),
-                       rng.getrandbits(64), plen, rng.getrandbits(64), 0)
+                       rng.getrandbits(64), plen, rng.getrandbits(64), written)
     return hdr + rng.randbytes(min(plen, 64))
 
 

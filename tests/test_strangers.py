@@ -238,9 +238,10 @@ def test_floods_cost_no_threads_slots_or_accept_path(tmp_path: Path):
 # ------------------------------------------------------- a hostile peer with the job secret --
 
 
-def _frame(typ, payload=b"", *, dtype=0, sender=0, rnd=0, key=0, length=None, aux=0, flags=0):
+def _frame(typ, payload=b"", *, dtype=0, sender=0, rnd=0, key=0, length=None, aux=0, flags=0,
+           written=0):
     n = len(payload) if length is None else length
-    return HEADER.pack(FRAME_MAGIC, typ, dtype, flags, sender, rnd, key, n, aux, 0) + payload
+    return HEADER.pack(FRAME_MAGIC, typ, dtype, flags, sender, rnd, key, n, aux, written) + payload
 
 
 def _recv_all(s: socket.socket, n: int) -> bytes:
@@ -299,7 +300,7 @@ def _register_as_worker(addr, secret, bound: int):
 def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     """A peer that knows the secret registers as the only worker and then lies about sizes:
     a push claiming 1 TiB, and one a page larger than the job's partitions, are dropped
-    connections (the server allocates nothing for them and keeps serving); a push of the wrong
+    connections, and so is one announcing bytes written one-way without a window (the server allocates nothing for them and keeps serving); a push of the wrong
     size for an existing key is read past and answered with DATA_ERROR; a control frame larger
     than any control message is a dropped connection at the scheduler. The real exchange
     still works afterwards and the job ends cleanly."""
@@ -360,6 +361,10 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
         assert (h[1], h[6], h[8]) == (PUSH_ACK, 1, 1), h
         h, p = _read_frame(c)
         assert h[1] == PULL_RESPONSE and h[5] == 1 and p == data
+        # A push claiming to have been written one-way into a window this TCP connection was
+        # never given (PUSH_ACKs carried none): the connection is dropped.
+        c.sendall(_frame(PUSH, key=1, rnd=2, flags=1, written=4096))
+        assert _closed_by_peer(c)
         # Control plane: a frame larger than any control message drops that connection only.
         extra = _authenticated(sched_addr, secret.encode())
         extra.sendall(_frame(HEARTBEAT, length=64 << 20) + b"\0" * 4096)
@@ -378,6 +383,7 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     assert procs["scheduler"].returncode == 0, outs["scheduler"]
     assert procs["server"].returncode == 0, outs["server"]
     assert re.search(r"larger than the job's partitions \(262144 bytes\)", outs["server"])
+    assert "which has no window for it" in outs["server"], outs["server"]
     assert "exceeds the limit" in outs["scheduler"]
 
 

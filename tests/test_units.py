@@ -583,14 +583,22 @@ MAX_CONTROL = 4 << 20
 MAX_DATA = 1 << 33
 
 
-def header_is_valid(magic, type_, dtype, payload_len):
+MAX_WINDOW = 64 << 10  # a PUSH_ACK's window (ps/protocol.h: kMaxWindowBlob)
+
+
+def header_is_valid(magic, type_, dtype, payload_len, written=0):
     """Reference model of ValidateFrame (comm/frame.cc) and ValidatePsHeader (ps/protocol.cc)."""
     if magic != MAGIC or type_ not in KNOWN_TYPES or dtype >= 8:
         return False
     limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27, 29, 33)) else MAX_DATA
     if payload_len > limit:
         return False
-    return not (type_ in (22, 25, 26, 28, 30, 32) and payload_len != 0)
+    if type_ == 28 and payload_len > MAX_WINDOW:
+        return False
+    # only a PUSH announces bytes written one-way, and then carries none
+    if written and (type_ != 21 or payload_len != 0 or written > MAX_DATA):
+        return False
+    return not (type_ in (22, 25, 26, 30, 32) and payload_len != 0)
 
 
 class TestFrame:
@@ -613,7 +621,22 @@ class TestFrame:
         d = T.decode_header(h)
         assert d == {"type": 23, "type_name": "PULL_RESPONSE", "dtype": 1, "sender": 12,
                      "round": 1 << 31, "key": (1 << 48) - 1, "payload_len": 4096000,
-                     "aux": 123456789}
+                     "aux": 123456789, "written": 0}
+
+    def test_one_way_push_headers(self):
+        """A PUSH written one-way into the server's window announces its bytes and carries no
+        payload; nothing else may announce any; a PUSH_ACK carries at most a window."""
+        assert T.decode_header(T.encode_header(21, written=1 << 20))["written"] == 1 << 20
+        with pytest.raises(ValueError, match="written one-way"):
+            T.decode_header(T.encode_header(21, payload_len=4, written=1 << 20))
+        for other in (22, 23, 28):
+            with pytest.raises(ValueError, match="written one-way"):
+                T.decode_header(T.encode_header(other, written=8))
+        with pytest.raises(ValueError, match="written one-way"):
+            T.decode_header(T.encode_header(21, written=MAX_DATA + 1))
+        T.decode_header(T.encode_header(28, payload_len=MAX_WINDOW))
+        with pytest.raises(ValueError, match="window"):
+            T.decode_header(T.encode_header(28, payload_len=MAX_WINDOW + 1))
 
     @pytest.mark.parametrize("type_,name", [(1, "REGISTER"), (2, "ADDRESS_BOOK"), (3, "DECLARE"),
                                             (4, "DECLARE_REPLY"), (5, "HEARTBEAT"),
@@ -657,7 +680,7 @@ class TestFrame:
             with pytest.raises(ValueError, match="exceeds"):
                 T.decode_header(T.encode_header(control, payload_len=MAX_CONTROL + 1))
 
-    @pytest.mark.parametrize("type_", [22, 25, 26])
+    @pytest.mark.parametrize("type_", [22, 25, 26, 30, 32])
     def test_pull_and_goodbye_without_payload(self, type_):
         T.decode_header(T.encode_header(type_, payload_len=0))
         with pytest.raises(ValueError, match="payload"):
@@ -671,13 +694,13 @@ class TestFrame:
     @FUZZ
     @given(st.binary(min_size=48, max_size=48))
     def test_fuzz_decode_header_random_bytes(self, data):
-        magic, typ, dtype, _, _, _, _, plen, _, _ = struct.unpack("<IHBBIIQQQQ", data)
+        magic, typ, dtype, _, _, _, _, plen, _, written = struct.unpack("<IHBBIIQQQQ", data)
         try:
             d = T.decode_header(data)
         except ValueError:
-            assert not header_is_valid(magic, typ, dtype, plen)
+            assert not header_is_valid(magic, typ, dtype, plen, written)
         else:
-            assert header_is_valid(magic, typ, dtype, plen)
+            assert header_is_valid(magic, typ, dtype, plen, written)
             assert (d["type"], d["dtype"], d["payload_len"]) == (typ, dtype, plen)
 
     @FUZZ

@@ -125,9 +125,10 @@ void BindTesting(py::module_& root) {
   m.def(
       "encode_header",
       [](uint16_t type, uint8_t dtype, uint32_t sender, uint32_t round, uint64_t key,
-         uint64_t payload_len, uint64_t aux, uint32_t magic) {
+         uint64_t payload_len, uint64_t aux, uint32_t magic, uint64_t written) {
         FrameHeader h;
         h.magic = magic;
+        h.written = written;
         h.type = type;
         h.dtype = dtype;
         h.sender = sender;
@@ -139,7 +140,7 @@ void BindTesting(py::module_& root) {
       },
       py::arg("type"), py::arg("dtype") = 0, py::arg("sender") = 0, py::arg("round") = 0,
       py::arg("key") = 0, py::arg("payload_len") = 0, py::arg("aux") = 0,
-      py::arg("magic") = kFrameMagic);
+      py::arg("magic") = kFrameMagic, py::arg("written") = 0);
   m.def("decode_header", [](py::bytes data) {
     std::string s = data;
     if (s.size() != sizeof(FrameHeader)) ThrowInvalidArgument("a header is 48 bytes");
@@ -156,6 +157,7 @@ void BindTesting(py::module_& root) {
     d["key"] = h.key;
     d["payload_len"] = h.payload_len;
     d["aux"] = h.aux;
+    d["written"] = h.written;
     return d;
   });
   m.def("encode_declare", [](uint32_t key, const std::string& name, uint8_t dtype,

@@ -176,9 +176,10 @@ std::vector<KnobSpec> BuildTable() {
              "One-way pushes over the UCX van: a push larger than UCX's eager limit is written "
              "straight into the server's fixed slot for its key (whose remote key came once, "
              "with the key's first acknowledgement) and announced by a header, instead of a "
-             "rendezvous per push. auto: over RDMA links; 1: over shared memory too (there "
-             "the sending worker copies into the server's slab, 2 workers + 1 server on 2 cores "
-             "measured no faster than the rendezvous); 0: never. Over UCX's TCP transport "
+             "rendezvous per push. auto: over RDMA links (on a host where UCX has no RDMA "
+             "transport a server keeps its rotating staging buffers); 1: over shared memory too "
+             "(there the sending worker copies into the server's slab: 2 workers + 1 server on 2 "
+             "cores measured no faster than the rendezvous); 0: never. Over UCX's TCP transport "
              "pushes are frames whatever the value."),
       Bool("BYTEPS_ENABLE_IPC", "0", "all",
            "1: with the TCP van, a worker reaches a server on its own host (and the scheduler, "

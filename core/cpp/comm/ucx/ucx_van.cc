@@ -53,13 +53,15 @@ Status UcxVan::Create(const Options& opts, std::unique_ptr<Van>* out) {
   std::unique_ptr<UcxVan> van(new UcxVan(opts));
   const std::string tls = opts.reach == Reach::kColocated ? "sm,self" : "";
   BPS_RETURN_IF_ERROR(UcxContext::Create(opts.name, &van->ctx_, tls, opts.spin_s, opts.one_way));
+  std::string found;
+  bool rdma = false;
+  for (const std::string& r : van->ctx_->Resources()) {
+    found += (found.empty() ? "" : ", ") + r;
+    rdma = rdma || IsRdmaTransport(r);
+  }
+  // auto: windows (and the fixed slots behind them) only where a link may be RDMA.
+  van->one_way_ = opts.one_way == UcxOneWay::kOn || (opts.one_way == UcxOneWay::kAuto && rdma);
   if (opts.require_rdma) {
-    std::string found;
-    bool rdma = false;
-    for (const std::string& r : van->ctx_->Resources()) {
-      found += (found.empty() ? "" : ", ") + r;
-      rdma = rdma || IsRdmaTransport(r);
-    }
     if (!rdma)
       return Status::Config(
           "DMLC_ENABLE_RDMA asks for RDMA, but UCX " + std::string(ucp_get_version_string()) +

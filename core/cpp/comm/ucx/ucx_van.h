@@ -67,7 +67,8 @@ class UcxVan final : public Van {
   // ucp_mem_map once: frames sent from or received into the region use its registration.
   Status RegisterMemory(void* addr, size_t len) override;
   void UnregisterMemory(void* addr) override;
-  bool one_way_writes() const override { return opts_.one_way != UcxOneWay::kOff; }
+  // BYTEPS_UCX_ONE_WAY=1, or auto on a host where UCX has an RDMA transport.
+  bool one_way_writes() const override { return one_way_; }
   Status AllocateMemory(size_t len, void** addr) override {
     return ctx_->AllocateShared(len, addr);
   }
@@ -90,6 +91,7 @@ class UcxVan final : public Van {
   bool WantsUcx(const std::string& host) const;
 
   Options opts_;
+  bool one_way_ = false;
   std::unique_ptr<UcxContext> ctx_;
   std::mutex mu_;  // listen_fd_, acceptor_, listen_, on_connection_
   int listen_fd_ = -1;

@@ -139,21 +139,41 @@ def selected_van(env: Mapping[str, str]) -> str:
         return f"none: {err}"
 
 
+RDMA_TRANSPORT_PREFIXES = ("rc_", "dc_", "ud_", "ib")
+
+
+def one_way_pushes(env: Mapping[str, str], ucx: Optional[Dict]) -> str:
+    """Which UCX links write pushes one-way into the servers' slots under ``env``'s
+    BYTEPS_UCX_ONE_WAY (docs/rdma.md), given what UCX finds here, as text."""
+    value = env.get("BYTEPS_UCX_ONE_WAY", "auto")
+    if value == "0":
+        return "none (BYTEPS_UCX_ONE_WAY=0)"
+    if value == "1":
+        return "RDMA and shared-memory links (BYTEPS_UCX_ONE_WAY=1); never UCX's TCP"
+    rdma = [r for r in (ucx or {}).get("resources") or []
+            if r.split("/")[0].startswith(RDMA_TRANSPORT_PREFIXES)]
+    return ("RDMA links (BYTEPS_UCX_ONE_WAY=auto): " +
+            (", ".join(rdma) if rdma else "UCX has no RDMA transport here, so none"))
+
+
 def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
     """The whole report as a dict: byteps, vans, van (the one this environment selects, or the
     error text for a value no van answers to), ucx (None in a build without UCX, else {version,
     tls, net_devices, resources, error}), rdma_devices, summation, frameworks, network,
-    environment, cuda and nccl (byteps.cuda.cuda_status / nccl_status), problems (list of text; empty when nothing is wrong)."""
+    environment, cuda and nccl (byteps.cuda.cuda_status / nccl_status), one_way (text:
+    one_way_pushes; None without UCX), problems (list of text; empty when nothing is wrong)."""
     env = dict(os.environ) if env is None else dict(env)
     advertised = advertised_address(env)
     environment = environment_notices(env)
     problems = [p for p in (advertised["problem"], environment["refused"]) if p]
+    ucx = _core.doctor.ucx_info()
     return {
         "byteps": {"version": __version__, "core": _core.__file__,
                    "python": sys.version.split()[0]},
         "vans": list(_core.doctor.vans()),
         "van": selected_van(env),
-        "ucx": _core.doctor.ucx_info(),
+        "ucx": ucx,
+        "one_way": one_way_pushes(env, ucx) if ucx else None,
         "rdma_devices": rdma_devices(),
         "summation": {"active_isa": _core.reduce.active_isa(),
                       "available_isas": list(_core.reduce.available_isas())},
@@ -182,6 +202,8 @@ def render(report: Dict) -> str:
         lines.append(f"  UCX {ucx['version']}: UCX_TLS={ucx['tls']}, "
                      f"UCX_NET_DEVICES={ucx['net_devices']}")
         lines.append("  UCX transports: " + (ucx["error"] or ", ".join(ucx["resources"])))
+        if report.get("one_way"):
+            lines.append(f"  one-way pushes over: {report['one_way']}")
     devs = report["rdma_devices"]
     lines.append("RDMA devices: " + ("none found in /sys/class/infiniband" if not devs else ""))
     for d in devs:

@@ -85,6 +85,20 @@ def test_bpslaunch_doctor_uses_the_job_environment():
     assert "summation kernels: " + _core.reduce.active_isa() in out.stdout
 
 
+@pytest.mark.skipif(not _core.testing.ucx_available, reason="this build has no UCX van")
+@pytest.mark.parametrize("value, expected", [
+    (None, "RDMA links (BYTEPS_UCX_ONE_WAY=auto)"), ("0", "none (BYTEPS_UCX_ONE_WAY=0)"),
+    ("1", "RDMA and shared-memory links")])
+def test_report_says_which_links_push_one_way(value, expected):
+    env = clean_job_env({"BYTEPS_UCX_ONE_WAY": value} if value else {})
+    report = doctor.gather(env)
+    assert report["one_way"].startswith(expected), report["one_way"]
+    if value is None and not any(r.split("/")[0].startswith(doctor.RDMA_TRANSPORT_PREFIXES)
+                                 for r in report["ucx"]["resources"]):
+        assert report["one_way"].endswith("UCX has no RDMA transport here, so none")
+    assert f"one-way pushes over: {report['one_way']}" in doctor.render(report)
+
+
 @pytest.mark.parametrize("env,van", [
     ({}, "tcp"), ({"DMLC_ENABLE_RDMA": "ucx"}, "ucx"), ({"DMLC_ENABLE_UCX": "1"}, "ucx"),
     ({"DMLC_ENABLE_RDMA": "ibverbs"}, "ucx (rdma required)"),

@@ -119,14 +119,14 @@ def test_one_way_pushes_over_shared_memory(config):
 EXIT_AFTER_KILL_S = 9
 
 
-def _kill(van, role):
-    """A 2w1s job in ``loop`` mode; kill -9 of ``role`` ("server", or "worker": worker 1).
-    Every survivor reports PeerLostError within the heartbeat timeout and the job ends within
-    :data:`EXIT_AFTER_KILL_S`, leaving nothing behind. Returns {surviving rank: (time,
-    PeerLostError message)}, the output."""
+def _kill(van, role, env=(), loop_args=()):
+    """A 2w1s job in ``loop`` mode (``loop_args``: its tensor's elements); kill -9 of ``role``
+    ("server", or "worker": worker 1). Every survivor reports PeerLostError within the heartbeat
+    timeout and the job ends within :data:`EXIT_AFTER_KILL_S`, leaving nothing behind. Returns
+    {surviving rank: (time, PeerLostError message)}, the output."""
     survivors = [0, 1] if role == "server" else [0]
-    with LiveJob(CONFIGS["2w1s"], "loop", env=VANS[van] + ["BYTEPS_TIMEOUT=100"],
-                 grace=40) as job:
+    with LiveJob(CONFIGS["2w1s"], "loop", *loop_args,
+                 env=VANS[van] + ["BYTEPS_TIMEOUT=100", *env], grace=40) as job:
         job.wait_for(r"^\[worker \d\] READY", count=2)
         victim = job.find("server") if role == "server" else job.find("worker", 1)
         caught, _, _ = kill_and_check(job, victim, survivors, bound=HEARTBEAT_TIMEOUT_S,
@@ -155,6 +155,19 @@ def test_kill_worker_fails_the_other_worker(van):
     msg = caught[0][1]
     assert re.search(r"worker\D{0,20}1", msg.lower()), (
         f"PeerLostError does not name the failed worker 1: {msg}\n--- output ---\n{out[-6000:]}")
+
+
+@pytest.mark.timeout(200)
+@needs_ucx
+@pytest.mark.parametrize("role", ["server", "worker"])
+def test_kill_during_one_way_pushes(role):
+    """Over shared memory with BYTEPS_UCX_ONE_WAY=1 and a 24 MB tensor (its 256 KiB pushes are
+    written into the server's slab): kill -9 of the server (the slab's owner) or of worker 1
+    fails every survivor with PeerLostError within the heartbeat timeout, and nothing of the
+    job is left, System V segments included."""
+    caught, out = _kill("ucx-shm", role, env=["BYTEPS_UCX_ONE_WAY=1"], loop_args=["6000000"])
+    for r, (_, msg) in caught.items():
+        assert ("server" if role == "server" else "worker") in msg.lower(), (r, msg, out[-4000:])
 
 
 # ------------------------------------------------------------------------- authentication --

@@ -381,8 +381,9 @@ def mode_mismatch(args) -> int:
 def mode_loop(args) -> int:
     """Push_pull in a loop until a peer is lost. Prints ``READY`` after the first round and
     ``CAUGHT-PEERLOST <time.time()> <message>`` on PeerLostError; exits 3 after 120 s without
-    an error."""
-    inp = make(values(6000, RANK, 50000, "float32"), "float32", (50000,))
+    an error. ARGS: float32 elements (50 000)."""
+    count = int(args[0]) if args else 50000
+    inp = make(values(6000, RANK, count, "float32"), "float32", (count,))
     out = np.empty_like(inp)
     ready = False
     start = time.monotonic()

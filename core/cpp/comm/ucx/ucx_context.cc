@@ -127,30 +127,29 @@ std::vector<std::string> UcxContext::Resources() const {
 }
 
 void UcxContext::Wake() {
-  if (!sleeping_.load()) return;
+  if (!sleeping_.load() || event_fd_ < 0) return;
   uint64_t one = 1;
   ssize_t r = write(event_fd_, &one, sizeof(one));
   (void)r;  // EAGAIN: the counter is already non-zero, the thread wakes anyway
 }
 
+// Post and EnqueueSends wake the thread under mu_: Shutdown sets stopped_ under it before the
+// thread stops, and Cleanup closes the eventfd under it, so no wake-up writes to a closed (or
+// reused) descriptor.
 bool UcxContext::Post(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (stopped_) return false;
-    tasks_.push_back(std::move(fn));
-  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stopped_) return false;
+  tasks_.push_back(std::move(fn));
   pending_.fetch_add(1);
   Wake();
   return true;
 }
 
 void UcxContext::EnqueueSends(std::shared_ptr<UcxLink> link) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ready_.push_back(std::move(link));
-  }
+  std::lock_guard<std::mutex> lk(mu_);
+  ready_.push_back(std::move(link));  // after stopped_: DrainTasks(always) or nobody takes it
   pending_.fetch_add(1);
-  Wake();
+  if (!stopped_) Wake();
 }
 
 bool UcxContext::SubmitDirect(UcxLink* link) {
@@ -535,9 +534,13 @@ void UcxContext::Cleanup() {
   for (auto& kv : regions_) ucp_mem_unmap(context_, kv.second.memh);
   regions_.clear();
   if (epoll_fd_ >= 0) close(epoll_fd_);
-  if (event_fd_ >= 0) close(event_fd_);
   if (lifeline_epoll_ >= 0) close(lifeline_epoll_);
-  epoll_fd_ = event_fd_ = lifeline_epoll_ = -1;
+  {
+    std::lock_guard<std::mutex> lk(mu_);  // Post / EnqueueSends wake under it
+    if (event_fd_ >= 0) close(event_fd_);
+    event_fd_ = -1;
+  }
+  epoll_fd_ = lifeline_epoll_ = -1;
   if (context_) ucp_cleanup(context_);
   context_ = nullptr;
 }

@@ -6,9 +6,7 @@ from __future__ import annotations
 import math
 
 from .report import _table, fmt_size, network_sentence, target
-
-FIXED = ("ps", "ring", "tree", "hips")
-SIZE_TOLERANCE = 1.05
+from .schemes_cluster import FIXED, SIZE_TOLERANCE, round_counts
 
 
 def _ms(seconds) -> str:
@@ -144,7 +142,6 @@ def _model_lines(row: dict) -> list:
 def _rounds(plan: dict) -> str:
     """What was pooled: the rounds of jobs (the schemes in turn) and the timed iterations per
     size."""
-    from .schemes_cluster import round_counts
 
     iters = ", ".join(f"{fmt_size(int(s))} {i}" for s, i in plan["iters"].items())
     full, small = round_counts(plan)

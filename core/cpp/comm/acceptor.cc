@@ -1,5 +1,6 @@
 #include "acceptor.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>

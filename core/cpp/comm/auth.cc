@@ -1,6 +1,7 @@
 #include "auth.h"
 
 #include <arpa/inet.h>
+#include <cstdint>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

@@ -13,6 +13,7 @@
 // Without one, a process runs unauthenticated only with BYTEPS_ALLOW_UNAUTHENTICATED=1 (then the
 // handshake is skipped on both sides).
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"

@@ -1,4 +1,5 @@
 #include "frame.h"
+#include <cstdint>
 
 namespace byteps {
 

@@ -1,5 +1,6 @@
 #include "local_channel.h"
 
+#include <cstdint>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

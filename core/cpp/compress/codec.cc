@@ -2,6 +2,7 @@
 // default error-feedback residual (decode, then subtract), the check of CompressArgs and the
 // seeding of the random streams.
 #include <cmath>
+#include <cstdint>
 #include <random>
 
 #include "internal.h"

@@ -35,6 +35,7 @@
 // lookups from one 64-bit window, decodes longer ones with count-leading-zeros, and leaves
 // the last 176 bits of the stream and anything it declines to the checked bit reader
 // (dithering_stream.h), which reports every error.
+#include <cstdint>
 #include <cstring>
 
 #include "dithering_quantize.h"

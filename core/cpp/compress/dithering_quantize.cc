@@ -24,6 +24,7 @@
 #include "rng_chunks.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 

@@ -3,6 +3,7 @@
 // the arithmetic and the wire format). Internal to the dithering sources.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "dithering_stream.h"
 #include "internal.h"

@@ -14,6 +14,7 @@
 // memory: onebit corrects, packs and takes the residual in one or two passes; topk, randomk
 // and dithering correct in place in the error buffer and encode from there (dithering
 // writing each residual as it quantizes, the sparse ones zeroing the sent elements).
+#include <cstdint>
 #include <vector>
 
 #include "internal.h"

@@ -7,6 +7,7 @@
 //
 // The F16C kernels are compiled for that instruction set with a function attribute (the file
 // itself is built with the portable flags) and called only when __builtin_cpu_supports says so.
+#include <cstdint>
 #include <cstring>
 
 #include "../reduce/sum.h"

@@ -9,6 +9,7 @@
 // element-wise in the tensor's type (float16: computed in float32, g, m and g' each rounded to
 // float16; mu and the scale as float32 for float16/float32 tensors, as upstream's float mu;
 // float64 for float64 tensors). Decoding is the inner chain's.
+#include <cstdint>
 #include <vector>
 
 #include "internal.h"

@@ -13,6 +13,7 @@
 // Exactly 4 + ceil(n/8) bytes (12 + ceil(n/8) for float64); any other length, or a set
 // padding bit, is an error. Any scale (NaN, infinite, negative) decodes without UB.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "internal.h"

@@ -10,6 +10,7 @@
 //
 // Partitions hold fewer than 2^32 elements (the sparse encodings carry uint32 indices).
 #include "internal.h"
+#include <cstdint>
 
 namespace byteps {
 namespace compress {

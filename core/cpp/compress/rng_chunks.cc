@@ -22,6 +22,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+#include <cstdint>
 #include <immintrin.h>
 #define BPS_RNG_CHUNKS 1
 #endif

@@ -27,6 +27,7 @@
 // (Decompress and DecompressAdd agree). DecompressAdd leaves the other elements untouched.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <utility>

@@ -21,6 +21,7 @@
 //   momentum_mu                a number in [0, 1)
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <system_error>

@@ -4,6 +4,7 @@
 // complete only when their stream reaches them, and a pipeline that forgets to wait for one
 // reads or returns data that is not there yet (the tests see a wrong sum). Streams and events
 // live as long as the process.
+#include <cstdint>
 #include <stdlib.h>
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include "p2p/channel.h"
 
 #include <chrono>
+#include <cstdint>
 
 #include "comm/socket_util.h"
 #include "common/knobs.h"

@@ -2,6 +2,7 @@
 // used (ValidateHeader: type and length bounds), a link is bound to a rank only by a valid
 // HELLO, and payloads go straight into the matched receive's memory or into a buffer bounded by
 // max_message_bytes and max_buffered_bytes.
+#include <cstdint>
 #include <cstring>
 
 #include "common/logging.h"

@@ -1,5 +1,6 @@
 #include "pipeline/engine_bridge.h"
 
+#include <cstdint>
 #include <stdexcept>
 
 #include "pipeline/api.h"

@@ -1,4 +1,5 @@
 #include "gate.h"
+#include <cstdint>
 
 namespace byteps {
 

@@ -1,6 +1,7 @@
 #include "handles.h"
 
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 namespace byteps {

@@ -1,6 +1,7 @@
 #include "pipeline/telemetry.h"
 
 #include <chrono>
+#include <cstdint>
 
 namespace byteps {
 

@@ -2,6 +2,7 @@
 // Chrome-trace JSON writer (docs/timeline.md).
 #include "pipeline/timeline.h"
 
+#include <cstdint>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -4,6 +4,7 @@
 // whose PullSink it is. Entry points are the functions in api.h.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>

@@ -4,6 +4,7 @@
 // point to the next: the PUSH queue's credit at once, and each tensor cut anew under new keys at
 // its next push_pull (Repartition, a re-declaration the scheduler checks across workers).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <sstream>

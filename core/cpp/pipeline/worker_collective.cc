@@ -8,6 +8,7 @@
 // on the receiving thread; the next round's early messages are kept by round parity. Summed
 // receives land in the partition's scratch and are added with the SIMD kernels; final ones
 // land straight in the output (or the aggregate, on a machine with several processes).
+#include <cstdint>
 #include <cstring>
 
 #include "common/logging.h"

@@ -4,6 +4,7 @@
 // local sum) before PUSH, divided by size first when the push_pull averages, so that an SGD
 // step applies C(Σᵢ C(gᵢ / size)); the server decodes, sums and encodes the sum; DECOMPRESS
 // decodes it into the output (or the aggregate the other local processes copy from).
+#include <cstdint>
 #include <cstring>
 
 #include "common/logging.h"

@@ -1,4 +1,5 @@
 // Worker set-up and tear-down: configuration, local rendezvous, joining the job, stage plan.
+#include <cstdint>
 #include <unistd.h>
 
 #include <algorithm>

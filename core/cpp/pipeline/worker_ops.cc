@@ -1,5 +1,6 @@
 // Operations: declaration, enqueueing a push_pull, moving partitions along their stage list,
 // completion, failures and the watchdog.
+#include <cstdint>
 #include <unistd.h>
 
 #include <cstring>

@@ -1,5 +1,6 @@
 // The local root's side of the distributed job, over its PS client (ps/ps_client.h): the
 // declaration's answer, the PUSH stage, where pull responses go and what follows them.
+#include <cstdint>
 #include <set>
 
 #include "common/logging.h"

@@ -1,6 +1,7 @@
 // The stage loops of the worker pipeline and the local signalling between the worker processes
 // of one machine (COPY_IN -> LOCAL_REDUCE -> [PUSH -> PULL] -> COPY_OUT).
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "common/logging.h"

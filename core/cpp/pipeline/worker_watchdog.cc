@@ -7,6 +7,7 @@
 // Who is missing comes from the gates (local ranks that have not signalled) and, for partitions
 // waiting for their sum, from the servers: a STALL_QUERY for (key, round), answered by a
 // STALL_REPORT listing the worker machines whose push has not arrived.
+#include <cstdint>
 #include <unistd.h>
 
 #include <algorithm>

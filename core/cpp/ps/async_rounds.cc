@@ -15,6 +15,7 @@
 // Workers that leave (WorkerLeft: died, or shut down) no longer count as the slowest.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "common/logging.h"

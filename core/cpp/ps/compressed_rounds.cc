@@ -4,6 +4,7 @@
 // the sum. Part of SummationEngine (ps/summation_engine.h); runs on the key's engine thread,
 // except ConfigureKey (the receiving thread).
 #include "common/logging.h"
+#include <cstdint>
 #include "ps/summation_engine.h"
 
 namespace byteps {

@@ -1,6 +1,7 @@
 #include "control_client.h"
 
 #include <chrono>
+#include <cstdint>
 
 #include "common/logging.h"
 

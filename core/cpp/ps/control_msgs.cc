@@ -1,5 +1,6 @@
 #include "control_msgs.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "comm/frame.h"

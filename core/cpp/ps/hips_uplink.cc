@@ -2,6 +2,7 @@
 // (the round logic's first-level keys), forwards each round's group sum to the partition's
 // top-level server over an uplink, and answers its group's pulls with the total that comes
 // back; a top-level server sums the first-level servers' pushes as it sums workers'.
+#include <cstdint>
 #include <string>
 
 #include "common/logging.h"

@@ -1,6 +1,7 @@
 #include "key_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <sstream>
 

@@ -2,6 +2,7 @@
 // frames to the worker core (peer_mesh.h).
 #include "ps/peer_mesh.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <chrono>

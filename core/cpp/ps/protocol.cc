@@ -1,5 +1,6 @@
 #include "protocol.h"
 
+#include <cstdint>
 #include <string>
 
 #include "common/dtype.h"

@@ -2,6 +2,7 @@
 // and pull (push straight from the worker's buffer, pull straight into place), stall queries.
 #include "ps/ps_client.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include "common/logging.h"

@@ -1,5 +1,6 @@
 #include "scheduler.h"
 
+#include <cstdint>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>

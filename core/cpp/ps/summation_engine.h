@@ -25,6 +25,7 @@
 // every event on the calling thread at once (deterministic; the caller serialises its calls).
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <shared_mutex>
 #include <string>

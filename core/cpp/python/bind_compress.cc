@@ -16,6 +16,7 @@
 //       compressing standard-normal data and half decompressing its encoding.
 // Bad arguments raise byteps.errors.InvalidArgumentError / InvalidTypeError; a malformed
 // encoding raises InvalidArgumentError.
+#include <cstdint>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 

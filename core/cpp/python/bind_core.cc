@@ -1,4 +1,5 @@
 // byteps._core: the worker API (init, ranks, push_pull, handles).
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include <map>

@@ -1,5 +1,6 @@
 // byteps._core.device: the CUDA runtime and NCCL loaded at run time, the device backends'
 // counters (docs/gpu.md); byteps._core.testing.fake_device: the fake device's hooks for tests.
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include "bindings.h"

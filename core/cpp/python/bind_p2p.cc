@@ -2,6 +2,7 @@
 // byteps.p2p (buffers and tensors, the job's address exchange). Operations take the caller's
 // memory as (address, bytes) or as a buffer object; the Python wrapper keeps that memory alive
 // until the operation is waited for. Every blocking call releases the GIL.
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include <memory>

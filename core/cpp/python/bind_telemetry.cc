@@ -1,4 +1,5 @@
 // byteps._core: push_pull telemetry and the timeline's file (docs/timeline.md).
+#include <cstdint>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

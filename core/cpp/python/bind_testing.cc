@@ -1,6 +1,7 @@
 // byteps._core.testing: direct access to core pieces for unit tests (partitioner, scheduled
 // queue, key plan, frame codec; the server's round logic in bind_testing_rounds.cc). Not a
 // public API.
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include <chrono>

@@ -20,6 +20,7 @@
 //                   | ("error", worker, message)], in the order sent; takes them
 //   r.wait_replies(n, timeout_s) -> bool: at least n replies are recorded (threaded mode)
 //   r.key_state(key) -> dict | None; r.engine_loads; r.num_keys; r.stop()
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include <chrono>

@@ -2,6 +2,7 @@
 // transport's tests (tests/test_ucx_transport.py). Two peers in one process connect by
 // exchanging worker addresses; nothing of ours opens a socket. Not a public API.
 // testing.ucx_available says whether this build has the UCX transport.
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include "bindings.h"

@@ -6,6 +6,7 @@
 // UCX themselves while its progress thread sleeps, others queue them); and in UCX builds
 // testing.UcxVanProbe: a UCX van's listener beside a stranger's UCX context that tries to open
 // links to it without the bootstrap.
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include <chrono>

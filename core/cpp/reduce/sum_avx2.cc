@@ -2,6 +2,7 @@
 // compiled with -mavx2 -mfma -mf16c; sum_dispatch.cc calls it only on CPUs that have those
 // features. The generic loops of sum_kernels.h auto-vectorise to 256-bit; float16 uses F16C
 // (_mm256_cvtph_ps / _mm256_cvtps_ph, 8 elements per conversion) with a scalar half.h tail.
+#include <cstdint>
 #include <immintrin.h>
 
 #include "sum_kernels.h"

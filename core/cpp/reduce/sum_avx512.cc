@@ -3,6 +3,7 @@
 // on CPUs (and OSes) with those features. The generic loops of sum_kernels.h auto-vectorise;
 // float16 uses _mm512_cvtph_ps / _mm512_cvtps_ph (16 elements per conversion) with a scalar half.h
 // tail.
+#include <cstdint>
 #include <immintrin.h>
 
 // GCC's generic tuning keeps auto-vectorised loops at 256 bits even with -mavx512f; this

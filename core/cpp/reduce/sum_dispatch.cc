@@ -6,6 +6,7 @@
 // baseline flags, so it runs on any x86-64 CPU; an ISA table is only called when supported.
 // ForceIsa (tests, benchmarks) swaps the active table atomically.
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <string>
 

@@ -1,6 +1,7 @@
 #include "scheduling/autotune_search.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace byteps {
 

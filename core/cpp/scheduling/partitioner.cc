@@ -1,6 +1,7 @@
 #include "partitioner.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace byteps {

@@ -1,6 +1,7 @@
 #include "scheduling/push_window.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace byteps {
 namespace {

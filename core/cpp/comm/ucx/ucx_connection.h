@@ -2,6 +2,7 @@
 // the context keeps alive until its endpoint is closed. Destroying the handle closes the link;
 // once the destructor returns no handler call refers to it.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 

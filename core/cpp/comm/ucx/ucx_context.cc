@@ -1,5 +1,6 @@
 #include "comm/ucx/ucx_context.h"
 
+#include <cstdint>
 #include <openssl/rand.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

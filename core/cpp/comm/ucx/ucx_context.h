@@ -40,6 +40,7 @@
 // by its CLOSE message, by an operation to it that fails (a rendezvous fetch from a killed
 // process: PeerLost, tested), or by the job's heartbeats; an idle link to it stays open.
 #pragma once
+#include <cstdint>
 #include <ucp/api/ucp.h>
 
 #include <atomic>

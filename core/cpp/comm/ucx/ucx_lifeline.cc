@@ -5,6 +5,7 @@
 // thread's sleeping set (which wakes the thread when a lifeline reports), and polled (without
 // blocking) every 64 progress rounds while busy; not before each sleep: that epoll_wait was a
 // quarter of a busy progress thread's system calls.
+#include <cstdint>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 

@@ -1,5 +1,6 @@
 #include "comm/ucx/ucx_link.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <chrono>

@@ -35,6 +35,7 @@
 // destination receives at most kMaxBufferedPayload bytes (a longer payload drops the link),
 // Connection::kDiscard drops the payload (eager: ignored; rendezvous: never fetched).
 #pragma once
+#include <cstdint>
 #include <ucp/api/ucp.h>
 
 #include <atomic>

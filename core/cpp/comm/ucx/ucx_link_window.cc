@@ -3,6 +3,7 @@
 // their header alone.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <sstream>
 
 #include "comm/ucx/ucx_context.h"

@@ -2,6 +2,7 @@
 // UCX allocates for windows (AllocateShared), their remote keys (PackRemoteKey), and the
 // registration a send or receive of a region's bytes passes to UCX.
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 

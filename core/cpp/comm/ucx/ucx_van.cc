@@ -1,5 +1,6 @@
 #include "comm/ucx/ucx_van.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <cstring>

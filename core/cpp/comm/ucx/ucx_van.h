@@ -25,6 +25,7 @@
 // UCX flag.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>

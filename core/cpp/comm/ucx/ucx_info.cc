@@ -69,11 +69,16 @@ std::string ParseUcxAmTransport(const std::string& ep_info) {
   return "";
 }
 
+bool IsUcxSharedMemoryTransport(const std::string& transport) {
+  for (const char* tl : {"posix", "sysv", "xpmem", "cma", "knem"})
+    if (transport == tl) return true;
+  return false;
+}
+
 size_t UcxEagerMax(const std::string& am_transport, bool user_rndv_thresh) {
   if (user_rndv_thresh) return 0;
   if (am_transport == "tcp") return kTcpEagerMax;
-  if (am_transport == "posix" || am_transport == "sysv" || am_transport == "xpmem")
-    return kShmEagerMax;
+  if (IsUcxSharedMemoryTransport(am_transport)) return kShmEagerMax;
   return 0;
 }
 

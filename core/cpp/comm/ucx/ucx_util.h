@@ -24,6 +24,9 @@ std::vector<std::string> ParseUcxResources(const std::string& context_info);
 // messages, from ucp_ep_print_info's text ("lane[0]:  1:tcp/eth0.0 md[1] ... am am_bw#0");
 // "" when no such lane is found.
 std::string ParseUcxAmTransport(const std::string& ep_info);
+// Whether `transport` is one of UCX's shared-memory transports ("posix", "sysv", "xpmem",
+// "cma", "knem").
+bool IsUcxSharedMemoryTransport(const std::string& transport);
 // The largest frame a link whose active messages travel over `am_transport` sends eager
 // (UCP_AM_SEND_FLAG_EAGER) instead of letting UCX choose by its rendezvous threshold:
 // kTcpEagerMax over "tcp", kShmEagerMax over UCX's shared-memory transports ("posix", "sysv",

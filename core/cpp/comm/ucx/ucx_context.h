@@ -199,6 +199,8 @@ class UcxContext {
   bool SubmitDirect(UcxLink* link);
   // The registered region containing [p, p+len), or null (progress thread).
   ucp_mem_h FindMemh(const void* p, size_t len) const;
+  // The registered region (or slab) containing [p, p+len), or null (progress thread).
+  const UcxRegion* RegionContaining(const void* p, size_t len) const;
   // Gives a send or receive of [p, p+len) the registration that contains it, if any
   // (progress thread).
   void UseRegistration(ucp_request_param_t* param, const void* p, size_t len) const;

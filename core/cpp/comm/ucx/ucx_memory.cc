@@ -11,7 +11,7 @@
 
 namespace byteps {
 
-ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
+const UcxRegion* UcxContext::RegionContaining(const void* p, size_t len) const {
   if (regions_.empty() || !p) return nullptr;
   const auto a = reinterpret_cast<uintptr_t>(p);
   auto it = regions_.upper_bound(a);
@@ -19,7 +19,12 @@ ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
   --it;
   const UcxRegion& m = it->second;
   const auto base = reinterpret_cast<uintptr_t>(m.addr);
-  return a - base <= m.len && len <= m.len - (a - base) ? m.memh : nullptr;
+  return a - base <= m.len && len <= m.len - (a - base) ? &m : nullptr;
+}
+
+ucp_mem_h UcxContext::FindMemh(const void* p, size_t len) const {
+  const UcxRegion* r = RegionContaining(p, len);
+  return r ? r->memh : nullptr;
 }
 
 void UcxContext::UseRegistration(ucp_request_param_t* param, const void* p, size_t len) const {
@@ -93,13 +98,11 @@ Status UcxContext::AllocateShared(size_t len, void** addr) {
 
 void UcxContext::FreeShared(void* addr) {
   Status st = RunSync([this, addr]() -> Status {
-    const auto a = reinterpret_cast<uintptr_t>(addr);
-    auto it = regions_.upper_bound(a);
-    if (it == regions_.begin()) return Status::InvalidArgument("not shared memory of UCX");
-    --it;
-    UcxRegion& r = it->second;
-    if (!r.slab || a - it->first >= r.len || r.live == 0)
+    const UcxRegion* found = RegionContaining(addr, 1);
+    if (!found || !found->slab || found->live == 0)
       return Status::InvalidArgument("not shared memory of UCX");
+    auto it = regions_.find(reinterpret_cast<uintptr_t>(found->addr));
+    UcxRegion& r = it->second;
     if (--r.live == 0 && it->first != open_slab_) {
       ucp_mem_unmap(context_, r.memh);
       regions_.erase(it);

@@ -121,6 +121,8 @@ constexpr uint64_t kMaxDataPayload = 1ull << 33;  // 8 GiB
 static_assert(kMaxDataPayload <= kMaxFramePayload, "a data payload must fit a frame");
 
 inline MsgType TypeOf(const FrameHeader& h) { return static_cast<MsgType>(h.type); }
+// The bytes a PUSH brings: written one-way before it (FrameHeader::written), or its payload.
+inline uint64_t PushBytes(const FrameHeader& h) { return h.written ? h.written : h.payload_len; }
 bool IsControlType(MsgType t);
 const char* MsgTypeName(MsgType t);
 

@@ -174,9 +174,8 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   if (h.written) BPS_RETURN_IF_ERROR(CheckWritten(c, h));
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
   char* buf = nullptr;
-  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype),
-                                         h.written ? h.written : h.payload_len, sender, &buf,
-                                         role, (h.flags & kPushFlagAsync) != 0));
+  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), PushBytes(h),
+                                         sender, &buf, role, (h.flags & kPushFlagAsync) != 0));
   *dest = buf && !h.written ? static_cast<void*>(buf) : Connection::kDiscard;
   return Status::OK();
 }
@@ -267,8 +266,7 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     c->SendControl(MsgType::kPushAck, WindowFor(c, h, payload), h.key,
                    static_cast<uint32_t>(rank_), h.round);
     const int sender = c->tag >= kServerTag ? c->tag - kServerTag : c->tag;
-    rounds_.Push(h.key, static_cast<DType>(h.dtype), h.written ? h.written : h.payload_len,
-                 sender, h.round,
+    rounds_.Push(h.key, static_cast<DType>(h.dtype), PushBytes(h), sender, h.round,
                  (h.flags & kPushFlagPull) != 0,
                  h.flags & (kPushFlagHips | kPushFlagHipsUp) ? 0 : LearningRateOf(h),
                  (h.flags & kPushFlagAsync) != 0);

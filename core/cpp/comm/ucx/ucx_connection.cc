@@ -27,11 +27,7 @@ std::string UcxConnection::LocalAddress() const {
 }
 
 Status UcxConnection::ExportWindow(void* addr, size_t len, std::string* blob) {
-  UcxContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(link_->mu_);
-    ctx = link_->ctx_;
-  }
+  UcxContext* ctx = link_->Context();
   if (!ctx) return Status::PeerLost("UCX link to " + peer_name() + " is closed");
   return ctx->PackRemoteKey(link_.get(), addr, len, blob);
 }

@@ -394,11 +394,7 @@ void UcxLink::Close() {
 
 bool UcxLink::Join(double timeout_s) {
   Close();
-  UcxContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ctx = ctx_;
-  }
+  UcxContext* ctx = Context();
   if (ctx && ctx->OnProgressThread()) return false;
   std::unique_lock<std::mutex> lk(mu_);
   return cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return retired_; });
@@ -469,11 +465,7 @@ void UcxLink::MaybeRetire() {
 }
 
 void UcxLink::SetPeerName(const std::string& name) {
-  UcxContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ctx = ctx_;
-  }
+  UcxContext* ctx = Context();
   if (!ctx || ctx->OnProgressThread()) {
     peer_name_ = name;
     return;
@@ -483,11 +475,7 @@ void UcxLink::SetPeerName(const std::string& name) {
 }
 
 void UcxLink::ForgetConnection() {
-  UcxContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ctx = ctx_;
-  }
+  UcxContext* ctx = Context();
   // On the progress thread no handler call of this link is in progress beyond the caller's;
   // elsewhere, a task run there is a barrier after which none starts.
   if (ctx && !ctx->OnProgressThread()) {

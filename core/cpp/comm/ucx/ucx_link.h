@@ -116,6 +116,11 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // The name the link's messages give the peer (read on the progress thread, so set there).
   void SetPeerName(const std::string& name);
   uint64_t id() const { return id_; }
+  // The context, read under the link's mutex; null once the link is detached from it.
+  UcxContext* Context() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return ctx_;
+  }
   // False when the endpoint runs in error mode NONE (no transport to the peer can report a
   // failed peer): a dead peer is then seen by its CLOSE message, an operation to it that fails,
   // or the job's heartbeats, but not while the link is idle.

@@ -8,11 +8,7 @@
 namespace byteps {
 
 void UcxLink::Start() {
-  UcxContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ctx = ctx_;
-  }
+  UcxContext* ctx = Context();
   if (!ctx) return;
   auto self = shared_from_this();
   ctx->Post([self] {

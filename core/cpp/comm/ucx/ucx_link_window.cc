@@ -34,7 +34,7 @@ size_t AmRendezvousThreshold(const std::string& ep_info) {
 
 void UcxLink::ChooseOneWay(const std::string& ep_info) {
   const std::string am = ParseUcxAmTransport(ep_info);
-  const bool shm = am == "posix" || am == "sysv" || am == "xpmem" || am == "cma" || am == "knem";
+  const bool shm = IsUcxSharedMemoryTransport(am);
   one_way_ = false;
   if (ctx_->one_way() == UcxOneWay::kOff) {
     one_way_why_ = "BYTEPS_UCX_ONE_WAY=0";
@@ -53,11 +53,7 @@ void UcxLink::ChooseOneWay(const std::string& ep_info) {
 }
 
 Status UcxLink::OpenWindow(const std::string& blob, uint32_t* id) {
-  UcxContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ctx = ctx_;
-  }
+  UcxContext* ctx = Context();
   if (!ctx) return Status::PeerLost("UCX link to " + peer_name_ + " is closed");
   auto self = shared_from_this();
   auto out = std::make_shared<uint32_t>(0);

@@ -107,6 +107,16 @@ struct Received {
   std::string peer;
 };
 
+// Van::Listen on 127.0.0.1, any port (*port), every accepted connection to `handler`.
+Status ListenOnLoopback(Van* van, ConnectionHandler* handler, const char* owner,
+                        const char* peer_name, Van::AcceptFn on_connection, int* port) {
+  Van::ListenOptions opts;
+  opts.owner = owner;
+  opts.handler = handler;
+  opts.peer_name = peer_name;
+  return van->Listen("127.0.0.1", 0, opts, std::move(on_connection), port);
+}
+
 // Listens on 127.0.0.1 (any port) with one van of `kind`, connects with a second van of
 // `connect_kind` (as two processes would: a UCX context talks to other contexts), sends one frame
 // (header + payload from the caller's memory) and waits until the accepted side has received it
@@ -122,13 +132,9 @@ Status Loopback(const std::string& kind, const std::string& connect_kind, uint16
   LoopbackReceiver receiver(refused_type);
   receiver.buffer_.resize(payload.size());
   SilentHandler sender_handler(&receiver);
-  Van::ListenOptions opts;
-  opts.owner = "van loopback";
-  opts.handler = &receiver;
-  opts.peer_name = "loopback peer";
   int port = 0;
-  BPS_RETURN_IF_ERROR(van->Listen(
-      "127.0.0.1", 0, opts,
+  BPS_RETURN_IF_ERROR(ListenOnLoopback(
+      van.get(), &receiver, "van loopback", "loopback peer",
       [&receiver, cross](std::unique_ptr<Connection> c) {
         if (cross) c->Start();
         receiver.SetAccepted(std::move(c));
@@ -269,13 +275,9 @@ py::dict Stream(const std::string& kind, int threads, int frames, size_t bytes, 
   Check(Van::Create(kind, &cvan));
   StreamReceiver receiver(pause_s);
   SilentHandler sender_handler;
-  Van::ListenOptions opts;
-  opts.owner = "van stream";
-  opts.handler = &receiver;
-  opts.peer_name = "stream sender";
   int port = 0;
-  Check(van->Listen(
-      "127.0.0.1", 0, opts,
+  Check(ListenOnLoopback(
+      van.get(), &receiver, "van stream", "stream sender",
       [&receiver](std::unique_ptr<Connection> c) {
         c->Start();
         std::lock_guard<std::mutex> lk(receiver.mu_);
@@ -361,12 +363,8 @@ class UcxVanProbe : public ConnectionHandler {
     std::unique_ptr<Van> van;
     Check(Van::Create("ucx", &van));
     van_.reset(static_cast<UcxVan*>(van.release()));
-    Van::ListenOptions opts;
-    opts.owner = "ucx van probe";
-    opts.handler = this;
-    opts.peer_name = "probe peer";
-    Check(van_->Listen(
-        "127.0.0.1", 0, opts,
+    Check(ListenOnLoopback(
+        van_.get(), this, "ucx van probe", "probe peer",
         [this](std::unique_ptr<Connection> c) {
           c->Start();
           std::lock_guard<std::mutex> lk(mu_);

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ne
 
 REGISTER, ADDRESS_BOOK, HEARTBEAT, FINALIZE, FINALIZE_DONE = 1, 2, 5, 6, 7
 HELLO, PUSH, PULL, PULL_RESPONSE, DATA_ERROR = 20, 21, 22, 23, 24
-PUSH_ACK = 28
+PUSH_ACK, PULL_WINDOW = 28, 34
 FLOAT32 = 0
 MAX_PENDING = 256  # comm/acceptor.h kMaxPending
 
@@ -300,10 +300,12 @@ def _register_as_worker(addr, secret, bound: int):
 def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     """A peer that knows the secret registers as the only worker and then lies about sizes:
     a push claiming 1 TiB, and one a page larger than the job's partitions, are dropped
-    connections, and so is one announcing bytes written one-way without a window (the server allocates nothing for them and keeps serving); a push of the wrong
-    size for an existing key is read past and answered with DATA_ERROR; a control frame larger
-    than any control message is a dropped connection at the scheduler. The real exchange
-    still works afterwards and the job ends cleanly."""
+    connections, and so is one announcing bytes written one-way without a window (the server
+    allocates nothing for them and keeps serving); a window offered for its sums over TCP is
+    refused with a warning, and the sums stay frames; a push of the wrong size for an
+    existing key is read past and answered with DATA_ERROR; a control frame larger than any
+    control message is a dropped connection at the scheduler. The real exchange still works
+    afterwards and the job ends cleanly."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -344,6 +346,9 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
         # A real push of key 1 (4 KiB), then one of the wrong size for it: DATA_ERROR, and the
         # connection goes on (the payload was read past, not buffered).
         c = worker_conn()
+        # A window on where its sums should go, over TCP (no one-way writes): refused, logged,
+        # and the sums stay frames.
+        c.sendall(_frame(PULL_WINDOW, b"BPSW" + b"\0" * 60, key=1, aux=4096))
         data = struct.pack("<1024f", *([1.5] * 1024))
         # Every push is acknowledged on receipt (PUSH_ACK: key, aux = round), before its sum.
         c.sendall(_frame(PUSH, data, key=1, rnd=0, flags=1))
@@ -384,6 +389,8 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     assert procs["server"].returncode == 0, outs["server"]
     assert re.search(r"larger than the job's partitions \(262144 bytes\)", outs["server"])
     assert "which has no window for it" in outs["server"], outs["server"]
+    assert "sums to worker 0 stay frames: the connection to worker 0 has no one-way writes" in \
+        outs["server"], outs["server"]
     assert "exceeds the limit" in outs["scheduler"]
 
 

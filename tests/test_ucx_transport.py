@@ -167,10 +167,11 @@ def test_progress_threads_poll_for_the_spin_time_then_sleep(tls):
 def test_frames_go_one_way_through_a_peer_s_window():
     """Over shared memory with one-way writes on (BYTEPS_UCX_ONE_WAY=1): frames through a window
     land byte-exact in the receiver's memory (a slab slot of UcxContext::AllocateShared, and
-    registered heap memory) and arrive as headers alone, announcing the bytes written, in order
-    with the link's other frames; a frame under the one-way minimum is sent as a frame; a frame
-    larger than its window or through no window fails alone (InvalidArgument), a malformed blob
-    is refused, the link stays up. auto: shared memory offers no windows, 0: none at all."""
+    registered heap memory; at the window's start or an offset into it) and arrive as headers
+    alone, announcing the bytes written, in order with the link's other frames; a frame under
+    the one-way minimum is sent as a frame; a frame larger than its window, through no window or
+    running past the window's end from its offset fails alone (InvalidArgument), a malformed
+    blob is refused, the link stays up. auto: shared memory offers no windows, 0: none at all."""
     r = run("windows", "shm")
     on = r["1"]
     assert on["one_way"] and on["min"] > 96 << 10, on
@@ -178,7 +179,9 @@ def test_frames_go_one_way_through_a_peer_s_window():
     assert on["rx"] == [[1, 0, 3 << 20], [3, 2048, 0], [4, 5, 0], [2, 0, 1 << 20]], on["rx"]
     assert on["big_exact"] and on["tail_untouched"] and on["heap_exact"] and on["small_exact"]
     assert on["stats_tx"]["one_way_sent"] == 2 and on["stats_rx"]["one_way_received"] == 2
-    assert on["bad_sends"] == [[5, "INVALID_ARGUMENT"], [6, "INVALID_ARGUMENT"]], on
+    assert on["offset_rx"] == [7, 0, 512 << 10] and on["offset_exact"], on
+    assert on["bad_sends"] == [[5, "INVALID_ARGUMENT"], [6, "INVALID_ARGUMENT"],
+                               [8, "INVALID_ARGUMENT"]], on
     assert on["bad_blob"] == "InvalidArgumentError" and on["link_alive"]
     for mode, why in (("auto", "BYTEPS_UCX_ONE_WAY=1"), ("0", "BYTEPS_UCX_ONE_WAY=0")):
         assert not r[mode]["one_way"] and why in r[mode]["why"], r[mode]

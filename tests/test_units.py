@@ -576,7 +576,7 @@ class TestKeyPlan:
 # =============================================================================================
 
 CONTROL_TYPES = list(range(1, 11))  # ... NODE_FAILED, WORKER_LEFT
-DATA_TYPES = list(range(20, 34))  # ... PUSH_ACK, KEY_CONFIG, PEER_HELLO .. PEER_ABORT
+DATA_TYPES = list(range(20, 35))  # ... PUSH_ACK, KEY_CONFIG, PEER_HELLO .. PEER_ABORT, PULL_WINDOW
 KNOWN_TYPES = CONTROL_TYPES + DATA_TYPES
 MAGIC = 0x31535042
 MAX_CONTROL = 4 << 20
@@ -593,10 +593,10 @@ def header_is_valid(magic, type_, dtype, payload_len, written=0):
     limit = MAX_CONTROL if (type_ in CONTROL_TYPES or type_ in (20, 24, 27, 29, 33)) else MAX_DATA
     if payload_len > limit:
         return False
-    if type_ == 28 and payload_len > MAX_WINDOW:
+    if type_ in (28, 34) and payload_len > MAX_WINDOW:
         return False
-    # only a PUSH announces bytes written one-way, and then carries none
-    if written and (type_ != 21 or payload_len != 0 or written > MAX_DATA):
+    # only a PUSH or PULL_RESPONSE announces bytes written one-way, and then carries none
+    if written and (type_ not in (21, 23) or payload_len != 0 or written > MAX_DATA):
         return False
     return not (type_ in (22, 25, 26, 30, 32) and payload_len != 0)
 
@@ -623,20 +623,24 @@ class TestFrame:
                      "round": 1 << 31, "key": (1 << 48) - 1, "payload_len": 4096000,
                      "aux": 123456789, "written": 0}
 
-    def test_one_way_push_headers(self):
-        """A PUSH written one-way into the server's window announces its bytes and carries no
-        payload; nothing else may announce any; a PUSH_ACK carries at most a window."""
-        assert T.decode_header(T.encode_header(21, written=1 << 20))["written"] == 1 << 20
-        with pytest.raises(ValueError, match="written one-way"):
-            T.decode_header(T.encode_header(21, payload_len=4, written=1 << 20))
-        for other in (22, 23, 28):
+    def test_one_way_headers(self):
+        """A PUSH or PULL_RESPONSE written one-way into the receiver's window announces its
+        bytes and carries no payload; nothing else may announce any; a PUSH_ACK or PULL_WINDOW
+        carries at most a window."""
+        for written_type in (21, 23):
+            h = T.decode_header(T.encode_header(written_type, written=1 << 20))
+            assert h["written"] == 1 << 20
+            with pytest.raises(ValueError, match="written one-way"):
+                T.decode_header(T.encode_header(written_type, payload_len=4, written=1 << 20))
+            with pytest.raises(ValueError, match="written one-way"):
+                T.decode_header(T.encode_header(written_type, written=MAX_DATA + 1))
+        for other in (22, 28, 31, 34):
             with pytest.raises(ValueError, match="written one-way"):
                 T.decode_header(T.encode_header(other, written=8))
-        with pytest.raises(ValueError, match="written one-way"):
-            T.decode_header(T.encode_header(21, written=MAX_DATA + 1))
-        T.decode_header(T.encode_header(28, payload_len=MAX_WINDOW))
-        with pytest.raises(ValueError, match="window"):
-            T.decode_header(T.encode_header(28, payload_len=MAX_WINDOW + 1))
+        for window_type in (28, 34):
+            T.decode_header(T.encode_header(window_type, payload_len=MAX_WINDOW))
+            with pytest.raises(ValueError, match="window"):
+                T.decode_header(T.encode_header(window_type, payload_len=MAX_WINDOW + 1))
 
     @pytest.mark.parametrize("type_,name", [(1, "REGISTER"), (2, "ADDRESS_BOOK"), (3, "DECLARE"),
                                             (4, "DECLARE_REPLY"), (5, "HEARTBEAT"),
@@ -646,7 +650,8 @@ class TestFrame:
                                             (24, "DATA_ERROR"), (25, "GOODBYE"),
                                             (26, "STALL_QUERY"), (27, "STALL_REPORT"),
                                             (30, "PEER_HELLO"), (31, "COLLECTIVE"),
-                                            (32, "PEER_GOODBYE"), (33, "PEER_ABORT")])
+                                            (32, "PEER_GOODBYE"), (33, "PEER_ABORT"),
+                                            (34, "PULL_WINDOW")])
     def test_every_type_decodes(self, type_, name):
         assert T.decode_header(T.encode_header(type_))["type_name"] == name
 
@@ -655,7 +660,7 @@ class TestFrame:
         with pytest.raises(ValueError, match="magic"):
             T.decode_header(T.encode_header(21, magic=magic))
 
-    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 34, 100, 0xFFFF])
+    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 35, 100, 0xFFFF])
     def test_unknown_type(self, type_):
         with pytest.raises(ValueError, match="type"):
             T.decode_header(T.encode_header(type_))

@@ -93,9 +93,12 @@ def test_many_partitions_versioned_rounds(van):
 def test_one_way_pushes_over_shared_memory(config):
     """BYTEPS_UCX_ONE_WAY=1 over shared memory: from a key's second round on, its pushes above
     UCX's eager limit are written one-way into the server's slots (the server's shutdown line
-    counts them, the local roots' their writes), and 6 rounds of changing values of 24 MB
-    tensors in 256 KiB partitions (float32, int32, in and out of place; float64 averaged) stay
-    exact; with the default (auto) shared memory keeps frames, and nobody counts any."""
+    counts them, the local roots' their writes); where a machine has several processes, the
+    server writes the sums one-way into its local root's aggregates (each counted by both),
+    while a lone process takes them as frames into its own output; 6 rounds of changing values
+    of 24 MB tensors in 256 KiB partitions (float32, int32, in and out of place; float64
+    averaged) stay exact; with the default (auto) shared memory keeps frames, and nobody counts
+    any."""
     counts = {}
     for one_way in ("1", "auto"):
         rc, out = run_clean(config, "ucx-shm", "partitions", 6, 24,
@@ -108,6 +111,11 @@ def test_one_way_pushes_over_shared_memory(config):
     assert on["server 0"][1] > 0, on
     roots = ["worker 0", "worker 1"] if config == "2w1s" else ["worker 0", "worker 2"]
     assert sum(on[r][0] for r in roots) == on["server 0"][1], on
+    if config == "2w1s":
+        assert on["server 0"][0] == 0 and all(on[r][1] == 0 for r in roots), on
+    else:  # every round (the window goes before the first push): 6 x 2 roots x ~200 partitions
+        assert on["server 0"][0] > 2000, on
+        assert sum(on[r][1] for r in roots) == on["server 0"][0], on
     assert auto["server 0"][1] == 0 and all(w == 0 for w, _ in auto.values()), auto
 
 
@@ -119,16 +127,19 @@ def test_one_way_pushes_over_shared_memory(config):
 EXIT_AFTER_KILL_S = 9
 
 
-def _kill(van, role, env=(), loop_args=()):
-    """A 2w1s job in ``loop`` mode (``loop_args``: its tensor's elements); kill -9 of ``role``
-    ("server", or "worker": worker 1). Every survivor reports PeerLostError within the heartbeat
-    timeout and the job ends within :data:`EXIT_AFTER_KILL_S`, leaving nothing behind. Returns
-    {surviving rank: (time, PeerLostError message)}, the output."""
-    survivors = [0, 1] if role == "server" else [0]
-    with LiveJob(CONFIGS["2w1s"], "loop", *loop_args,
+def _kill(van, role, env=(), loop_args=(), config="2w1s"):
+    """A job of ``config`` (2 machines) in ``loop`` mode (``loop_args``: its tensor's elements);
+    kill -9 of ``role`` ("server", or "worker": the second machine's local root). Every
+    survivor (every rank of the first machine, and the second machine's too when the server
+    dies) reports PeerLostError within the heartbeat timeout and the job ends within
+    :data:`EXIT_AFTER_KILL_S`, leaving nothing behind. Returns {surviving rank: (time,
+    PeerLostError message)}, the output."""
+    size = world_size(CONFIGS[config])
+    survivors = list(range(size if role == "server" else size // 2))
+    with LiveJob(CONFIGS[config], "loop", *loop_args,
                  env=VANS[van] + ["BYTEPS_TIMEOUT=100", *env], grace=40) as job:
-        job.wait_for(r"^\[worker \d\] READY", count=2)
-        victim = job.find("server") if role == "server" else job.find("worker", 1)
+        job.wait_for(r"^\[worker \d\] READY", count=size)
+        victim = job.find("server") if role == "server" else job.find("worker", size // 2)
         caught, _, _ = kill_and_check(job, victim, survivors, bound=HEARTBEAT_TIMEOUT_S,
                                       grace_exit=EXIT_AFTER_KILL_S)
         job.assert_nothing_left(launcher_cleanup_ok=True)
@@ -159,13 +170,17 @@ def test_kill_worker_fails_the_other_worker(van):
 
 @pytest.mark.timeout(200)
 @needs_ucx
+@pytest.mark.parametrize("config", ["2w1s", "2w1s_local2"])
 @pytest.mark.parametrize("role", ["server", "worker"])
-def test_kill_during_one_way_pushes(role):
+def test_kill_during_one_way_pushes(role, config):
     """Over shared memory with BYTEPS_UCX_ONE_WAY=1 and a 24 MB tensor (its 256 KiB pushes are
-    written into the server's slab): kill -9 of the server (the slab's owner) or of worker 1
-    fails every survivor with PeerLostError within the heartbeat timeout, and nothing of the
-    job is left, System V segments included."""
-    caught, out = _kill("ucx-shm", role, env=["BYTEPS_UCX_ONE_WAY=1"], loop_args=["6000000"])
+    written into the server's slab; with 2 processes per machine the sums into the local roots'
+    aggregates too): kill -9 of the server (the slab's owner) or of the second machine's local
+    root (the owner of a window the server writes into) fails every survivor with
+    PeerLostError within the heartbeat timeout, and nothing of the job is left, System V
+    segments included."""
+    caught, out = _kill("ucx-shm", role, env=["BYTEPS_UCX_ONE_WAY=1"], loop_args=["6000000"],
+                        config=config)
     for r, (_, msg) in caught.items():
         assert ("server" if role == "server" else "worker") in msg.lower(), (r, msg, out[-4000:])
 

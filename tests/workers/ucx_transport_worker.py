@@ -424,7 +424,8 @@ def bench():
 
 def windows():
     """One-way writes: b exports windows (a slab's slot, and registered heap memory) to a, which
-    writes frames through them; mixed with plain frames on the same link; the refusals."""
+    writes frames through them (at their start, and at an offset); mixed with plain frames on
+    the same link; the refusals."""
     out = {}
     for mode in ("1", "auto", "0"):
         a, b, la, lb = pair(f"win{mode}", one_way=mode)
@@ -458,10 +459,19 @@ def windows():
             "tail_untouched": b.buffer(1)[len(big):] == b"\xee" * ((4 << 20) - len(big)),
             "heap_exact": b.buffer(2) == heap,
             "stats_tx": a.stats(la), "stats_rx": b.stats(lb)})
-        # a frame larger than its window, a window that does not exist, a malformed blob
+        # 512 KiB written 256 KiB into the heap window: only those bytes change
+        mid = pattern(512 << 10, 6)
+        a.send(la, 7, PUSH, staged=a.stage(mid), window=w_heap, offset=256 << 10)
+        sent_ok(a, 1)
+        r = b.recv(30)
+        out[mode]["offset_rx"] = [r["key"], r["payload_len"], r["written"]]
+        out[mode]["offset_exact"] = b.buffer(2) == heap[:256 << 10] + mid + heap[768 << 10:]
+        # a frame larger than its window, a window that does not exist, a write running past
+        # the window's end from its offset, a malformed blob
         a.send(la, 5, PUSH, staged=a.stage(pattern(5 << 20, 4)), window=w_shared)
         a.send(la, 6, PUSH, staged=a.stage(pattern(1 << 20, 5)), window=99)
-        out[mode]["bad_sends"] = [[k, code] for k, code, _m, _t0, _t1 in a.wait_sent(2, 30)]
+        a.send(la, 8, PUSH, staged=a.stage(mid), window=w_heap, offset=768 << 10)
+        out[mode]["bad_sends"] = [[k, code] for k, code, _m, _t0, _t1 in a.wait_sent(3, 30)]
         try:
             a.open_window(la, b"BPSW" + b"\0" * 10)
             out[mode]["bad_blob"] = None

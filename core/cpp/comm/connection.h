@@ -35,6 +35,9 @@ struct SendItem {
   // into it (one-way, no rendezvous) and then sends the header alone, with payload_len 0 and
   // `written` = len. 0: the payload travels in the frame.
   uint32_t window = 0;
+  // Where in the window the payload goes (bytes from its start; window_offset + len must not
+  // pass its end).
+  uint64_t window_offset = 0;
   SendItem* next = nullptr;
 };
 

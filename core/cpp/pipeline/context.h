@@ -78,6 +78,7 @@ struct PartTask {
   uint64_t key = 0;   // declared_key << 16 | index
   int server = -1;    // index of the server that sums this partition (HiPS: its group's)
   int upper = -1;     // HiPS: the top-level server the group's sum goes to
+  int pull_window_server = -1;  // the server offered a window on this partition's sums
   StageList stages;
   // Reused frames: the push (payload straight from the buffer) and the pull request.
   SendItem push_item;

@@ -98,6 +98,14 @@ void WorkerCore::RunPush(PartTask* t) {
     return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
                      &t->push_item, &WorkerCore::PushSentThunk, t,
                      static_cast<uint64_t>(t->upper), 0, kPushFlagHips);
+  // The local root takes the sum into the aggregates, the same two places every round: the
+  // server may write it there one-way (docs/rdma.md).
+  if (cfg_.local_size > 1 && ctx->registered && !ctx->async_param &&
+      t->pull_window_server != t->server && ps_->one_way_writes()) {
+    t->pull_window_server = t->server;
+    ps_->OfferPullWindow(t->server, t->key, ctx->slot(cfg_.local_size) + off, t->part.length,
+                         ctx->region);
+  }
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
             &t->push_item, &WorkerCore::PushSentThunk, t, 0, 0,
             ctx->async_param ? kPushFlagAsync : 0);

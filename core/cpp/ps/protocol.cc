@@ -37,13 +37,14 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kCollective: return "COLLECTIVE";
     case MsgType::kPeerGoodbye: return "PEER_GOODBYE";
     case MsgType::kPeerAbort: return "PEER_ABORT";
+    case MsgType::kPullWindow: return "PULL_WINDOW";
   }
   return "UNKNOWN";
 }
 
 Status ValidatePsHeader(const FrameHeader& h) {
   MsgType t = TypeOf(h);
-  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 33);
+  bool known = IsControlType(t) || (h.type >= 20 && h.type <= 34);
   if (!known) return Status::InvalidArgument("unknown message type " + std::to_string(h.type));
   if (!DTypeValid(h.dtype)) return Status::InvalidArgument("bad dtype " + std::to_string(h.dtype));
   uint64_t limit = IsControlType(t) || t == MsgType::kDataError || t == MsgType::kHello ||
@@ -59,15 +60,17 @@ Status ValidatePsHeader(const FrameHeader& h) {
        t == MsgType::kPeerHello || t == MsgType::kPeerGoodbye) &&
       h.payload_len != 0)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");
-  if (t == MsgType::kPushAck && h.payload_len > kMaxWindowBlob)
-    return Status::InvalidArgument("PUSH_ACK with a window of " + std::to_string(h.payload_len) +
-                                   " bytes (at most " + std::to_string(kMaxWindowBlob) + ")");
-  // A one-way push (written into the server's window) announces its bytes and carries none.
-  if (h.written != 0 &&
-      (t != MsgType::kPush || h.payload_len != 0 || h.written > kMaxDataPayload))
+  if ((t == MsgType::kPushAck || t == MsgType::kPullWindow) && h.payload_len > kMaxWindowBlob)
+    return Status::InvalidArgument(std::string(MsgTypeName(t)) + " with a window of " +
+                                   std::to_string(h.payload_len) + " bytes (at most " +
+                                   std::to_string(kMaxWindowBlob) + ")");
+  // A one-way push or pull response (written into the receiver's window) announces its bytes
+  // and carries none.
+  const bool may_write = t == MsgType::kPush || t == MsgType::kPullResponse;
+  if (h.written != 0 && (!may_write || h.payload_len != 0 || h.written > kMaxDataPayload))
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " announcing " +
                                    std::to_string(h.written) + " bytes written one-way" +
-                                   (t == MsgType::kPush ? " and carrying a payload too" : ""));
+                                   (may_write ? " and carrying a payload too" : ""));
   return Status::OK();
 }
 

@@ -64,6 +64,13 @@ enum class MsgType : uint16_t {
   // the text). The receiver fails that operation too and passes it on, so machines that
   // exchange no message with the departed one do not wait for BYTEPS_TIMEOUT.
   kPeerAbort = 33,
+  // worker -> server, before the first push of a plain key that pulls, on a connection with
+  // one-way writes, where the worker's local root receives the key's sum into memory of its own
+  // (docs/rdma.md): a window on where the sums go (payload: at most kMaxWindowBlob bytes), the
+  // sum of an even round at its start and of an odd round aux bytes further. The server then
+  // writes the key's sums for this worker into it one-way, each a PULL_RESPONSE without payload
+  // whose FrameHeader::written is the key's length.
+  kPullWindow = 34,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
@@ -113,7 +120,7 @@ constexpr uint64_t ToAux(DataError e) { return static_cast<uint64_t>(e); }
 // received into the connection's own buffer, which holds kMaxBufferedPayload bytes.
 constexpr uint64_t kMaxControlPayload = 4ull << 20;  // 4 MiB
 static_assert(kMaxControlPayload <= kMaxBufferedPayload, "a control payload must fit the buffer");
-// The largest window a PUSH_ACK carries (an address, a length and UCX's packed remote key).
+// The largest window a PUSH_ACK or PULL_WINDOW carries (an address, a length and UCX's packed remote key).
 constexpr uint64_t kMaxWindowBlob = 64ull << 10;
 // The largest data payload (a PUSH or PULL_RESPONSE: one partition, far smaller). A server
 // bounds pushes further by the job's partition bound.
@@ -121,8 +128,9 @@ constexpr uint64_t kMaxDataPayload = 1ull << 33;  // 8 GiB
 static_assert(kMaxDataPayload <= kMaxFramePayload, "a data payload must fit a frame");
 
 inline MsgType TypeOf(const FrameHeader& h) { return static_cast<MsgType>(h.type); }
-// The bytes a PUSH brings: written one-way before it (FrameHeader::written), or its payload.
-inline uint64_t PushBytes(const FrameHeader& h) { return h.written ? h.written : h.payload_len; }
+// The bytes a PUSH or PULL_RESPONSE brings: written one-way before it (FrameHeader::written),
+// or its payload.
+inline uint64_t DataBytes(const FrameHeader& h) { return h.written ? h.written : h.payload_len; }
 bool IsControlType(MsgType t);
 const char* MsgTypeName(MsgType t);
 

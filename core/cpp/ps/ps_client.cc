@@ -135,6 +135,34 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   servers_[server]->Send(item);
 }
 
+void PsClient::OfferPullWindow(int server, uint64_t key, char* at, size_t len, size_t stride) {
+  {
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    auto it = pull_windows_.find(key);
+    if (it != pull_windows_.end() && it->second.server == server) return;
+  }
+  PullWindow w;
+  w.server = server;
+  w.at = at;
+  w.len = len;
+  w.stride = stride;
+  // One window over both rounds' places: they lie `stride` bytes apart in the same region.
+  std::string blob;
+  Status st = servers_[server]->ExportWindow(at, stride + len, &blob);
+  w.offered = st.ok();
+  if (!st.ok() && window_errors_.fetch_add(1) == 0)
+    BPS_LOG(INFO) << "pull responses from " << servers_[server]->peer_name()
+                  << " stay frames: " << st.message();
+  {
+    // Recorded before the window leaves: the first one-way response may beat this call's end.
+    std::lock_guard<std::mutex> lk(pull_mu_);
+    pull_windows_[key] = w;
+  }
+  if (w.offered)
+    servers_[server]->SendControl(MsgType::kPullWindow, std::move(blob), key,
+                                  static_cast<uint32_t>(cfg_.worker_id), stride);
+}
+
 void PsClient::ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m) {
   servers_[server]->SendControl(MsgType::kKeyConfig, Encode(m), key,
                                 static_cast<uint32_t>(cfg_.worker_id), 0);
@@ -237,17 +265,24 @@ Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
     *dest = Connection::kDiscard;
     return Status::OK();
   }
-  if (h.round != p->round ||
-      (p->up_to ? h.payload_len > p->length : h.payload_len != p->length))
+  const uint64_t bytes = DataBytes(h);
+  if (h.round != p->round || (p->up_to ? bytes > p->length : bytes != p->length))
     return Status::InvalidArgument("pull response for key " + std::to_string(h.key) + " round " +
-                                   std::to_string(h.round) + " with " +
-                                   std::to_string(h.payload_len) + " bytes; expected round " +
-                                   std::to_string(p->round) + " with " +
-                                   std::to_string(p->length));
+                                   std::to_string(h.round) + " with " + std::to_string(bytes) +
+                                   " bytes; expected round " + std::to_string(p->round) +
+                                   " with " + std::to_string(p->length));
+  char* written_at = nullptr;
+  if (h.written) BPS_RETURN_IF_ERROR(CheckWrittenLocked(c, h, p, &written_at));
   p->receiving = true;
-  p->received = h.payload_len;
+  p->received = bytes;
   p->reply_aux = h.aux;
-  PullDest d = sink_->PullDestination(p, h.payload_len);
+  PullDest d = sink_->PullDestination(p, bytes);
+  if (h.written) {  // already in place: where the worker would have received it
+    if (d.data != written_at || d.stream)
+      return Status::Internal("a one-way pull response of key " + std::to_string(h.key) +
+                              " landed where the worker does not take its sum");
+    return Status::OK();
+  }
   *dest = d.data;
   if (d.stream) {
     p->divide_by = d.divide_by;
@@ -319,6 +354,20 @@ void PsClient::OpenWindow(Connection* c, const FrameHeader& h, const void* blob)
   }
   std::lock_guard<std::mutex> lk(pull_mu_);
   windows_[h.key] = {c->tag, id};
+}
+
+Status PsClient::CheckWrittenLocked(Connection* c, const FrameHeader& h, const PendingPull* p,
+                                    char** at) const {
+  // Only the server the window went to writes into it (the van checked the write stayed in it);
+  // plain sums only, of the length the window was offered for.
+  auto it = pull_windows_.find(h.key);
+  if (it == pull_windows_.end() || !it->second.offered || it->second.server != c->tag ||
+      p->up_to || h.written != it->second.len)
+    return Status::InvalidArgument("a one-way pull response of key " + std::to_string(h.key) +
+                                   " (" + std::to_string(h.written) + " bytes) from " +
+                                   c->peer_name() + ", which has no window for it");
+  *at = it->second.at + (h.round & 1 ? it->second.stride : 0);
+  return Status::OK();
 }
 
 PendingPull* PsClient::PendingLocked(uint64_t key) const {

@@ -145,6 +145,14 @@ class PsClient : public PsConnectionHandler {
   void Push(int server, uint64_t key, uint32_t round, DType dtype, const void* buf, size_t len,
             PendingPull* pull, SendItem* item, SentFn on_sent, void* arg, uint64_t aux = 0,
             size_t pull_up_to = 0, uint8_t flags = 0);  // flags: more push flags (kPushFlagAsync, kPushFlagHips)
+  // Whether this job's van may write one-way (Van::one_way_writes): windows are worth offering.
+  bool one_way_writes() const { return van_->one_way_writes(); }
+  // One-way pull responses (docs/rdma.md): before the first push of a plain key that pulls,
+  // offers its server a window on where the key's sums go, memory registered with RegisterMemory
+  // that holds the sum of an even round at `at`, of an odd round at at + stride (`len` bytes
+  // each). The server writes them there one-way instead of sending them as frames (PULL_WINDOW).
+  // Once per key and server; nothing is sent where the link has no one-way writes.
+  void OfferPullWindow(int server, uint64_t key, char* at, size_t len, size_t stride);
   // KEY_CONFIG of a compressed key to its server: before the key's first push, on the same
   // connection (so it arrives first).
   void ConfigureKey(int server, uint64_t key, const KeyConfigMsg& m);
@@ -213,6 +221,19 @@ class PsClient : public PsConnectionHandler {
   // its connection}; under pull_mu_.
   std::unordered_map<uint64_t, std::pair<int, uint32_t>> windows_;
   std::atomic<uint64_t> window_errors_{0};
+  // One-way pull responses: where a server may write a key's sums (OfferPullWindow), by key;
+  // `offered` false: the link could not export it (tried once). Under pull_mu_.
+  struct PullWindow {
+    int server = -1;
+    char* at = nullptr;
+    size_t len = 0, stride = 0;
+    bool offered = false;
+  };
+  std::unordered_map<uint64_t, PullWindow> pull_windows_;
+  // Checks a one-way pull response (FrameHeader::written) against the key's window and the
+  // pending pull, with pull_mu_ held; OK: *at is where its bytes are.
+  Status CheckWrittenLocked(Connection* c, const FrameHeader& h, const PendingPull* p,
+                            char** at) const;
   mutable std::mutex left_mu_;
   std::set<int> left_machines_;
   std::chrono::steady_clock::time_point left_at_{};

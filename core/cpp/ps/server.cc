@@ -19,6 +19,7 @@ SummationServer::SummationServer(ServerOptions opts)
     : opts_(std::move(opts)), rounds_(opts_.num_worker, opts_.engine_threads, true, this) {
   workers_.assign(opts_.num_worker, nullptr);
   windows_.resize(opts_.num_worker);
+  pull_windows_.resize(opts_.num_worker);
   rounds_.set_timing(opts_.trace);
   rounds_.SetAsync(opts_.async_mode, opts_.max_staleness);
 }
@@ -138,6 +139,18 @@ Connection* SummationServer::Worker(int worker) {
   return worker >= 0 && worker < opts_.num_worker ? workers_[worker] : nullptr;
 }
 
+Connection* SummationServer::Worker(int worker, uint64_t key, PullWindow* w) {
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  *w = PullWindow();
+  if (worker < 0 || worker >= opts_.num_worker) return nullptr;
+  const auto& windows = pull_windows_[worker];
+  if (!windows.empty()) {
+    auto it = windows.find(key);
+    if (it != windows.end()) *w = it->second;
+  }
+  return workers_[worker];
+}
+
 Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   MsgType t = TypeOf(h);
   if (t == MsgType::kHello) return Status::OK();  // started after the book (OnAccepted)
@@ -145,7 +158,8 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   if (c->tag < 0) return Status::InvalidArgument("data before HELLO");
   const bool from_server = c->tag >= kServerTag;
   if (!from_server &&
-      (t == MsgType::kPull || t == MsgType::kStallQuery || t == MsgType::kKeyConfig))
+      (t == MsgType::kPull || t == MsgType::kStallQuery || t == MsgType::kKeyConfig ||
+       t == MsgType::kPullWindow))
     return Status::OK();  // no payload, or a small one into the connection's buffer
   if (t != MsgType::kPush)
     return Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(t) + " at a server");
@@ -174,7 +188,7 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   if (h.written) BPS_RETURN_IF_ERROR(CheckWritten(c, h));
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
   char* buf = nullptr;
-  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), PushBytes(h),
+  BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), DataBytes(h),
                                          sender, &buf, role, (h.flags & kPushFlagAsync) != 0));
   *dest = buf && !h.written ? static_cast<void*>(buf) : Connection::kDiscard;
   return Status::OK();
@@ -252,6 +266,7 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     c->set_peer_name("worker " + std::to_string(w));
     workers_[w] = c;
     windows_[w].clear();  // windows are the connection's: a new one has none
+    pull_windows_[w].clear();
     return;
   }
   if (t == MsgType::kGoodbye) {
@@ -266,7 +281,7 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     c->SendControl(MsgType::kPushAck, WindowFor(c, h, payload), h.key,
                    static_cast<uint32_t>(rank_), h.round);
     const int sender = c->tag >= kServerTag ? c->tag - kServerTag : c->tag;
-    rounds_.Push(h.key, static_cast<DType>(h.dtype), PushBytes(h), sender, h.round,
+    rounds_.Push(h.key, static_cast<DType>(h.dtype), DataBytes(h), sender, h.round,
                  (h.flags & kPushFlagPull) != 0,
                  h.flags & (kPushFlagHips | kPushFlagHipsUp) ? 0 : LearningRateOf(h),
                  (h.flags & kPushFlagAsync) != 0);
@@ -276,9 +291,26 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
     if (!st.ok()) return SendError(c->tag, st.message() + " from worker " + std::to_string(c->tag));
     rounds_.ConfigureKey(h.key, m, c->tag);
   }
+  else if (t == MsgType::kPullWindow) OpenPullWindow(c, h, payload);
   else if (t == MsgType::kPull) rounds_.Pull(h.key, c->tag, h.round);
   else if (t == MsgType::kStallQuery)
     rounds_.StallQuery(h.key, c->tag, static_cast<uint32_t>(h.aux));
+}
+
+void SummationServer::OpenPullWindow(Connection* c, const FrameHeader& h, const void* blob) {
+  uint32_t id = 0;
+  Status st = c->OpenWindow(std::string(static_cast<const char*>(blob), h.payload_len), &id);
+  if (!st.ok()) {  // the key's sums stay frames
+    static LogLimiter limit;
+    std::string more;
+    if (limit.Allow(&more))
+      BPS_LOG(WARNING) << "sums to " << c->peer_name() << " stay frames: " << st.message()
+                       << more;
+    return;
+  }
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  if (c->tag >= 0 && c->tag < opts_.num_worker && workers_[c->tag] == c)
+    pull_windows_[c->tag][h.key] = PullWindow{id, h.aux};
 }
 
 void SummationServer::OnClosed(Connection* c, const Status& why) {
@@ -353,11 +385,13 @@ void SummationServer::SendValue(int worker, RoundKey& k) {
   item.hdr = KeyFrame(MsgType::kPullResponse, k, k.reply_round[worker]);
   item.payload = k.snapshot[worker];
   item.len = k.len;
+  item.window = 0;
   c->Send(&item);
 }
 
 void SummationServer::SendSum(int worker, RoundKey& k, int parity) {
-  Connection* c = k.level == KeyLevel::kHipsTop ? Lower(worker) : Worker(worker);
+  PullWindow w;
+  Connection* c = k.level == KeyLevel::kHipsTop ? Lower(worker) : Worker(worker, k.key, &w);
   if (!c) return;
   SendItem& item =
       static_cast<Replies*>(k.attachment.get())->items[static_cast<size_t>(worker) * 2 + parity];
@@ -365,6 +399,9 @@ void SummationServer::SendSum(int worker, RoundKey& k, int parity) {
   item.hdr.aux = k.reply_aux[parity];  // 0 unless timed (BYTEPS_TRACE_ON, docs/timeline.md)
   item.payload = k.reply(parity);
   item.len = k.reply_len(parity);
+  // Into the worker's window where it offered one (the van decides by size, as for pushes).
+  item.window = w.id;
+  item.window_offset = k.round[parity] & 1 ? w.stride : 0;
   c->Send(&item);
 }
 

@@ -85,6 +85,15 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   };
   void OnAccepted(std::unique_ptr<Connection> conn);
   Connection* Worker(int worker);
+  // One-way pull responses (docs/rdma.md): a window a worker offered on where its sums of a key
+  // go (PULL_WINDOW), opened on its connection; an odd round's sum goes `stride` bytes in.
+  struct PullWindow {
+    uint32_t id = 0;
+    uint64_t stride = 0;
+  };
+  // Worker `worker`'s connection and, in *w, its window for `key` (id 0: none).
+  Connection* Worker(int worker, uint64_t key, PullWindow* w);
+  void OpenPullWindow(Connection* c, const FrameHeader& h, const void* blob);
   // A first-level HiPS server (by group) connected to this top-level one.
   Connection* Lower(int group);
   // One-way pushes (docs/rdma.md): the window on worker `worker`'s slot of the key of this
@@ -122,6 +131,9 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // [worker]: the keys whose window (true) or lack of one (false) its connection was told, since
   // its HELLO; touched only by that connection's handler calls.
   std::vector<std::unordered_map<uint64_t, bool>> windows_;
+  // [worker]: the pull windows its connection offered, by key; under conns_mu_ (the engine
+  // threads read them as they send sums), cleared at its HELLO.
+  std::vector<std::unordered_map<uint64_t, PullWindow>> pull_windows_;
   // Accepted connections are started (their frames read) only once the address book has given
   // rounds_ the job's partition bound: no push is read before it is known, and no handler waits
   // for it (a van may run every connection's handlers on one thread, the UCX van does).

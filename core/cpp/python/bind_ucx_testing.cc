@@ -208,14 +208,15 @@ class UcxTestPeer : public PsConnectionHandler {
   }
 
   // Sends a frame: the staged buffer `staged` (no copy) or a copy of `payload`; through the
-  // peer's window `window` (open_window) when not 0.
+  // peer's window `window` (open_window) when not 0, `offset` bytes into it.
   void Send(int link, uint64_t key, uint16_t type, int staged, const std::string& payload,
-            uint32_t window) {
+            uint32_t window, uint64_t offset) {
     Connection* l = Conn(link);
     std::unique_ptr<SendItem> owner(new SendItem);
     SendItem* item = owner.get();
     item->heap = true;
     item->window = window;
+    item->window_offset = offset;
     item->hdr.type = type;
     item->hdr.key = key;
     if (staged >= 0) {
@@ -509,7 +510,8 @@ void BindUcxTesting(py::module_& root) {
            py::arg("register") = true)
       .def("stage", &UcxTestPeer::Stage, py::arg("data"), py::arg("register") = false)
       .def("send", &UcxTestPeer::Send, py::arg("link"), py::arg("key"), py::arg("type") = 21,
-           py::arg("staged") = -1, py::arg("payload") = std::string(), py::arg("window") = 0)
+           py::arg("staged") = -1, py::arg("payload") = std::string(), py::arg("window") = 0,
+           py::arg("offset") = 0)
       .def("wait_sent", &UcxTestPeer::WaitSent, py::arg("count") = 1, py::arg("timeout") = 10.0)
       .def("recv", &UcxTestPeer::Recv, py::arg("timeout") = 10.0)
       .def("wait_closed", &UcxTestPeer::WaitClosed, py::arg("link"), py::arg("timeout") = 10.0)

@@ -109,15 +109,17 @@ void UcxLink::SendWritten(SendItem* item) {
   const Window* w = item->window <= windows_.size() ? &windows_[item->window - 1] : nullptr;
   if (!usable)
     bad = Status::PeerLost("UCX link to " + peer_name_ + " is closed");
-  else if (!w || item->len > w->len)
+  else if (!w || item->window_offset > w->len || item->len > w->len - item->window_offset)
     bad = Status::InvalidArgument("a one-way write of " + std::to_string(item->len) +
-                                  " bytes to " + peer_name_ + " through window " +
+                                  " bytes at " + std::to_string(item->window_offset) + " to " +
+                                  peer_name_ + " through window " +
                                   std::to_string(item->window) + " of " +
                                   std::to_string(windows_.size()) + (w ? " (smaller)" : ""));
   if (bad.ok()) {
     ucp_request_param_t p{};
     ctx_->UseRegistration(&p, item->payload, item->len);
-    ucs_status_ptr_t r = ucp_put_nbx(ep_, item->payload, item->len, w->addr, w->rkey, &p);
+    ucs_status_ptr_t r = ucp_put_nbx(ep_, item->payload, item->len,
+                                       w->addr + item->window_offset, w->rkey, &p);
     if (UCS_PTR_IS_ERR(r))
       bad = Status::PeerLost("UCX write to " + peer_name_ + " failed: " +
                              ucs_status_string(UCS_PTR_STATUS(r)));

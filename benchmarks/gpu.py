@@ -6,10 +6,12 @@ CUDA device and torch. Two jobs of this script's workers (``--worker``), each wo
 
 * ``copies``: one process, forced distributed (1 worker machine + 1 server): the pinned-memory
   copy bandwidth of each direction (torch: one ``copy_(non_blocking=True)`` of the whole tensor
-  between the device and pinned host memory, timed to ``torch.cuda.synchronize``), and the
-  effective bandwidth of byteps' copy stages, ``2 * bytes / (t_gpu - t_host)``: what the
-  push_pull of the CUDA tensor takes beyond the push_pull of the same bytes from host memory,
-  both in this process.
+  between the device and pinned host memory, timed to ``torch.cuda.synchronize``); the
+  bandwidth of byteps' copy stages, timed on the device (``_core.device.set_copy_timing``:
+  events around each partition's copy, bytes over the device time between them, over the
+  timed iterations); and the time the copy stages add, ``2 * bytes / (t_gpu - t_host)``: what
+  the push_pull of the CUDA tensor takes beyond the push_pull of the same bytes from host
+  memory, both in this process.
 * ``parts``: 2 worker processes sharing the GPU as 2 worker machines + 1 server: per iteration
   the push_pull of a CUDA tensor (t_gpu), and, of the same size, a D2H copy into pinned memory,
   the CPU push_pull of that pinned tensor, an H2D copy (their sum: t_parts); allocation counters
@@ -40,6 +42,8 @@ def _worker(args) -> None:
     from byteps import _core
 
     bps.init()
+    if args.job == "copies":  # before the first copy: every partition's copies timed
+        _core.device.set_copy_timing("cuda", True)
     dev = torch.device("cuda", bps.local_rank() % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     n = args.mib * (1 << 20) // 4
@@ -90,7 +94,12 @@ def _worker(args) -> None:
     }
     out["gpu_over_parts"] = med["gpu_push_pull"] / out["parts_s"]
     added = med["gpu_push_pull"] - med["host_push_pull"]
-    out["copy_stages_GBps"] = 2 * nbytes / added / 1e9 if added > 0 else None
+    out["copy_added_GBps"] = 2 * nbytes / added / 1e9 if added > 0 else None
+    for d in ("d2h", "h2d"):  # the copy stages on the device (copy timing; 0 when off)
+        busy = after[f"{d}_busy_ns"] - before[f"{d}_busy_ns"]
+        out[f"stage_{d}_GBps"] = (after[f"{d}_timed_bytes"] - before[f"{d}_timed_bytes"]) / busy \
+            if busy else None
+        out[f"stage_{d}_copies"] = after[f"{d}_timed"] - before[f"{d}_timed"]
     if bps.rank() == 0:
         print("RESULT " + json.dumps(out), flush=True)
     bps.shutdown()
@@ -138,10 +147,15 @@ def main(argv=None) -> None:
     print(f"device: {q['device']}; {q['bytes'] >> 20} MiB float32, median of {q['iters']}")
     print(f"pinned copies: D2H {c['pinned_d2h_GBps']:.1f} GB/s, H2D {c['pinned_h2d_GBps']:.1f} "
           f"GB/s")
-    if c["copy_stages_GBps"]:
+    for d in ("d2h", "h2d"):
+        if c[f"stage_{d}_GBps"]:
+            print(f"byteps COPY_{d.upper()} on the device (1 process, forced distributed, "
+                  f"{c[f'stage_{d}_copies']} copies): {c[f'stage_{d}_GBps']:.1f} GB/s = "
+                  f"{c[f'stage_{d}_GBps'] / c[f'pinned_{d}_GBps']:.0%} of the pinned copy")
+    if c["copy_added_GBps"]:
         pinned = (c["pinned_d2h_GBps"] + c["pinned_h2d_GBps"]) / 2
-        print(f"byteps copy stages (1 process, forced distributed): "
-              f"{c['copy_stages_GBps']:.1f} GB/s = {c['copy_stages_GBps'] / pinned:.0%} of the "
+        print(f"time the copy stages add to the host push_pull: as if copied at "
+              f"{c['copy_added_GBps']:.1f} GB/s = {c['copy_added_GBps'] / pinned:.0%} of the "
               f"pinned mean")
     m = q["median_s"]
     print(f"2 workers + 1 server: CUDA push_pull {m['gpu_push_pull'] * 1e3:.1f} ms; parts "

@@ -191,6 +191,28 @@ def assert_no_steady_device_allocations(out, ranks):
     return seen
 
 
+def assert_copy_stages_timed(out, ranks, min_copy_s=0.0):
+    """Every rank's ``TIMED {"stats": ..., "wall_s": ..., "bytes": ..., "rounds": ...}`` line
+    (``tests/workers/device_worker.py timed``) shows every copy of the rounds timed on the
+    device, per direction: each partition once a round (at least 5 partitions), the tensor's
+    bytes each round, at least ``min_copy_s`` of device time per copy and no more device time
+    than the rounds' wall time. Returns ``{rank: {"d2h": GB/s, "h2d": GB/s}}``, the copy stages'
+    bandwidth (timed bytes / device time)."""
+    seen = {}
+    for rank in ranks:
+        line = [x for x in worker_lines(out, rank) if x.startswith("TIMED ")][-1]
+        r = json.loads(line[len("TIMED "):])
+        s, rounds = r["stats"], r["rounds"]
+        seen[rank] = {}
+        for d in ("d2h", "h2d"):
+            timed, busy_ns = s[f"{d}_timed"], s[f"{d}_busy_ns"]
+            assert timed == s["copies"] // 2 >= rounds * 5 and timed % rounds == 0, (d, s)
+            assert s[f"{d}_timed_bytes"] == rounds * r["bytes"], (d, s)
+            assert timed * min_copy_s * 1e9 <= busy_ns <= r["wall_s"] * 1e9, (d, s, r)
+            seen[rank][d] = s[f"{d}_timed_bytes"] / busy_ns if busy_ns else None
+    return seen
+
+
 def assert_marker(result, marker, count):
     """Exit status 0 and ``marker`` printed ``count`` times (once per worker rank)."""
     out = result.output

@@ -20,6 +20,7 @@ from jobs import (
     REPO,
     TESTS,
     LiveJob,
+    assert_copy_stages_timed,
     assert_no_steady_device_allocations,
     assert_ok,
     kill_and_check,
@@ -124,6 +125,20 @@ def test_fake_device_no_allocation_in_steady_state():
     # first round and reused.
     for first, last in assert_no_steady_device_allocations(out, (0, 1)).values():
         assert last["copies"] == 6 * first["copies"], (first, last)
+        assert last["d2h_timed"] == last["h2d_timed"] == 0, last  # copy timing is off
+
+
+@pytest.mark.parametrize("layout", ["one-process", "distributed-local"])
+def test_fake_device_times_the_copy_stages(layout):
+    """With copy timing on, every partition's D2H and H2D copy is timed between events around
+    it on the copy stream: 3 rounds of every partition per direction, their bytes, and at least
+    the fake device's delay before each copy (2 ms) of device time, never more than the
+    rounds' wall time."""
+    rc, out, _ = run_job(LAYOUTS[layout], "timed", "3", env=ENV + ["FAKE_COPY_DELAY_US=2000"],
+                         timeout=120, script=WORKER)
+    size = 1 if layout == "one-process" else 4
+    assert_ok(rc, out, size, min_cases=3)
+    assert_copy_stages_timed(out, range(size), min_copy_s=0.002)
 
 
 def test_device_arguments_are_checked():

@@ -20,6 +20,7 @@ from jobs import (
     FRAMEWORK_ENV,
     TESTS,
     LiveJob,
+    assert_copy_stages_timed,
     assert_no_steady_device_allocations,
     assert_ok,
     kill_and_check,
@@ -67,6 +68,19 @@ def test_cuda_waits_for_a_kernel_still_running(layout):
     rc, out, _ = run_job(LAYOUTS[layout], "producer", "--cuda", env=ENV, timeout=200,
                          script=DEVICE_WORKER)
     assert_ok(rc, out, _size(layout), min_cases=3)
+
+
+@needs_torch
+def test_cuda_times_the_copy_stages():
+    """Copy timing on CUDA: every partition's copy of both directions timed between events on
+    the copy stream, at a device bandwidth above 1 GB/s (printed: what the copy stages get)."""
+    rc, out, _ = run_job(LAYOUTS["two-machines"], "timed", "3", "--cuda", env=ENV, timeout=200,
+                         script=DEVICE_WORKER)
+    assert_ok(rc, out, 2, min_cases=3)
+    for rank, bw in assert_copy_stages_timed(out, (0, 1)).items():
+        print(f"rank {rank}: copy stages D2H {bw['d2h']:.1f} GB/s, H2D {bw['h2d']:.1f} GB/s "
+              "(64 KiB partitions)")
+        assert bw["d2h"] > 1 and bw["h2d"] > 1, bw
 
 
 @needs_torch

@@ -14,6 +14,9 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   queued behind a long ``torch.cuda._sleep``); push_pull waits for that event.
 * ``steady N``: N rounds of three tensors; prints ``ALLOCS <json>``: the backend's counters
   after the first round and after the last (pinned allocations, streams, events must not grow).
+* ``timed N``: copy timing on (``_core.device.set_copy_timing``), then N rounds of one tensor
+  of several partitions; prints ``TIMED <json>``: the backend's counters and the rounds' wall
+  time (seconds).
 * ``dlpack``: ``byteps.push_pull`` of NumPy arrays (the DLPack front), every dtype NumPy has
   (not bfloat16), in place and with ``out=``, sum and average, sizes around the bound.
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
@@ -180,6 +183,29 @@ def mode_steady(args) -> int:
     return rounds * len(tensors)
 
 
+def mode_timed(args) -> int:
+    rounds, n = int(args[0]) if args else 3, 5 * BOUND // 4  # 5 partitions of float32
+    _core.device.set_copy_timing(KIND, True)
+    b = Buffers(np.zeros(n, np.float32))
+    wall = 0.0
+    for rnd in range(rounds):
+        host = make(values(8100, w.RANK, n, "float32", rnd), "float32", (n,))
+        if CUDA:
+            import torch
+
+            b.t.copy_(torch.from_numpy(host.view(np.uint8)).to(b.t.device))
+        else:
+            b.arr[:] = host
+        t0 = time.perf_counter()
+        bps.wait(start_op("timed", b, b, "float32", False))
+        wall += time.perf_counter() - t0
+        compare(f"timed round {rnd}", b.read(),
+                expected(8100, n, "float32", (n,), bps.size(), False, rnd), "float32", False)
+    log("TIMED " + json.dumps({"stats": dict(_core.device.stats(KIND)), "wall_s": wall,
+                               "bytes": n * 4, "rounds": rounds}))
+    return rounds
+
+
 def mode_dlpack(args) -> int:
     import byteps
 
@@ -242,4 +268,4 @@ if __name__ == "__main__":
         _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
                                                                     "300")))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
-            "loop": mode_loop, "dlpack": mode_dlpack})
+            "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed})

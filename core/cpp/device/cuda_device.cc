@@ -1,6 +1,6 @@
 // The CUDA backend of the device seam (device.h), through the runtime loaded at run time
-// (cuda_api.h). Streams are non-blocking; events are created without timing and with blocking
-// synchronisation, so a host thread waiting for a copy sleeps instead of spinning.
+// (cuda_api.h). Streams are non-blocking; events are created with blocking synchronisation, so
+// a host thread waiting for a copy sleeps instead of spinning, and without timing unless asked.
 #include "device/cuda_api.h"
 #include "device/device.h"
 
@@ -32,9 +32,15 @@ class CudaDevice : public Device {
     api_->SetDevice(before);  // the caller's current device, as it was
     return st;
   }
-  Status DoCreateEvent(Event* out) override {
-    return Check("cudaEventCreateWithFlags",
-                 api_->EventCreateWithFlags(out, kCudaEventDisableTiming | kCudaEventBlockingSync));
+  Status DoCreateEvent(Event* out, bool timing) override {
+    const unsigned flags = kCudaEventBlockingSync | (timing ? 0u : kCudaEventDisableTiming);
+    return Check("cudaEventCreateWithFlags", api_->EventCreateWithFlags(out, flags));
+  }
+  Status DoElapsedNs(Event start, Event end, uint64_t* ns) override {
+    float ms = 0;
+    BPS_RETURN_IF_ERROR(Check("cudaEventElapsedTime", api_->EventElapsedTime(&ms, start, end)));
+    *ns = ms > 0 ? static_cast<uint64_t>(static_cast<double>(ms) * 1e6) : 0;
+    return Status::OK();
   }
   void DoDestroyEvent(Event e) override {
     if (e) api_->EventDestroy(e);

@@ -46,9 +46,19 @@ Status Device::CreateStream(int device, Stream* out) {
   return DoCreateStream(device, out);
 }
 
-Status Device::CreateEvent(Event* out) {
+Status Device::CreateEvent(Event* out, bool timing) {
   stats_.events++;
-  return DoCreateEvent(out);
+  return DoCreateEvent(out, timing);
+}
+
+Status Device::AddCopyTime(CopyDir dir, Event start, Event end, size_t n) {
+  uint64_t ns = 0;
+  BPS_RETURN_IF_ERROR(DoElapsedNs(start, end, &ns));
+  const bool d2h = dir == CopyDir::kDeviceToHost;
+  (d2h ? stats_.d2h_timed : stats_.h2d_timed)++;
+  (d2h ? stats_.d2h_timed_bytes : stats_.h2d_timed_bytes) += n;
+  (d2h ? stats_.d2h_busy_ns : stats_.h2d_busy_ns) += ns;
+  return Status::OK();
 }
 
 Status Device::CopyAsync(void* dst, const void* src, size_t n, CopyDir dir, Stream s) {

@@ -31,6 +31,10 @@ enum class CopyDir : uint8_t { kDeviceToHost, kHostToDevice };
 struct Stats {
   std::atomic<uint64_t> host_allocs{0}, host_frees{0}, host_bytes{0};
   std::atomic<uint64_t> streams{0}, events{0}, copies{0}, copy_bytes{0}, stream_waits{0};
+  // Copy timing (Device::set_copy_timing): the copy stages' copies timed on the device, their
+  // bytes and the device time between the events around each (nanoseconds), per direction.
+  std::atomic<uint64_t> d2h_timed{0}, d2h_timed_bytes{0}, d2h_busy_ns{0};
+  std::atomic<uint64_t> h2d_timed{0}, h2d_timed_bytes{0}, h2d_busy_ns{0};
 };
 
 class Device {
@@ -49,7 +53,9 @@ class Device {
   // Counted wrappers of the backend's operations (Stats). CreateStream makes a stream of
   // `device` and leaves the calling thread's current device as it was.
   Status CreateStream(int device, Stream* out);
-  Status CreateEvent(Event* out);
+  // `timing`: the event can be an end of ElapsedNs (CUDA creates events without timing
+  // otherwise, which waits and records cost less).
+  Status CreateEvent(Event* out, bool timing = false);
   void DestroyEvent(Event e) { DoDestroyEvent(e); }
   // Copies n bytes on stream s, after everything queued there before.
   Status CopyAsync(void* dst, const void* src, size_t n, CopyDir dir, Stream s);
@@ -59,6 +65,15 @@ class Device {
   Status StreamWait(Stream s, Event e);
   // The calling thread waits until the work recorded in e is complete.
   Status Synchronize(Event e) { return DoSynchronize(e); }
+  // Copy timing, off by default (benchmarks turn it on before the first device tensor): the
+  // copy stages then record a timing event before each copy as well as after it, and count
+  // the device time between the two (AddCopyTime), so a copy stage's bandwidth is its bytes
+  // over the time the device spent copying them, apart from queueing and the host's waits.
+  void set_copy_timing(bool on) { copy_timing_ = on; }
+  bool copy_timing() const { return copy_timing_; }
+  // Adds one copy of n bytes in direction `dir`, between `start` and `end` (timing events, both
+  // complete), to the counters.
+  Status AddCopyTime(CopyDir dir, Event start, Event end, size_t n);
   // Pinned (page-locked) host memory the device copies to and from at full speed.
   Status HostAlloc(size_t n, void** out);
   void HostFree(void* p, size_t n);
@@ -66,7 +81,9 @@ class Device {
 
  protected:
   virtual Status DoCreateStream(int device, Stream* out) = 0;
-  virtual Status DoCreateEvent(Event* out) = 0;
+  virtual Status DoCreateEvent(Event* out, bool timing) = 0;
+  // The device time from `start` to `end`, both complete (nanoseconds).
+  virtual Status DoElapsedNs(Event start, Event end, uint64_t* ns) = 0;
   virtual void DoDestroyEvent(Event e) = 0;
   virtual Status DoCopyAsync(void* dst, const void* src, size_t n, CopyDir dir, Stream s) = 0;
   virtual Status DoRecord(Event e, Stream s) = 0;
@@ -77,6 +94,7 @@ class Device {
 
  private:
   Stats stats_;
+  std::atomic<bool> copy_timing_{false};
   std::mutex mu_;
   std::map<std::pair<int, int>, Stream> copy_streams_;  // (device, direction)
 };

@@ -30,7 +30,14 @@ std::atomic<int64_t> g_copy_delay_us{0};
 struct FakeEvent {
   uint64_t recorded = 0;   // Record calls so far
   uint64_t completed = 0;  // the last of them its stream has reached
+  int64_t completed_ns = 0;  // when (steady clock), for ElapsedNs
 };
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class FakeStream {
  public:
@@ -84,8 +91,18 @@ class Fake : public Device {
     *out = new FakeStream();
     return Status::OK();
   }
-  Status DoCreateEvent(Event* out) override {
+  Status DoCreateEvent(Event* out, bool timing) override {
+    (void)timing;  // every fake event keeps its time
     *out = new FakeEvent();
+    return Status::OK();
+  }
+  Status DoElapsedNs(Event start, Event end, uint64_t* ns) override {
+    auto *a = static_cast<FakeEvent*>(start), *b = static_cast<FakeEvent*>(end);
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (a->completed < a->recorded || b->completed < b->recorded || !a->recorded)
+      return Status::InvalidArgument("fake device: elapsed time of an event not complete");
+    *ns = b->completed_ns > a->completed_ns ? static_cast<uint64_t>(b->completed_ns - a->completed_ns)
+                                            : 0;
     return Status::OK();
   }
   void DoDestroyEvent(Event e) override {
@@ -111,6 +128,7 @@ class Fake : public Device {
       {
         std::lock_guard<std::mutex> lk(g_mu);
         ev->completed = std::max(ev->completed, seq);
+        ev->completed_ns = NowNs();
       }
       g_cv.notify_all();
     });

@@ -106,6 +106,7 @@ struct PartTask {
   // A device tensor: the event recorded after this partition's copy (COPY_D2H, then COPY_H2D),
   // made at the first copy and reused (docs/gpu.md).
   device::Event copied = nullptr;
+  device::Event copy_start = nullptr;  // copy timing (Device::set_copy_timing): before the copy
   // An all-reduce tensor on the local root of a distributed job (null otherwise).
   std::unique_ptr<CollTask> coll;
 };

@@ -1,6 +1,8 @@
 // The copy stages' event waiter (device_waiter.h).
 #include "pipeline/device_waiter.h"
 
+#include "common/logging.h"
+
 namespace byteps {
 
 void DeviceWaiter::Start(Done done) {
@@ -10,10 +12,11 @@ void DeviceWaiter::Start(Done done) {
   thread_ = std::thread([this] { Loop(); });
 }
 
-void DeviceWaiter::Add(device::Device* d, device::Event e, PartTask* t) {
+void DeviceWaiter::Add(device::Device* d, device::Event e, PartTask* t, device::Event start,
+                       device::CopyDir dir, size_t bytes) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    items_.push_back(Item{d, e, t});
+    items_.push_back(Item{d, e, t, start, dir, bytes});
   }
   cv_.notify_one();
 }
@@ -37,7 +40,15 @@ void DeviceWaiter::Loop() {
       it = items_.front();
       items_.pop_front();
     }
-    done_(it.task, it.device->Synchronize(it.event));
+    Status st = it.device->Synchronize(it.event);
+    if (st.ok() && it.start) {  // copy timing: read before the task moves on (and recopies)
+      Status timed = it.device->AddCopyTime(it.dir, it.start, it.event, it.bytes);
+      if (!timed.ok() && !timing_failed_) {
+        timing_failed_ = true;
+        BPS_LOG(WARNING) << "copy timing stopped counting: " << timed.message();
+      }
+    }
+    done_(it.task, st);
   }
 }
 

@@ -39,13 +39,21 @@ Status QueueCopy(PartTask* t, device::CopyDir dir) {
   BPS_RETURN_IF_ERROR(d->Use(ctx->device_id));
   device::Stream s;
   BPS_RETURN_IF_ERROR(d->CopyStream(ctx->device_id, dir, &s));
+  if (d->copy_timing() && !t->copy_start) {  // timing events around the copy from now on
+    BPS_RETURN_IF_ERROR(d->CreateEvent(&t->copy_start, /*timing=*/true));
+    if (t->copied) d->DestroyEvent(t->copied);  // complete: the task's last copy is done
+    t->copied = nullptr;
+    BPS_RETURN_IF_ERROR(d->CreateEvent(&t->copied, /*timing=*/true));
+  }
   if (!t->copied) BPS_RETURN_IF_ERROR(d->CreateEvent(&t->copied));
   const size_t off = t->part.offset, len = t->part.length;
   if (dir == device::CopyDir::kDeviceToHost) {
     if (ctx->ready_event) BPS_RETURN_IF_ERROR(d->StreamWait(s, ctx->ready_event));
+    if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
     BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->staging.data() + off, ctx->device_input + off, len,
                                      dir, s));
   } else {
+    if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
     BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->device_output + off, ctx->staging.data() + off, len,
                                      dir, s));
   }
@@ -57,13 +65,15 @@ Status QueueCopy(PartTask* t, device::CopyDir dir) {
 void WorkerCore::RunCopyD2H(PartTask* t) {
   Status st = QueueCopy(t, device::CopyDir::kDeviceToHost);
   if (!st.ok()) return OnCopied(t, st);
-  d2h_waiter_.Add(t->ctx->device, t->copied, t);
+  d2h_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kDeviceToHost,
+                  t->part.length);
 }
 
 void WorkerCore::RunCopyH2D(PartTask* t) {
   Status st = QueueCopy(t, device::CopyDir::kHostToDevice);
   if (!st.ok()) return OnCopied(t, st);
-  h2d_waiter_.Add(t->ctx->device, t->copied, t);
+  h2d_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kHostToDevice,
+                  t->part.length);
 }
 
 void WorkerCore::OnCopied(PartTask* t, const Status& st) {

@@ -83,12 +83,30 @@ void BindDevice(py::module_& m) {
         out["copies"] = s.copies.load();
         out["copy_bytes"] = s.copy_bytes.load();
         out["stream_waits"] = s.stream_waits.load();
+        out["d2h_timed"] = s.d2h_timed.load();
+        out["d2h_timed_bytes"] = s.d2h_timed_bytes.load();
+        out["d2h_busy_ns"] = s.d2h_busy_ns.load();
+        out["h2d_timed"] = s.h2d_timed.load();
+        out["h2d_timed_bytes"] = s.h2d_timed_bytes.load();
+        out["h2d_busy_ns"] = s.h2d_busy_ns.load();
         return out;
       },
       py::arg("kind"),
       "Counters of the backend `kind` ('cuda' or 'fake') since the process started: "
       "{host_allocs, host_frees, host_bytes (pinned bytes held now), streams, events, copies, "
-      "copy_bytes, stream_waits}. Raises InvalidArgumentError for 'cuda' while CUDA is off.");
+      "copy_bytes, stream_waits}, and with copy timing on (set_copy_timing) per direction "
+      "(d2h_, h2d_) the copies timed, their bytes and the device nanoseconds they took "
+      "(*_timed, *_timed_bytes, *_busy_ns). Raises InvalidArgumentError for 'cuda' while CUDA "
+      "is off.");
+  d.def(
+      "set_copy_timing",
+      [](const std::string& kind, bool on) { Backend(kind)->set_copy_timing(on); },
+      py::arg("kind"), py::arg("on"),
+      "Times the copy stages' copies of backend `kind` on the device (default off): from a "
+      "partition's next copy on, a timing event before and after each copy, whose device time "
+      "stats() adds up per direction; the copy stages' bandwidth is *_timed_bytes / *_busy_ns. "
+      "Costs an event record per copy. Raises InvalidArgumentError for 'cuda' while CUDA is "
+      "off.");
   d.def(
       "copy_stream",
       [](const std::string& kind, int device_id) {

@@ -114,9 +114,10 @@ def read_log(path: Path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")
 @pytest.mark.timeout(300)
 def test_job_tunes_with_exact_results_and_agrees(tmp_path):
-    """2 worker machines, 2 servers: every trial re-cuts the 3 MiB gradient (new keys,
-    re-declared), results checked every iteration; all workers log the same trials and
-    choice; one log file per rank ({rank}), one line per trial plus the choice."""
+    """2 worker machines, 2 servers: the trials of 64 KiB to 512 KiB partitions re-cut the 32 MiB
+    gradient (new keys, re-declared), results checked every iteration; all workers log the same trials and
+    choice; one log file per rank ({rank}), one line per trial plus the choice; the servers
+    free every old cut's keys and end holding only the last cut's."""
     log = tmp_path / "tune.{rank}.jsonl"
     rc, out, _ = run_job(["--workers", "2", "--servers", "2"], "train", "60", script=WORKER,
                          env=FAST + [f"BYTEPS_AUTOTUNE_LOG={log}", "BYTEPS_LOG_LEVEL=INFO"],
@@ -155,6 +156,14 @@ def test_job_tunes_with_exact_results_and_agrees(tmp_path):
     for r in range(2):  # the INFO line of the choice, on every worker
         assert re.search(rf"rank {r}: autotune: chose partition {s['choice']['partition_bytes']} "
                          rf"B, credit {s['choice']['credit']}", out), out[-4000:]
+    # The servers freed every old cut's keys once both workers had declared the new one: at
+    # shutdown each holds only keys of its tensors' last cut.
+    assert re.search(r"\[server \d\].*retiring \d+ keys of tensor \d+ \(generations below "
+                     r"\d+, cut anew\)", out), out[-4000:]
+    held = re.findall(r"\[server (\d)\].* (\d+) keys held at shutdown, (\d+) of them of a "
+                      r"tensor's older cut", out)
+    assert sorted(x[0] for x in held) == ["0", "1"], out[-4000:]
+    assert all(int(keys) > 0 and stale == "0" for _, keys, stale in held), held
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")

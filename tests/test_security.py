@@ -160,7 +160,7 @@ def test_wrong_secret_worker_gets_config_error():
 
 HEADER = struct.Struct("<IHBBIIQQQQ")  # magic, type, dtype, flags, sender, round, key, len, aux, written
 FRAME_MAGIC = 0x31535042
-_TYPES = list(range(1, 11)) + list(range(20, 30)) + [34]
+_TYPES = list(range(1, 12)) + list(range(20, 30)) + [34]
 
 
 def malformed_frame(rng: random.Random) -> bytes:
@@ -171,7 +171,7 @@ def malformed_frame(rng: random.Random) -> bytes:
     if kind == 0:
         return rng.randbytes(rng.randrange(1, 200))
     magic = FRAME_MAGIC if kind != 1 else rng.getrandbits(32) | 1
-    typ = rng.choice(_TYPES) if kind != 2 else rng.choice([0, 11, 19, 35, 0xFFFF])
+    typ = rng.choice(_TYPES) if kind != 2 else rng.choice([0, 12, 19, 35, 0xFFFF])
     dtype = rng.randrange(8) if kind != 3 else rng.randrange(8, 256)
     plen = rng.randrange(0, 64) if kind != 4 else rng.choice([1 << 40, (1 << 64) - 1, 1 << 34])
     sender = rng.choice([0, 1, 2, 7, 0xFFFFFFFF])

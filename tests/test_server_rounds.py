@@ -13,6 +13,8 @@ interleavings of N workers' pushes and pulls (no wrong sum, no lost or extra rep
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -329,6 +331,46 @@ def test_each_key_is_bound_to_the_least_loaded_engine():
     assert r.engine_loads == [4104, 4100]
     assert r.push_buffer(1, 0, 4096)  # an existing key stays where it is
     assert r.engine_loads == [4104, 4100]
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_retired_generations_are_freed_and_the_new_cut_goes_on(threaded):
+    """RETIRE_KEYS (BYTEPS_AUTOTUNE cut a tensor anew): the tensor's keys of older
+    generations (key bits 32-47) are freed, with their engines' load; another tensor's keys and
+    the newest generation stay, and go on summing."""
+    r = rounds(2, engines=2, threaded=threaded)
+
+    def key(declared, gen, index):
+        return gen << 32 | declared << 16 | index
+
+    try:
+        held = [key(3, g, i) for g in (0, 1, 2) for i in range(2)] + [key(4, 0, 0)]
+        for k in held:
+            for w in range(2):
+                r.push(k, w, 1, data(w, 1, n=64, key=k).tobytes(), pull=True)
+        if threaded:
+            assert r.wait_replies(2 * len(held), 10.0)
+        r.replies()
+        assert r.key_census() == (7, 4)  # tensor 3's generations 0 and 1 are older than 2
+        loads = sum(r.engine_loads)
+        assert r.retire(3, 2) == 4
+        deadline = time.monotonic() + 10
+        while r.num_keys != 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert r.key_census() == (3, 0)
+        assert sum(r.engine_loads) == loads - 4 * 256
+        assert all(r.key_state(key(3, g, i)) is None for g in (0, 1) for i in range(2))
+        assert r.retire(3, 2) == 0 and r.retire(4, 0) == 0  # nothing older: nothing retired
+        for k in (key(3, 2, 0), key(4, 0, 0)):
+            xs = [data(w, 2, n=64, key=k) for w in range(2)]
+            for w in range(2):
+                r.push(k, w, 2, xs[w].tobytes(), pull=True)
+        if threaded:
+            assert r.wait_replies(4, 10.0)
+        got = r.replies()
+        assert len(got) == 4 and all(kind == "sum" and rnd == 2 for kind, _, _, rnd, _ in got)
+    finally:
+        r.stop()
 
 
 def test_threaded_engines_sum_every_key_every_round():

@@ -575,7 +575,7 @@ class TestKeyPlan:
 # frame codec (docs/architecture.md §6: decoders never trust a peer's sizes)
 # =============================================================================================
 
-CONTROL_TYPES = list(range(1, 11))  # ... NODE_FAILED, WORKER_LEFT
+CONTROL_TYPES = list(range(1, 12))  # ... NODE_FAILED, WORKER_LEFT, RETIRE_KEYS
 DATA_TYPES = list(range(20, 35))  # ... PUSH_ACK, KEY_CONFIG, PEER_HELLO .. PEER_ABORT, PULL_WINDOW
 KNOWN_TYPES = CONTROL_TYPES + DATA_TYPES
 MAGIC = 0x31535042
@@ -598,7 +598,7 @@ def header_is_valid(magic, type_, dtype, payload_len, written=0):
     # only a PUSH or PULL_RESPONSE announces bytes written one-way, and then carries none
     if written and (type_ not in (21, 23) or payload_len != 0 or written > MAX_DATA):
         return False
-    return not (type_ in (22, 25, 26, 30, 32) and payload_len != 0)
+    return not (type_ in (11, 22, 25, 26, 30, 32) and payload_len != 0)
 
 
 class TestFrame:
@@ -645,7 +645,8 @@ class TestFrame:
     @pytest.mark.parametrize("type_,name", [(1, "REGISTER"), (2, "ADDRESS_BOOK"), (3, "DECLARE"),
                                             (4, "DECLARE_REPLY"), (5, "HEARTBEAT"),
                                             (6, "FINALIZE"), (7, "FINALIZE_DONE"),
-                                            (8, "SHUTDOWN"), (9, "NODE_FAILED"), (20, "HELLO"),
+                                            (8, "SHUTDOWN"), (9, "NODE_FAILED"),
+                                            (10, "WORKER_LEFT"), (11, "RETIRE_KEYS"), (20, "HELLO"),
                                             (21, "PUSH"), (22, "PULL"), (23, "PULL_RESPONSE"),
                                             (24, "DATA_ERROR"), (25, "GOODBYE"),
                                             (26, "STALL_QUERY"), (27, "STALL_REPORT"),
@@ -660,7 +661,7 @@ class TestFrame:
         with pytest.raises(ValueError, match="magic"):
             T.decode_header(T.encode_header(21, magic=magic))
 
-    @pytest.mark.parametrize("type_", [0, 11, 12, 19, 35, 100, 0xFFFF])
+    @pytest.mark.parametrize("type_", [0, 12, 13, 19, 35, 100, 0xFFFF])
     def test_unknown_type(self, type_):
         with pytest.raises(ValueError, match="type"):
             T.decode_header(T.encode_header(type_))

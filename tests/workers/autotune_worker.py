@@ -4,7 +4,9 @@ bps_worker's.
 
 ``train``: one broadcast-like push_pull of a tensor used once (it must not become the pilot),
 then ITERS iterations of a training-shaped loop: several gradients of different sizes (one
-large enough to be cut differently by every partition size of the search, one tiny) pushed
+large enough to be cut anew by the search's partition sizes up to 512 KiB: with 2 worker
+machines the core cuts 32 MiB into at most 64 partitions of at least 60 KiB, so 64, 128, 256
+and 512 KiB give four cuts, each under new keys; one tiny) pushed
 asynchronously last layer first, then waited for. Every result of every iteration is checked
 exactly (integer-valued float32 data that changes every iteration), across every switch of
 the tuner. Prints ``AUTOTUNE <json>`` (byteps._core.autotune_status) at the end.
@@ -22,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bps_worker as w
 from bps_worker import bps, fail, log, push_pull
 
-#: element counts of the gradients (float32): 3 MiB, 600 KiB, 40 KiB, 40 bytes
-GRADS = (("grad.fc", 786_432), ("grad.conv2", 153_600), ("grad.conv1", 10_000),
+#: element counts of the gradients (float32): 32 MiB, 600 KiB, 40 KiB, 40 bytes
+GRADS = (("grad.fc", 8_388_608), ("grad.conv2", 153_600), ("grad.conv1", 10_000),
          ("grad.bias", 10))
 
 

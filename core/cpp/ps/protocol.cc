@@ -8,7 +8,7 @@
 namespace byteps {
 
 bool IsControlType(MsgType t) {
-  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 10;
+  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 11;
 }
 
 const char* MsgTypeName(MsgType t) {
@@ -23,6 +23,7 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kShutdown: return "SHUTDOWN";
     case MsgType::kNodeFailed: return "NODE_FAILED";
     case MsgType::kWorkerLeft: return "WORKER_LEFT";
+    case MsgType::kRetireKeys: return "RETIRE_KEYS";
     case MsgType::kHello: return "HELLO";
     case MsgType::kPush: return "PUSH";
     case MsgType::kPull: return "PULL";
@@ -57,6 +58,7 @@ Status ValidatePsHeader(const FrameHeader& h) {
                                    std::to_string(h.payload_len) + " bytes exceeds the limit " +
                                    std::to_string(limit));
   if ((t == MsgType::kPull || t == MsgType::kGoodbye || t == MsgType::kStallQuery ||
+       t == MsgType::kRetireKeys ||
        t == MsgType::kPeerHello || t == MsgType::kPeerGoodbye) &&
       h.payload_len != 0)
     return Status::InvalidArgument(std::string(MsgTypeName(t)) + " must not carry a payload");

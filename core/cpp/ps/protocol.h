@@ -26,6 +26,10 @@ enum class MsgType : uint16_t {
   // others go on; what it never submitted can never complete. In asynchronous mode
   // (BYTEPS_ENABLE_ASYNC) also when it died, and to the servers too (they stop waiting for it).
   kWorkerLeft = 10,
+  // scheduler -> servers: every worker machine declared tensor `key` (its declared key) cut anew
+  // with key generation aux (BYTEPS_AUTOTUNE, docs/autotune.md); the tensor's keys of older
+  // generations are done with, and the servers free them. No payload.
+  kRetireKeys = 11,
   // data plane: worker <-> server
   kHello = 20,
   kPush = 21,  // flags: kPushFlagPull, kPushFlagHips, kPushFlagHipsUp, kPushFlagAsync

@@ -451,6 +451,14 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
                                : pd->timed_out ? DeclareReply::kTimeout
                                                : DeclareReply::kMismatch));
   }
+  if (!error && pd->first.generation > 0) {
+    // BYTEPS_AUTOTUNE cut the tensor anew and every live worker machine declared the new cut,
+    // each only once its operations of the old one completed: the servers free the old keys.
+    for (auto& n : nodes_)
+      if (n->reg.role == NodeRole::kServer && n->conn)
+        n->conn->SendControl(MsgType::kRetireKeys, std::string(), key, 0,
+                             pd->first.generation);
+  }
   if (!error) pending_.erase(key);
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "comm/socket_util.h"
 #include "common/logging.h"
@@ -44,6 +45,7 @@ Status SummationServer::Run() {
         if (TypeOf(h) == MsgType::kWorkerLeft && rounds_.async_mode() &&
             h.sender < static_cast<uint32_t>(opts_.num_worker))
           rounds_.WorkerLeft(static_cast<int>(h.sender));
+        if (TypeOf(h) == MsgType::kRetireKeys) RetireKeys(h.key, h.aux);
       },
       nullptr);
   BPS_RETURN_IF_ERROR(
@@ -95,6 +97,9 @@ Status SummationServer::Run() {
   control_->StartHeartbeats(opts_.heartbeat_interval_s, opts_.heartbeat_timeout_s);
   Status st = control_->WaitForShutdown();
   stopping_ = true;
+  const auto census = rounds_.KeyCensus();
+  BPS_LOG(INFO) << census.first << " keys held at shutdown, " << census.second
+                << " of them of a tensor's older cut";
   if (!st.ok()) {
     // Tell the workers why this server is leaving, so they name the real cause.
     std::lock_guard<std::mutex> lk(conns_mu_);
@@ -295,6 +300,27 @@ void SummationServer::OnFrame(Connection* c, const FrameHeader& h, void* payload
   else if (t == MsgType::kPull) rounds_.Pull(h.key, c->tag, h.round);
   else if (t == MsgType::kStallQuery)
     rounds_.StallQuery(h.key, c->tag, static_cast<uint32_t>(h.aux));
+}
+
+void SummationServer::RetireKeys(uint64_t declared_key, uint64_t generation) {
+  if (declared_key > 0xffff || generation > 0xffff) {
+    BPS_LOG(WARNING) << "RETIRE_KEYS of tensor " << declared_key << " generation " << generation
+                     << " names no key; ignored";
+    return;
+  }
+  const size_t n = rounds_.Retire(static_cast<uint32_t>(declared_key),
+                                  static_cast<uint32_t>(generation));
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    for (auto& windows : pull_windows_)
+      for (auto it = windows.begin(); it != windows.end();)
+        it = (it->first >> 16 & 0xffff) == declared_key && (it->first >> 32 & 0xffff) < generation
+                 ? windows.erase(it)
+                 : std::next(it);
+  }
+  if (n)
+    BPS_LOG(INFO) << "retiring " << n << " keys of tensor " << declared_key
+                  << " (generations below " << generation << ", cut anew)";
 }
 
 void SummationServer::OpenPullWindow(Connection* c, const FrameHeader& h, const void* blob) {

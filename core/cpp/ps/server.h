@@ -94,6 +94,8 @@ class SummationServer : public PsConnectionHandler, public ReplySink {
   // Worker `worker`'s connection and, in *w, its window for `key` (id 0: none).
   Connection* Worker(int worker, uint64_t key, PullWindow* w);
   void OpenPullWindow(Connection* c, const FrameHeader& h, const void* blob);
+  // RETIRE_KEYS from the scheduler: the keys of `declared_key` below `generation` are freed.
+  void RetireKeys(uint64_t declared_key, uint64_t generation);
   // A first-level HiPS server (by group) connected to this top-level one.
   Connection* Lower(int group);
   // One-way pushes (docs/rdma.md): the window on worker `worker`'s slot of the key of this

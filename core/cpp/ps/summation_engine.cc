@@ -42,6 +42,49 @@ void SummationEngine::FreeBuffers(RoundKey* ks) {
   ks->sink_slots.clear();
 }
 
+size_t SummationEngine::Retire(uint32_t declared_key, uint32_t generation) {
+  std::vector<RoundKey*> old;
+  {
+    std::shared_lock<std::shared_mutex> lk(keys_mu_);
+    for (auto& [key, ks] : keys_)
+      if ((key >> 16 & 0xffff) == declared_key && (key >> 32 & 0xffff) < generation)
+        old.push_back(ks.get());
+  }
+  for (RoundKey* ks : old) {
+    Event ev;
+    ev.type = EventType::kRetire;
+    ev.ks = ks;
+    Dispatch(ev);
+  }
+  return old.size();
+}
+
+void SummationEngine::RetireKey(RoundKey* ks) {
+  std::unique_ptr<RoundKey> gone;
+  {
+    std::unique_lock<std::shared_mutex> lk(keys_mu_);
+    auto it = keys_.find(ks->key);
+    if (it == keys_.end() || it->second.get() != ks) return;
+    gone = std::move(it->second);
+    keys_.erase(it);
+    engines_[gone->engine]->load_bytes -= std::max(gone->len, gone->raw_len);
+  }
+  gone->attachment.reset();  // it may refer to the buffers (the server's registrations)
+  FreeBuffers(gone.get());
+}
+
+std::pair<size_t, size_t> SummationEngine::KeyCensus() {
+  std::shared_lock<std::shared_mutex> lk(keys_mu_);
+  std::unordered_map<uint64_t, uint64_t> newest;  // declared key -> its newest generation held
+  for (auto& kv : keys_) {
+    uint64_t& g = newest[kv.first >> 16 & 0xffff];
+    g = std::max(g, kv.first >> 32 & 0xffff);
+  }
+  size_t stale = 0;
+  for (auto& kv : keys_) stale += (kv.first >> 32 & 0xffff) < newest[kv.first >> 16 & 0xffff];
+  return {keys_.size(), stale};
+}
+
 void SummationEngine::Start() {
   if (!threaded_ || started_) return;
   started_ = true;
@@ -295,6 +338,7 @@ void SummationEngine::Dispatch(const Event& ev) {
 }
 
 void SummationEngine::Handle(const Event& ev) {
+  if (ev.type == EventType::kRetire) return RetireKey(ev.ks);
   if (ev.ks->async) {
     switch (ev.type) {
       case EventType::kPush: HandleAsyncPush(ev); break;
@@ -305,6 +349,7 @@ void SummationEngine::Handle(const Event& ev) {
         ReleaseHeld(ev.ks);
         break;
       case EventType::kForwarded: break;  // HiPS keys are never asynchronous
+      case EventType::kRetire: break;     // above
     }
     return;
   }
@@ -314,6 +359,7 @@ void SummationEngine::Handle(const Event& ev) {
     case EventType::kPull: HandlePull(ev); break;
     case EventType::kStallQuery: HandleStallQuery(ev); break;
     case EventType::kForwarded: HandleForwarded(ev); break;
+    case EventType::kRetire: break;  // above
   }
 }
 

@@ -31,6 +31,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -226,6 +227,15 @@ class SummationEngine {
   // received, at the same address every round (a window's memory); null for a key without
   // fixed slots, another size, or no such key. Any thread.
   char* WindowSlot(uint64_t key, int worker, uint64_t len);
+  // Frees the keys of tensor `declared_key` (key bits 16-31) of every generation (bits 32-47)
+  // below `generation`: BYTEPS_AUTOTUNE cut the tensor anew and every worker machine declared
+  // the new cut, which each does only once its operations of the old cut completed, so nothing
+  // of the old keys is in flight (docs/autotune.md). Each key is freed on its engine thread,
+  // after the events queued for it. Returns how many keys are being retired.
+  size_t Retire(uint32_t declared_key, uint32_t generation);
+  // The keys held, and how many of them belong to a generation below the newest held of their
+  // tensor (what Retire frees; tests and the server's shutdown line).
+  std::pair<size_t, size_t> KeyCensus();
   int num_engines() const { return static_cast<int>(engines_.size()); }
   uint64_t engine_load(int engine) const { return engines_[engine]->load_bytes; }
   // The key's state, or nullptr before its first push. Only for a quiescent engine (tests).
@@ -233,7 +243,7 @@ class SummationEngine {
   size_t num_keys();
 
  private:
-  enum class EventType : uint8_t { kPush, kPull, kStallQuery, kForwarded, kWorkerLeft };
+  enum class EventType : uint8_t { kPush, kPull, kStallQuery, kForwarded, kWorkerLeft, kRetire };
   struct Event {
     EventType type = EventType::kPush;
     bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
@@ -251,6 +261,7 @@ class SummationEngine {
 
   RoundKey* FindKey(uint64_t key);
   void FreeBuffers(RoundKey* ks);  // owned and sink_slots
+  void RetireKey(RoundKey* ks);     // out of the table, then freed (its engine's thread)
   // Makes a key: plain (config null; `len` bytes per push) or compressed (the codec made from
   // config, `len` its largest encoding). *out = the existing key when another thread made it.
   Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,

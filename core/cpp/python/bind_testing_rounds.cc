@@ -20,6 +20,9 @@
 //                   | ("error", worker, message)], in the order sent; takes them
 //   r.wait_replies(n, timeout_s) -> bool: at least n replies are recorded (threaded mode)
 //   r.key_state(key) -> dict | None; r.engine_loads; r.num_keys; r.stop()
+//   r.retire(declared_key, generation) -> int   RETIRE_KEYS: frees the tensor's keys (bits
+//       16-31) of generations (bits 32-47) below `generation`, on their engines
+//   r.key_census() -> (keys held, of them of a tensor's older generation)
 #include <cstdint>
 #include <pybind11/stl.h>
 
@@ -267,6 +270,13 @@ void BindTestingRounds(py::module_& m) {
                                return loads;
                              })
       .def_property_readonly("num_keys", [](Rounds& r) { return r.engine().num_keys(); })
+      .def(
+          "retire",
+          [](Rounds& r, uint32_t declared_key, uint32_t generation) {
+            return r.engine().Retire(declared_key, generation);
+          },
+          py::arg("declared_key"), py::arg("generation"))
+      .def("key_census", [](Rounds& r) { return r.engine().KeyCensus(); })
       .def("stop", [](Rounds& r) {
         py::gil_scoped_release nogil;
         r.engine().Stop();

@@ -174,14 +174,16 @@ std::vector<KnobSpec> BuildTable() {
             "call (2 workers + 1 server on 2 cores, 4 KiB push_pull: 0.18-0.24 ms at 0, "
             "0.29-0.35 ms at 13 over shared memory, 0.42 ms polling 256 rounds over TCP)."),
       Choice("BYTEPS_UCX_ONE_WAY", "auto", {"auto", "1", "0"}, "all",
-             "One-way pushes over the UCX van: a push larger than UCX's eager limit is written "
+             "One-way writes over the UCX van: a push larger than UCX's eager limit is written "
              "straight into the server's fixed slot for its key (whose remote key came once, "
              "with the key's first acknowledgement) and announced by a header, instead of a "
-             "rendezvous per push. auto: over RDMA links (on a host where UCX has no RDMA "
-             "transport a server keeps its rotating staging buffers); 1: over shared memory too "
-             "(there the sending worker copies into the server's slab: 2 workers + 1 server on 2 "
-             "cores measured no faster than the rendezvous); 0: never. Over UCX's TCP transport "
-             "pushes are frames whatever the value."),
+             "rendezvous per push; so is a sum into a local root's aggregates (a machine of "
+             "several processes: its window went once, before the key's first push). auto: over "
+             "RDMA links (on a host where UCX has no RDMA transport a server keeps its rotating "
+             "staging buffers); 1: over shared memory too, for checking the path (there pushes "
+             "measured no faster than the rendezvous and sums slower: UCX cannot map the "
+             "aggregates, docs/rdma.md); 0: never. Over UCX's TCP transport frames whatever the "
+             "value."),
       Bool("BYTEPS_ENABLE_IPC", "0", "all",
            "1: with the TCP van, a worker reaches a server on its own host (and the scheduler, "
            "if there) over UCX shared memory instead of loopback TCP. With the UCX van UCX "

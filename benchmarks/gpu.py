@@ -18,7 +18,11 @@ CUDA device and torch. Two jobs of this script's workers (``--worker``), each wo
   of the CUDA backend before and after the timed iterations.
 
 Rank 0 of each job prints ``RESULT <json>``; the driver prints a summary and writes every
-number to ``--json``. It measures; it asserts nothing (tests/test_gpu.py checks correctness).
+number to ``--json``. With ``--trace DIR`` the ``parts`` job runs once more (3 iterations) with
+the timeline on (``BYTEPS_TRACE_ON``, its second and third push_pull of each tensor traced into
+``DIR``), and ``DIR/step.png`` draws the last traced step: where the copy stages of the CUDA
+tensor overlap its pushes and pulls. It measures; it asserts nothing (tests/test_gpu.py checks
+correctness).
 """
 
 from __future__ import annotations
@@ -111,10 +115,12 @@ JOBS = {
 }
 
 
-def _run_job(job: str, args) -> dict:
-    cmd = [sys.executable, "-m", "byteps.launcher", *JOBS[job], "--",
-           sys.executable, "-m", "benchmarks.gpu", "--worker", "--job", job,
-           "--mib", str(args.mib), "--iters", str(args.iters)]
+def _run_job(job: str, args, trace_dir: str = "") -> dict:
+    traced = ["--env", "BYTEPS_TRACE_ON=1", "--env", "BYTEPS_TRACE_START_STEP=1", "--env",
+              "BYTEPS_TRACE_END_STEP=3", "--env", f"BYTEPS_TRACE_DIR={trace_dir}"]
+    cmd = [sys.executable, "-m", "byteps.launcher", *JOBS[job], *(traced if trace_dir else []),
+           "--", sys.executable, "-m", "benchmarks.gpu", "--worker", "--job", job,
+           "--mib", str(args.mib), "--iters", str(3 if trace_dir else args.iters)]
     env = {k: v for k, v in child_env().items() if not k.startswith(("DMLC_", "BYTEPS_"))}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=args.timeout)
@@ -132,6 +138,8 @@ def main(argv=None) -> None:
     p.add_argument("--iters", type=int, default=5, help="timed iterations (default 5)")
     p.add_argument("--json", help="write every number to this file")
     p.add_argument("--timeout", type=float, default=500, help="seconds per job")
+    p.add_argument("--trace", default="", help="also run the parts job traced into this "
+                   "directory and draw its last traced step (DIR/step.png)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", default="parts", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -165,6 +173,24 @@ def main(argv=None) -> None:
         grew = {k: r["alloc_after"][k] - r["alloc_before"][k]
                 for k in ("host_allocs", "streams", "events")}
         print(f"{job}: CUDA backend allocations during the timed iterations: {grew}")
+    if args.trace:
+        from pathlib import Path
+
+        from benchmarks import timeline_plot
+
+        _run_job("parts", args, trace_dir=os.path.abspath(args.trace))
+        files = sorted(Path(args.trace).glob("worker*/*/comm.json"))
+        results["trace"] = {"files": [str(f) for f in files]}
+        try:
+            drawn = timeline_plot.render(
+                files, Path(args.trace) / "step.png",
+                title=f"{args.mib} MiB CUDA push_pull, 2 workers + 1 server")
+        except ImportError as exc:  # no matplotlib on this machine: the timelines are there
+            print(f"trace: {len(files)} timelines in {args.trace}; not drawn ({exc})")
+        else:
+            results["trace"].update(drawn)
+            print(f"trace: {len(files)} timelines in {args.trace}, step {drawn['step']} drawn "
+                  f"in {args.trace}/step.png ({drawn['span_ms']:.1f} ms)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"results": results, "cuda": status, "pid": os.getpid()}, f, indent=2)

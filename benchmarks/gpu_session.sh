@@ -8,7 +8,8 @@
 # over the sources in build/gpu/pkg (as /work/mkdev.sh does), prints what byteps sees
 # (doctor), runs the device tests (fake device, then CUDA: tests/test_device.py,
 # tests/test_gpu.py) and the GPU benchmark. Logs and results go to OUTDIR (default
-# ${OUT:-/tmp/bps-gpu}): build.log, doctor.txt, pytest.txt, bench.txt, gpu.json.
+# ${OUT:-/tmp/bps-gpu}): build.log, doctor.txt, pytest.txt, bench.txt, gpu.json, trace/ (the
+# timelines of a traced 2-process job and trace/step.png).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUTDIR=${1:-${OUT:-/tmp/bps-gpu}}
@@ -35,4 +36,4 @@ echo "== tests"
 $PY -m pytest tests/test_device.py tests/test_gpu.py -v -rs -p no:cacheprovider 2>&1 |
   tee "$OUTDIR/pytest.txt" | grep -E "PASS|FAIL|SKIP|ERROR|passed|failed"
 echo "== benchmark"
-$PY -m benchmarks.gpu --json "$OUTDIR/gpu.json" 2>&1 | tee "$OUTDIR/bench.txt"
+$PY -m benchmarks.gpu --json "$OUTDIR/gpu.json" --trace "$OUTDIR/trace" 2>&1 | tee "$OUTDIR/bench.txt"

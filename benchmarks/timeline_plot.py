@@ -17,8 +17,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
-#: pipeline order of the stage rows (docs/architecture.md §3)
-STAGES = ("COPY_IN", "LOCAL_REDUCE", "COMPRESS", "PUSH", "PULL", "DECOMPRESS", "COPY_OUT")
+#: pipeline order of the stage rows (docs/architecture.md §3; a device tensor's copy stages
+#: first and last, the all-reduce schemes' around PUSH/PULL); any other stage gets a row of its
+#: own after these, by name
+STAGES = ("COPY_D2H", "COPY_IN", "LOCAL_REDUCE", "COMPRESS", "REDUCE_SCATTER", "PUSH", "PULL",
+          "ALL_GATHER", "DECOMPRESS", "COPY_OUT", "COPY_H2D")
 
 
 def load_events(path: Union[str, Path]) -> list[dict]:
@@ -52,8 +55,9 @@ def render(trace_paths: Union[str, Path, Sequence[Union[str, Path]]], out_png: U
         title: the chart's title; default names the step and the files' ranks.
 
     Returns:
-        dict: ``{"step": int, "ranks": [int], "events": int, "span_ms": float}``: what was
-        drawn (events drawn, the step's span over all files in ms).
+        dict: ``{"step": int, "ranks": [int], "events": int, "span_ms": float, "rows":
+        [str]}``: what was drawn (events drawn, the step's span over all files in ms, the row
+        labels from the top).
 
     Raises:
         ValueError: no trace path, a file is not a Chrome trace, or the step is in none of the
@@ -84,11 +88,11 @@ def render(trace_paths: Union[str, Path, Sequence[Union[str, Path]]], out_png: U
     cmap = plt.get_cmap("tab20")
     colour = {t: cmap(i % 20) for i, t in enumerate(tensors)}
 
-    rows: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    rows: dict[tuple[int, int, str], list[dict]] = defaultdict(list)
     for e in events:
         cat = e.get("cat", "")
         order = 0 if cat == "push_pull" else 1 + (STAGES.index(cat) if cat in STAGES else 99)
-        rows[(int(e["pid"]), order)].append(e)
+        rows[(int(e["pid"]), order, cat)].append(e)
     keys = sorted(rows)
     labels = []
     for k in keys:
@@ -121,7 +125,8 @@ def render(trace_paths: Union[str, Path, Sequence[Union[str, Path]]], out_png: U
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
-    return {"step": step, "ranks": ranks, "events": len(events), "span_ms": (t1 - t0) / 1e3}
+    return {"step": step, "ranks": ranks, "events": len(events), "span_ms": (t1 - t0) / 1e3,
+            "rows": labels}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

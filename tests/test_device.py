@@ -9,8 +9,10 @@ in tests/test_gpu.py.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -126,6 +128,58 @@ def test_fake_device_no_allocation_in_steady_state():
     for first, last in assert_no_steady_device_allocations(out, (0, 1)).values():
         assert last["copies"] == 6 * first["copies"], (first, last)
         assert last["d2h_timed"] == last["h2d_timed"] == 0, last  # copy timing is off
+
+
+def _traced_device_job(tmp_path):
+    """A 2-machine job of a device tensor (5+ partitions, 2 ms per fake copy), steps 1 and 2
+    traced; returns the two comm.json paths."""
+    trace = tmp_path / "trace"
+    rc, out, _ = run_job(LAYOUTS["distributed"], "timed", "4", timeout=120, script=WORKER,
+                         env=ENV + ["FAKE_COPY_DELAY_US=2000", "BYTEPS_TRACE_ON=1",
+                                    "BYTEPS_TRACE_START_STEP=1", "BYTEPS_TRACE_END_STEP=3",
+                                    f"BYTEPS_TRACE_DIR={trace}"])
+    assert_ok(rc, out, 2, min_cases=4)
+    files = sorted(trace.glob("worker*/0/comm.json"))
+    assert len(files) == 2, list(trace.rglob("*"))
+    return files
+
+
+def test_fake_device_timeline_shows_copies_overlapping_the_network(tmp_path):
+    """BYTEPS_TRACE_ON with a device tensor: every partition of a traced step has its COPY_D2H
+    before its PUSH and its COPY_H2D after its PULL, and a later partition's D2H copy runs while
+    an earlier one is pushed or pulled (the copies overlap the network)."""
+    overlapped = False
+    for f in _traced_device_job(tmp_path):
+        spans = {}  # (step, partition, stage) -> (start, end)
+        for e in json.loads(f.read_text())["traceEvents"]:
+            a = e.get("args", {})
+            if e.get("ph") == "X" and e["cat"] != "push_pull":
+                spans[a["step"], a["partition"], e["cat"]] = (e["ts"], e["ts"] + e["dur"])
+        steps = {k[0] for k in spans}
+        parts = {k[1] for k in spans}
+        assert steps == {1, 2} and len(parts) >= 5, sorted(spans)
+        for step in steps:
+            for p in parts:
+                d2h, push = spans[step, p, "COPY_D2H"], spans[step, p, "PUSH"]
+                pull, h2d = spans[step, p, "PULL"], spans[step, p, "COPY_H2D"]
+                assert d2h[1] <= push[0] and pull[1] <= h2d[0], (step, p, d2h, push, pull, h2d)
+                later = spans.get((step, p + 1, "COPY_D2H"))
+                if later and later[0] < pull[1] and later[1] > push[0]:
+                    overlapped = True
+    assert overlapped, "no D2H copy ran while an earlier partition was pushed or pulled"
+
+
+def test_gantt_chart_draws_the_copy_stages_as_rows(tmp_path):
+    """benchmarks.timeline_plot draws a device tensor's COPY_D2H and COPY_H2D as rows of their
+    own, first and last of each rank's stages."""
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(REPO))
+    from benchmarks import timeline_plot
+
+    drawn = timeline_plot.render(_traced_device_job(tmp_path), tmp_path / "step.png")
+    assert drawn["ranks"] == [0, 1] and (tmp_path / "step.png").read_bytes()[:4] == b"\x89PNG"
+    assert drawn["rows"][:6] == ["rank 0 push_pull", "rank 0 COPY_D2H", "rank 0 PUSH",
+                                 "rank 0 PULL", "rank 0 COPY_OUT", "rank 0 COPY_H2D"], drawn
 
 
 @pytest.mark.parametrize("layout", ["one-process", "distributed-local"])

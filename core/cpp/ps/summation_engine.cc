@@ -43,27 +43,31 @@ void SummationEngine::FreeBuffers(RoundKey* ks) {
 }
 
 size_t SummationEngine::Retire(uint32_t declared_key, uint32_t generation) {
-  std::vector<RoundKey*> old;
+  // Read under the lock: an earlier RETIRE may be freeing some of them meanwhile.
+  std::vector<std::pair<Event, int>> old;  // the event, the key's engine
   {
     std::shared_lock<std::shared_mutex> lk(keys_mu_);
-    for (auto& [key, ks] : keys_)
-      if ((key >> 16 & 0xffff) == declared_key && (key >> 32 & 0xffff) < generation)
-        old.push_back(ks.get());
+    for (auto& [key, ks] : keys_) {
+      if ((key >> 16 & 0xffff) != declared_key || (key >> 32 & 0xffff) >= generation) continue;
+      Event ev;
+      ev.type = EventType::kRetire;
+      ev.ks = ks.get();
+      ev.len = key;
+      old.emplace_back(ev, ks->engine);
+    }
   }
-  for (RoundKey* ks : old) {
-    Event ev;
-    ev.type = EventType::kRetire;
-    ev.ks = ks;
-    Dispatch(ev);
+  for (auto& [ev, engine] : old) {
+    if (threaded_) engines_[engine]->queue.Push(ev);
+    else Handle(ev);
   }
   return old.size();
 }
 
-void SummationEngine::RetireKey(RoundKey* ks) {
+void SummationEngine::RetireKey(uint64_t key, RoundKey* ks) {
   std::unique_ptr<RoundKey> gone;
   {
     std::unique_lock<std::shared_mutex> lk(keys_mu_);
-    auto it = keys_.find(ks->key);
+    auto it = keys_.find(key);
     if (it == keys_.end() || it->second.get() != ks) return;
     gone = std::move(it->second);
     keys_.erase(it);
@@ -338,7 +342,7 @@ void SummationEngine::Dispatch(const Event& ev) {
 }
 
 void SummationEngine::Handle(const Event& ev) {
-  if (ev.type == EventType::kRetire) return RetireKey(ev.ks);
+  if (ev.type == EventType::kRetire) return RetireKey(ev.len, ev.ks);
   if (ev.ks->async) {
     switch (ev.type) {
       case EventType::kPush: HandleAsyncPush(ev); break;

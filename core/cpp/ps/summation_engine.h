@@ -250,7 +250,7 @@ class SummationEngine {
     RoundKey* ks = nullptr;
     int worker = 0;
     uint32_t round = 0;
-    uint64_t len = 0;  // a compressed push: its encoding's bytes
+    uint64_t len = 0;  // a compressed push: its encoding's bytes; kRetire: the key
     double lr = 0;     // a compressed push: the worker's learning rate
   };
   struct Engine {
@@ -261,7 +261,9 @@ class SummationEngine {
 
   RoundKey* FindKey(uint64_t key);
   void FreeBuffers(RoundKey* ks);  // owned and sink_slots
-  void RetireKey(RoundKey* ks);     // out of the table, then freed (its engine's thread)
+  // Out of the table, then freed (its engine's thread), if `ks` is still the table's `key`
+  // (a second RETIRE may have queued it again: `ks` is compared, not read, until found).
+  void RetireKey(uint64_t key, RoundKey* ks);
   // Makes a key: plain (config null; `len` bytes per push) or compressed (the codec made from
   // config, `len` its largest encoding). *out = the existing key when another thread made it.
   Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,

@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from jobs import (
@@ -52,6 +53,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 UCX = van_params(UCX_VANS)
+DEVICE_WORKER = str(Path(__file__).resolve().parent / "workers" / "device_worker.py")
 needs_ucx = skip_without_ucx()
 #: BYTEPS_HEARTBEAT_TIMEOUT's default: a lost peer must surface within it (it takes ~0.5 s)
 HEARTBEAT_TIMEOUT_S = 15.0
@@ -117,6 +119,27 @@ def test_one_way_pushes_over_shared_memory(config):
         assert on["server 0"][0] > 2000, on
         assert sum(on[r][1] for r in roots) == on["server 0"][0], on
     assert auto["server 0"][1] == 0 and all(w == 0 for w, _ in auto.values()), auto
+
+
+@pytest.mark.timeout(300)
+@needs_ucx
+def test_one_way_sums_into_a_device_tensor_s_pinned_buffer():
+    """A lone process's device tensor (the fake device) takes its sums in its pinned buffer, the
+    same place every round: with BYTEPS_UCX_ONE_WAY=1 over shared memory the server writes them
+    there one-way (as many as the two workers count received), and 3 rounds of 24 and 48 MB
+    tensors (float32, float64 summed and averaged: divided after the write, in COPY_OUT; int32),
+    in and out of place, are exact."""
+    env = VANS["ucx-shm"] + ["BYTEPS_UCX_ONE_WAY=1", "BYTEPS_LOG_LEVEL=INFO"]
+    with LiveJob(CONFIGS["2w1s"], "large", "3", env=env, script=DEVICE_WORKER) as job:
+        rc = job.watch(240)
+        job.assert_nothing_left()
+        out = job.output
+    assert_ok(rc, out, 2, min_cases=30)
+    got = {who: (int(w), int(r)) for who, w, r in re.findall(
+        r"\[(server 0|worker \d)\].* (\d+) payloads written one-way into a peer's window, "
+        r"(\d+) received so", out)}
+    assert got["server 0"][0] > 5000, got  # every round of every partition, both workers
+    assert got["worker 0"][1] + got["worker 1"][1] == got["server 0"][0], got
 
 
 # --------------------------------------------------------------------------------- faults --

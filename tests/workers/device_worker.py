@@ -14,6 +14,8 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   queued behind a long ``torch.cuda._sleep``); push_pull waits for that event.
 * ``steady N``: N rounds of three tensors; prints ``ALLOCS <json>``: the backend's counters
   after the first round and after the last (pinned allocations, streams, events must not grow).
+* ``large ROUNDS``: tensors of 6 000 000 elements (float32, float64 summed and averaged,
+  int32 summed; in place and out of place), ROUNDS rounds each.
 * ``timed N``: copy timing on (``_core.device.set_copy_timing``), then N rounds of one tensor
   of several partitions; prints ``TIMED <json>``: the backend's counters and the rounds' wall
   time (seconds).
@@ -123,6 +125,26 @@ def mode_sums(args) -> int:
                         if not inplace and not np.array_equal(inp.read(), host):
                             fail(f"{what}: the input was modified by an out-of-place push_pull")
                         count += 1
+    return count
+
+
+def mode_large(args) -> int:
+    """Tensors of 6 000 000 elements (float32, float64, int32; partitions of 300 KiB and more),
+    summed and averaged, in place and out of place, ROUNDS rounds of changing values each."""
+    rounds, n, size, count, case = int(args[0]) if args else 3, 6_000_000, bps.size(), 0, 100
+    for dtype in ("float32", "float64", "int32"):
+        for average in (False, True) if dtype != "int32" else (False,):
+            for inplace in (True, False):
+                case += 1
+                name = f"large{case}.{dtype}.{int(average)}{int(inplace)}"
+                for rnd in range(rounds):
+                    host = make(values(case, w.RANK, n, dtype, rnd), dtype, (n,))
+                    inp = Buffers(host)
+                    out = inp if inplace else Buffers(np.zeros_like(host))
+                    bps.wait(start_op(name, inp, out, dtype, average))
+                    compare(f"{name} round {rnd}", out.read(),
+                            expected(case, n, dtype, (n,), size, average, rnd), dtype, average)
+                    count += 1
     return count
 
 
@@ -268,4 +290,5 @@ if __name__ == "__main__":
         _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
                                                                     "300")))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
-            "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed})
+            "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed,
+            "large": mode_large})

@@ -155,6 +155,9 @@ struct TensorContext {
   int device_id = 0;
   device::Device* device = nullptr;
   device::PinnedBuffer staging;
+  // The staging buffer is registered with the van (a lone process of a distributed job: the
+  // pushes leave from it and the sums land in it every round).
+  bool staging_registered = false;
   char* device_input = nullptr;
   char* device_output = nullptr;
   device::Event ready_event = nullptr;

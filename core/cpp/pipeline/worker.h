@@ -147,7 +147,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
 
   // PullSink (the PS client's receiving threads): a pull response goes into the aggregate
   // (local_size > 1) or the output, a large one streamed and averaged on the way in.
-  PullDest PullDestination(PendingPull* p, uint64_t payload_len) override;
+  PullDest PullDestination(PendingPull* p, uint64_t payload_len, bool written) override;
   void OnPulled(PendingPull* p) override;
   void OnPushAcked(PendingPull* p) override;
 

@@ -387,6 +387,7 @@ void WorkerCore::Stop() {
   channel_.Close();
   timeline_.Finish();  // the window never closed: write what was recorded
   for (auto& ctx : contexts_) {
+    if (ctx->staging_registered) ps_->UnregisterMemory(ctx->staging.data());
     if (!ctx->shm) continue;
     if (ctx->registered) ps_->UnregisterMemory(ctx->slot(cfg_.local_size));
     if (cfg_.is_root()) ctx->shm->Unlink();

@@ -122,6 +122,9 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
                                    "(BYTEPS_ENABLE_ASYNC=1): only the summation service keeps "
                                    "parameters, not BYTEPS_SYNC=" + SyncSchemeName(ctx->sync));
   BPS_RETURN_IF_ERROR(InitDevice(ctx, a));
+  // A lone process's device tensor: pushes leave from and sums land in its pinned buffer.
+  if (ctx->device && cfg_.local_size == 1 && cfg_.distributed && a.nbytes > 0)
+    ctx->staging_registered = ps_->RegisterMemory(ctx->staging.data(), a.nbytes).ok();
   uint64_t h = Fnv1a(1469598103934665603ull, a.name.data(), a.name.size());
   uint8_t dt = static_cast<uint8_t>(a.dtype);
   h = Fnv1a(h, &dt, 1);

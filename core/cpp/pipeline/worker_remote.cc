@@ -98,13 +98,17 @@ void WorkerCore::RunPush(PartTask* t) {
     return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
                      &t->push_item, &WorkerCore::PushSentThunk, t,
                      static_cast<uint64_t>(t->upper), 0, kPushFlagHips);
-  // The local root takes the sum into the aggregates, the same two places every round: the
-  // server may write it there one-way (docs/rdma.md).
-  if (cfg_.local_size > 1 && ctx->registered && !ctx->async_param &&
+  // The local root takes the sum into the aggregates, the same two places every round, and a
+  // lone process the sum of a device tensor into its pinned buffer, the same place every
+  // round: the server may write it there one-way (docs/rdma.md).
+  if ((ctx->registered || ctx->staging_registered) && !ctx->async_param &&
       t->pull_window_server != t->server && ps_->one_way_writes()) {
     t->pull_window_server = t->server;
-    ps_->OfferPullWindow(t->server, t->key, ctx->slot(cfg_.local_size) + off, t->part.length,
-                         ctx->region);
+    if (cfg_.local_size > 1)
+      ps_->OfferPullWindow(t->server, t->key, ctx->slot(cfg_.local_size) + off, t->part.length,
+                           ctx->region);
+    else
+      ps_->OfferPullWindow(t->server, t->key, ctx->staging.data() + off, t->part.length, 0);
   }
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
             &t->push_item, &WorkerCore::PushSentThunk, t, 0, 0,
@@ -148,7 +152,7 @@ void WorkerCore::OnPushAcked(PendingPull* p) {
   while (q->TryPop(&item));
 }
 
-PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len) {
+PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len, bool written) {
   auto* t = static_cast<PartTask*>(p->arg);
   PullDest d;
   size_t off = t->part.offset;
@@ -163,7 +167,7 @@ PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len) {
   // Final: not read again before the framework gets it. A large tensor bypasses the cache and
   // is averaged on the way in (no second pass over it in COPY_OUT).
   d.data = t->ctx->output + off;
-  t->pulled_final = reduce::ShouldStream(t->ctx->nbytes) &&
+  t->pulled_final = !written && reduce::ShouldStream(t->ctx->nbytes) &&
                     payload_len >= Connection::kStreamMinPayload;
   if (t->pulled_final) {
     d.stream = true;

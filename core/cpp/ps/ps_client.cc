@@ -276,7 +276,7 @@ Status PsClient::OnHeader(Connection* c, const FrameHeader& h, void** dest) {
   p->receiving = true;
   p->received = bytes;
   p->reply_aux = h.aux;
-  PullDest d = sink_->PullDestination(p, bytes);
+  PullDest d = sink_->PullDestination(p, bytes, h.written != 0);
   if (h.written) {  // already in place: where the worker would have received it
     if (d.data != written_at || d.stream)
       return Status::Internal("a one-way pull response of key " + std::to_string(h.key) +

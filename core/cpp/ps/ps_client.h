@@ -68,8 +68,10 @@ class PullSink {
  public:
   virtual ~PullSink() = default;
   // A response of `p`'s round and length arrived (`payload_len` bytes); the receiving thread,
-  // with the client's pull lock held: say where it goes.
-  virtual PullDest PullDestination(PendingPull* p, uint64_t payload_len) = 0;
+  // with the client's pull lock held: say where it goes. `written`: the server wrote it
+  // one-way into the window the worker offered (PsClient::OfferPullWindow), so it is already
+  // there (the answer must be that place, and nothing can be done on the way in).
+  virtual PullDest PullDestination(PendingPull* p, uint64_t payload_len, bool written) = 0;
   // The response is in place (receiving thread, no lock held).
   virtual void OnPulled(PendingPull* p) = 0;
   // The server acknowledged the push of p's round (receiving thread, no lock held); called

@@ -143,8 +143,9 @@ RDMA_TRANSPORT_PREFIXES = ("rc_", "dc_", "ud_", "ib")
 
 
 def one_way_pushes(env: Mapping[str, str], ucx: Optional[Dict]) -> str:
-    """Which UCX links write pushes one-way into the servers' slots under ``env``'s
-    BYTEPS_UCX_ONE_WAY (docs/rdma.md), given what UCX finds here, as text."""
+    """Which UCX links write one-way under ``env``'s BYTEPS_UCX_ONE_WAY (docs/rdma.md): pushes
+    into the servers' slots, and sums into the workers' aggregates or pinned buffers, given
+    what UCX finds here, as text."""
     value = env.get("BYTEPS_UCX_ONE_WAY", "auto")
     if value == "0":
         return "none (BYTEPS_UCX_ONE_WAY=0)"
@@ -203,7 +204,7 @@ def render(report: Dict) -> str:
                      f"UCX_NET_DEVICES={ucx['net_devices']}")
         lines.append("  UCX transports: " + (ucx["error"] or ", ".join(ucx["resources"])))
         if report.get("one_way"):
-            lines.append(f"  one-way pushes over: {report['one_way']}")
+            lines.append(f"  one-way writes (pushes, sums) over: {report['one_way']}")
     devs = report["rdma_devices"]
     lines.append("RDMA devices: " + ("none found in /sys/class/infiniband" if not devs else ""))
     for d in devs:

@@ -96,7 +96,7 @@ def test_report_says_which_links_push_one_way(value, expected):
     if value is None and not any(r.split("/")[0].startswith(doctor.RDMA_TRANSPORT_PREFIXES)
                                  for r in report["ucx"]["resources"]):
         assert report["one_way"].endswith("UCX has no RDMA transport here, so none")
-    assert f"one-way pushes over: {report['one_way']}" in doctor.render(report)
+    assert f"one-way writes (pushes, sums) over: {report['one_way']}" in doctor.render(report)
 
 
 @pytest.mark.parametrize("env,van", [

@@ -17,9 +17,9 @@ import threading
 import time
 
 import pytest
-from jobs import PY, clean_job_env
+from jobs import PY
 from test_security import MAGIC, _mac, handshake_on, recv_exact
-from test_strangers import HEADER, _frame, _read_frame
+from test_strangers import HEADER, _frame, _read_frame, bare_job_env, wait_listening
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")
 
@@ -106,25 +106,13 @@ def test_a_sum_claimed_written_without_a_window_fails_the_worker():
     """A PULL_RESPONSE announcing bytes written one-way where the worker offered no window:
     the worker drops that connection (it never takes the claim for data) and its push_pull
     fails with PeerLostError naming the server within seconds; the worker process ends."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    secret = os.urandom(16).hex()
-    env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
-                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
-                         "BYTEPS_SECRET": secret, "BYTEPS_TIMEOUT": "60",
-                         "BYTEPS_FORCE_DISTRIBUTED": "1"})
+    port, secret, env = bare_job_env({"BYTEPS_FORCE_DISTRIBUTED": "1"})
     sched = subprocess.Popen([sys.executable, "-m", "byteps.server"],
                              env=dict(env, DMLC_ROLE="scheduler"), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
     worker = None
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_listening(port)
         server = LyingServer(("127.0.0.1", port), secret.encode())
         server.start()
         t0 = time.monotonic()

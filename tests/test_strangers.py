@@ -275,6 +275,30 @@ def _authenticated(addr, secret):
     return s
 
 
+def bare_job_env(extra=None):
+    """A job of 1 worker machine and 1 server described by variables alone, with a free
+    scheduler port and a fresh secret (``extra`` on top): (port, secret, environment)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    secret = os.urandom(16).hex()
+    env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
+                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+                         "BYTEPS_SECRET": secret, "BYTEPS_TIMEOUT": "60", **(extra or {})})
+    return port, secret, env
+
+
+def wait_listening(port: int, timeout: float = 10.0) -> None:
+    """Returns once something accepts connections on 127.0.0.1:port (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def _register_as_worker(addr, secret, bound: int):
     """Registers as worker 0 of a 1-worker job; returns (control socket, server port, the
     partition bound of the address book)."""
@@ -306,13 +330,7 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     existing key is read past and answered with DATA_ERROR; a control frame larger than any
     control message is a dropped connection at the scheduler. The real exchange still works
     afterwards and the job ends cleanly."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    secret = os.urandom(16).hex()
-    env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
-                         "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
-                         "BYTEPS_SECRET": secret, "BYTEPS_TIMEOUT": "60"})
+    port, secret, env = bare_job_env()
     procs = {role: subprocess.Popen([sys.executable, "-m", "byteps.server"],
                                     env=dict(env, DMLC_ROLE=role), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -320,12 +338,7 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     bound = 262144
     try:
         sched_addr = ("127.0.0.1", port)
-        for _ in range(100):
-            try:
-                socket.create_connection(sched_addr, timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_listening(port)
         ctl, server_port, book_bound = _register_as_worker(sched_addr, secret.encode(), bound)
         assert book_bound == bound
         srv = ("127.0.0.1", server_port)

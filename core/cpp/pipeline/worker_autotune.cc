@@ -244,7 +244,7 @@ void WorkerCore::MakeTasks(TensorContext* ctx, const std::vector<Partition>& par
     t->owner = this;
     t->ctx = ctx;
     t->part = p;
-    t->key = PartitionKey(ctx->declared_key, p.index) | (static_cast<uint64_t>(ctx->key_gen) << 32);
+    t->key = PartitionKey(ctx->declared_key, p.index, ctx->key_gen);
     t->pull.key = t->key;
     t->pull.arg = t.get();
     ctx->parts.push_back(std::move(t));

@@ -13,6 +13,7 @@
 #include "comm/socket_util.h"
 #include "common/logging.h"
 #include "reduce/sum.h"
+#include "scheduling/partitioner.h"
 
 namespace byteps {
 
@@ -314,7 +315,7 @@ void SummationServer::RetireKeys(uint64_t declared_key, uint64_t generation) {
     std::lock_guard<std::mutex> lk(conns_mu_);
     for (auto& windows : pull_windows_)
       for (auto it = windows.begin(); it != windows.end();)
-        it = (it->first >> 16 & 0xffff) == declared_key && (it->first >> 32 & 0xffff) < generation
+        it = KeyTensor(it->first) == declared_key && KeyGeneration(it->first) < generation
                  ? windows.erase(it)
                  : std::next(it);
   }

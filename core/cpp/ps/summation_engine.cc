@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "ps/protocol.h"
 #include "reduce/sum.h"
+#include "scheduling/partitioner.h"
 
 namespace byteps {
 
@@ -29,13 +30,11 @@ SummationEngine::SummationEngine(int num_worker, int engines, bool threaded, Rep
 
 SummationEngine::~SummationEngine() {
   Stop();
-  for (auto& [k, ks] : keys_) {
-    ks->attachment.reset();  // it may refer to the buffers (the server's registrations)
-    FreeBuffers(ks.get());
-  }
+  for (auto& [k, ks] : keys_) FreeBuffers(ks.get());
 }
 
 void SummationEngine::FreeBuffers(RoundKey* ks) {
+  ks->attachment.reset();  // it may refer to the buffers (the server's registrations)
   for (char* p : ks->owned) free(p);
   for (char* p : ks->sink_slots) sink_->FreeSlot(p);
   ks->owned.clear();
@@ -48,7 +47,7 @@ size_t SummationEngine::Retire(uint32_t declared_key, uint32_t generation) {
   {
     std::shared_lock<std::shared_mutex> lk(keys_mu_);
     for (auto& [key, ks] : keys_) {
-      if ((key >> 16 & 0xffff) != declared_key || (key >> 32 & 0xffff) >= generation) continue;
+      if (KeyTensor(key) != declared_key || KeyGeneration(key) >= generation) continue;
       Event ev;
       ev.type = EventType::kRetire;
       ev.ks = ks.get();
@@ -56,10 +55,7 @@ size_t SummationEngine::Retire(uint32_t declared_key, uint32_t generation) {
       old.emplace_back(ev, ks->engine);
     }
   }
-  for (auto& [ev, engine] : old) {
-    if (threaded_) engines_[engine]->queue.Push(ev);
-    else Handle(ev);
-  }
+  for (auto& [ev, engine] : old) DispatchTo(engine, ev);
   return old.size();
 }
 
@@ -73,19 +69,18 @@ void SummationEngine::RetireKey(uint64_t key, RoundKey* ks) {
     keys_.erase(it);
     engines_[gone->engine]->load_bytes -= std::max(gone->len, gone->raw_len);
   }
-  gone->attachment.reset();  // it may refer to the buffers (the server's registrations)
   FreeBuffers(gone.get());
 }
 
 std::pair<size_t, size_t> SummationEngine::KeyCensus() {
   std::shared_lock<std::shared_mutex> lk(keys_mu_);
-  std::unordered_map<uint64_t, uint64_t> newest;  // declared key -> its newest generation held
+  std::unordered_map<uint32_t, uint32_t> newest;  // declared key -> its newest generation held
   for (auto& kv : keys_) {
-    uint64_t& g = newest[kv.first >> 16 & 0xffff];
-    g = std::max(g, kv.first >> 32 & 0xffff);
+    uint32_t& g = newest[KeyTensor(kv.first)];
+    g = std::max(g, KeyGeneration(kv.first));
   }
   size_t stale = 0;
-  for (auto& kv : keys_) stale += (kv.first >> 32 & 0xffff) < newest[kv.first >> 16 & 0xffff];
+  for (auto& kv : keys_) stale += KeyGeneration(kv.first) < newest[KeyTensor(kv.first)];
   return {keys_.size(), stale};
 }
 
@@ -196,7 +191,6 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
   auto it = keys_.find(key);
   if (it != keys_.end()) {  // another receiver made it meanwhile: keep theirs
     lk.unlock();
-    ks->attachment.reset();
     FreeBuffers(ks.get());
     *out = it->second.get();
     return Status::OK();
@@ -336,8 +330,10 @@ void SummationEngine::StallQuery(uint64_t key, int worker, uint32_t round) {
   Dispatch(Event{EventType::kStallQuery, false, ks, worker, round});
 }
 
-void SummationEngine::Dispatch(const Event& ev) {
-  if (threaded_) engines_[ev.ks->engine]->queue.Push(ev);
+void SummationEngine::Dispatch(const Event& ev) { DispatchTo(ev.ks->engine, ev); }
+
+void SummationEngine::DispatchTo(int engine, const Event& ev) {
+  if (threaded_) engines_[engine]->queue.Push(ev);
   else Handle(ev);
 }
 

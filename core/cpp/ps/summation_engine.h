@@ -260,7 +260,7 @@ class SummationEngine {
   };
 
   RoundKey* FindKey(uint64_t key);
-  void FreeBuffers(RoundKey* ks);  // owned and sink_slots
+  void FreeBuffers(RoundKey* ks);  // the attachment (it may refer to them), owned, sink_slots
   // Out of the table, then freed (its engine's thread), if `ks` is still the table's `key`
   // (a second RETIRE may have queued it again: `ks` is compared, not read, until found).
   void RetireKey(uint64_t key, RoundKey* ks);
@@ -275,7 +275,8 @@ class SummationEngine {
   // encoding. EncodeSum: the complete sum's encoding for the pulls.
   bool DecodePush(RoundKey* ks, const Event& ev, int parity, bool first);
   void EncodeSum(RoundKey* ks, int parity);
-  void Dispatch(const Event& ev);
+  void Dispatch(const Event& ev);                // to the engine of ev.ks
+  void DispatchTo(int engine, const Event& ev);  // to that engine's thread (inline: handled now)
   void Handle(const Event& ev);
   void EngineLoop(Engine* e);
   void HandlePush(const Event& ev);

@@ -49,8 +49,17 @@ size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int
 // tensor needs more than 2^16 partitions or bound is not a multiple of elem_size.
 Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vector<Partition>* out);
 
-inline uint64_t PartitionKey(uint32_t declared_key, uint32_t index) {
-  return (static_cast<uint64_t>(declared_key) << 16) | index;
+// A partition's server key: its tensor's declared key in bits 16-31, its index in bits 0-15,
+// and the tensor's key generation in bits 32-47 (BYTEPS_AUTOTUNE cuts a tensor anew under new
+// keys, docs/autotune.md).
+inline uint64_t PartitionKey(uint32_t declared_key, uint32_t index, uint32_t generation = 0) {
+  return (static_cast<uint64_t>(generation) << 32) | (static_cast<uint64_t>(declared_key) << 16) |
+         index;
+}
+// The declared key and the generation of a partition's key.
+constexpr uint32_t KeyTensor(uint64_t key) { return static_cast<uint32_t>(key >> 16 & 0xffff); }
+constexpr uint32_t KeyGeneration(uint64_t key) {
+  return static_cast<uint32_t>(key >> 32 & 0xffff);
 }
 // The order in which worker machine `worker` pushes the P partitions of one tensor: the
 // partition sequence rotated to start at partition `worker` mod P (the result is the position

@@ -34,7 +34,8 @@ void BindTesting(py::module_& root) {
     for (auto& p : parts) out.emplace_back(p.index, p.offset, p.length);
     return out;
   });
-  m.def("partition_key", &PartitionKey);
+  m.def("partition_key", &PartitionKey, py::arg("declared_key"), py::arg("index"),
+        py::arg("generation") = 0);
   m.def("tensor_partition_bound", &TensorPartitionBound, py::arg("nbytes"), py::arg("job_bound"),
         py::arg("num_worker"), py::arg("local_size"),
         "Partition bound (bytes) of one tensor of nbytes in a distributed job "

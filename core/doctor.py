@@ -139,9 +139,6 @@ def selected_van(env: Mapping[str, str]) -> str:
         return f"none: {err}"
 
 
-RDMA_TRANSPORT_PREFIXES = ("rc_", "dc_", "ud_", "ib")
-
-
 def one_way_pushes(env: Mapping[str, str], ucx: Optional[Dict]) -> str:
     """Which UCX links write one-way under ``env``'s BYTEPS_UCX_ONE_WAY (docs/rdma.md): pushes
     into the servers' slots, and sums into the workers' aggregates or pinned buffers, given
@@ -151,8 +148,7 @@ def one_way_pushes(env: Mapping[str, str], ucx: Optional[Dict]) -> str:
         return "none (BYTEPS_UCX_ONE_WAY=0)"
     if value == "1":
         return "RDMA and shared-memory links (BYTEPS_UCX_ONE_WAY=1); never UCX's TCP"
-    rdma = [r for r in (ucx or {}).get("resources") or []
-            if r.split("/")[0].startswith(RDMA_TRANSPORT_PREFIXES)]
+    rdma = (ucx or {}).get("rdma_resources") or []
     return ("RDMA links (BYTEPS_UCX_ONE_WAY=auto): " +
             (", ".join(rdma) if rdma else "UCX has no RDMA transport here, so none"))
 
@@ -160,7 +156,7 @@ def one_way_pushes(env: Mapping[str, str], ucx: Optional[Dict]) -> str:
 def gather(env: Optional[Mapping[str, str]] = None) -> Dict:
     """The whole report as a dict: byteps, vans, van (the one this environment selects, or the
     error text for a value no van answers to), ucx (None in a build without UCX, else {version,
-    tls, net_devices, resources, error}), rdma_devices, summation, frameworks, network,
+    tls, net_devices, resources, rdma_resources, error}), rdma_devices, summation, frameworks, network,
     environment, cuda and nccl (byteps.cuda.cuda_status / nccl_status), one_way (text:
     one_way_pushes; None without UCX), problems (list of text; empty when nothing is wrong)."""
     env = dict(os.environ) if env is None else dict(env)

@@ -93,9 +93,12 @@ def test_report_says_which_links_push_one_way(value, expected):
     env = clean_job_env({"BYTEPS_UCX_ONE_WAY": value} if value else {})
     report = doctor.gather(env)
     assert report["one_way"].startswith(expected), report["one_way"]
-    if value is None and not any(r.split("/")[0].startswith(doctor.RDMA_TRANSPORT_PREFIXES)
-                                 for r in report["ucx"]["resources"]):
+    rdma = report["ucx"]["rdma_resources"]
+    assert set(rdma) <= set(report["ucx"]["resources"])
+    if value is None and not rdma:
         assert report["one_way"].endswith("UCX has no RDMA transport here, so none")
+    if value is None and rdma:
+        assert report["one_way"].endswith(", ".join(rdma))
     assert f"one-way writes (pushes, sums) over: {report['one_way']}" in doctor.render(report)
 
 
@@ -111,3 +114,13 @@ def test_report_names_the_van_the_environment_selects(env, van):
     if van == "none: ":
         assert "DMLC_ENABLE_RDMA" in report["van"] and "ucx" in report["van"]
     assert f"selected by this environment: {report['van']}" in doctor.render(report)
+
+
+@pytest.mark.skipif(not _core.testing.ucx_available, reason="this build has no UCX van")
+@pytest.mark.parametrize("resource, rdma", [
+    ("rc_mlx5/mlx5_0:1", True), ("rc_verbs/mlx5_0:1", True), ("dc_mlx5/mlx5_0:1", True),
+    ("ud_verbs/mlx5_0:1", True), ("ib/mlx5_0:1", True), ("tcp/eth0", False),
+    ("posix/memory", False), ("cma/memory", False), ("self/memory", False), ("sysv/memory", False),
+])
+def test_rdma_transports_are_told_apart(resource, rdma):
+    assert _core.doctor.is_rdma_transport(resource) is rdma

@@ -56,6 +56,10 @@ void BindDoctor(py::module_& m) {
         out["tls"] = info.tls;
         out["net_devices"] = info.net_devices;
         out["resources"] = info.resources;
+        std::vector<std::string> rdma;
+        for (const std::string& r : info.resources)
+          if (IsRdmaTransport(r)) rdma.push_back(r);
+        out["rdma_resources"] = rdma;
         out["error"] = info.error.empty() ? py::object(py::none()) : py::object(py::str(info.error));
         return out;
 #else
@@ -64,8 +68,14 @@ void BindDoctor(py::module_& m) {
       },
       "None in a build without UCX, else {version: UCX's version string, tls / net_devices: the "
       "UCX_TLS / UCX_NET_DEVICES values UCX uses, resources: ['tcp/eth0', 'posix/memory', ...] "
-      "the transport/device pairs a UCX context gets after those filters, error: why UCX could "
-      "not start, or None}. Creates and destroys one UCX context; opens no connection.");
+      "the transport/device pairs a UCX context gets after those filters, rdma_resources: those of "
+      "them that are RDMA transports (IsRdmaTransport, the van's test for DMLC_ENABLE_RDMA=1 and "
+      "BYTEPS_UCX_ONE_WAY=auto), error: why UCX could not start, or None}. Creates and destroys one UCX context; opens no connection.");
+#ifdef BYTEPS_WITH_UCX
+  d.def("is_rdma_transport", &IsRdmaTransport, py::arg("resource"),
+        "Whether a UCX resource ('rc_mlx5/mlx5_0:1', 'tcp/eth0', ...) is an RDMA transport "
+        "(IsRdmaTransport, comm/ucx/ucx_context.h): bool. Only in a build with UCX.");
+#endif
   d.def("interface_addresses", &InterfaceAddresses,
         "Every (interface, IPv4 address) of this host: list of (str, str).");
   d.def("interface_address", &InterfaceAddress, py::arg("name"),

@@ -90,6 +90,9 @@ struct UcxInfo {
   std::string error;  // why a context could not be created; empty when it could
 };
 UcxInfo QueryUcxInfo();
+// Whether a UCX resource ("rc_mlx5/mlx5_0:1", "tcp/eth0", ...) is an RDMA transport: verbs'
+// reliable, dynamically connected or unreliable datagram transports, or InfiniBand's own.
+bool IsRdmaTransport(const std::string& resource);
 
 class UcxContext {
  public:

@@ -82,6 +82,12 @@ size_t UcxEagerMax(const std::string& am_transport, bool user_rndv_thresh) {
   return 0;
 }
 
+bool IsRdmaTransport(const std::string& resource) {
+  for (const char* prefix : {"rc_", "dc_", "ud_", "ib"})
+    if (resource.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 UcxInfo QueryUcxInfo() {
   UcxInfo info;
   info.version = ucp_get_version_string();

@@ -38,12 +38,6 @@ struct Reply {
 };
 #pragma pack(pop)
 
-bool IsRdmaTransport(const std::string& resource) {
-  for (const char* prefix : {"rc_", "dc_", "ud_", "ib"})
-    if (resource.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
 double SecondsLeft(std::chrono::steady_clock::time_point deadline) {
   return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
 }

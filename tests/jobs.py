@@ -191,22 +191,27 @@ def assert_no_steady_device_allocations(out, ranks):
     return seen
 
 
-def assert_copy_stages_timed(out, ranks, min_copy_s=0.0):
+def assert_copy_stages_timed(out, ranks, min_copy_s=0.0, directions=("d2h", "h2d")):
     """Every rank's ``TIMED {"stats": ..., "wall_s": ..., "bytes": ..., "rounds": ...}`` line
     (``tests/workers/device_worker.py timed``) shows every copy of the rounds timed on the
-    device, per direction: each partition once a round (at least 5 partitions), the tensor's
-    bytes each round, at least ``min_copy_s`` of device time per copy and no more device time
-    than the rounds' wall time. Returns ``{rank: {"d2h": GB/s, "h2d": GB/s}}``, the copy stages'
-    bandwidth (timed bytes / device time)."""
+    device, per direction of ``directions`` (a one-process job: ``("d2d",)``, its copies within
+    the device) and none in the others: each partition once a round (at least 5 partitions),
+    the tensor's bytes each round, at least ``min_copy_s`` of device time per copy and no more
+    device time than the rounds' wall time. Returns ``{rank: {direction: GB/s}}``, the copy
+    stages' bandwidth (timed bytes / device time)."""
     seen = {}
     for rank in ranks:
         line = [x for x in worker_lines(out, rank) if x.startswith("TIMED ")][-1]
         r = json.loads(line[len("TIMED "):])
         s, rounds = r["stats"], r["rounds"]
         seen[rank] = {}
-        for d in ("d2h", "h2d"):
+        for d in ("d2h", "h2d", "d2d"):
+            if d not in directions:
+                assert s[f"{d}_timed"] == 0, (d, s)
+                continue
             timed, busy_ns = s[f"{d}_timed"], s[f"{d}_busy_ns"]
-            assert timed == s["copies"] // 2 >= rounds * 5 and timed % rounds == 0, (d, s)
+            assert timed == s["copies"] // len(directions) >= rounds * 5, (d, s)
+            assert timed % rounds == 0, (d, s)
             assert s[f"{d}_timed_bytes"] == rounds * r["bytes"], (d, s)
             assert timed * min_copy_s * 1e9 <= busy_ns <= r["wall_s"] * 1e9, (d, s, r)
             seen[rank][d] = s[f"{d}_timed_bytes"] / busy_ns if busy_ns else None

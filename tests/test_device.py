@@ -28,6 +28,7 @@ from jobs import (
     kill_and_check,
     launch_config,
     run_job,
+    worker_lines,
 )
 
 import byteps
@@ -187,12 +188,18 @@ def test_fake_device_times_the_copy_stages(layout):
     """With copy timing on, every partition's D2H and H2D copy is timed between events around
     it on the copy stream: 3 rounds of every partition per direction, their bytes, and at least
     the fake device's delay before each copy (2 ms) of device time, never more than the
-    rounds' wall time."""
+    rounds' wall time. One process on one machine copies within the device instead, and
+    allocates no pinned buffer."""
     rc, out, _ = run_job(LAYOUTS[layout], "timed", "3", env=ENV + ["FAKE_COPY_DELAY_US=2000"],
                          timeout=120, script=WORKER)
     size = 1 if layout == "one-process" else 4
     assert_ok(rc, out, size, min_cases=3)
-    assert_copy_stages_timed(out, range(size), min_copy_s=0.002)
+    one = layout == "one-process"
+    assert_copy_stages_timed(out, range(size), min_copy_s=0.002,
+                             directions=("d2d",) if one else ("d2h", "h2d"))
+    if one:
+        line = [x for x in worker_lines(out, 0) if x.startswith("TIMED ")][-1]
+        assert json.loads(line[len("TIMED "):])["stats"]["host_allocs"] == 0, line
 
 
 def test_device_arguments_are_checked():

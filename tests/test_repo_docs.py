@@ -177,16 +177,21 @@ def test_stage_layouts_match_the_code():
 
 
 def test_device_stages_frame_every_plan():
-    """The device-only rows are COPY_D2H, first in every layout's plan, and COPY_H2D, last;
-    §3 says so."""
+    """The device-only rows are COPY_D2H, first in every layout's plan but one process on one
+    machine's, and COPY_H2D, last; §3 says so, and that COPY_OUT copies within the device
+    there."""
     host = {name for name, _, _ in _stage_rows()}
     device = [(name, slots) for name, slots, _ in _stage_rows(device=True) if name not in host]
     assert [name for name, _ in device] == ["COPY_D2H", "COPY_H2D"]
     rows = _stage_rows(device=True)
     assert rows[0][0] == "COPY_D2H" and rows[-1][0] == "COPY_H2D"
-    assert all(slot == "kQueue" for _, slots in device for slot in slots)
+    # the first column is one process on one machine (Layout::kOneProcess)
+    assert all(slots[0] == "kNo" and all(s == "kQueue" for s in slots[1:])
+               for _, slots in device), device
+    text = " ".join(_section(3).split())
     assert ("A device tensor's plan is the layout's plan with `COPY_D2H` first and `COPY_H2D` "
-            "last") in " ".join(_section(3).split())
+            "last") in text
+    assert "in every layout but one process on one machine" in text
 
 
 def test_message_types_match_the_code():

@@ -17,8 +17,9 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
 * ``large ROUNDS``: tensors of 6 000 000 elements (float32, float64 summed and averaged,
   int32 summed; in place and out of place), ROUNDS rounds each.
 * ``timed N``: copy timing on (``_core.device.set_copy_timing``), then N rounds of one tensor
-  of several partitions; prints ``TIMED <json>``: the backend's counters and the rounds' wall
-  time (seconds).
+  of several partitions into another (out of place: a one-process job copies within the
+  device); prints ``TIMED <json>``: the backend's counters and the rounds' wall time
+  (seconds).
 * ``dlpack``: ``byteps.push_pull`` of NumPy arrays (the DLPack front), every dtype NumPy has
   (not bfloat16), in place and with ``out=``, sum and average, sizes around the bound.
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
@@ -208,7 +209,7 @@ def mode_steady(args) -> int:
 def mode_timed(args) -> int:
     rounds, n = int(args[0]) if args else 3, 5 * BOUND // 4  # 5 partitions of float32
     _core.device.set_copy_timing(KIND, True)
-    b = Buffers(np.zeros(n, np.float32))
+    b, o = Buffers(np.zeros(n, np.float32)), Buffers(np.zeros(n, np.float32))
     wall = 0.0
     for rnd in range(rounds):
         host = make(values(8100, w.RANK, n, "float32", rnd), "float32", (n,))
@@ -219,9 +220,9 @@ def mode_timed(args) -> int:
         else:
             b.arr[:] = host
         t0 = time.perf_counter()
-        bps.wait(start_op("timed", b, b, "float32", False))
+        bps.wait(start_op("timed", b, o, "float32", False))
         wall += time.perf_counter() - t0
-        compare(f"timed round {rnd}", b.read(),
+        compare(f"timed round {rnd}", o.read(),
                 expected(8100, n, "float32", (n,), bps.size(), False, rnd), "float32", False)
     log("TIMED " + json.dumps({"stats": dict(_core.device.stats(KIND)), "wall_s": wall,
                                "bytes": n * 4, "rounds": rounds}))

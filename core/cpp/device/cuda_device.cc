@@ -46,8 +46,9 @@ class CudaDevice : public Device {
     if (e) api_->EventDestroy(e);
   }
   Status DoCopyAsync(void* dst, const void* src, size_t n, CopyDir dir, Stream s) override {
-    const int kind = dir == CopyDir::kDeviceToHost ? kCudaMemcpyDeviceToHost
-                                                   : kCudaMemcpyHostToDevice;
+    const int kind = dir == CopyDir::kDeviceToHost   ? kCudaMemcpyDeviceToHost
+                     : dir == CopyDir::kHostToDevice ? kCudaMemcpyHostToDevice
+                                                     : kCudaMemcpyDeviceToDevice;
     return Check("cudaMemcpyAsync", api_->MemcpyAsync(dst, src, n, kind, s));
   }
   Status DoRecord(Event e, Stream s) override {

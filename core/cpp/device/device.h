@@ -24,7 +24,8 @@ bool ParseKind(const std::string& s, Kind* out);  // the same names
 
 using Stream = void*;  // cudaStream_t, or the fake device's stream
 using Event = void*;   // cudaEvent_t, or the fake device's event
-enum class CopyDir : uint8_t { kDeviceToHost, kHostToDevice };
+// kDeviceToDevice: within one device (a one-process job's device tensor, whose sum is itself).
+enum class CopyDir : uint8_t { kDeviceToHost, kHostToDevice, kDeviceToDevice };
 
 // Counters of one backend since the process started (read by tests and benchmarks: no
 // allocation per push_pull in steady state).
@@ -35,6 +36,7 @@ struct Stats {
   // bytes and the device time between the events around each (nanoseconds), per direction.
   std::atomic<uint64_t> d2h_timed{0}, d2h_timed_bytes{0}, d2h_busy_ns{0};
   std::atomic<uint64_t> h2d_timed{0}, h2d_timed_bytes{0}, h2d_busy_ns{0};
+  std::atomic<uint64_t> d2d_timed{0}, d2d_timed_bytes{0}, d2d_busy_ns{0};
 };
 
 class Device {
@@ -47,7 +49,7 @@ class Device {
   // Makes `device` the calling thread's current device (CUDA: cudaSetDevice).
   virtual Status Use(int device) = 0;
   // The copy stream of `device` for one direction: created at its first use, kept for the
-  // process (the D2H and H2D copies of every tensor run on these two streams).
+  // process (the D2H, H2D and D2D copies of every tensor run on these three streams).
   Status CopyStream(int device, CopyDir dir, Stream* out);
 
   // Counted wrappers of the backend's operations (Stats). CreateStream makes a stream of

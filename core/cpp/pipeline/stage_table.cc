@@ -26,9 +26,10 @@ constexpr PlanKind kAllReduceOnly = PlanKind::kAllReduce;
 constexpr StageRow StageTable::rows[kStageCount] = {
     // A device tensor: the partition from device memory into the tensor's pinned host buffer,
     // after the producer's event (worker_device.cc); every later stage works in that buffer.
+    // Not in a one-process job, whose COPY_OUT copies within the device.
     {Stage::kCopyD2H, "COPY_D2H", &WorkerCore::RunCopyD2H, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
-     {kQueue, kQueue, kQueue, kQueue, kQueue}},
+     {kNo, kQueue, kQueue, kQueue, kQueue}},
     {Stage::kCopyIn, "COPY_IN", &WorkerCore::RunCopyIn, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAny,
      {kNo, kNo, kQueue, kQueue, kQueue}},
@@ -61,7 +62,9 @@ constexpr StageRow StageTable::rows[kStageCount] = {
      Waits::kWork, /*compressed_only=*/true, /*device_only=*/false, /*schemes=*/kPsOnly,
      {kNo, kQueue, kNo, kQueue, kNo}},
     // One process per distributed machine: COPY_OUT at most divides the pulled partition in
-    // place, so the receive thread (or DECOMPRESS's) does that instead of handing it on.
+    // place, so the receive thread (or DECOMPRESS's) does that instead of handing it on. One
+    // process on one machine: a device tensor's COPY_OUT is a copy within the device, done when
+    // the device has made it (worker_device.cc), and the tensor's whole plan.
     {Stage::kCopyOut, "COPY_OUT", &WorkerCore::RunCopyOut, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/false, /*schemes=*/kAny,
      {kQueue, kInline, After(kReduced), kQueue, After(kPulled)}},
@@ -69,7 +72,7 @@ constexpr StageRow StageTable::rows[kStageCount] = {
     // partition is done when the copy is (worker_device.cc).
     {Stage::kCopyH2D, "COPY_H2D", &WorkerCore::RunCopyH2D, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
-     {kQueue, kQueue, kQueue, kQueue, kQueue}},
+     {kNo, kQueue, kQueue, kQueue, kQueue}},
 };
 
 namespace {

@@ -207,7 +207,11 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // --- device tensors (worker_device.cc; docs/gpu.md) ---
   void RunCopyD2H(PartTask* t);
   void RunCopyH2D(PartTask* t);
-  // InitContext of a device tensor: its backend and pinned host buffer, the copy threads.
+  // COPY_OUT of a device tensor in a one-process job: the partition from the device input to
+  // the device output on the device's own copy stream, after the producer's event.
+  void RunCopyWithinDevice(PartTask* t);
+  // InitContext of a device tensor: its backend, its pinned host buffer (not in a one-process
+  // job), the copy threads.
   Status InitDevice(TensorContext* ctx, const PushPullArgs& a);
   // Before a failed device operation is reported: its copies still queued on the device are
   // waited for (no late copy into memory the caller may free).

@@ -4,7 +4,9 @@
 // the device. Each copy runs on the device's copy stream of its direction; the stage's thread
 // queues it and records the task's event, and the direction's DeviceWaiter proceeds when the
 // event completes, so copies of later partitions are queued while earlier ones run and
-// overlap the pushes and pulls of the partitions before them.
+// overlap the pushes and pulls of the partitions before them. A one-process job (one machine,
+// one process) sums nothing: its COPY_OUT copies each partition within the device instead
+// (RunCopyWithinDevice), and the tensor has no pinned buffer.
 #include "common/logging.h"
 #include "pipeline/worker.h"
 
@@ -21,7 +23,8 @@ Status WorkerCore::InitDevice(TensorContext* ctx, const PushPullArgs& a) {
                                    " device " + std::to_string(a.device_id) +
                                    " does not exist (this process sees " +
                                    std::to_string(d->count()) + ")");
-  BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
+  if (cfg_.local_size > 1 || cfg_.distributed)
+    BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
   ctx->device = d;
   auto done = [this](PartTask* t, const Status& st) { OnCopied(t, st); };
   d2h_waiter_.Start(done);
@@ -32,7 +35,9 @@ Status WorkerCore::InitDevice(TensorContext* ctx, const PushPullArgs& a) {
 namespace {
 
 // Queues one partition's copy on the device's stream of `dir` (after the producer's event for
-// COPY_D2H) and records the task's event behind it.
+// COPY_D2H and the copy within the device) and records the task's event behind it. Within the
+// device, an output that is the input needs no copy: the event then marks the producer's
+// work done.
 Status QueueCopy(PartTask* t, device::CopyDir dir) {
   TensorContext* ctx = t->ctx;
   device::Device* d = ctx->device;
@@ -52,6 +57,12 @@ Status QueueCopy(PartTask* t, device::CopyDir dir) {
     if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
     BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->staging.data() + off, ctx->device_input + off, len,
                                      dir, s));
+  } else if (dir == device::CopyDir::kDeviceToDevice) {
+    if (ctx->ready_event) BPS_RETURN_IF_ERROR(d->StreamWait(s, ctx->ready_event));
+    if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
+    if (ctx->device_output != ctx->device_input)
+      BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->device_output + off, ctx->device_input + off, len,
+                                       dir, s));
   } else {
     if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
     BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->device_output + off, ctx->staging.data() + off, len,
@@ -74,6 +85,13 @@ void WorkerCore::RunCopyH2D(PartTask* t) {
   if (!st.ok()) return OnCopied(t, st);
   h2d_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kHostToDevice,
                   t->part.length);
+}
+
+void WorkerCore::RunCopyWithinDevice(PartTask* t) {
+  Status st = QueueCopy(t, device::CopyDir::kDeviceToDevice);
+  if (!st.ok()) return OnCopied(t, st);
+  h2d_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kDeviceToDevice,
+                  t->ctx->device_output != t->ctx->device_input ? t->part.length : 0);
 }
 
 void WorkerCore::OnCopied(PartTask* t, const Status& st) {

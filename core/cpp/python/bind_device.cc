@@ -89,13 +89,16 @@ void BindDevice(py::module_& m) {
         out["h2d_timed"] = s.h2d_timed.load();
         out["h2d_timed_bytes"] = s.h2d_timed_bytes.load();
         out["h2d_busy_ns"] = s.h2d_busy_ns.load();
+        out["d2d_timed"] = s.d2d_timed.load();
+        out["d2d_timed_bytes"] = s.d2d_timed_bytes.load();
+        out["d2d_busy_ns"] = s.d2d_busy_ns.load();
         return out;
       },
       py::arg("kind"),
       "Counters of the backend `kind` ('cuda' or 'fake') since the process started: "
       "{host_allocs, host_frees, host_bytes (pinned bytes held now), streams, events, copies, "
       "copy_bytes, stream_waits}, and with copy timing on (set_copy_timing) per direction "
-      "(d2h_, h2d_) the copies timed, their bytes and the device nanoseconds they took "
+      "(d2h_, h2d_, and d2d_: a one-process job's copies within the device) the copies timed, their bytes and the device nanoseconds they took "
       "(*_timed, *_timed_bytes, *_busy_ns). Raises InvalidArgumentError for 'cuda' while CUDA "
       "is off.");
   d.def(

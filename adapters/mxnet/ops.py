@@ -22,9 +22,15 @@ of 'gradient_3')``.
 Differences from upstream (fixes): names are used as given (upstream prefixed ``"byteps."``);
 ``name=None`` gets a process-unique name (upstream: one shared counter that broke with
 different sizes); the declaration happens in the calling thread without a blocking first push;
-averaging is done by the core (floor division for integer dtypes); CPU NDArrays (GPU NDArrays
-are not yet supported: this build has no CUDA path); ``MXNET_ENGINE_TYPE=NaiveEngine`` is not supported (it requires
-every operation to finish inside its push).
+averaging is done by the core (floor division for integer dtypes); ``MXNET_ENGINE_TYPE=NaiveEngine``
+is not supported (it requires every operation to finish inside its push).
+
+GPU NDArrays (``mx.gpu(i)``) go through a host copy, every step an engine operation: MXNet's
+own ``copyto`` into a pinned CPU NDArray kept per name (``mx.cpu_pinned()``, allocated at the
+name's first push_pull and reused), the push_pull of that copy, and ``copyto`` back. The engine
+orders the three after the tensor's earlier writes and before its later reads, and a failed
+push_pull's error reaches the tensor's next read through the copy back. MXNet exposes no CUDA
+stream or event to Python, so the core's own copy stages (docs/gpu.md) are not used.
 """
 
 from __future__ import annotations
@@ -221,12 +227,30 @@ def check_tensor(tensor: Any, fn: str) -> str:
     if tensor.stype != "default":
         raise InvalidTypeError(f"{fn}: sparse NDArrays ({tensor.stype}) are not supported; convert "
                                "with tensor.tostype('default')")
-    if tensor.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared"):
-        raise InvalidTypeError(
-            f"{fn}: the NDArray is on {tensor.context}; this build of byteps.mxnet "
-            "reduces CPU NDArrays only (GPU arrays are not yet supported): pass "
-            "tensor.as_in_context(mx.cpu())")
+    if tensor.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared", "gpu"):
+        raise InvalidTypeError(f"{fn}: the NDArray is on {tensor.context}, which byteps.mxnet "
+                               "does not know")
     return _dtype_name(tensor, fn)
+
+
+def _on_device(tensor: mx.nd.NDArray) -> bool:
+    """Whether ``tensor`` is in device memory (pushed through a host copy), not in host
+    memory (``cpu``, ``cpu_pinned``, ``cpu_shared``: push_pulled in place)."""
+    return tensor.context.device_type == "gpu"
+
+_host_copies_lock = threading.Lock()
+_host_copies: Dict[str, mx.nd.NDArray] = {}
+
+
+def _host_copy(name: str, tensor: mx.nd.NDArray) -> mx.nd.NDArray:
+    """The pinned CPU NDArray a device tensor named ``name`` is push_pulled through: made at
+    the name's first use, and again only when its shape or dtype changes."""
+    with _host_copies_lock:
+        copy = _host_copies.get(name)
+        if copy is None or copy.shape != tensor.shape or copy.dtype != tensor.dtype:
+            copy = _host_copies[name] = mx.nd.empty(tensor.shape, ctx=mx.cpu_pinned(0),
+                                                    dtype=tensor.dtype)
+        return copy
 
 
 def resolve_name(name: Optional[str], fn: str) -> str:
@@ -250,7 +274,8 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
     sum. Operations on one name run one after the other.
 
     Args:
-        tensor: a dense CPU ``mx.nd.NDArray`` of any shape (0-d and empty included) with dtype
+        tensor: a dense ``mx.nd.NDArray`` on the CPU or a GPU (through a pinned host copy:
+            the module's docstring) of any shape (0-d and empty included) with dtype
             float16, float32, float64, uint8, int8, int32 or int64.
         version: accepted for upstream compatibility (upstream never read it).
         priority: 0 (default) lets the core schedule by declaration order (earlier-declared
@@ -262,8 +287,8 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
             Default True.
 
     Raises:
-        InvalidTypeError (a TypeError): not an NDArray, sparse, on a GPU, or an unsupported dtype
-            (bool, int16...).
+        InvalidTypeError (a TypeError): not an NDArray, sparse, or an unsupported dtype (bool,
+            int16...).
         InvalidArgumentError (a ValueError): an empty name.
         byteps.errors.NotInitializedError: before :func:`init`.
         byteps.errors.BytePSError subclasses: raised by MXNet at the next read of ``tensor``
@@ -274,6 +299,26 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
     name = resolve_name(name, "byteps_push_pull")
     prio = resolve_priority(priority, "byteps_push_pull")
     _b.declare(name)  # here, in program order: keys must agree across ranks
+    if _on_device(tensor):
+        _push_pull_through_host(tensor, name, prio, dtype, is_average)
+    else:
+        _push_engine_op(tensor, name, prio, dtype, is_average)
+
+
+def _push_pull_through_host(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
+                            is_average: bool) -> None:
+    """A device tensor's push_pull: three engine operations, ``tensor`` into its pinned host
+    copy, the push_pull of the copy, the copy back into ``tensor``."""
+    host = _host_copy(name, tensor)
+    tensor.copyto(host)
+    _push_engine_op(host, name, prio, dtype, is_average)
+    host.copyto(tensor)
+
+
+def _push_engine_op(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
+                    is_average: bool) -> None:
+    """Pushes the push_pull of the host NDArray ``tensor`` (declared as ``name``) to MXNet's
+    engine, writing ``tensor`` and the name's ordering variable."""
     shape = tuple(int(s) for s in tensor.shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
     if nbytes:

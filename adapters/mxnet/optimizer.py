@@ -74,8 +74,7 @@ def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "paramet
         InvalidArgumentError (a ValueError): bad ``root_rank``, a single NDArray or another
             unsupported container, or an uninitialised Gluon parameter (upstream raised
             ``TypeError`` for every Gluon ``ParameterDict``).
-        InvalidTypeError (a TypeError): an array that is sparse, on a GPU or of an unsupported
-            dtype.
+        InvalidTypeError (a TypeError): an array that is sparse or of an unsupported dtype.
         byteps.errors.BytePSError subclasses: a push_pull failed.
     """
     root = check_root(root_rank, "broadcast_parameters")

@@ -47,13 +47,16 @@ def test_example_gluon_digits():
     assert "parameters identical on all 2 workers" in job.output
 
 
-@pytest.mark.parametrize("config", ["2w1s", "3w2s"])
-def test_module_api(config):
+@pytest.mark.parametrize("config, through_host", [("2w1s", False), ("3w2s", False),
+                                                  ("2w1s", True)])
+def test_module_api(config, through_host):
     """mx.mod.Module + DistributedOptimizer + broadcast_parameters: equals single-process
     training on the concatenated batches; parameters identical on every rank; push_pull of
-    arrays whose storage MXNet has not allocated yet when the call is made."""
+    arrays whose storage MXNet has not allocated yet when the call is made. through_host: every
+    array goes the way of a GPU NDArray (copied into a pinned host NDArray, push_pulled,
+    copied back, each an engine operation)."""
     cfg = jobs.CONFIGS[config]
-    rc, out, _ = _run(cfg, "module")
+    rc, out, _ = _run(cfg, "module", env=["MXNET_WORKER_THROUGH_HOST=1"] if through_host else ())
     jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=3)
 
 
@@ -115,12 +118,15 @@ def test_upstream_single_worker_forced_distributed():
 
 
 @pytest.mark.timeout(200)
-def test_dead_server_raises_peer_lost_at_read():
+@pytest.mark.parametrize("through_host", [False, True])
+def test_dead_server_raises_peer_lost_at_read(through_host):
     """kill -9 of the server while both workers push_pull in a loop: ``wait_to_read`` raises
     byteps.errors.PeerLostError (registered with MXNet's error table) naming the server and the
-    operation on every worker, within 30 s; nothing of the job is left."""
+    operation on every worker, within 30 s; nothing of the job is left. through_host: the
+    error of the host copy's push_pull reaches the tensor through the copy back."""
     cfg = jobs.CONFIGS["2w1s"]
-    with jobs.LiveJob(cfg, "loop", env=["BYTEPS_TIMEOUT=100"], grace=40, script=WORKER) as job:
+    env = ["BYTEPS_TIMEOUT=100"] + (["MXNET_WORKER_THROUGH_HOST=1"] if through_host else [])
+    with jobs.LiveJob(cfg, "loop", env=env, grace=40, script=WORKER) as job:
         job.wait_for(r"^\[worker \d\] READY", count=2)
         job.snapshot()
         job_id = job.job_id

@@ -15,6 +15,9 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
 * ``badinput``: the errors of bad input (run with one worker: no servers needed).
 * ``loop``: push_pull until a peer is lost; prints ``READY`` after the first round and
   ``CAUGHT-PEERLOST <time.time()> <message>`` when ``wait_to_read`` raises PeerLostError.
+
+``MXNET_WORKER_THROUGH_HOST=1``: every NDArray takes the path of a GPU NDArray (a pinned host
+copy in and out, ``byteps.mxnet.ops._on_device``), which this CPU build of MXNet cannot make.
 """
 
 from __future__ import annotations
@@ -264,6 +267,10 @@ def mode_loop() -> int:
 
 def main(argv) -> int:
     mode = argv[0]
+    if os.environ.get("MXNET_WORKER_THROUGH_HOST") == "1":
+        from byteps.mxnet import ops
+
+        ops._on_device = lambda tensor: True
     if mode == "loop":
         bps.init()
         return mode_loop()
@@ -272,6 +279,12 @@ def main(argv) -> int:
     else:
         bps.init()
         {"module": mode_module, "upstream": mode_upstream}[mode]()
+    if os.environ.get("MXNET_WORKER_THROUGH_HOST") == "1":
+        from byteps.mxnet import ops
+
+        if not ops._host_copies:
+            fail("MXNET_WORKER_THROUGH_HOST=1, but no array went through a host copy")
+        ok(f"{len(ops._host_copies)} names went through a pinned host copy")
     bps.shutdown()
     log(f"OK {CASES} cases")
     return 0

@@ -91,6 +91,23 @@ def test_device_ids_on_cpu(ddp_mod):
         DDP(_net(), device_ids=[])
 
 
+def test_module_on_one_device_of_cpu_or_cuda(ddp_mod):
+    """The module's device is taken from its parameters and buffers: CPU here (CUDA modules
+    run in tests/test_gpu.py); another device type, or parameters on several devices, are
+    refused naming them."""
+    from byteps.errors import InvalidArgumentError, InvalidTypeError
+
+    _, DDP = ddp_mod
+    assert DDP(_net()).device == torch.device("cpu")
+    assert DDP(torch.nn.ReLU()).device == torch.device("cpu")  # no parameters
+    with pytest.raises(InvalidTypeError, match="meta"):
+        DDP(_net().to("meta"))
+    mixed = _net()
+    mixed[2].to("meta")
+    with pytest.raises(InvalidArgumentError, match="several devices.*cpu.*meta"):
+        DDP(mixed)
+
+
 # ---------------------------------------------------------------------------- reduction
 def test_backward_reduces_in_layer_priority_order(ddp_mod):
     bps, DDP = ddp_mod

@@ -7,6 +7,9 @@ Modes:
   from the same initial weights and the same per-rank data, once on the CPU and once on
   ``cuda:<local_rank % device_count>``; the parameters after every step must agree (within
   float32 rounding of the different kernels).
+* ``ddp``: the same with ``byteps.torch.parallel.DistributedDataParallel`` (``device_ids =
+  [the CUDA device]``, a BatchNorm layer so buffers are broadcast too) and plain SGD; the
+  CUDA module must also refuse ``device_ids`` naming another device.
 * ``ops``: push_pull / push_pull_async_inplace of CUDA tensors (every dtype, sizes around the
   partition bound, non-contiguous, out of place) against the CPU result of the same call;
   a result consumed on another stream; broadcast_parameters of a CUDA model; byteps.push_pull
@@ -66,6 +69,49 @@ def mode_train(args) -> int:
                 fail(f"step {step} parameter {i}: CUDA training differs from CPU training by "
                      f"{(pa - pb).abs().max().item():.3g}")
     return steps
+
+
+def _train_ddp(dev, steps: int):
+    from byteps.torch.parallel import DistributedDataParallel
+
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64),
+                                torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
+    ddp = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(200 + w.RANK)
+    history = []
+    for _ in range(steps):
+        x = torch.randn(16, 32, generator=gen).to(dev)
+        y = torch.randn(16, 4, generator=gen).to(dev)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        history.append([t.detach().cpu().clone() for t in model.state_dict().values()])
+    return history
+
+
+def mode_ddp(args) -> int:
+    from byteps.errors import InvalidArgumentError
+    from byteps.torch.parallel import DistributedDataParallel
+
+    steps = int(args[0]) if args else 10
+    cpu = _train_ddp(torch.device("cpu"), steps)
+    gpu = _train_ddp(device(), steps)
+    for step, (a, b) in enumerate(zip(cpu, gpu)):
+        for i, (ta, tb) in enumerate(zip(a, b)):
+            if not torch.allclose(ta.double(), tb.double(), rtol=1e-4, atol=1e-4):
+                fail(f"DDP step {step} state {i}: CUDA training differs from CPU training by "
+                     f"{(ta.double() - tb.double()).abs().max().item():.3g}")
+    other = torch.device("cuda", device().index + 1)
+    try:
+        DistributedDataParallel(torch.nn.Linear(2, 2).to(device()), device_ids=[other],
+                                init_sync=False)
+        fail("DDP accepted device_ids naming another device than the module's")
+    except InvalidArgumentError as exc:
+        if "device_ids" not in str(exc):
+            fail(f"DDP's error does not name device_ids: {exc}")
+    return steps + 1
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
@@ -138,4 +184,4 @@ def mode_ops(args) -> int:
 if __name__ == "__main__":
     torch.cuda.set_device(int(os.environ.get("BYTEPS_LOCAL_RANK", "0")) %
                           torch.cuda.device_count())
-    w.main({"train": mode_train, "ops": mode_ops})
+    w.main({"train": mode_train, "ddp": mode_ddp, "ops": mode_ops})

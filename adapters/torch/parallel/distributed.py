@@ -113,15 +113,17 @@ class DistributedDataParallel(torch.nn.Module):
     forward passes with gradients enabled when ``broadcast_buffers`` (each is a collective).
 
     Args:
-        module: the ``torch.nn.Module`` to train; its parameters and buffers must be CPU
-            tensors (dtypes float16, bfloat16, float32, float64 for gradients; buffers also
-            int8, uint8, int32, int64). Parameters must not be added, removed or have their
+        module: the ``torch.nn.Module`` to train, with every parameter and buffer on one
+            device: the CPU, or one CUDA device (moved there before wrapping, as with torch
+            DDP; the gradients then go through the core's copy stages, docs/gpu.md). Dtypes
+            float16, bfloat16, float32, float64 for gradients; buffers also int8, uint8,
+            int32, int64. Parameters must not be added, removed or have their
             ``requires_grad`` changed after wrapping.
-        device_ids: None or ``[]`` (a CPU module), or one entry (int CUDA index, str or
-            ``torch.device``) as upstream's single-GPU mode (``[bps.local_rank()]``). This
-            build reduces CPU tensors only: an entry that names another device than the
-            module's (CPU) is accepted with a ``UserWarning`` that it has no effect, so scripts
-            written for GPUs run unchanged on CPU.
+        device_ids: None or ``[]``, or one entry (int CUDA index, str or ``torch.device``) as
+            upstream's single-GPU mode (``[bps.local_rank()]``). A CUDA module: the entry must
+            be its device (``InvalidArgumentError`` otherwise). A CPU module: an entry naming
+            another device is accepted with a ``UserWarning`` that it has no effect, so
+            scripts written for GPUs run unchanged on CPU.
         broadcast_buffers: broadcast the module's buffers (e.g. BatchNorm running statistics)
             from rank 0 at the start of every forward pass that runs with gradients enabled
             and outside :meth:`no_sync`. Default True.
@@ -141,9 +143,9 @@ class DistributedDataParallel(torch.nn.Module):
             the core does not compress), and error feedback gets no learning rate (its
             previous_lr / lr correction is 1; call ``byteps.basics.set_learning_rate(lr)``
             before the backward pass when the learning rate changes).
-        output_device: None, or a device: as ``device_ids``, accepted with a warning when it is
-            not the module's device (torch DDP uses it only to gather outputs of modules
-            spanning several devices).
+        output_device: None, or a device, accepted with a warning when it is not the module's
+            device (torch DDP uses it only to gather outputs of modules spanning several
+            devices).
         dim: 0 only (torch DDP scattered inputs along it in its removed multi-device mode).
         init_sync: broadcast the ``state_dict()`` from rank 0 at construction. Default True.
         check_reduction: accepted (deprecated in torch); the reduction is always checked.
@@ -155,13 +157,16 @@ class DistributedDataParallel(torch.nn.Module):
     Attributes:
         module: the wrapped module (``state_dict()`` keys are ``"module.<name>"``, as torch
             DDP and upstream).
+        device: the ``torch.device`` its parameters and buffers are on (the CPU for a module
+            without any).
 
     Raises:
-        InvalidTypeError (a TypeError): ``module`` is not a ``torch.nn.Module``; it has
-            parameters or buffers off the CPU; a flag that is not a bool; a bad device entry;
+        InvalidTypeError (a TypeError): ``module`` is not a ``torch.nn.Module``; it is on a
+            device other than the CPU or CUDA; a flag that is not a bool; a bad device entry;
             a ``compression`` without compress()/decompress().
-        InvalidArgumentError (a ValueError): several ``device_ids``; ``dim != 0``; a torch DDP
-            option other than its default among those not implemented; invalid
+        InvalidArgumentError (a ValueError): parameters or buffers on several devices; several
+            ``device_ids``, or one that is not a CUDA module's device; ``dim != 0``; a torch
+            DDP option other than its default among those not implemented; invalid
             ``compression_params``.
         byteps.errors.NotInitializedError: before ``byteps.torch.init()``.
         byteps.errors.MismatchError, PeerLostError, BytePSTimeoutError: from the broadcast.
@@ -169,7 +174,7 @@ class DistributedDataParallel(torch.nn.Module):
     Differences from upstream: unused parameters are detected (upstream waited forever or
     needed an explicit :meth:`synchronize`); the end of the backward pass is found per
     wrapper by the autograd engine's callback, not by a process-wide gradient counter (which
-    broke with several models); no CUDA. Differences from torch DDP: see ``docs/torch.md``.
+    broke with several models). Differences from torch DDP: see ``docs/torch.md``.
     """
 
     def __init__(self, module: torch.nn.Module, device_ids=None, broadcast_buffers: bool = True,
@@ -212,13 +217,17 @@ class DistributedDataParallel(torch.nn.Module):
                 "whole input (inputs are not scattered); leave dim at 0")
         self.dim = dim
         devices = {t.device for t in itertools.chain(module.parameters(), module.buffers())}
-        off_cpu = sorted(str(d) for d in devices if d.type != "cpu")
-        if off_cpu:
+        if len(devices) > 1:
+            raise InvalidArgumentError(
+                f"{_NAME}: the module's parameters and buffers are on several devices "
+                f"({sorted(str(d) for d in devices)}); byteps runs one device per process: move "
+                "the module to one (module.to(device))")
+        self.device = devices.pop() if devices else torch.device("cpu")
+        if self.device.type not in ("cpu", "cuda"):
             raise InvalidTypeError(
-                f"{_NAME}: the module has parameters or buffers on {off_cpu}; this build of "
-                "byteps.torch reduces CPU tensors only (GPU tensors are not yet supported): "
-                "keep the module on the CPU")
-        self.device_ids = self._check_devices(device_ids, output_device)
+                f"{_NAME}: the module is on {self.device}; byteps.torch reduces CPU and CUDA "
+                "tensors")
+        self.device_ids = self._check_devices(device_ids, output_device, self.device)
         self.output_device = output_device
         self.module = module
 
@@ -269,7 +278,7 @@ class DistributedDataParallel(torch.nn.Module):
 
     # ------------------------------------------------------------------ construction helpers
     @staticmethod
-    def _check_devices(device_ids, output_device) -> List[Any]:
+    def _check_devices(device_ids, output_device, module_device: torch.device) -> List[Any]:
         if device_ids is None:
             device_ids = []
         if isinstance(device_ids, (str, torch.device)) or not isinstance(device_ids,
@@ -285,11 +294,23 @@ class DistributedDataParallel(torch.nn.Module):
             entries.append(("output_device", output_device))
         for arg, entry in entries:
             dev = _device_of(entry, arg)
-            if dev.type != "cpu":
+            if module_device.type == "cuda":
+                if dev.type == "cuda" and dev.index is None:  # "cuda": the current device
+                    dev = torch.device("cuda", torch.cuda.current_device())
+                if dev != module_device and arg == "device_ids":
+                    raise InvalidArgumentError(
+                        f"{_NAME}: device_ids={list(device_ids)!r} names {dev}, but the module "
+                        f"is on {module_device}: pass [{module_device.index}] (one device per "
+                        "process, bps.local_rank())")
+                if dev != module_device:
+                    warnings.warn(f"{_NAME}: {arg}={entry!r} ({dev}) is not the module's "
+                                  f"device ({module_device}); outputs stay where the module "
+                                  "puts them", UserWarning, stacklevel=3)
+            elif dev.type != "cpu":
                 warnings.warn(
                     f"{_NAME}: {arg}={entry!r} ({dev}) has no effect: the module is on the CPU "
-                    "and this build of byteps.torch reduces CPU tensors only", UserWarning,
-                    stacklevel=3)
+                    "(move it to the device first, as with torch DDP, to train there)",
+                    UserWarning, stacklevel=3)
         return list(device_ids)
 
     # --------------------------------------------------------------------------- public API

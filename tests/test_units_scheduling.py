@@ -328,35 +328,26 @@ class TestScheduledQueue:
         assert result["item"] == (0, 1, 100)
         assert 0.15 <= result["waited"] < 5.0
 
-    def test_blocked_pop_wakes_on_push(self):
-        q = T.ScheduledQueue("q", 0)
+    @staticmethod
+    def _popped_after(q, action):
+        """What a pop of ``q`` blocked in another thread (10 s bound) returns once ``action``
+        ran 0.1 s after it started."""
         result = {}
-
-        def consumer():
-            result["item"] = q.pop(10_000)
-
-        th = threading.Thread(target=consumer)
+        th = threading.Thread(target=lambda: result.__setitem__("item", q.pop(10_000)))
         th.start()
         time.sleep(0.1)
-        q.push(7, 7, 7)
+        action()
         th.join(5)
         assert not th.is_alive()
-        assert result["item"] == (7, 7, 7)
+        return result["item"]
+
+    def test_blocked_pop_wakes_on_push(self):
+        q = T.ScheduledQueue("q", 0)
+        assert self._popped_after(q, lambda: q.push(7, 7, 7)) == (7, 7, 7)
 
     def test_close_wakes_blocked_pop(self):
         q = T.ScheduledQueue("q", 0)
-        result = {}
-
-        def consumer():
-            result["item"] = q.pop(10_000)
-
-        th = threading.Thread(target=consumer)
-        th.start()
-        time.sleep(0.1)
-        q.close()
-        th.join(5)
-        assert not th.is_alive()
-        assert result["item"] is None
+        assert self._popped_after(q, q.close) is None
         q.push(0, 0, 1)
         assert q.try_pop() is None  # closed
 

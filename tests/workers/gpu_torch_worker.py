@@ -47,15 +47,21 @@ def _train(dev, steps: int, tag: str):
     opt = bps_t.DistributedOptimizer(opt, named_parameters=[(f"{tag}.{n}", p) for n, p in
                                                             model.named_parameters()])
     bps_t.broadcast_parameters(model.state_dict(), root_rank=0, prefix=f"{tag}.init.")
-    gen = torch.Generator().manual_seed(100 + w.RANK)
+    return _steps(model, opt, dev, steps, 100 + w.RANK, model.parameters)
+
+
+def _steps(forward, opt, dev, steps: int, seed: int, state):
+    """``steps`` SGD steps of an MSE loss on this rank's batches (seeded): a host copy of the
+    tensors ``state()`` gives after each."""
+    gen = torch.Generator().manual_seed(seed)
     history = []
     for _ in range(steps):
         x = torch.randn(16, 32, generator=gen).to(dev)
         y = torch.randn(16, 4, generator=gen).to(dev)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.mse_loss(forward(x), y).backward()
         opt.step()
-        history.append([p.detach().cpu().clone() for p in model.parameters()])
+        history.append([t.detach().cpu().clone() for t in state()])
     return history
 
 
@@ -79,16 +85,7 @@ def _train_ddp(dev, steps: int):
                                 torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
     ddp = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(200 + w.RANK)
-    history = []
-    for _ in range(steps):
-        x = torch.randn(16, 32, generator=gen).to(dev)
-        y = torch.randn(16, 4, generator=gen).to(dev)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
-        opt.step()
-        history.append([t.detach().cpu().clone() for t in model.state_dict().values()])
-    return history
+    return _steps(ddp, opt, dev, steps, 200 + w.RANK, lambda: model.state_dict().values())
 
 
 def mode_ddp(args) -> int:

@@ -113,6 +113,13 @@ def test_torch_ddp_on_cuda_matches_cpu():
 
 
 @needs_torch
+def test_torch_cross_barrier_on_cuda_matches_cpu():
+    rc, out, _ = run_job(LAYOUTS["two-machines"], "crossbarrier", "10", env=ENV, timeout=400,
+                         script=TORCH_WORKER)
+    assert_ok(rc, out, 2, min_cases=4)
+
+
+@needs_torch
 @pytest.mark.timeout(240)
 def test_worker_killed_mid_cuda_push_pull_fails_every_rank():
     with LiveJob(LAYOUTS["two-machines"], "loop", "--cuda", env=ENV + ["BYTEPS_TIMEOUT=100"],

@@ -10,6 +10,9 @@ Modes:
 * ``ddp``: the same with ``byteps.torch.parallel.DistributedDataParallel`` (``device_ids =
   [the CUDA device]``, a BatchNorm layer so buffers are broadcast too) and plain SGD; the
   CUDA module must also refuse ``device_ids`` naming another device.
+* ``crossbarrier``: ``byteps.torch.cross_barrier.CrossBarrier`` (updates in its background thread, each
+  layer's before the next forward pass reaches it) on the CPU and on CUDA for ``num_steps``
+  steps; the final parameters must agree.
 * ``ops``: push_pull / push_pull_async_inplace of CUDA tensors (every dtype, sizes around the
   partition bound, non-contiguous, out of place) against the CPU result of the same call;
   a result consumed on another stream; broadcast_parameters of a CUDA model; byteps.push_pull
@@ -111,6 +114,28 @@ def mode_ddp(args) -> int:
     return steps + 1
 
 
+def _train_cross_barrier(dev, steps: int, tag: str):
+    from byteps.torch.cross_barrier import CrossBarrier
+
+    model = _model(1234).to(dev)
+    opt = CrossBarrier(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                       named_parameters=[(f"xb.{tag}.{n}", p) for n, p in model.named_parameters()],
+                       num_steps=steps)
+    # after the last of num_steps steps every update is done: only that state is compared
+    return _steps(model, opt, dev, steps, 300 + w.RANK, model.parameters)[-1]
+
+
+def mode_crossbarrier(args) -> int:
+    steps = int(args[0]) if args else 10
+    cpu = _train_cross_barrier(torch.device("cpu"), steps, "cpu")
+    gpu = _train_cross_barrier(device(), steps, "gpu")
+    for i, (pa, pb) in enumerate(zip(cpu, gpu)):
+        if not torch.allclose(pa, pb, rtol=1e-4, atol=1e-5):
+            fail(f"CrossBarrier parameter {i}: CUDA training differs from CPU training by "
+                 f"{(pa - pb).abs().max().item():.3g}")
+    return len(cpu)
+
+
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
           torch.int32, torch.int64)
 
@@ -181,4 +206,5 @@ def mode_ops(args) -> int:
 if __name__ == "__main__":
     torch.cuda.set_device(int(os.environ.get("BYTEPS_LOCAL_RANK", "0")) %
                           torch.cuda.device_count())
-    w.main({"train": mode_train, "ddp": mode_ddp, "ops": mode_ops})
+    w.main({"train": mode_train, "ddp": mode_ddp, "crossbarrier": mode_crossbarrier,
+            "ops": mode_ops})

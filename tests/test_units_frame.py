@@ -34,6 +34,17 @@ FUZZ = settings(max_examples=400, deadline=None,
 # frame codec (docs/architecture.md §6: decoders never trust a peer's sizes)
 # =============================================================================================
 
+@pytest.mark.parametrize("wait_us, sum_us, want", [
+    (0, 0, (0, 0)), (0, 7, (0, 7)), (5, 0, (5, 0)), (123456, 789, (123456, 789)),
+    (1 << 40, 1 << 40, (0x7FFFFFFF, 0xFFFFFFFF)),  # saturated, never wrapped
+])
+def test_server_times_survive_the_aux_field(wait_us, sum_us, want):
+    """A traced round's times come back as packed, and a round of 0 us each is still told
+    apart from an untraced response (aux 0): the timeline shows it."""
+    aux, got_wait, got_sum = T.pack_server_times(wait_us, sum_us)
+    assert aux != 0 and (got_wait, got_sum) == want
+
+
 CONTROL_TYPES = list(range(1, 12))  # ... NODE_FAILED, WORKER_LEFT, RETIRE_KEYS
 DATA_TYPES = list(range(20, 35))  # ... PUSH_ACK, KEY_CONFIG, PEER_HELLO .. PEER_ABORT, PULL_WINDOW
 KNOWN_TYPES = CONTROL_TYPES + DATA_TYPES

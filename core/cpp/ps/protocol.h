@@ -107,14 +107,18 @@ enum class DataError : uint64_t {
   kJobFailed = 1,  // the job failed elsewhere; the server is leaving
 };
 
-// FrameHeader::aux of a PULL_RESPONSE from a server with BYTEPS_TRACE_ON (0 otherwise): the
-// microseconds from the round's first push to its last (high 32 bits) and those the server spent
-// summing the round (low 32 bits), for the workers' timelines (docs/timeline.md).
+// FrameHeader::aux of a PULL_RESPONSE from a server with BYTEPS_TRACE_ON (0 otherwise): bit 63
+// set (times present: a round can take 0 us of both), the microseconds from the round's first
+// push to its last (bits 32-62) and those the server spent summing the round (low 32 bits), for
+// the workers' timelines (docs/timeline.md).
+constexpr uint64_t kServerTimesPresent = 1ull << 63;
 constexpr uint64_t PackServerTimes(uint64_t wait_us, uint64_t sum_us) {
-  return (wait_us > 0xffffffffull ? 0xffffffffull : wait_us) << 32 |
+  return kServerTimesPresent | (wait_us > 0x7fffffffull ? 0x7fffffffull : wait_us) << 32 |
          (sum_us > 0xffffffffull ? 0xffffffffull : sum_us);
 }
-constexpr uint32_t ServerWaitUs(uint64_t aux) { return static_cast<uint32_t>(aux >> 32); }
+constexpr uint32_t ServerWaitUs(uint64_t aux) {
+  return static_cast<uint32_t>(aux >> 32 & 0x7fffffffull);
+}
 constexpr uint32_t ServerSumUs(uint64_t aux) { return static_cast<uint32_t>(aux); }
 
 constexpr uint64_t ToAux(DeclareReply r) { return static_cast<uint64_t>(r); }

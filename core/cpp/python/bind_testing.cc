@@ -34,6 +34,15 @@ void BindTesting(py::module_& root) {
     for (auto& p : parts) out.emplace_back(p.index, p.offset, p.length);
     return out;
   });
+  m.def(
+      "pack_server_times",
+      [](uint64_t wait_us, uint64_t sum_us) {
+        const uint64_t aux = PackServerTimes(wait_us, sum_us);
+        return py::make_tuple(aux, ServerWaitUs(aux), ServerSumUs(aux));
+      },
+      py::arg("wait_us"), py::arg("sum_us"),
+      "A traced round's times as a PULL_RESPONSE's aux carries them (PackServerTimes, "
+      "ps/protocol.h): (aux, wait_us, sum_us) as a worker reads them back.");
   m.def("partition_key", &PartitionKey, py::arg("declared_key"), py::arg("index"),
         py::arg("generation") = 0);
   m.def("tensor_partition_bound", &TensorPartitionBound, py::arg("nbytes"), py::arg("job_bound"),

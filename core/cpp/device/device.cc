@@ -54,10 +54,10 @@ Status Device::CreateEvent(Event* out, bool timing) {
 Status Device::AddCopyTime(CopyDir dir, Event start, Event end, size_t n) {
   uint64_t ns = 0;
   BPS_RETURN_IF_ERROR(DoElapsedNs(start, end, &ns));
-  const bool d2h = dir == CopyDir::kDeviceToHost, h2d = dir == CopyDir::kHostToDevice;
-  (d2h ? stats_.d2h_timed : h2d ? stats_.h2d_timed : stats_.d2d_timed)++;
-  (d2h ? stats_.d2h_timed_bytes : h2d ? stats_.h2d_timed_bytes : stats_.d2d_timed_bytes) += n;
-  (d2h ? stats_.d2h_busy_ns : h2d ? stats_.h2d_busy_ns : stats_.d2d_busy_ns) += ns;
+  Stats::Timed& t = stats_.timed[static_cast<int>(dir)];
+  t.copies++;
+  t.bytes += n;
+  t.busy_ns += ns;
   return Status::OK();
 }
 

@@ -33,10 +33,12 @@ struct Stats {
   std::atomic<uint64_t> host_allocs{0}, host_frees{0}, host_bytes{0};
   std::atomic<uint64_t> streams{0}, events{0}, copies{0}, copy_bytes{0}, stream_waits{0};
   // Copy timing (Device::set_copy_timing): the copy stages' copies timed on the device, their
-  // bytes and the device time between the events around each (nanoseconds), per direction.
-  std::atomic<uint64_t> d2h_timed{0}, d2h_timed_bytes{0}, d2h_busy_ns{0};
-  std::atomic<uint64_t> h2d_timed{0}, h2d_timed_bytes{0}, h2d_busy_ns{0};
-  std::atomic<uint64_t> d2d_timed{0}, d2d_timed_bytes{0}, d2d_busy_ns{0};
+  // bytes and the device time between the events around each (nanoseconds), per direction
+  // (indexed by CopyDir).
+  struct Timed {
+    std::atomic<uint64_t> copies{0}, bytes{0}, busy_ns{0};
+  };
+  Timed timed[3];
 };
 
 class Device {

@@ -207,6 +207,11 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // --- device tensors (worker_device.cc; docs/gpu.md) ---
   void RunCopyD2H(PartTask* t);
   void RunCopyH2D(PartTask* t);
+  // One process on one machine (Layout::kOneProcess): nothing is summed, a device tensor stays
+  // on its device (no COPY_D2H / COPY_H2D in the layout's plan).
+  bool OneProcessJob() const {
+    return LayoutOf(cfg_.local_size, cfg_.distributed, true) == Layout::kOneProcess;
+  }
   // COPY_OUT of a device tensor in a one-process job: the partition from the device input to
   // the device output on the device's own copy stream, after the producer's event.
   void RunCopyWithinDevice(PartTask* t);

@@ -23,8 +23,7 @@ Status WorkerCore::InitDevice(TensorContext* ctx, const PushPullArgs& a) {
                                    " device " + std::to_string(a.device_id) +
                                    " does not exist (this process sees " +
                                    std::to_string(d->count()) + ")");
-  if (cfg_.local_size > 1 || cfg_.distributed)
-    BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
+  if (!OneProcessJob()) BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
   ctx->device = d;
   auto done = [this](PartTask* t, const Status& st) { OnCopied(t, st); };
   d2h_waiter_.Start(done);

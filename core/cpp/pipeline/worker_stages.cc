@@ -79,7 +79,7 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   TensorContext* ctx = t->ctx;
   // One process on one machine: the sum is the input, so a device tensor's result is copied
   // within the device, never through host memory (worker_device.cc).
-  if (ctx->device && cfg_.local_size == 1 && !cfg_.distributed) return RunCopyWithinDevice(t);
+  if (ctx->device && OneProcessJob()) return RunCopyWithinDevice(t);
   size_t off = t->part.offset, len = t->part.length;
   char* out = ctx->output + off;
   size_t es = DTypeSize(ctx->dtype);

@@ -83,22 +83,21 @@ void BindDevice(py::module_& m) {
         out["copies"] = s.copies.load();
         out["copy_bytes"] = s.copy_bytes.load();
         out["stream_waits"] = s.stream_waits.load();
-        out["d2h_timed"] = s.d2h_timed.load();
-        out["d2h_timed_bytes"] = s.d2h_timed_bytes.load();
-        out["d2h_busy_ns"] = s.d2h_busy_ns.load();
-        out["h2d_timed"] = s.h2d_timed.load();
-        out["h2d_timed_bytes"] = s.h2d_timed_bytes.load();
-        out["h2d_busy_ns"] = s.h2d_busy_ns.load();
-        out["d2d_timed"] = s.d2d_timed.load();
-        out["d2d_timed_bytes"] = s.d2d_timed_bytes.load();
-        out["d2d_busy_ns"] = s.d2d_busy_ns.load();
+        const char* dirs[] = {"d2h", "h2d", "d2d"};  // CopyDir order
+        for (int d = 0; d < 3; ++d) {
+          const std::string p = dirs[d];
+          out[(p + "_timed").c_str()] = s.timed[d].copies.load();
+          out[(p + "_timed_bytes").c_str()] = s.timed[d].bytes.load();
+          out[(p + "_busy_ns").c_str()] = s.timed[d].busy_ns.load();
+        }
         return out;
       },
       py::arg("kind"),
       "Counters of the backend `kind` ('cuda' or 'fake') since the process started: "
       "{host_allocs, host_frees, host_bytes (pinned bytes held now), streams, events, copies, "
       "copy_bytes, stream_waits}, and with copy timing on (set_copy_timing) per direction "
-      "(d2h_, h2d_, and d2d_: a one-process job's copies within the device) the copies timed, their bytes and the device nanoseconds they took "
+      "(d2h_, h2d_, and d2d_: a one-process job's copies within the device) the copies timed, "
+      "their bytes and the device nanoseconds they took "
       "(*_timed, *_timed_bytes, *_busy_ns). Raises InvalidArgumentError for 'cuda' while CUDA "
       "is off.");
   d.def(

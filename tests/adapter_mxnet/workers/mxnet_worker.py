@@ -267,10 +267,9 @@ def mode_loop() -> int:
 
 def main(argv) -> int:
     mode = argv[0]
-    if os.environ.get("MXNET_WORKER_THROUGH_HOST") == "1":
-        from byteps.mxnet import ops
-
-        ops._on_device = lambda tensor: True
+    through_host = os.environ.get("MXNET_WORKER_THROUGH_HOST") == "1"
+    if through_host:
+        bps.ops._on_device = lambda tensor: True
     if mode == "loop":
         bps.init()
         return mode_loop()
@@ -279,12 +278,10 @@ def main(argv) -> int:
     else:
         bps.init()
         {"module": mode_module, "upstream": mode_upstream}[mode]()
-    if os.environ.get("MXNET_WORKER_THROUGH_HOST") == "1":
-        from byteps.mxnet import ops
-
-        if not ops._host_copies:
+    if through_host:
+        if not bps.ops._host_copies:
             fail("MXNET_WORKER_THROUGH_HOST=1, but no array went through a host copy")
-        ok(f"{len(ops._host_copies)} names went through a pinned host copy")
+        ok(f"{len(bps.ops._host_copies)} names went through a pinned host copy")
     bps.shutdown()
     log(f"OK {CASES} cases")
     return 0

@@ -117,17 +117,20 @@ def _enum_names(header: Path, enum: str, name_file: Path, kind: str):
     return [names[m] for m in members]
 
 
-def _stage_rows(device=False, all_reduce=False):
+def _stage_rows(device=False, all_reduce=False, nccl=False):
     """(name, [slot per layout], compressed_only) of every row of the stage table, in order;
     the rows of device tensors only (device_only) with ``device``; the rows of an all-reduce
     tensor's plan (``/*schemes=*/`` kAny or kAllReduceOnly) with ``all_reduce``, those of the
-    summation service's (kAny or kPsOnly) without, every row with ``all_reduce=None``."""
+    summation service's (kAny or kPsOnly) without, every row with ``all_reduce=None``. The
+    slots are the ``where`` columns, or with ``nccl`` the ``nccl`` ones (an NCCL tensor's)."""
     text = (CPP / "pipeline" / "stage_table.cc").read_text()
     text = text[text.index("StageTable::rows[kStageCount] = {"):]
-    rows = re.findall(r'\{Stage::k\w+, "(\w+)",([^{}]*)\{([^{}]*)\}\},', text)
+    rows = re.findall(r'\{Stage::k\w+, "(\w+)",([^{}]*)\{([^{}]*)\},\s*\{([^{}]*)\}\},',
+                      text)
     skip = {None: "-", True: "kPsOnly", False: "kAllReduceOnly"}[all_reduce]
-    return [(name, [s.strip() for s in slots.split(",")], "compressed_only=*/true" in middle)
-            for name, middle, slots in rows
+    return [(name, [s.strip() for s in (by_nccl if nccl else slots).split(",")],
+             "compressed_only=*/true" in middle)
+            for name, middle, slots, by_nccl in rows
             if (device or "device_only=*/true" not in middle)
             and f"schemes=*/{skip}" not in middle]
 
@@ -135,7 +138,7 @@ def _stage_rows(device=False, all_reduce=False):
 def test_stage_list_matches_the_code():
     rows = _stage_rows(device=True, all_reduce=None)
     stages = [name for name, _, _ in rows]
-    assert stages[:3] == ["COPY_D2H", "COPY_IN", "LOCAL_REDUCE"]  # the parser found the table
+    assert stages[:4] == ["REDUCE", "COPY_D2H", "COPY_IN", "LOCAL_REDUCE"]  # the table parsed
     table = re.findall(r"^\s*\| `(\w+)` \|", _section(3), re.M)
     assert table == stages, f"§3 stage table {table} != the stage table's rows {stages}"
 
@@ -181,9 +184,9 @@ def test_device_stages_frame_every_plan():
     machine's, and COPY_H2D, last; §3 says so, and that COPY_OUT copies within the device
     there."""
     host = {name for name, _, _ in _stage_rows()}
-    device = [(name, slots) for name, slots, _ in _stage_rows(device=True) if name not in host]
+    rows = [row for row in _stage_rows(device=True) if set(row[1]) != {"kNo"}]  # host plans'
+    device = [(name, slots) for name, slots, _ in rows if name not in host]
     assert [name for name, _ in device] == ["COPY_D2H", "COPY_H2D"]
-    rows = _stage_rows(device=True)
     assert rows[0][0] == "COPY_D2H" and rows[-1][0] == "COPY_H2D"
     # the first column is one process on one machine (Layout::kOneProcess)
     assert all(slots[0] == "kNo" and all(s == "kQueue" for s in slots[1:])

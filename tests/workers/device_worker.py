@@ -22,6 +22,8 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   (seconds).
 * ``dlpack``: ``byteps.push_pull`` of NumPy arrays (the DLPack front), every dtype NumPy has
   (not bfloat16), in place and with ``out=``, sum and average, sizes around the bound.
+* ``orders ROUNDS``: 12 tensors in flight at once, started in another order and with other
+  priorities on every rank and round (BYTEPS_NCCL: the collective calls must keep one order).
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
   ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
 """
@@ -78,7 +80,8 @@ class Buffers:
 _events = []  # the last CUDA events passed to the core (alive until their operation ends)
 
 
-def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=None):
+def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=None,
+             priority=None):
     """Start the push_pull of a device tensor. ``ready_event``: the producer's event; None:
     on CUDA, an event recorded now on the current stream (the tensors were filled there, as
     byteps.torch does), on the fake device none (its buffers are written by the host)."""
@@ -94,7 +97,7 @@ def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=None)
             ready_event = ev.cuda_event
     nbytes = int(np.prod(inp.shape)) * inp.host_dtype.itemsize
     return _core.push_pull_async(name, inp.ptr, out.ptr, nbytes, dtype, list(inp.shape), average,
-                                 None, 0, device=KIND, device_id=inp.device_id,
+                                 priority, 0, device=KIND, device_id=inp.device_id,
                                  ready_event=ready_event)
 
 
@@ -107,6 +110,27 @@ def sizes(dtype: str):
 BOUND = 65536  # BYTEPS_PARTITION_BYTES of the job (set in __main__)
 
 
+def refuses_average(dtype: str) -> bool:
+    """BYTEPS_NCCL=1 on one machine of several processes: NCCL averages on the GPU, floating
+    point only (byteps refuses an integer average there rather than round it otherwise)."""
+    return (os.environ.get("BYTEPS_NCCL") == "1" and bps.local_size() > 1
+            and bps.size() == bps.local_size() and dtype.startswith(("int", "uint")))
+
+
+def expect_average_refused(name, dtype, n, inplace) -> int:
+    host = make(values(1, w.RANK, n, dtype, 0), dtype, (n,))
+    inp = Buffers(host)
+    out = inp if inplace else Buffers(np.zeros_like(host))
+    try:
+        bps.wait(start_op(name, inp, out, dtype, True))
+    except errors.InvalidArgumentError as e:
+        if "average floating-point tensors only" not in str(e):
+            fail(f"{name}: refused with {e}")
+        return 1
+    fail(f"{name}: an integer average among the GPUs of one machine was not refused")
+    return 0
+
+
 def mode_sums(args) -> int:
     size, count, case = bps.size(), 0, 0
     for dtype in DTYPES:
@@ -115,6 +139,9 @@ def mode_sums(args) -> int:
                 for inplace in (True, False):
                     case += 1
                     name = f"d{case}.{dtype}.{n}.{int(average)}{int(inplace)}"
+                    if n and average and refuses_average(dtype):
+                        count += expect_average_refused(name, dtype, n, inplace)
+                        continue
                     for rnd in range(2):
                         host = make(values(case, w.RANK, n, dtype, rnd), dtype, (n,))
                         inp = Buffers(host)
@@ -254,6 +281,36 @@ def mode_dlpack(args) -> int:
     return count
 
 
+def mode_orders(args) -> int:
+    """ROUNDS rounds of 12 tensors in flight at once (sizes around the partition bound, three
+    dtypes), started in an order and with priorities of this rank's own (another permutation on
+    every rank and round): the local processes' collective calls must still be made in one
+    order (BYTEPS_NCCL), which the fake collective checks call by call."""
+    rounds, size, count = int(args[0]) if args else 4, bps.size(), 0
+    rng = np.random.default_rng(1000 + w.RANK)
+    specs = [(dtype, n) for dtype in ("float32", "float64", "int32")
+             for n in (1, 5, BOUND // 4 - 1, BOUND // 4 * 3 + 7)]
+    for i, (dtype, n) in enumerate(specs):  # keys in one order on every rank
+        bps.declare(f"orders{i}.{dtype}.{n}")
+    for rnd in range(rounds):
+        order = rng.permutation(len(specs))
+        handles = []
+        for i in order:
+            dtype, n = specs[i]
+            case = 7000 + i
+            inp = Buffers(make(values(case, w.RANK, n, dtype, rnd), dtype, (n,)))
+            h = start_op(f"orders{i}.{dtype}.{n}", inp, inp, dtype, False,
+                         priority=int(rng.integers(-5, 5)))
+            handles.append((h, i, inp))
+        for h, i, inp in handles:
+            bps.wait(h)
+            dtype, n = specs[i]
+            compare(f"orders{i} round {rnd}", inp.read(),
+                    expected(7000 + i, n, dtype, (n,), size, False, rnd), dtype, False)
+            count += 1
+    return count
+
+
 def mode_loop(args) -> int:
     n = 3 * BOUND // 4 + 5
     buf = Buffers(make(values(6000, w.RANK, n, "float32"), "float32", (n,)))
@@ -291,5 +348,5 @@ if __name__ == "__main__":
         _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
                                                                     "300")))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
-            "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed,
+            "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,
             "large": mode_large})

@@ -21,6 +21,11 @@ enum class LocalSignalType : uint8_t {
   kFatal = 8,       // the job failed (text)
   kPing = 9,        // liveness probe
   kBye = 10,        // this process is shutting down
+  // NCCL stages (docs/gpu.md): root -> others: the communicator's id (text, `key` bytes; code:
+  // a StatusCode, non-zero when the root could not make one: the text says why).
+  kCollInit = 11,
+  kCollReady = 12,  // -> root: my partition `key` is at the collective stage `code` (a Stage)
+  kCollGo = 13,     // root -> others: make stage `code`'s call for partition `key` now
 };
 
 struct LocalSignal {

@@ -116,6 +116,13 @@ std::vector<KnobSpec> BuildTable() {
              "tree all-reduce of width BYTEPS_TREE_WIDTH; hips = hierarchical summation "
              "servers; auto = per tensor, by the cost model. Every worker must use the same "
              "value; a tensor's declaration may name its own scheme."),
+      Bool("BYTEPS_NCCL", "0", "worker",
+           "1: a machine with several worker processes sums their device (CUDA) tensors among "
+           "its GPUs with NCCL (REDUCE = reduce-scatter, BROADCAST = all-gather; one machine: "
+           "all-reduce), and only each GPU's shard of the machine's sum crosses PCIe "
+           "(docs/gpu.md). 0: every process copies its tensor to host memory, where the "
+           "machine's processes sum it. Off by default until the NCCL stages have run on a "
+           "machine with several GPUs. Every worker process must use the same value."),
       Int("BYTEPS_TREE_WIDTH", "0", 0, 65535, "worker",
           "Width w of the tree all-reduce (BYTEPS_SYNC=tree): ring reduce-scatter inside groups "
           "of w worker machines, a binary tree across the groups, ring all-gather back. w must "

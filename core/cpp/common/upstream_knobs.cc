@@ -35,8 +35,9 @@ UpstreamVar Unchecked(UpstreamVar v) {
 }
 
 constexpr bool kOff = true;  // every false spelling asks for what happens here
-const char* kNoGpu = "No GPU path: CPU tensors are summed by the worker processes of a machine "
-                     "through shared memory, then by the servers.";
+const char* kNoGpu = "The NCCL stages (BYTEPS_NCCL=1) use one communicator and one stream per "
+                     "worker process among all the GPUs of its machine (no PCIe-switch groups, "
+                     "no rings to choose), one call group per partition.";
 const char* kNoUcx = "The UCX van has no such setting: UCX's own UCX_* variables configure it "
                      "(UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_THRESH, ...).";
 const char* kNoRdma = "RDMA goes through the UCX van (DMLC_ENABLE_RDMA=1), configured by UCX's "

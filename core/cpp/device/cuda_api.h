@@ -20,6 +20,7 @@ constexpr unsigned kCudaStreamNonBlocking = 0x01;
 constexpr unsigned kCudaEventBlockingSync = 0x01;
 constexpr unsigned kCudaEventDisableTiming = 0x02;
 constexpr unsigned kCudaHostAllocPortable = 0x01;
+constexpr unsigned kCudaHostRegisterPortable = 0x01;
 // cudaPointerAttributes (CUDA >= 11): type is a cudaMemoryType (0 unregistered, 1 host,
 // 2 device, 3 managed). Room after it in case a later runtime writes more.
 struct CudaPointerAttributes {
@@ -57,6 +58,8 @@ struct CudaApi {
   cudaError_t (*Malloc)(void**, size_t) = nullptr;
   cudaError_t (*Free)(void*) = nullptr;
   cudaError_t (*PointerGetAttributes)(CudaPointerAttributes*, const void*) = nullptr;
+  cudaError_t (*HostRegister)(void*, size_t, unsigned) = nullptr;
+  cudaError_t (*HostUnregister)(void*) = nullptr;
   cudaError_t (*DeviceSynchronize)() = nullptr;
   const char* (*GetErrorString)(cudaError_t) = nullptr;
   // "cudaMemcpyAsync failed: <the runtime's text> (error N)".
@@ -64,7 +67,7 @@ struct CudaApi {
 };
 
 // NCCL (nccl.h): the types and functions of the REDUCE / BROADCAST stages among the GPUs of
-// one machine (device/nccl_group.h).
+// one machine (nccl_collective.cc).
 using ncclResult_t = int;  // 0: ncclSuccess
 using ncclComm_t = void*;
 struct NcclUniqueId {
@@ -75,6 +78,21 @@ enum NcclDataType : int {
   kNcclUint64 = 5, kNcclFloat16 = 6, kNcclFloat32 = 7, kNcclFloat64 = 8, kNcclBfloat16 = 9,
 };
 constexpr int kNcclSum = 0;
+constexpr int kNcclAvg = 4;         // NCCL >= 2.10
+constexpr int kNcclInProgress = 7;  // a nonblocking communicator's call not yet settled
+// ncclConfig_t's fields up to splitShare (NCCL 2.18); NCCL reads `size` bytes of it.
+struct NcclConfig {
+  size_t size = sizeof(NcclConfig);
+  unsigned magic = 0xcafebeef;
+  unsigned version = 21800;  // NCCL_VERSION(2, 18, 0)
+  int blocking = -2147483647 - 1;  // NCCL_CONFIG_UNDEF_INT for every field not set
+  int cga_cluster_size = -2147483647 - 1;
+  int min_ctas = -2147483647 - 1;
+  int max_ctas = -2147483647 - 1;
+  const char* net_name = nullptr;
+  int split_share = -2147483647 - 1;
+};
+constexpr int kNcclMinVersion = 21800;  // the NCCL stages need 2.18 (the config above)
 
 struct NcclApi {
   std::string library;
@@ -87,6 +105,13 @@ struct NcclApi {
   ncclResult_t (*ReduceScatter)(const void*, void*, size_t, int, int, ncclComm_t,
                                 cudaStream_t) = nullptr;
   ncclResult_t (*AllGather)(const void*, void*, size_t, int, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*AllReduce)(const void*, void*, size_t, int, int, ncclComm_t,
+                            cudaStream_t) = nullptr;
+  ncclResult_t (*Broadcast)(const void*, void*, size_t, int, int, ncclComm_t,
+                            cudaStream_t) = nullptr;
+  // NCCL >= 2.14 (null before: the NCCL stages are then off, with the version as the reason).
+  ncclResult_t (*CommInitRankConfig)(ncclComm_t*, int, NcclUniqueId, int, NcclConfig*) = nullptr;
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;
   ncclResult_t (*GroupStart)() = nullptr;
   ncclResult_t (*GroupEnd)() = nullptr;
   const char* (*GetErrorString)(ncclResult_t) = nullptr;

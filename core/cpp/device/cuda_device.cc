@@ -64,6 +64,12 @@ class CudaDevice : public Device {
     return Check("cudaHostAlloc", api_->HostAlloc(out, n, kCudaHostAllocPortable));
   }
   void DoHostFree(void* p) override { api_->FreeHost(p); }
+  Status DoRegisterHost(void* p, size_t n) override {
+    return Check("cudaHostRegister", api_->HostRegister(p, n, kCudaHostRegisterPortable));
+  }
+  void DoUnregisterHost(void* p) override {
+    if (p) api_->HostUnregister(p);
+  }
 
  private:
   Status Check(const char* call, cudaError_t e) const {

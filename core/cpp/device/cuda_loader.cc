@@ -114,6 +114,8 @@ const CudaApi* LoadCuda(const std::vector<std::string>& candidates, std::string*
   Resolve(h, "cudaMalloc", &api->Malloc, &missing);
   Resolve(h, "cudaFree", &api->Free, &missing);
   Resolve(h, "cudaPointerGetAttributes", &api->PointerGetAttributes, &missing);
+  Resolve(h, "cudaHostRegister", &api->HostRegister, &missing);
+  Resolve(h, "cudaHostUnregister", &api->HostUnregister, &missing);
   Resolve(h, "cudaDeviceSynchronize", &api->DeviceSynchronize, &missing);
   Resolve(h, "cudaGetErrorString", &api->GetErrorString, &missing);
   if (!missing.empty()) {
@@ -162,6 +164,11 @@ const NcclApi* LoadNccl(const std::vector<std::string>& candidates, std::string*
   Resolve(h, "ncclGroupStart", &api->GroupStart, &missing);
   Resolve(h, "ncclGroupEnd", &api->GroupEnd, &missing);
   Resolve(h, "ncclGetErrorString", &api->GetErrorString, &missing);
+  Resolve(h, "ncclAllReduce", &api->AllReduce, &missing);
+  Resolve(h, "ncclBroadcast", &api->Broadcast, &missing);
+  std::string newer;  // optional: only the NCCL stages need them (NcclApi)
+  Resolve(h, "ncclCommInitRankConfig", &api->CommInitRankConfig, &newer);
+  Resolve(h, "ncclCommGetAsyncError", &api->CommGetAsyncError, &newer);
   if (!missing.empty()) {
     *why = from + " lacks " + missing;
     return nullptr;

@@ -78,6 +78,11 @@ Status Device::HostAlloc(size_t n, void** out) {
   return DoHostAlloc(n, out);
 }
 
+Status Device::RegisterHost(void* p, size_t n) {
+  stats_.host_registers++;
+  return DoRegisterHost(p, n);
+}
+
 void Device::HostFree(void* p, size_t n) {
   if (!p) return;
   stats_.host_frees++;

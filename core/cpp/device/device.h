@@ -32,6 +32,8 @@ enum class CopyDir : uint8_t { kDeviceToHost, kHostToDevice, kDeviceToDevice };
 struct Stats {
   std::atomic<uint64_t> host_allocs{0}, host_frees{0}, host_bytes{0};
   std::atomic<uint64_t> streams{0}, events{0}, copies{0}, copy_bytes{0}, stream_waits{0};
+  // Host memory page-locked in place (RegisterHost), and the collective calls queued.
+  std::atomic<uint64_t> host_registers{0}, collectives{0};
   // Copy timing (Device::set_copy_timing): the copy stages' copies timed on the device, their
   // bytes and the device time between the events around each (nanoseconds), per direction
   // (indexed by CopyDir).
@@ -81,6 +83,12 @@ class Device {
   // Pinned (page-locked) host memory the device copies to and from at full speed.
   Status HostAlloc(size_t n, void** out);
   void HostFree(void* p, size_t n);
+  // Page-locks n bytes of host memory the process already has (cudaHostRegister: the
+  // shared-memory aggregates the NCCL stages copy shards into), until UnregisterHost.
+  Status RegisterHost(void* p, size_t n);
+  void UnregisterHost(void* p) { DoUnregisterHost(p); }
+  // Counts a collective call queued on this backend's streams (Collective's callers).
+  void CountCollective() { stats_.collectives++; }
   const Stats& stats() const { return stats_; }
 
  protected:
@@ -95,6 +103,8 @@ class Device {
   virtual Status DoSynchronize(Event e) = 0;
   virtual Status DoHostAlloc(size_t n, void** out) = 0;
   virtual void DoHostFree(void* p) = 0;
+  virtual Status DoRegisterHost(void* p, size_t n) = 0;
+  virtual void DoUnregisterHost(void* p) = 0;
 
  private:
   Stats stats_;

@@ -160,6 +160,12 @@ class Fake : public Device {
     return Status::OK();
   }
   void DoHostFree(void* p) override { free(p); }
+  Status DoRegisterHost(void* p, size_t n) override {  // host memory is the device's already
+    (void)p;
+    (void)n;
+    return Status::OK();
+  }
+  void DoUnregisterHost(void* p) override { (void)p; }
 };
 
 }  // namespace
@@ -170,6 +176,13 @@ Device* FakeDevice() {
 }
 
 void SetFakeCopyDelay(int64_t us) { g_copy_delay_us = us; }
+
+// Runs `op` on fake stream s after what is queued there (the fake collective's calls).
+Status FakeEnqueue(Stream s, std::function<void()> op) {
+  if (!s) return Status::InvalidArgument("fake device: no stream");
+  static_cast<FakeStream*>(s)->Enqueue(std::move(op));
+  return Status::OK();
+}
 
 Status FakeWriteAsync(Stream s, void* dst, const void* src, size_t n, int64_t delay_us) {
   if (!s) return Status::InvalidArgument("fake device: no stream");

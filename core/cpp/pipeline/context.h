@@ -161,9 +161,16 @@ struct TensorContext {
   char* device_input = nullptr;
   char* device_output = nullptr;
   device::Event ready_event = nullptr;
+  // A device tensor summed among the machine's GPUs by NCCL (BYTEPS_NCCL=1, several local
+  // processes; docs/gpu.md): no pinned buffer; each process copies its shard of the machine's
+  // sum into the shared aggregate (page-locked in place: host_registered) and back.
+  bool nccl = false;
+  bool host_registered = false;
   // Which of the worker's stage plans the tensor walks: +1 compressed, +2 on a device, +4 an
-  // all-reduce.
-  int plan() const { return (compressed ? 1 : 0) + (device ? 2 : 0) + (all_reduce ? 4 : 0); }
+  // all-reduce, +8 summed by NCCL among the machine's GPUs.
+  int plan() const {
+    return (compressed ? 1 : 0) + (device ? 2 : 0) + (all_reduce ? 4 : 0) + (nccl ? 8 : 0);
+  }
 
   // Local reduce (BYTEPS_LOCAL_SIZE > 1): slots [0, L) then aggregates [L, L+2) of `region`.
   std::unique_ptr<ShmSegment> shm;

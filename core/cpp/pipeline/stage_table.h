@@ -5,7 +5,9 @@
 // credit, what a partition waiting there waits for (the watchdog's words), and, for each
 // machine layout, whether the stage is part of that layout's plan and how a partition enters
 // it: queued for the stage's thread (behind a gate, on a multi-process machine), run at once by
-// the thread that finished the previous stage, or awaited. Stages marked compressed_only are
+// the thread that finished the previous stage, awaited, or sequenced by the local root. A
+// second set of columns (`nccl`) is the plan of a device tensor whose machine sums it among its
+// GPUs with NCCL (BYTEPS_NCCL=1, docs/gpu.md) instead of in host memory. Stages marked compressed_only are
 // left out of the plan of a tensor that is not compressed, those marked device_only out of the
 // plan of a tensor in host memory. WorkerCore::BuildStagePlan turns the column of its layout
 // into the four stage plans of a plain, a compressed, a device and a compressed device tensor
@@ -22,6 +24,7 @@ struct PartTask;
 // Row ids, in pipeline order: StageTable::rows[i].id == i. A task's plan (StageList) is a list
 // of these.
 enum class Stage : uint8_t {
+  kReduce,       // NCCL: reduce-scatter (all-reduce on one machine) among the machine's GPUs
   kCopyD2H,      // a device tensor: copy the partition into the tensor's pinned host buffer
   kCopyIn,       // copy my input into my slot of the shared-memory buffer
   kLocalReduce,  // sum my shard of every local slot into the aggregate buffer
@@ -33,6 +36,7 @@ enum class Stage : uint8_t {
   kDecompress,   // a compressed tensor: decode the pulled sum into place
   kCopyOut,      // copy to the output, divide when averaging, finish
   kCopyH2D,      // a device tensor: copy the result from the pinned host buffer to the device
+  kBroadcast,    // NCCL: all-gather of the machine's GPUs' shards of the result
   kCount,
 };
 constexpr int kStageCount = static_cast<int>(Stage::kCount);
@@ -56,6 +60,9 @@ enum class Entry : uint8_t {
   kInline,   // run at once by the thread that finished the previous stage
   kAwaited,  // nothing starts it: the previous stage's work completes it (PULL: the push carried
              // the pull request, and the connection's receive thread moves the partition on)
+  kSequenced,  // a collective call every local process makes in the same order: the local root
+               // queues it once every other local process is there (their READY), and each
+               // other one runs it when the root's GO for it comes (worker_nccl.cc)
 };
 
 // What a partition waits for before a queued stage on a multi-process machine: the signal of
@@ -105,6 +112,9 @@ struct StageRow {
   // The schemes whose plans have it.
   PlanKind schemes;
   StageSlot where[kLayoutCount];  // indexed by Layout
+  // The plan of a device tensor summed among the machine's GPUs by NCCL (multi-process
+  // layouts only); where a stage is in both plans, it is entered the same way.
+  StageSlot nccl[kLayoutCount];
 };
 
 struct StageTable {

@@ -4,6 +4,7 @@
 // whose PullSink it is. Entry points are the functions in api.h.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "comm/local_channel.h"
+#include "device/collective.h"
 #include "comm/van.h"
 #include "common/knobs.h"
 #include "pipeline/autotune.h"
@@ -85,6 +87,9 @@ struct WorkerConfig {
   bool sync_auto = false;
   int tree_width = 1;
   int hips_group = 1;  // BYTEPS_HIPS_GROUP resolved (HipsGroupSize)
+  // BYTEPS_NCCL: device tensors of a machine with several local processes are summed among
+  // its GPUs by NCCL (the REDUCE and BROADCAST stages; docs/gpu.md).
+  bool nccl = false;
   bool mesh = false;
   double stall_warning_s = 60;  // 0: no stall warning
   std::string job, root_uri, node_host, interface;
@@ -204,9 +209,12 @@ class WorkerCore : public PullSink, public CollectiveSink {
   void RunLocalReduce(PartTask* t);
   void RunPush(PartTask* t);
   void RunCopyOut(PartTask* t);
+  void RunCopyOutShard(PartTask* t);  // an NCCL tensor's COPY_OUT
   // --- device tensors (worker_device.cc; docs/gpu.md) ---
   void RunCopyD2H(PartTask* t);
   void RunCopyH2D(PartTask* t);
+  // Either: the partition (an NCCL tensor: this process's shard) between device and host.
+  void RunCopyAcross(PartTask* t, device::CopyDir dir);
   // One process on one machine (Layout::kOneProcess): nothing is summed, a device tensor stays
   // on its device (no COPY_D2H / COPY_H2D in the layout's plan).
   bool OneProcessJob() const {
@@ -221,6 +229,21 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // Before a failed device operation is reported: its copies still queued on the device are
   // waited for (no late copy into memory the caller may free).
   void DrainDeviceCopies(TensorContext* ctx);
+  // --- NCCL among the machine's GPUs (worker_nccl.cc; docs/gpu.md) ---
+  // InitDevice: whether the tensor is summed by NCCL; if so the communicator (made with the
+  // first such tensor) and the aggregates page-locked.
+  Status DecideNccl(TensorContext* ctx, const PushPullArgs& a);
+  // This process's communicator among the machine's local processes, made once (the root makes
+  // the id and sends it, kCollInit); later calls return it, or the error it failed with.
+  Status EnsureCollective(device::Kind kind, int device_id);
+  void RunReduce(PartTask* t);
+  void RunBroadcast(PartTask* t);
+  // A sequenced stage's call for t: on the root (its stage thread) first GO to the others, under
+  // seq_mu_ so that the order of the GOs is the order of the calls.
+  void RunSequenced(PartTask* t, bool reduce);
+  // This process's shard of partition t (bytes from the partition's start): equal shards of
+  // the partition's elements, the last process's with the remainder.
+  void NcclShard(const PartTask* t, size_t* begin, size_t* end) const;
   // A copy stage's event completed (or its copy failed): the next stage, or Fatal.
   void OnCopied(PartTask* t, const Status& st);
   // --- compressed tensors (worker_compress.cc; docs/compression.md) ---
@@ -235,7 +258,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // Bytes a partition's push puts on the wire (its encoding for a compressed tensor): what it
   // holds of the PUSH queue's credit.
   static size_t PushBytes(const PartTask* t);
-  void SendSignal(LocalSignalType type, PartTask* t, int to);  // to < 0: every other local rank
+  // to < 0: every other local rank; `code`: the signal's code byte (kCollReady, kCollGo: the
+  // stage).
+  void SendSignal(LocalSignalType type, PartTask* t, int to, uint8_t code = 0);
   void ListenLoop();
   void OnLocalSignal(const LocalSignal& s);
   void OnGateReleased(PartTask* t);
@@ -301,10 +326,16 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // Indexed by TensorContext::plan(): [0] a plain tensor's plan, [1] a compressed tensor's
   // (with COMPRESS and DECOMPRESS), [2] and [3] the same on a device (with COPY_D2H, COPY_H2D).
   // [4..7]: the same for an all-reduce tensor (REDUCE_SCATTER, ALL_GATHER instead of PUSH, PULL).
-  StageList plans_[8];
+  // [8..15]: the same from the NCCL columns (only the device ones are used).
+  static constexpr int kPlanVariants = 16;
+  StageList plans_[kPlanVariants];
   Entry entry_[kStageCount] = {};
-  Gate* gate_before_[8][kStageCount] = {};
+  Gate* gate_before_[kPlanVariants][kStageCount] = {};
   std::unique_ptr<Gate> written_gate_, reduced_gate_, pulled_gate_;
+  // A sequenced stage's gate (BYTEPS_NCCL): on the root, the other local processes' READY; on
+  // the others, the root's GO (its release runs the stage in the listening thread, in the order
+  // the GOs came).
+  std::unique_ptr<Gate> seq_gate_[kStageCount];
   std::unique_ptr<ScheduledQueue> queues_[kStageCount];
   std::vector<std::thread> threads_;
 
@@ -325,8 +356,25 @@ class WorkerCore : public PullSink, public CollectiveSink {
   std::unique_ptr<PushWindow> push_window_;  // WorkerConfig::adaptive_credit only
 
   // Device tensors: the threads that wait for the copies' events, one per direction, started
-  // with the first device tensor.
-  DeviceWaiter d2h_waiter_, h2d_waiter_;
+  // with the first device tensor; and the one that waits for the collective calls' events.
+  DeviceWaiter d2h_waiter_, h2d_waiter_, coll_waiter_;
+
+  // NCCL among the machine's GPUs (worker_nccl.cc): the communicator once made (coll_live_:
+  // the same, for Fatal's Abort from any thread), its backend and device, its stream; the
+  // error it failed with; the id the root sent (non-roots), and seq_mu_ ordering the root's
+  // GOs and calls.
+  std::mutex coll_mu_;
+  std::condition_variable coll_cv_;
+  std::unique_ptr<device::Collective> coll_;
+  std::atomic<device::Collective*> coll_live_{nullptr};
+  device::Kind coll_kind_ = device::Kind::kHost;
+  int coll_device_ = -1;
+  device::Stream coll_stream_ = nullptr;
+  Status coll_status_;
+  bool coll_id_received_ = false;
+  Status coll_id_status_;
+  std::string coll_id_;
+  std::mutex seq_mu_;
 };
 
 }  // namespace byteps

@@ -23,8 +23,9 @@ Status WorkerCore::InitDevice(TensorContext* ctx, const PushPullArgs& a) {
                                    " device " + std::to_string(a.device_id) +
                                    " does not exist (this process sees " +
                                    std::to_string(d->count()) + ")");
-  if (!OneProcessJob()) BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
   ctx->device = d;
+  BPS_RETURN_IF_ERROR(DecideNccl(ctx, a));  // worker_nccl.cc
+  if (!OneProcessJob() && !ctx->nccl) BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
   auto done = [this](PartTask* t, const Status& st) { OnCopied(t, st); };
   d2h_waiter_.Start(done);
   h2d_waiter_.Start(done);
@@ -36,8 +37,9 @@ namespace {
 // Queues one partition's copy on the device's stream of `dir` (after the producer's event for
 // COPY_D2H and the copy within the device) and records the task's event behind it. Within the
 // device, an output that is the input needs no copy: the event then marks the producer's
-// work done.
-Status QueueCopy(PartTask* t, device::CopyDir dir) {
+// work done. An NCCL tensor copies this process's shard, [begin, end) bytes of the partition,
+// from the device output (where REDUCE left it) into the shared aggregate and back.
+Status QueueCopy(PartTask* t, device::CopyDir dir, size_t begin, size_t end, char* aggregate) {
   TensorContext* ctx = t->ctx;
   device::Device* d = ctx->device;
   BPS_RETURN_IF_ERROR(d->Use(ctx->device_id));
@@ -51,7 +53,16 @@ Status QueueCopy(PartTask* t, device::CopyDir dir) {
   }
   if (!t->copied) BPS_RETURN_IF_ERROR(d->CreateEvent(&t->copied));
   const size_t off = t->part.offset, len = t->part.length;
-  if (dir == device::CopyDir::kDeviceToHost) {
+  if (t->ctx->nccl) {
+    char* host = aggregate + off + begin;
+    char* dev = ctx->device_output + off + begin;
+    if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
+    if (dir == device::CopyDir::kDeviceToHost) {
+      BPS_RETURN_IF_ERROR(d->CopyAsync(host, dev, end - begin, dir, s));
+    } else {
+      BPS_RETURN_IF_ERROR(d->CopyAsync(dev, host, end - begin, dir, s));
+    }
+  } else if (dir == device::CopyDir::kDeviceToHost) {
     if (ctx->ready_event) BPS_RETURN_IF_ERROR(d->StreamWait(s, ctx->ready_event));
     if (t->copy_start) BPS_RETURN_IF_ERROR(d->Record(t->copy_start, s));
     BPS_RETURN_IF_ERROR(d->CopyAsync(ctx->staging.data() + off, ctx->device_input + off, len,
@@ -72,22 +83,26 @@ Status QueueCopy(PartTask* t, device::CopyDir dir) {
 
 }  // namespace
 
-void WorkerCore::RunCopyD2H(PartTask* t) {
-  Status st = QueueCopy(t, device::CopyDir::kDeviceToHost);
-  if (!st.ok()) return OnCopied(t, st);
-  d2h_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kDeviceToHost,
-                  t->part.length);
-}
+void WorkerCore::RunCopyD2H(PartTask* t) { RunCopyAcross(t, device::CopyDir::kDeviceToHost); }
 
-void WorkerCore::RunCopyH2D(PartTask* t) {
-  Status st = QueueCopy(t, device::CopyDir::kHostToDevice);
+void WorkerCore::RunCopyH2D(PartTask* t) { RunCopyAcross(t, device::CopyDir::kHostToDevice); }
+
+void WorkerCore::RunCopyAcross(PartTask* t, device::CopyDir dir) {
+  size_t begin = 0, end = t->part.length;
+  char* aggregate = nullptr;
+  if (t->ctx->nccl) {
+    NcclShard(t, &begin, &end);
+    aggregate = t->ctx->aggregate(cfg_.local_size);
+    if (end == begin) return OnCopied(t, Status::OK());  // a partition smaller than L elements
+  }
+  Status st = QueueCopy(t, dir, begin, end, aggregate);
   if (!st.ok()) return OnCopied(t, st);
-  h2d_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kHostToDevice,
-                  t->part.length);
+  DeviceWaiter& w = dir == device::CopyDir::kDeviceToHost ? d2h_waiter_ : h2d_waiter_;
+  w.Add(t->ctx->device, t->copied, t, t->copy_start, dir, end - begin);
 }
 
 void WorkerCore::RunCopyWithinDevice(PartTask* t) {
-  Status st = QueueCopy(t, device::CopyDir::kDeviceToDevice);
+  Status st = QueueCopy(t, device::CopyDir::kDeviceToDevice, 0, t->part.length, nullptr);
   if (!st.ok()) return OnCopied(t, st);
   h2d_waiter_.Add(t->ctx->device, t->copied, t, t->copy_start, device::CopyDir::kDeviceToDevice,
                   t->ctx->device_output != t->ctx->device_input ? t->part.length : 0);
@@ -102,6 +117,10 @@ void WorkerCore::OnCopied(PartTask* t, const Status& st) {
     return;
   }
   if (!t->ctx->in_flight) return;  // the operation failed meanwhile
+  // An NCCL tensor's shard of the machine's sum is in the aggregate: the local root pushes once
+  // every process's is (its PUSH gate).
+  if (t->ctx->nccl && t->stages.current() == Stage::kCopyD2H && !cfg_.is_root())
+    SendSignal(LocalSignalType::kReduced, t, 0);
   Proceed(t);
 }
 

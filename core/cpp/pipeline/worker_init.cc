@@ -59,6 +59,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
                                   &cfg->tree_width);
   if (!width.ok() && tree_possible) return width;
   if (!width.ok()) ResolveTreeWidth(cfg->num_worker, 0, &cfg->tree_width);
+  cfg->nccl = k.Bool("BYTEPS_NCCL");
   cfg->hips_group = HipsGroupSize(cfg->num_worker, static_cast<int>(k.Int("BYTEPS_HIPS_GROUP")));
   if (cfg->async_mode && (cfg->sync_auto || cfg->sync != SyncScheme::kPs))
     return Status::Config("BYTEPS_ENABLE_ASYNC=1 needs BYTEPS_SYNC=ps (got " + sync +
@@ -173,17 +174,40 @@ void WorkerCore::BuildStagePlan() {
   Gate* const gates[kGateCount] = {nullptr, written_gate_.get(), reduced_gate_.get(),
                                    pulled_gate_.get()};  // by GateKind
   const int layout = static_cast<int>(LayoutOf(L, cfg_.distributed, cfg_.is_root()));
-  for (int variant = 0; variant < 8; ++variant) {  // TensorContext::plan()
-    const bool compressed = variant & 1, on_device = variant & 2, all_reduce = variant & 4;
+  const bool nccl = cfg_.nccl && L > 1;
+  // A sequenced stage's gate: the root waits for the others' READY (checking their tensor's
+  // signature) and queues the partition for the stage's thread; each other process waits for
+  // the root's GO and makes the call in the thread the GO came in (worker_nccl.cc).
+  auto run_now = [this](PartTask* t) {
+    const int s = static_cast<int>(t->stages.current());
+    if (t->ctx->traced) t->trace.ready[s] = t->trace.start[s] = TraceNowNs();
+    (this->*StageTable::rows[s].run)(t);
+  };
+  for (const StageRow& row : StageTable::rows) {
+    if (!nccl || row.nccl[layout].entry != Entry::kSequenced) continue;
+    seq_gate_[static_cast<int>(row.id)] =
+        cfg_.is_root() ? std::make_unique<Gate>(std::string(row.name) + " READY", L - 1, release,
+                                                mismatch)
+                       : std::make_unique<Gate>(std::string(row.name) + " GO", 1, run_now,
+                                                mismatch);
+  }
+  for (int variant = 0; variant < kPlanVariants; ++variant) {  // TensorContext::plan()
+    const bool compressed = variant & 1, on_device = variant & 2, all_reduce = variant & 4,
+               by_nccl = variant & 8;
+    if (by_nccl && (!nccl || !on_device)) continue;
     StageList& plan = plans_[variant];
     bool passed[kGateCount] = {};  // a gate already waited for earlier in this plan
     for (const StageRow& row : StageTable::rows) {
-      const StageSlot& slot = row.where[layout];
+      const StageSlot& slot = by_nccl ? row.nccl[layout] : row.where[layout];
       const int s = static_cast<int>(row.id);
       if (slot.entry == Entry::kAbsent || (row.compressed_only && !compressed) ||
           (row.device_only && !on_device) || !InPlan(row.schemes, all_reduce))
         continue;
       plan.stages[plan.size++] = row.id;
+      if (slot.entry == Entry::kSequenced) {
+        gate_before_[variant][s] = seq_gate_[s].get();
+        continue;
+      }
       const int g = static_cast<int>(slot.gate);
       if (!passed[g]) gate_before_[variant][s] = gates[g];
       passed[g] = g != static_cast<int>(GateKind::kNone);
@@ -191,7 +215,10 @@ void WorkerCore::BuildStagePlan() {
   }
   for (const StageRow& row : StageTable::rows) {
     const int s = static_cast<int>(row.id);
-    entry_[s] = row.where[layout].entry;
+    // One entry per stage: the plans that have a stage enter it alike (stage_table.cc checks).
+    entry_[s] = row.where[layout].entry != Entry::kAbsent ? row.where[layout].entry
+                : nccl                                   ? row.nccl[layout].entry
+                                                         : Entry::kAbsent;
     queues_[s] = std::make_unique<ScheduledQueue>(row.name, row.credit ? cfg_.credit_bytes : 0);
   }
   if (cfg_.adaptive_credit) {
@@ -223,6 +250,7 @@ Status WorkerCore::Start() {
   std::string stages = plan_text(0);
   if (plans_[1].size != plans_[0].size) stages += " (compressed tensors: " + plan_text(1) + ")";
   stages += " (device tensors: " + plan_text(2) + ")";
+  if (plans_[10].size) stages += " (device tensors, BYTEPS_NCCL: " + plan_text(10) + ")";
   if (cfg_.mesh) stages += " (all-reduce tensors: " + plan_text(4) + ")";
   BPS_LOG(INFO) << "rank " << cfg_.rank << "/" << cfg_.size << " (worker machine "
                 << cfg_.worker_id << "/" << cfg_.num_worker << ", local " << cfg_.local_rank << "/"
@@ -329,7 +357,9 @@ void WorkerCore::StartThreads() {
   // One thread per stage that this layout queues partitions for (an awaited or inline stage
   // has none).
   for (int s = 0; s < kStageCount; ++s) {
-    if (entry_[s] != Entry::kQueued) continue;
+    // A sequenced stage is queued on the root; the other processes run it as the GO comes.
+    if (entry_[s] != Entry::kQueued && !(entry_[s] == Entry::kSequenced && cfg_.is_root()))
+      continue;
     threads_.emplace_back([this, s] { StageLoop(static_cast<Stage>(s)); });
   }
   if (cfg_.local_size > 1) threads_.emplace_back([this] { ListenLoop(); });
@@ -375,6 +405,9 @@ void WorkerCore::Stop() {
   threads_.clear();
   d2h_waiter_.Stop();  // after the stage threads: nothing adds to them any more
   h2d_waiter_.Stop();
+  coll_waiter_.Stop();
+  coll_live_ = nullptr;
+  coll_.reset();  // NCCL: ncclCommDestroy (a failed job's was aborted in Fatal)
   {
     std::vector<std::thread> aborts;
     {
@@ -390,6 +423,7 @@ void WorkerCore::Stop() {
     if (ctx->staging_registered) ps_->UnregisterMemory(ctx->staging.data());
     if (!ctx->shm) continue;
     if (ctx->registered) ps_->UnregisterMemory(ctx->slot(cfg_.local_size));
+    if (ctx->host_registered) ctx->device->UnregisterHost(ctx->slot(cfg_.local_size));
     if (cfg_.is_root()) ctx->shm->Unlink();
     ctx->shm->Close();
   }

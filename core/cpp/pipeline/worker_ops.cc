@@ -136,14 +136,22 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
     const uint8_t sync = static_cast<uint8_t>(ctx->sync);
     h = Fnv1a(h, &sync, 1);
   }
+  // ... and on where it is summed (NCCL or host memory).
+  if (ctx->nccl) h = Fnv1a(h, "nccl", 4);
   ctx->sig = h | 1;  // never 0 (0 means "no signature")
   MakeTasks(ctx, parts);
   if (ctx->all_reduce && cfg_.is_root()) SetUpCollective(ctx);
-  if (cfg_.local_size > 1 && a.nbytes > 0) {
+  // An NCCL tensor of a single machine never leaves its GPUs.
+  if (cfg_.local_size > 1 && a.nbytes > 0 && (!ctx->nccl || cfg_.distributed)) {
     ctx->region = (a.nbytes + 63) / 64 * 64;
     ctx->shm = std::make_unique<ShmSegment>();
     BPS_RETURN_IF_ERROR(ctx->shm->Open(ShmName(cfg_.job, cfg_.worker_id, ctx->declared_key),
                                        ctx->region * static_cast<size_t>(cfg_.local_size + 2)));
+    // An NCCL tensor's shards are copied straight into the aggregates: page-locked in place.
+    if (ctx->nccl) {
+      BPS_RETURN_IF_ERROR(ctx->device->RegisterHost(ctx->slot(cfg_.local_size), 2 * ctx->region));
+      ctx->host_registered = true;
+    }
     // The aggregates are what the local root pushes from and pulls into, every round.
     if (cfg_.distributed && cfg_.is_root())
       ctx->registered = ps_->RegisterMemory(ctx->slot(cfg_.local_size), 2 * ctx->region).ok();
@@ -222,10 +230,15 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   ctx->round++;
   ctx->input = a.input;
   ctx->output = a.output;
+  if (ctx->nccl && !cfg_.distributed && a.average && !DTypeIsFloat(ctx->dtype))
+    return Status::InvalidArgument(
+        "tensor '" + a.name + "': the NCCL stages average floating-point tensors only (NCCL "
+        "divides on the GPU); push_pull " + DTypeName(ctx->dtype) + " with average=False, or "
+        "set BYTEPS_NCCL=0 to sum it in host memory");
   if (ctx->device) {  // the stages between the copies work in the pinned host buffer
     ctx->device_input = a.input;
     ctx->device_output = a.output;
-    ctx->input = ctx->output = ctx->staging.data();
+    ctx->input = ctx->output = ctx->staging.data();  // none for an NCCL tensor
     ctx->ready_event = a.ready_event;
   }
   ctx->average = a.average;
@@ -272,6 +285,11 @@ void WorkerCore::Dispatch(PartTask* t) {
     default: break;
   }
   Gate* g = gate_before_[t->ctx->plan()][s];
+  if (entry_[s] == Entry::kSequenced) {  // the local root orders it (worker_nccl.cc)
+    g->Arrive(t, t->key, cfg_.is_root() ? t->ctx->sig : 0);
+    if (!cfg_.is_root()) SendSignal(LocalSignalType::kCollReady, t, 0, static_cast<uint8_t>(s));
+    return;
+  }
   if (g) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
@@ -377,6 +395,9 @@ void WorkerCore::Fatal(const Status& st, bool report) {
     failed_ = true;
   }
   BPS_LOG(ERROR) << fatal_.message();
+  // The collective calls in flight would wait for a process that is gone: they end now, before
+  // the failed operations wait for their device work.
+  if (device::Collective* c = coll_live_.load()) c->Abort();
   if (report && ps_) ps_->ReportFailure(fatal_.message());
   if (cfg_.local_size > 1) {
     LocalSignal s;

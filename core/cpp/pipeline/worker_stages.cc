@@ -80,6 +80,7 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   // One process on one machine: the sum is the input, so a device tensor's result is copied
   // within the device, never through host memory (worker_device.cc).
   if (ctx->device && OneProcessJob()) return RunCopyWithinDevice(t);
+  if (ctx->nccl) return RunCopyOutShard(t);
   size_t off = t->part.offset, len = t->part.length;
   char* out = ctx->output + off;
   size_t es = DTypeSize(ctx->dtype);
@@ -112,13 +113,30 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   Proceed(t);
 }
 
-void WorkerCore::SendSignal(LocalSignalType type, PartTask* t, int to) {
+// An NCCL tensor (worker_nccl.cc): this process's shard of the machine's sum, divided in place
+// in the aggregate when averaging, before COPY_H2D takes it back to the device.
+void WorkerCore::RunCopyOutShard(PartTask* t) {
+  TensorContext* ctx = t->ctx;
+  const size_t es = DTypeSize(ctx->dtype);
+  size_t begin, end;
+  NcclShard(t, &begin, &end);
+  if (ctx->average && cfg_.size > 1 && !ctx->compressed && end > begin)
+    reduce::DivideInPlace(ctx->aggregate(cfg_.local_size) + t->part.offset + begin,
+                          (end - begin) / es, ctx->dtype, cfg_.size);
+  // Every local process has signalled its shard (so mapped the segment): its name can go.
+  if (cfg_.is_root() && ctx->round == 1 && t->part.index == 0) ctx->shm->Unlink();
+  Proceed(t);
+}
+
+void WorkerCore::SendSignal(LocalSignalType type, PartTask* t, int to, uint8_t code) {
   LocalSignal s;
   s.type = static_cast<uint8_t>(type);
+  s.code = code;
   s.from = static_cast<uint16_t>(cfg_.local_rank);
   s.round = t->ctx->round;
   s.key = t->key;
-  s.sig = type == LocalSignalType::kWritten ? t->ctx->sig : 0;
+  s.sig = type == LocalSignalType::kWritten || type == LocalSignalType::kCollReady ? t->ctx->sig
+                                                                                   : 0;
   for (int r = 0; r < cfg_.local_size; ++r) {
     if (r == cfg_.local_rank || (to >= 0 && r != to)) continue;
     Status st = channel_.Send(r, s);
@@ -141,6 +159,23 @@ void WorkerCore::OnLocalSignal(const LocalSignal& s) {
     case LocalSignalType::kWritten: written_gate_->Signal(s.key, s.sig, s.from); break;
     case LocalSignalType::kReduced: reduced_gate_->Signal(s.key, 0, s.from); break;
     case LocalSignalType::kPulled: pulled_gate_->Signal(s.key, 0, s.from); break;
+    case LocalSignalType::kCollReady:  // the root: another process is at a sequenced stage
+    case LocalSignalType::kCollGo:     // the others: the root says make the call now
+      if (s.code < kStageCount && seq_gate_[s.code]) seq_gate_[s.code]->Signal(s.key, s.sig, s.from);
+      break;
+    case LocalSignalType::kCollInit: {
+      std::lock_guard<std::mutex> lk(coll_mu_);
+      coll_id_received_ = true;
+      const size_t n = std::min<size_t>(s.key, sizeof(s.text));
+      if (s.code == 0) {
+        coll_id_.assign(s.text, n);
+      } else {
+        coll_id_status_ = Status(static_cast<StatusCode>(s.code),
+                                 "the local root could not set it up: " + std::string(s.text, n));
+      }
+      coll_cv_.notify_all();
+      break;
+    }
     case LocalSignalType::kOpError: {
       Status st(static_cast<StatusCode>(s.code), s.text);
       TensorContext* ctx = nullptr;

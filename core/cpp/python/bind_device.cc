@@ -83,6 +83,8 @@ void BindDevice(py::module_& m) {
         out["copies"] = s.copies.load();
         out["copy_bytes"] = s.copy_bytes.load();
         out["stream_waits"] = s.stream_waits.load();
+        out["host_registers"] = s.host_registers.load();
+        out["collectives"] = s.collectives.load();
         const char* dirs[] = {"d2h", "h2d", "d2d"};  // CopyDir order
         for (int d = 0; d < 3; ++d) {
           const std::string p = dirs[d];
@@ -95,7 +97,8 @@ void BindDevice(py::module_& m) {
       py::arg("kind"),
       "Counters of the backend `kind` ('cuda' or 'fake') since the process started: "
       "{host_allocs, host_frees, host_bytes (pinned bytes held now), streams, events, copies, "
-      "copy_bytes, stream_waits}, and with copy timing on (set_copy_timing) per direction "
+      "copy_bytes, stream_waits, host_registers (host memory page-locked in place: an NCCL "
+      "tensor's aggregates), collectives (NCCL calls queued, BYTEPS_NCCL=1)}, and with copy timing on (set_copy_timing) per direction "
       "(d2h_, h2d_, and d2d_: a one-process job's copies within the device) the copies timed, "
       "their bytes and the device nanoseconds they took "
       "(*_timed, *_timed_bytes, *_busy_ns). Raises InvalidArgumentError for 'cuda' while CUDA "

@@ -26,6 +26,9 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   priorities on every rank and round (BYTEPS_NCCL: the collective calls must keep one order).
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
   ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
+  With ``FAKE_COLLECTIVE_STALL_LOCAL_RANK=R`` and ``FAKE_COLLECTIVE_STALL_AFTER=N``, local rank
+  R's fake
+  collective calls stall from the (N+1)-th on (a GPU stuck in a kernel).
 """
 
 from __future__ import annotations
@@ -347,6 +350,10 @@ if __name__ == "__main__":
     else:
         _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
                                                                     "300")))
+        if os.environ.get("FAKE_COLLECTIVE_STALL_LOCAL_RANK") == os.environ.get(
+                "BYTEPS_LOCAL_RANK", "0"):
+            _core.testing.fake_device.stall_collective_after(
+                int(os.environ["FAKE_COLLECTIVE_STALL_AFTER"]))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
             "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,
             "large": mode_large})

@@ -139,6 +139,9 @@ class PinnedBuffer {
 // (microseconds, default 0), and a producer that writes `src` into `dst` on stream s after
 // `delay_us` (what a kernel still running at push_pull time looks like).
 void SetFakeCopyDelay(int64_t us);
+// The fake collective's test hook (fake_collective.cc): from call number `calls` + 1 on, this
+// process's calls stall until its communicator is aborted (0: off).
+void SetFakeCollectiveStall(uint64_t calls);
 Status FakeWriteAsync(Stream s, void* dst, const void* src, size_t n, int64_t delay_us);
 
 }  // namespace device

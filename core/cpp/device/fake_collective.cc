@@ -31,6 +31,7 @@ Status FakeEnqueue(Stream s, std::function<void()> op);  // fake_device.cc
 namespace {
 
 constexpr int kMaxRanks = 64;
+std::atomic<uint64_t> g_stall_after{0};  // SetFakeCollectiveStall
 constexpr size_t kSlotBytes = size_t{64} << 20;  // the largest call's input per rank
 
 enum class Call : uint32_t { kReduceScatter = 1, kAllReduce, kAllGather, kBroadcast };
@@ -141,6 +142,10 @@ class Comm {
 void Comm::Run(Call call, const void* send, size_t send_count, void* recv, size_t count,
                DType dtype, uint32_t op, int root, uint64_t seq) {
   if (!error().ok()) return;  // the communicator failed: no call touches memory
+  const uint64_t stall = g_stall_after.load();
+  while (stall && seq > stall && error().ok())  // the test hook: a GPU stuck in a kernel
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!error().ok()) return;
   const size_t es = DTypeSize(dtype);
   RankState& me = hdr_->ranks[rank_];
   memcpy(slot(rank_), send, send_count * es);
@@ -242,6 +247,8 @@ class FakeCollective : public Collective {
 };
 
 }  // namespace
+
+void SetFakeCollectiveStall(uint64_t calls) { g_stall_after = calls; }
 
 Status NewFakeCollectiveId(const std::string& job, int size, std::string* id) {
   if (size > kMaxRanks)

@@ -130,6 +130,9 @@ void BindDevice(py::module_& m) {
                      "a thread per stream.");
   f.def("set_copy_delay", &device::SetFakeCopyDelay, py::arg("us"),
         "Delay (microseconds) before each copy the fake device makes; 0 by default.");
+  f.def("stall_collective_after", &device::SetFakeCollectiveStall, py::arg("calls"),
+        "From its call number `calls` + 1 on, this process's fake collective calls never come "
+        "(a GPU stuck in a kernel) until the communicator is aborted; 0 (default): off.");
   f.def("create_stream", []() {
     device::Stream s = nullptr;
     Check(Fake()->CreateStream(0, &s));

@@ -1,0 +1,136 @@
+"""The NCCL stages without GPUs (BYTEPS_NCCL=1; docs/gpu.md): REDUCE and BROADCAST among the
+local processes of a machine, on the fake device's collective.
+
+The fake collective runs each call on the caller's fake stream (a thread) and meets the other
+local processes in a shared-memory segment; it checks that every process made the same call
+(kind, count, dtype) as its n-th, so a pipeline that lets the local processes make their calls
+in different orders fails here with an error naming both calls, where NCCL would hang or mix
+the tensors. The same worker script runs on CUDA in tests/test_gpu.py (several GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from jobs import (
+    LiveJob,
+    assert_ok,
+    kill_and_check,
+    launch_config,
+    run_job,
+    worker_lines,
+)
+from test_device import ENV, WORKER
+
+NCCL = ENV + ["BYTEPS_NCCL=1"]
+
+LAYOUTS = {
+    "local-group-3": (launch_config(1, local_size=3), 3),
+    "distributed-local": (launch_config(2, 1, local_size=2), 4),
+    "distributed-local-3": (launch_config(2, 1, local_size=3), 6),
+}
+
+
+@pytest.mark.parametrize("layout", ["local-group-3", "distributed-local"])
+def test_nccl_sums_every_dtype_around_partition_bounds(layout):
+    """Every dtype, sizes around the partition bound, sum and average, in place and out of
+    place, 2 rounds each, exact (float averages within an ulp). 3 processes leave a remainder
+    of 1 or 2 elements in most partitions (all-reduced, then broadcast from the last process).
+    On one machine an integer average is refused (NCCL averages on the GPU), with the way out
+    in the message."""
+    cfg, size = LAYOUTS[layout]
+    rc, out, _ = run_job(cfg, "sums", env=NCCL + ["BYTEPS_LOG_LEVEL=INFO"], timeout=300,
+                         script=WORKER)
+    assert_ok(rc, out, size, min_cases=400)
+    for r in range(size):
+        assert any("BYTEPS_NCCL: REDUCE" in line for line in worker_lines(out, r)), r
+        assert any("summed among the machine's" in line for line in worker_lines(out, r)), r
+
+
+@pytest.mark.parametrize("layout", ["local-group-3", "distributed-local-3"])
+def test_nccl_calls_keep_one_order_across_the_local_processes(layout):
+    """12 tensors in flight at once, started in another order and with other priorities on
+    every process and round: the local root orders the collective calls, so every process makes
+    them in one order (checked call by call by the fake collective) and every sum is exact.
+    Letting each process call as its partitions arrive fails this test ("call 1 differs")."""
+    cfg, size = LAYOUTS[layout]
+    rc, out, _ = run_job(cfg, "orders", "5", env=NCCL + ["FAKE_COPY_DELAY_US=200"],
+                         timeout=240, script=WORKER)
+    assert_ok(rc, out, size, min_cases=60)
+
+
+def test_nccl_waits_for_the_producer():
+    cfg, size = LAYOUTS["distributed-local"]
+    rc, out, _ = run_job(cfg, "producer", env=NCCL, timeout=120, script=WORKER)
+    assert_ok(rc, out, size, min_cases=3)
+
+
+def test_nccl_no_allocation_in_steady_state():
+    """One stream per process for the calls, one event per partition, no pinned buffer (the
+    shards go through the aggregates, page-locked in place once per tensor): all made in the
+    first round; every round makes as many calls and copies as the first."""
+    cfg, size = LAYOUTS["distributed-local"]
+    rc, out, _ = run_job(cfg, "steady", "6", env=NCCL, timeout=120, script=WORKER)
+    assert_ok(rc, out, size, min_cases=18)
+    for r in range(size):
+        line = [x for x in worker_lines(out, r) if x.startswith("ALLOCS ")][-1]
+        counts = json.loads(line[len("ALLOCS "):])
+        first, last = counts["first"], counts["last"]
+        for k in ("host_allocs", "streams", "events", "host_registers"):
+            assert first[k] == last[k], (r, k, first, last)
+        assert first["host_allocs"] == 0 and first["host_registers"] == 3, first
+        assert first["collectives"] > 0 and last["collectives"] == 6 * first["collectives"]
+        assert last["copies"] == 6 * first["copies"], (first, last)
+
+
+def test_nccl_timeline_has_the_collective_stages(tmp_path):
+    """A traced step of an NCCL tensor: every partition's REDUCE ends before its COPY_D2H
+    starts, and its COPY_H2D before its BROADCAST."""
+    trace = tmp_path / "trace"
+    cfg, size = LAYOUTS["distributed-local"]
+    rc, out, _ = run_job(cfg, "timed", "3", timeout=120, script=WORKER,
+                         env=NCCL + ["BYTEPS_TRACE_ON=1", "BYTEPS_TRACE_START_STEP=1",
+                                     "BYTEPS_TRACE_END_STEP=2", f"BYTEPS_TRACE_DIR={trace}"])
+    assert_ok(rc, out, size, min_cases=3)
+    files = sorted(trace.glob("worker*/*/comm.json"))
+    assert len(files) == size, list(trace.rglob("*"))
+    for f in files:
+        spans = {}
+        for e in json.loads(f.read_text())["traceEvents"]:
+            a = e.get("args", {})
+            if e.get("ph") == "X" and e["cat"] != "push_pull":
+                spans[a["partition"], e["cat"]] = (e["ts"], e["ts"] + e["dur"])
+        parts = {p for p, _ in spans}
+        assert len(parts) >= 5, sorted(spans)
+        for p in parts:
+            assert spans[p, "REDUCE"][1] <= spans[p, "COPY_D2H"][0], (f, p)
+            assert spans[p, "COPY_H2D"][1] <= spans[p, "BROADCAST"][0], (f, p)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("victim", [0, 1])
+def test_nccl_local_process_killed_mid_push_pull_fails_every_rank(victim):
+    """kill -9 one of the 2 processes of a machine while their NCCL tensor is reduced: the other
+    gets PeerLostError naming the operation, the launcher exits non-zero, nothing is left."""
+    with LiveJob(launch_config(1, local_size=2), "loop", env=NCCL + ["BYTEPS_TIMEOUT=100"],
+                 grace=40, script=WORKER) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        kill_and_check(job, job.find("worker", victim), survivors=[1 - victim])
+
+
+@pytest.mark.timeout(200)
+def test_nccl_call_in_flight_is_aborted_when_a_local_process_dies():
+    """Local rank 1's collective calls stall from its 20th on (a GPU stuck in a kernel), so
+    local rank 0 sits inside its own call waiting for it; then rank 1 is killed. Rank 0's call
+    is aborted (NCCL: ncclCommAbort) and it gets PeerLostError within seconds, not after
+    BYTEPS_TIMEOUT (100 s) when the call would give up by itself."""
+    env = NCCL + ["BYTEPS_TIMEOUT=100", "FAKE_COLLECTIVE_STALL_LOCAL_RANK=1",
+                  "FAKE_COLLECTIVE_STALL_AFTER=20"]
+    with LiveJob(launch_config(1, local_size=2), "loop", env=env, grace=40,
+                 script=WORKER) as job:
+        job.wait_for(r"^\[worker \d\] READY", count=2)
+        time.sleep(1.5)  # both at the stalled call by now (a round takes ~10 ms)
+        caught, _, _ = kill_and_check(job, job.find("worker", 1), survivors=[0], bound=20)
+        assert "local rank 1" in caught[0][1], caught

@@ -7,8 +7,8 @@
 # Builds the core with CMake into build/gpu (no CUDA needed at build time), makes a package tree
 # over the sources in build/gpu/pkg (as /work/mkdev.sh does), prints what byteps sees
 # (doctor), runs the device tests (fake device, then CUDA: tests/test_device.py,
-# tests/test_gpu.py) and the GPU benchmark. Logs and results go to OUTDIR (default
-# ${OUT:-/tmp/bps-gpu}): build.log, doctor.txt, pytest.txt, bench.txt, gpu.json, trace/ (the
+# tests/test_device_nccl.py, tests/test_gpu.py, tests/test_gpu_nccl.py) and the GPU benchmark.
+# Logs and results go to OUTDIR (default ${OUT:-/tmp/bps-gpu}): build.log, doctor.txt, pytest.txt, bench.txt, gpu.json, trace/ (the
 # timelines of a traced 2-process job and trace/step.png).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +33,8 @@ echo "== doctor"; $PY -m byteps.doctor 2>&1 | tee "$OUTDIR/doctor.txt"
 $PY -c "import torch, byteps; print('torch', torch.__version__, torch.version.cuda, \
 torch.cuda.get_device_name(0)); print(byteps.cuda_status())" 2>&1 | tee -a "$OUTDIR/doctor.txt"
 echo "== tests"
-$PY -m pytest tests/test_device.py tests/test_gpu.py -v -rs -p no:cacheprovider 2>&1 |
+$PY -m pytest tests/test_device.py tests/test_device_nccl.py tests/test_gpu.py \
+  tests/test_gpu_nccl.py -v -rs -p no:cacheprovider 2>&1 |
   tee "$OUTDIR/pytest.txt" | grep -E "PASS|FAIL|SKIP|ERROR|passed|failed"
 echo "== benchmark"
 $PY -m benchmarks.gpu --json "$OUTDIR/gpu.json" --trace "$OUTDIR/trace" 2>&1 | tee "$OUTDIR/bench.txt"

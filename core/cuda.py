@@ -75,15 +75,20 @@ def cuda_status() -> Dict:
         None when available); ``library`` (what was loaded); ``runtime_version`` and
         ``driver_version`` (CUDA's integers, e.g. 13000); ``device_count``.
         The first call loads the runtime; the answer is kept for the process (a machine whose
-        driver is missing does not grow one).
+        driver is missing does not grow one). With ``BYTEPS_NCCL=1`` it loads NCCL too
+        (:func:`nccl_status`), which the NCCL stages then find loaded.
     """
     global _cuda
     from . import _core  # here, not at import: importing byteps loads no CUDA
 
     with _lock:
-        if _cuda is None:
+        first = _cuda is None
+        if first:
             _cuda = dict(_core.device.cuda_status(library_candidates("libcudart")))
-        return dict(_cuda)
+        status = dict(_cuda)
+    if first and status["available"] and os.environ.get("BYTEPS_NCCL", "0") in ("1", "true"):
+        nccl_status()
+    return status
 
 
 def cuda_available() -> bool:
@@ -95,7 +100,7 @@ def cuda_available() -> bool:
 def nccl_status() -> Dict:
     """NCCL, loaded as :func:`cuda_status` loads the runtime: {available, reason, library,
     version (NCCL's integer, e.g. 22703)}. NCCL is what the stages among the GPUs of one machine
-    would use; loading it needs no GPU."""
+    use (``BYTEPS_NCCL=1``, version 2.18 or later); loading it needs no GPU."""
     global _nccl
     from . import _core
 

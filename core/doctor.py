@@ -214,8 +214,12 @@ def render(report: Dict) -> str:
                                            for k, v in fw.items()))
     lines.append(cuda.describe(report["cuda"]))
     nccl = report["nccl"]
-    lines.append(f"NCCL: {nccl['version']} ({nccl['library']})" if nccl["available"]
-                 else f"NCCL: not loaded: {nccl['reason']}")
+    if nccl["available"]:
+        stages = ("its stages among the machine's GPUs can run (BYTEPS_NCCL=1)"
+                  if nccl["version"] >= 21800 else "older than 2.18: no NCCL stages")
+        lines.append(f"NCCL: {nccl['version']} ({nccl['library']}); {stages}")
+    else:
+        lines.append(f"NCCL: not loaded: {nccl['reason']}")
     net = report["network"]
     lines.append("interfaces: " + ", ".join(f"{n} {a}" for n, a in net["interfaces"]))
     adv = net["advertised"]

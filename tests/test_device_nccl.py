@@ -134,3 +134,20 @@ def test_nccl_call_in_flight_is_aborted_when_a_local_process_dies():
         time.sleep(1.5)  # both at the stalled call by now (a round takes ~10 ms)
         caught, _, _ = kill_and_check(job, job.find("worker", 1), survivors=[0], bound=20)
         assert "local rank 1" in caught[0][1], caught
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "uint8", "int8",
+                                   "int32", "int64"])
+def test_one_rank_collective_calls_copy(dtype):
+    """The seam's calls on a communicator of one rank (what tests/test_gpu_nccl.py runs with
+    NCCL on a machine with one GPU): each call's output is its input."""
+    import numpy as np
+
+    from byteps import _core
+
+    src = (np.arange(1031) % 100).astype(np.uint16 if dtype == "bfloat16" else dtype)
+    for call in ("reduce_scatter", "all_reduce", "all_gather", "broadcast"):
+        dst = np.zeros_like(src)
+        _core.testing.one_rank_collective("fake", 0, call, src.ctypes.data, dst.ctypes.data,
+                                          src.size, dtype, call == "all_reduce")
+        assert np.array_equal(dst, src), (call, dst[:8])

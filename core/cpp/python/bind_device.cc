@@ -1,9 +1,12 @@
 // byteps._core.device: the CUDA runtime and NCCL loaded at run time, the device backends'
 // counters (docs/gpu.md); byteps._core.testing.fake_device: the fake device's hooks for tests.
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "device/collective.h"
 #include "device/cuda_api.h"
 #include "device/device.h"
 
@@ -23,6 +26,51 @@ device::Device* Backend(const std::string& kind) {
 }
 
 device::Device* Fake() { return Backend("fake"); }
+
+// testing.one_rank_collective: a communicator of one rank per (backend, device), its stream and
+// an event, made at the first call and kept for the process.
+struct OneRank {
+  std::unique_ptr<device::Collective> comm;
+  device::Stream stream = nullptr;
+  device::Event done = nullptr;
+};
+
+Status RunOneRank(device::Device* dev, device::Kind kind, int device_id, const std::string& call,
+                  const void* send, void* recv, size_t count, DType dtype, bool avg) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, OneRank> made;
+  std::lock_guard<std::mutex> lk(mu);
+  OneRank& one = made[{static_cast<int>(kind), device_id}];
+  if (!one.comm) {
+    std::string id;
+    BPS_RETURN_IF_ERROR(device::NewCollectiveId(kind, "selftest", 1, &id));
+    BPS_RETURN_IF_ERROR(device::CreateCollective(kind, id, 0, 1, device_id, 60, nullptr,
+                                                 &one.comm));
+    BPS_RETURN_IF_ERROR(dev->CreateStream(device_id, &one.stream));
+    BPS_RETURN_IF_ERROR(dev->CreateEvent(&one.done));
+  }
+  device::Collective* c = one.comm.get();
+  BPS_RETURN_IF_ERROR(c->GroupStart());
+  Status st;
+  if (call == "reduce_scatter") {
+    st = c->ReduceScatter(send, recv, count, dtype, one.stream);
+  } else if (call == "all_reduce") {
+    st = c->AllReduce(send, recv, count, dtype,
+                      avg ? device::ReduceOp::kAvg : device::ReduceOp::kSum, one.stream);
+  } else if (call == "all_gather") {
+    st = c->AllGather(send, recv, count, dtype, one.stream);
+  } else if (call == "broadcast") {
+    st = c->Broadcast(send, recv, count, dtype, 0, one.stream);
+  } else {
+    st = Status::InvalidArgument("unknown collective call '" + call + "'");
+  }
+  Status end = c->GroupEnd();
+  BPS_RETURN_IF_ERROR(st);
+  BPS_RETURN_IF_ERROR(end);
+  BPS_RETURN_IF_ERROR(dev->Record(one.done, one.stream));
+  BPS_RETURN_IF_ERROR(dev->Synchronize(one.done));
+  return c->AsyncError();
+}
 
 }  // namespace
 
@@ -125,6 +173,32 @@ void BindDevice(py::module_& m) {
       "on: what a DLPack producer is asked to order its work before (__dlpack__(stream=...)).");
 
   py::module_ testing = m.attr("testing");
+  testing.def(
+      "one_rank_collective",
+      [](const std::string& kind, int device_id, const std::string& call, uintptr_t send,
+         uintptr_t recv, size_t count, const std::string& dtype, bool average) {
+        device::Device* dev = Backend(kind);
+        device::Kind k;
+        device::ParseKind(kind, &k);
+        DType dt;
+        if (!ParseDType(dtype, &dt)) ThrowInvalidArgument("unknown dtype '" + dtype + "'");
+        Status st;
+        {
+          py::gil_scoped_release nogil;
+          st = RunOneRank(dev, k, device_id, call, reinterpret_cast<const void*>(send),
+                          reinterpret_cast<void*>(recv), count, dt, average);
+        }
+        Check(st);
+      },
+      py::arg("kind"), py::arg("device_id"), py::arg("call"), py::arg("send"), py::arg("recv"),
+      py::arg("count"), py::arg("dtype"), py::arg("average") = false,
+      "The collective seam of the NCCL stages (device/collective.h) on a communicator of one "
+      "rank of backend `kind` ('cuda': NCCL; 'fake') on `device_id`, made at the first call: "
+      "`call` (reduce_scatter, all_reduce, all_gather, broadcast) of `count` elements of "
+      "`dtype` from device address `send` to `recv`, waited for. With one rank each call "
+      "copies (all_reduce with average divides by 1). Checks the backend's calls on a machine "
+      "with one GPU, where NCCL refuses two ranks. Raises InvalidArgumentError when NCCL is off "
+      "(the reason), InternalError for an NCCL error.");
   py::module_ f = testing.def_submodule(
       "fake_device", "The fake device of the device-path tests (device/device.h): host memory, "
                      "a thread per stream.");

@@ -120,6 +120,15 @@ def test_fake_device_waits_for_the_producer(layout):
     assert_ok(rc, out, 1 if layout == "one-process" else 2, min_cases=3)
 
 
+def test_fake_device_tensors_of_the_other_plans():
+    """A compressed (fp16) and a ring all-reduce device tensor beside a summation-service one,
+    in flight at once, 2 machines of 2 processes (COPY_D2H and COPY_H2D around the plans with
+    COMPRESS/DECOMPRESS and REDUCE_SCATTER/ALL_GATHER), exact."""
+    rc, out, _ = run_job(LAYOUTS["distributed-local"], "schemes", "3", timeout=180,
+                         env=ENV + ["BYTEPS_SYNC=ring"], script=WORKER)
+    assert_ok(rc, out, 4, min_cases=9)
+
+
 def test_fake_device_no_allocation_in_steady_state():
     cfg = LAYOUTS["distributed"]
     rc, out, _ = run_job(cfg, "steady", "6", env=ENV, timeout=120, script=WORKER)

@@ -151,3 +151,13 @@ def test_one_rank_collective_calls_copy(dtype):
         _core.testing.one_rank_collective("fake", 0, call, src.ctypes.data, dst.ctypes.data,
                                           src.size, dtype, call == "all_reduce")
         assert np.array_equal(dst, src), (call, dst[:8])
+
+
+def test_nccl_tensors_of_the_other_plans():
+    """A compressed (fp16) and a ring all-reduce device tensor beside a summation-service one,
+    in flight at once, 2 machines of 2 processes: the NCCL plans with COMPRESS/DECOMPRESS and
+    with REDUCE_SCATTER/ALL_GATHER around the shards in the aggregate, exact."""
+    cfg, size = LAYOUTS["distributed-local"]
+    rc, out, _ = run_job(cfg, "schemes", "3", env=NCCL + ["BYTEPS_SYNC=ring"], timeout=180,
+                         script=WORKER)
+    assert_ok(rc, out, size, min_cases=9)

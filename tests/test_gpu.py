@@ -4,8 +4,8 @@ where CUDA support is off (CI never has a GPU).
 
 On a machine with one GPU, "several worker machines" are several processes sharing that GPU
 (``--workers 2``: each a worker machine of its own, so the copy stages run end to end through a
-server). NCCL refuses two ranks on one GPU, and byteps has no NCCL stages yet: nothing here
-needs several GPUs.
+server). NCCL refuses two ranks on one GPU: nothing here needs several GPUs (the NCCL stages'
+tests are tests/test_gpu_nccl.py).
 
 Run: ``python -m pytest tests/test_gpu.py -m gpu -v`` (``docs/gpu.md`` has the whole GPU
 session).

@@ -245,3 +245,31 @@ def test_cited_sections_exist():
             numbers = [int(m.group(1))] + [int(n) for n in re.findall(r"§(\d+)", m.group(2))]
             bad += [f"{p.relative_to(ROOT)}: §{n}" for n in numbers if n not in sections]
     assert not bad, bad
+
+
+def test_nccl_plans_match_the_code():
+    """docs/gpu.md's table of an NCCL tensor's plans is the stage table's `nccl` columns of the
+    multi-process layouts (a plain tensor of the summation service), with their gates; the
+    single-process columns are empty."""
+    rows = _stage_rows(device=True, nccl=True)
+    assert [name for name, _, _ in rows][:2] == ["REDUCE", "COPY_D2H"], rows
+    assert all(slots[0] == slots[1] == "kNo" for _, slots, _ in rows), rows
+    text = (ROOT / "docs" / "gpu.md").read_text()
+    section = text[text.index("The plans, per layout"):]
+    doc = re.findall(r"^\| (L processes[^|]*?) \| `([A-Z_0-9]+(?: → [A-Z_0-9]+)*)` \| ([^|]*?) \|$",
+                     section, re.M)
+    layouts = {2: "L processes, one machine",
+               3: "L processes per machine, distributed, local root",
+               4: "L processes per machine, distributed, other local ranks"}
+    want = []
+    for column, layout in layouts.items():
+        plan, gates = [], []
+        for name, slots, only in rows:
+            if slots[column] == "kNo" or only:
+                continue
+            plan.append(name)
+            gate = re.fullmatch(r"After\(k(\w+)\)", slots[column])
+            if gate:
+                gates.append(f"`{gate.group(1).upper()}` before `{name}`")
+        want.append((layout, " → ".join(plan), ", ".join(gates) or "–"))
+    assert doc == want, (doc, want)

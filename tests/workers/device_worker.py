@@ -24,6 +24,8 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   (not bfloat16), in place and with ``out=``, sum and average, sizes around the bound.
 * ``orders ROUNDS``: 12 tensors in flight at once, started in another order and with other
   priorities on every rank and round (BYTEPS_NCCL: the collective calls must keep one order).
+* ``schemes ROUNDS``: a compressed (fp16), a ring all-reduce and a summation-service tensor in
+  flight at once (a distributed job with BYTEPS_SYNC=ring; each tensor names its scheme).
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
   ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
   With ``FAKE_COLLECTIVE_STALL_LOCAL_RANK=R`` and ``FAKE_COLLECTIVE_STALL_AFTER=N``, local rank
@@ -314,6 +316,30 @@ def mode_orders(args) -> int:
     return count
 
 
+def mode_schemes(args) -> int:
+    """ROUNDS rounds of device tensors that take the other plans: one compressed (fp16: exact
+    for these small integers; summed), one summed by a ring all-reduce among the worker
+    machines, one by the summation service, all in flight at once (a distributed job run with
+    BYTEPS_SYNC=ring, which builds the worker mesh)."""
+    rounds, size, count = int(args[0]) if args else 3, bps.size(), 0
+    n = 3 * BOUND // 4 + 5  # above BYTEPS_MIN_COMPRESS_BYTES, several partitions
+    plans = {"fp16": dict(compression={"compressor_type": "fp16"}, sync="ps"),
+             "ring": dict(sync="ring"), "ps": dict(sync="ps")}
+    for name, kwargs in plans.items():
+        bps.declare(f"schemes.{name}", **kwargs)
+    for rnd in range(rounds):
+        started = []
+        for i, name in enumerate(plans):
+            inp = Buffers(make(values(8000 + i, w.RANK, n, "float32", rnd), "float32", (n,)))
+            started.append((start_op(f"schemes.{name}", inp, inp, "float32", False), i, inp))
+        for h, i, inp in started:
+            bps.wait(h)
+            compare(f"schemes.{list(plans)[i]} round {rnd}", inp.read(),
+                    expected(8000 + i, n, "float32", (n,), size, False, rnd), "float32", False)
+            count += 1
+    return count
+
+
 def mode_loop(args) -> int:
     n = 3 * BOUND // 4 + 5
     buf = Buffers(make(values(6000, w.RANK, n, "float32"), "float32", (n,)))
@@ -356,4 +382,5 @@ if __name__ == "__main__":
                 int(os.environ["FAKE_COLLECTIVE_STALL_AFTER"]))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
             "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,
+            "schemes": mode_schemes,
             "large": mode_large})

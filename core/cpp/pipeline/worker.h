@@ -371,6 +371,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
   int coll_device_ = -1;
   device::Stream coll_stream_ = nullptr;
   Status coll_status_;
+  bool coll_creating_ = false;  // a thread is making the communicator (coll_mu_ released)
   bool coll_id_received_ = false;
   Status coll_id_status_;
   std::string coll_id_;

@@ -29,6 +29,8 @@ Status WorkerCore::DecideNccl(TensorContext* ctx, const PushPullArgs& a) {
 
 Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
   std::unique_lock<std::mutex> lk(coll_mu_);
+  // Another thread's first NCCL tensor may be making it: one communicator per process.
+  coll_cv_.wait(lk, [this] { return !coll_creating_; });
   if (!coll_status_.ok()) return coll_status_;
   if (coll_) {
     if (coll_kind_ == kind && coll_device_ == device_id) return Status::OK();
@@ -69,6 +71,7 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
   device::Device* d = nullptr;
   if (st.ok()) st = device::GetDevice(kind, &d);
   if (st.ok()) {
+    coll_creating_ = true;
     lk.unlock();  // the listening thread may deliver a kFatal meanwhile (failed_: give up)
     std::unique_ptr<device::Collective> c;
     st = device::CreateCollective(kind, id, cfg_.local_rank, L, device_id, cfg_.timeout_s,
@@ -76,6 +79,8 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
     device::Stream stream = nullptr;
     if (st.ok()) st = d->CreateStream(device_id, &stream);
     lk.lock();
+    coll_creating_ = false;
+    coll_cv_.notify_all();
     if (st.ok()) {
       coll_ = std::move(c);
       coll_kind_ = kind;

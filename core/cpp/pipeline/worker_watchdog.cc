@@ -68,12 +68,14 @@ std::string WorkerCore::NotSubmittedBy(const std::set<int>& ranks) {
 std::string WorkerCore::StallCulprits(TensorContext* c) {
   const int L = cfg_.local_size;
   std::set<int> ranks;
-  bool root_waits = false;
+  bool root_waits = false, root_orders = false;
   for (auto& t : c->parts) {
     if (t->stages.pos >= t->stages.size) continue;
     Stage s = t->stages.current();
     Gate* g = gate_before_[c->plan()][static_cast<int>(s)];
-    if (g == pulled_gate_.get() && g) {
+    if (g && !cfg_.is_root() && g == seq_gate_[static_cast<int>(s)].get()) {
+      root_orders = true;  // the local root orders the call: it knows who is missing
+    } else if (g == pulled_gate_.get() && g) {
       root_waits = true;  // the local root waits for the servers: it knows who is missing
     } else if (g) {
       std::vector<int> got = g->Signalled(t->key);
@@ -89,6 +91,9 @@ std::string WorkerCore::StallCulprits(TensorContext* c) {
   if (root_waits)
     text += std::string(text.empty() ? "" : "; ") + "local rank 0 (rank " +
             std::to_string(cfg_.worker_id * L) + ") is waiting for the servers";
+  if (root_orders)
+    text += std::string(text.empty() ? "" : "; ") + "local rank 0 (rank " +
+            std::to_string(cfg_.worker_id * L) + ") has not ordered its collective call yet";
   return text;
 }
 

@@ -161,3 +161,17 @@ def test_nccl_tensors_of_the_other_plans():
     rc, out, _ = run_job(cfg, "schemes", "3", env=NCCL + ["BYTEPS_SYNC=ring"], timeout=180,
                          script=WORKER)
     assert_ok(rc, out, size, min_cases=9)
+
+
+def test_nccl_set_up_that_cannot_complete_fails_every_rank():
+    """Local rank 0 sums a device tensor with NCCL, local rank 1 the same name in host memory:
+    the communicator never gets its second rank. Within BYTEPS_TIMEOUT both get the error,
+    naming the NCCL stages and how many local ranks joined; the job ends."""
+    rc, out, secs = run_job(launch_config(1, local_size=2), "alone",
+                            env=NCCL + ["BYTEPS_TIMEOUT=4"], timeout=90, script=WORKER)
+    assert secs < 60, secs
+    for r in (0, 1):
+        caught = [x for x in worker_lines(out, r) if x.startswith("CAUGHT ")]
+        assert caught, (r, out[-3000:])
+        assert "NCCL stages (BYTEPS_NCCL=1) on local rank 0" in caught[0], caught
+        assert "1 of 2 local ranks joined the communicator within 4 s" in caught[0], caught

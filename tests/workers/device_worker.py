@@ -26,6 +26,8 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   priorities on every rank and round (BYTEPS_NCCL: the collective calls must keep one order).
 * ``schemes ROUNDS``: a compressed (fp16), a ring all-reduce and a summation-service tensor in
   flight at once (a distributed job with BYTEPS_SYNC=ring; each tensor names its scheme).
+* ``alone``: local rank 0 push_pulls a device tensor, the others a host tensor of the same name
+  (BYTEPS_NCCL=1: the communicator never gets its other ranks); ``CAUGHT <type> <message>``.
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
   ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
   With ``FAKE_COLLECTIVE_STALL_LOCAL_RANK=R`` and ``FAKE_COLLECTIVE_STALL_AFTER=N``, local rank
@@ -340,6 +342,27 @@ def mode_schemes(args) -> int:
     return count
 
 
+def mode_alone(args) -> int:
+    """Local rank 0 push_pulls a device tensor, the others a host tensor of the same name: the
+    NCCL communicator never gets its other ranks (BYTEPS_NCCL=1). Every rank must get an error
+    naming the set-up; prints ``CAUGHT <ExceptionType> <message>``."""
+    n = 1000
+    if bps.local_rank() == 0:
+        buf = Buffers(make(values(9000, w.RANK, n, "float32"), "float32", (n,)))
+        call = lambda: bps.wait(start_op("alone", buf, buf, "float32", False))  # noqa: E731
+    else:
+        host = make(values(9000, w.RANK, n, "float32"), "float32", (n,))
+        call = lambda: bps.wait(_core.push_pull_async(  # noqa: E731
+            "alone", host.ctypes.data, host.ctypes.data, host.nbytes, "float32", [n], False))
+    try:
+        call()
+    except errors.BytePSError as exc:
+        log(f"CAUGHT {type(exc).__name__} {exc}")
+        return 1
+    fail("no error")
+    return 0
+
+
 def mode_loop(args) -> int:
     n = 3 * BOUND // 4 + 5
     buf = Buffers(make(values(6000, w.RANK, n, "float32"), "float32", (n,)))
@@ -382,5 +405,5 @@ if __name__ == "__main__":
                 int(os.environ["FAKE_COLLECTIVE_STALL_AFTER"]))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
             "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,
-            "schemes": mode_schemes,
+            "schemes": mode_schemes, "alone": mode_alone,
             "large": mode_large})

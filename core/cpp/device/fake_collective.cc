@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -90,7 +91,12 @@ class Comm {
 
   Status Join(const std::function<bool()>& give_up) {
     hdr_->joined.fetch_add(1);
-    return WaitAll("join", [this](int) { return hdr_->joined.load() >= size_; }, give_up);
+    Status st = WaitAll("join", [this](int) { return hdr_->joined.load() >= size_; }, give_up);
+    if (st.code() == StatusCode::kTimeout)
+      st = Status::Timeout("fake collective: " + std::to_string(hdr_->joined.load()) + " of " +
+                           std::to_string(size_) + " local ranks joined the communicator within " +
+                           Seconds() + " (local rank " + std::to_string(rank_) + " waited)");
+    return st;
   }
   Status error() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -112,6 +118,11 @@ class Comm {
   char* slot(int r) const {
     return base_ + (sizeof(Header) + 4095) / 4096 * 4096 + static_cast<size_t>(r) * kSlotBytes;
   }
+  std::string Seconds() const {
+    char b[32];
+    snprintf(b, sizeof(b), "%g s", timeout_s_);
+    return b;
+  }
   template <typename Ready>
   Status WaitAll(const char* what, Ready ready, const std::function<bool()>& give_up) {
     const auto deadline =
@@ -124,7 +135,7 @@ class Comm {
         if ((give_up && give_up()) || std::chrono::steady_clock::now() > deadline)
           return Status::Timeout(std::string("fake collective: local rank ") +
                                  std::to_string(r) + " did not come to the " + what +
-                                 " within " + std::to_string(timeout_s_) + " s");
+                                 " within " + Seconds());
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }

@@ -102,7 +102,10 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
                                        std::to_string(cfg_.local_rank) + ": " + st.message());
   const Status failed = coll_status_;
   lk.unlock();
-  Fatal(failed);  // every local process waits in the same set-up: the job cannot go on
+  // Every local process waits in the same set-up: the job cannot go on. Fatal fails every
+  // operation, so it runs on a thread of its own: this one holds the tensor's lock (InitContext).
+  std::lock_guard<std::mutex> alk(abort_mu_);
+  abort_threads_.emplace_back([this, failed] { Fatal(failed); });
   return failed;
 }
 

@@ -16,6 +16,11 @@ CUDA device and torch. Two jobs of this script's workers (``--worker``), each wo
   the push_pull of a CUDA tensor (t_gpu), and, of the same size, a D2H copy into pinned memory,
   the CPU push_pull of that pinned tensor, an H2D copy (their sum: t_parts); allocation counters
   of the CUDA backend before and after the timed iterations.
+* on a machine with several GPUs, ``machine``: one worker machine of one process per GPU (up to
+  8), no servers, twice: the NCCL stages (``BYTEPS_NCCL=1``: an all-reduce among the GPUs) and
+  the host path (``BYTEPS_NCCL=0``: each GPU's tensor copied to host memory and summed there);
+  the same per-iteration times, and the CUDA backend's collective calls. With one GPU it is
+  skipped, and the summary says so (NCCL refuses two ranks on one GPU).
 
 Rank 0 of each job prints ``RESULT <json>``; the driver prints a summary and writes every
 number to ``--json``. With ``--trace DIR`` the ``parts`` job runs once more (3 iterations) with
@@ -115,10 +120,17 @@ JOBS = {
 }
 
 
-def _run_job(job: str, args, trace_dir: str = "") -> dict:
+def _machine(gpus: int, nccl: bool) -> list:
+    """Launcher options of the ``machine`` job: one process per GPU (up to 8), no servers."""
+    return ["--workers", "1", "--local-size", str(min(gpus, 8)), "--env",
+            f"BYTEPS_NCCL={int(nccl)}"]
+
+
+def _run_job(job: str, args, trace_dir: str = "", options=None) -> dict:
     traced = ["--env", "BYTEPS_TRACE_ON=1", "--env", "BYTEPS_TRACE_START_STEP=1", "--env",
               "BYTEPS_TRACE_END_STEP=3", "--env", f"BYTEPS_TRACE_DIR={trace_dir}"]
-    cmd = [sys.executable, "-m", "byteps.launcher", *JOBS[job], *(traced if trace_dir else []),
+    cmd = [sys.executable, "-m", "byteps.launcher", *(options or JOBS[job]),
+           *(traced if trace_dir else []),
            "--", sys.executable, "-m", "benchmarks.gpu", "--worker", "--job", job,
            "--mib", str(args.mib), "--iters", str(3 if trace_dir else args.iters)]
     env = {k: v for k, v in child_env().items() if not k.startswith(("DMLC_", "BYTEPS_"))}
@@ -169,6 +181,21 @@ def main(argv=None) -> None:
     print(f"2 workers + 1 server: CUDA push_pull {m['gpu_push_pull'] * 1e3:.1f} ms; parts "
           f"D2H {m['d2h'] * 1e3:.1f} + CPU push_pull {m['cpu_push_pull'] * 1e3:.1f} + H2D "
           f"{m['h2d'] * 1e3:.1f} = {q['parts_s'] * 1e3:.1f} ms; ratio {q['gpu_over_parts']:.2f}")
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus >= 2:
+        for nccl in (True, False):
+            results["machine_nccl" if nccl else "machine_host"] = _run_job(
+                "machine", args, options=_machine(gpus, nccl))
+        a, b = results["machine_nccl"], results["machine_host"]
+        calls = a["alloc_after"]["collectives"] - a["alloc_before"]["collectives"]
+        print(f"one machine, {a['size']} GPUs, no servers: CUDA push_pull with the NCCL stages "
+              f"{a['median_s']['gpu_push_pull'] * 1e3:.1f} ms ({calls} NCCL calls), through "
+              f"host memory {b['median_s']['gpu_push_pull'] * 1e3:.1f} ms")
+    else:
+        print(f"NCCL stages: not measured: {gpus} GPU (they need one GPU per local process; "
+              f"NCCL refuses two ranks on one GPU)")
     for job, r in results.items():
         grew = {k: r["alloc_after"][k] - r["alloc_before"][k]
                 for k in ("host_allocs", "streams", "events")}

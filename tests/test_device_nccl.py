@@ -5,7 +5,7 @@ The fake collective runs each call on the caller's fake stream (a thread) and me
 local processes in a shared-memory segment; it checks that every process made the same call
 (kind, count, dtype) as its n-th, so a pipeline that lets the local processes make their calls
 in different orders fails here with an error naming both calls, where NCCL would hang or mix
-the tensors. The same worker script runs on CUDA in tests/test_gpu.py (several GPUs).
+the tensors. The same worker script runs on CUDA in tests/test_gpu_nccl.py (several GPUs).
 """
 
 from __future__ import annotations

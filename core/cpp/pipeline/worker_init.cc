@@ -247,6 +247,9 @@ Status WorkerCore::Start() {
       text += std::string(i ? " -> " : "") + StageName(plans_[v].stages[i]);
     return text;
   };
+  if (cfg_.nccl && cfg_.local_size == 1 && cfg_.local_rank == 0)
+    BPS_LOG(WARNING) << "BYTEPS_NCCL=1 does nothing with BYTEPS_LOCAL_SIZE=1: the NCCL stages sum "
+                        "the device tensors of a machine's several worker processes";
   std::string stages = plan_text(0);
   if (plans_[1].size != plans_[0].size) stages += " (compressed tensors: " + plan_text(1) + ")";
   stages += " (device tensors: " + plan_text(2) + ")";

@@ -155,9 +155,9 @@ def test_one_rank_collective_calls_copy(dtype):
 
 def test_nccl_tensors_of_the_other_plans():
     """A compressed (fp16) and a ring all-reduce device tensor beside a summation-service one,
-    in flight at once, 2 machines of 2 processes: the NCCL plans with COMPRESS/DECOMPRESS and
+    in flight at once, 2 machines of 3 processes: the NCCL plans with COMPRESS/DECOMPRESS and
     with REDUCE_SCATTER/ALL_GATHER around the shards in the aggregate, exact."""
-    cfg, size = LAYOUTS["distributed-local"]
+    cfg, size = LAYOUTS["distributed-local-3"]
     rc, out, _ = run_job(cfg, "schemes", "3", env=NCCL + ["BYTEPS_SYNC=ring"], timeout=180,
                          script=WORKER)
     assert_ok(rc, out, size, min_cases=9)

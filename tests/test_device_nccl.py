@@ -164,9 +164,10 @@ def test_nccl_tensors_of_the_other_plans():
 
 
 def test_nccl_set_up_that_cannot_complete_fails_every_rank():
-    """Local rank 0 sums a device tensor with NCCL, local rank 1 the same name in host memory:
-    the communicator never gets its second rank. Within BYTEPS_TIMEOUT both get the error,
-    naming the NCCL stages and how many local ranks joined; the job ends."""
+    """Local rank 0 sums a device tensor with NCCL; local rank 1 waits, then push_pulls the same
+    name in host memory: the communicator never gets its second rank. Rank 0 gets the error
+    after BYTEPS_TIMEOUT, naming the NCCL stages and how many local ranks joined, and the job
+    has failed on rank 1 too: its push_pull is refused with the same cause."""
     rc, out, secs = run_job(launch_config(1, local_size=2), "alone",
                             env=NCCL + ["BYTEPS_TIMEOUT=4"], timeout=90, script=WORKER)
     assert secs < 60, secs

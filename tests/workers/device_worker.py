@@ -347,14 +347,15 @@ def mode_schemes(args) -> int:
 
 
 def mode_alone(args) -> int:
-    """Local rank 0 push_pulls a device tensor, the others a host tensor of the same name: the
-    NCCL communicator never gets its other ranks (BYTEPS_NCCL=1). Every rank must get an error
-    naming the set-up; prints ``CAUGHT <ExceptionType> <message>``."""
+    """Local rank 0 push_pulls a device tensor, the others (later) a host tensor of the same
+    name: the NCCL communicator never gets its other ranks (BYTEPS_NCCL=1). Every rank must get
+    an error naming the set-up; prints ``CAUGHT <ExceptionType> <message>``."""
     n = 1000
     if bps.local_rank() == 0:
         buf = Buffers(make(values(9000, w.RANK, n, "float32"), "float32", (n,)))
         call = lambda: bps.wait(start_op("alone", buf, buf, "float32", False))  # noqa: E731
-    else:
+    else:  # after the root's set-up gave up (2 x BYTEPS_TIMEOUT): the job has failed by then
+        time.sleep(2 * float(os.environ.get("BYTEPS_TIMEOUT", "120")))
         host = make(values(9000, w.RANK, n, "float32"), "float32", (n,))
         call = lambda: bps.wait(_core.push_pull_async(  # noqa: E731
             "alone", host.ctypes.data, host.ctypes.data, host.nbytes, "float32", [n], False))

@@ -40,6 +40,15 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
         "one communicator per process), not on " + device::KindName(kind) + ":" +
         std::to_string(device_id));
   }
+  // This thread makes it; others wait above (also while this one waits for the id below).
+  coll_creating_ = true;
+  struct Done {
+    WorkerCore* w;
+    ~Done() {  // under coll_mu_ (every return below holds lk)
+      w->coll_creating_ = false;
+      w->coll_cv_.notify_all();
+    }
+  } done{this};
   const int L = cfg_.local_size;
   std::string id;
   Status st;
@@ -71,7 +80,6 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
   device::Device* d = nullptr;
   if (st.ok()) st = device::GetDevice(kind, &d);
   if (st.ok()) {
-    coll_creating_ = true;
     lk.unlock();  // the listening thread may deliver a kFatal meanwhile (failed_: give up)
     std::unique_ptr<device::Collective> c;
     st = device::CreateCollective(kind, id, cfg_.local_rank, L, device_id, cfg_.timeout_s,
@@ -79,8 +87,6 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
     device::Stream stream = nullptr;
     if (st.ok()) st = d->CreateStream(device_id, &stream);
     lk.lock();
-    coll_creating_ = false;
-    coll_cv_.notify_all();
     if (st.ok()) {
       coll_ = std::move(c);
       coll_kind_ = kind;
@@ -101,7 +107,6 @@ Status WorkerCore::EnsureCollective(device::Kind kind, int device_id) {
   coll_status_ = Status(st.code(), "NCCL stages (BYTEPS_NCCL=1) on local rank " +
                                        std::to_string(cfg_.local_rank) + ": " + st.message());
   const Status failed = coll_status_;
-  lk.unlock();
   // Every local process waits in the same set-up: the job cannot go on. Fatal fails every
   // operation, so it runs on a thread of its own: this one holds the tensor's lock (InitContext).
   std::lock_guard<std::mutex> alk(abort_mu_);

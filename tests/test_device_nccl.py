@@ -176,3 +176,24 @@ def test_nccl_set_up_that_cannot_complete_fails_every_rank():
         assert caught, (r, out[-3000:])
         assert "NCCL stages (BYTEPS_NCCL=1) on local rank 0" in caught[0], caught
         assert "1 of 2 local ranks joined the communicator within 4 s" in caught[0], caught
+
+
+@pytest.mark.timeout(200)
+def test_nccl_call_stuck_on_a_live_process_fails_every_rank_at_the_timeout():
+    """Local rank 1's collective calls stall from its 20th on, and it stays alive: local rank
+    0 waits inside its own call. At BYTEPS_TIMEOUT (4 s) the operation fails, the communicator
+    is aborted (NCCL would wait forever; the fake gives up only after 60 s), and both ranks get
+    an error within seconds (the script reports it and ends)."""
+    env = NCCL + ["BYTEPS_TIMEOUT=4", "FAKE_COLLECTIVE_STALL_LOCAL_RANK=1",
+                  "FAKE_COLLECTIVE_STALL_AFTER=20"]
+    started = time.time()
+    rc, out, secs = run_job(launch_config(1, local_size=2), "stuck", env=env, timeout=150,
+                            script=WORKER)
+    assert secs < 45, (secs, out[-3000:])
+    for r in (0, 1):
+        caught = [x for x in worker_lines(out, r) if x.startswith("CAUGHT ")]
+        assert caught, (r, out[-3000:])
+        t, kind = caught[0].split()[1:3]
+        assert float(t) - started < 30, caught
+        assert kind in ("BytePSTimeoutError", "InternalError", "PeerLostError"), caught
+        assert "did not finish within 4 s (BYTEPS_TIMEOUT)" in caught[0], caught

@@ -28,6 +28,7 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   flight at once (a distributed job with BYTEPS_SYNC=ring; each tensor names its scheme).
 * ``alone``: local rank 0 push_pulls a device tensor, the others a host tensor of the same name
   (BYTEPS_NCCL=1: the communicator never gets its other ranks); ``CAUGHT <type> <message>``.
+* ``stuck``: push_pull of a device tensor until any error; ``CAUGHT <time> <type> <message>``.
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
   ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
   With ``FAKE_COLLECTIVE_STALL_LOCAL_RANK=R`` and ``FAKE_COLLECTIVE_STALL_AFTER=N``, local rank
@@ -133,9 +134,13 @@ def expect_average_refused(name, dtype, n, inplace) -> int:
     except errors.InvalidArgumentError as e:
         if "average floating-point tensors only" not in str(e):
             fail(f"{name}: refused with {e}")
-        return 1
-    fail(f"{name}: an integer average among the GPUs of one machine was not refused")
-    return 0
+    else:
+        fail(f"{name}: an integer average among the GPUs of one machine was not refused")
+    # Refused before it started: the name takes a sum next.
+    bps.wait(start_op(name, inp, out, dtype, False))
+    compare(f"{name} summed after the refusal", out.read(),
+            expected(1, n, dtype, (n,), bps.size(), False, 0), dtype, False)
+    return 1
 
 
 def mode_sums(args) -> int:
@@ -368,6 +373,22 @@ def mode_alone(args) -> int:
     return 0
 
 
+def mode_stuck(args) -> int:
+    """push_pull of a device tensor until any error (a local rank's calls stall: see the
+    FAKE_COLLECTIVE_STALL_* hook); prints ``CAUGHT <time> <ExceptionType> <message>``."""
+    n = 3 * BOUND // 4 + 5
+    buf = Buffers(make(values(6001, w.RANK, n, "float32"), "float32", (n,)))
+    start = time.monotonic()
+    while time.monotonic() - start < 120:
+        try:
+            bps.wait(start_op("stuck", buf, buf, "float32", False))
+        except errors.BytePSError as exc:
+            log(f"CAUGHT {time.time():.3f} {type(exc).__name__} {exc}")
+            return 1
+    fail("no error within 120 s")
+    return 0
+
+
 def mode_loop(args) -> int:
     n = 3 * BOUND // 4 + 5
     buf = Buffers(make(values(6000, w.RANK, n, "float32"), "float32", (n,)))
@@ -410,5 +431,5 @@ if __name__ == "__main__":
                 int(os.environ["FAKE_COLLECTIVE_STALL_AFTER"]))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
             "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,
-            "schemes": mode_schemes, "alone": mode_alone,
+            "schemes": mode_schemes, "alone": mode_alone, "stuck": mode_stuck,
             "large": mode_large})

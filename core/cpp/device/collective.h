@@ -48,9 +48,10 @@ class Collective {
   // An error of the calls made so far that their events do not carry (NCCL's asynchronous
   // error, a rank that did not come); OK while none.
   virtual Status AsyncError() = 0;
-  // From any thread: the calls in flight end (with an error) and later ones fail at once, on
-  // every rank it can reach. What a failed job does before it waits for its device work.
-  virtual void Abort() = 0;
+  // From any thread: the calls in flight end (with an error saying `why`) and later ones fail
+  // at once, on every rank it can reach. What a failed job does before it waits for its device
+  // work.
+  virtual void Abort(const std::string& why) = 0;
 
  protected:
   int rank_ = 0, size_ = 1;

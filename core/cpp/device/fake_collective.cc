@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -57,7 +58,7 @@ struct RankState {
 struct Header {
   std::atomic<uint32_t> joined;
   std::atomic<uint32_t> aborted;  // 1: some rank gave up; every wait ends
-  char why[256];                  // the first rank's reason
+  char why[448];                  // the first rank's reason
   RankState ranks[kMaxRanks];
 };
 
@@ -91,11 +92,13 @@ class Comm {
 
   Status Join(const std::function<bool()>& give_up) {
     hdr_->joined.fetch_add(1);
-    Status st = WaitAll("join", [this](int) { return hdr_->joined.load() >= size_; }, give_up);
+    Status st = WaitAll("join", [this](int) { return hdr_->joined.load() >= size_; }, give_up,
+                        /*call=*/false);
     if (st.code() == StatusCode::kTimeout)
       st = Status::Timeout("fake collective: " + std::to_string(hdr_->joined.load()) + " of " +
                            std::to_string(size_) + " local ranks joined the communicator within " +
-                           Seconds() + " (local rank " + std::to_string(rank_) + " waited)");
+                           Seconds(timeout_s_) + " (local rank " + std::to_string(rank_) +
+                           " waited)");
     return st;
   }
   Status error() {
@@ -118,15 +121,19 @@ class Comm {
   char* slot(int r) const {
     return base_ + (sizeof(Header) + 4095) / 4096 * 4096 + static_cast<size_t>(r) * kSlotBytes;
   }
-  std::string Seconds() const {
+  static std::string Seconds(double s) {
     char b[32];
-    snprintf(b, sizeof(b), "%g s", timeout_s_);
+    snprintf(b, sizeof(b), "%g s", s);
     return b;
   }
+  // Joining waits at most timeout_s; a call, like an NCCL kernel, until every rank came or the
+  // communicator was aborted (with a safety net of 10 x timeout_s, at least 60 s, for tests).
   template <typename Ready>
-  Status WaitAll(const char* what, Ready ready, const std::function<bool()>& give_up) {
+  Status WaitAll(const char* what, Ready ready, const std::function<bool()>& give_up,
+                 bool call = true) {
+    const double limit = call ? std::max(60.0, 10 * timeout_s_) : timeout_s_;
     const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
     for (int r = 0; r < size_; ++r) {
       while (!ready(r)) {
         if (hdr_->aborted.load())
@@ -135,7 +142,7 @@ class Comm {
         if ((give_up && give_up()) || std::chrono::steady_clock::now() > deadline)
           return Status::Timeout(std::string("fake collective: local rank ") +
                                  std::to_string(r) + " did not come to the " + what +
-                                 " within " + Seconds());
+                                 " within " + Seconds(limit));
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
@@ -154,7 +161,7 @@ void Comm::Run(Call call, const void* send, size_t send_count, void* recv, size_
                DType dtype, uint32_t op, int root, uint64_t seq) {
   if (!error().ok()) return;  // the communicator failed: no call touches memory
   const uint64_t stall = g_stall_after.load();
-  while (stall && seq > stall && error().ok())  // the test hook: a GPU stuck in a kernel
+  while (stall && seq > stall && error().ok() && !hdr_->aborted.load())  // a GPU stuck
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!error().ok()) return;
   const size_t es = DTypeSize(dtype);
@@ -234,9 +241,9 @@ class FakeCollective : public Collective {
                  s);
   }
   Status AsyncError() override { return comm_->error(); }
-  void Abort() override {
+  void Abort(const std::string& why) override {
     comm_->Fail(Status::Internal("the communicator was aborted on local rank " +
-                                 std::to_string(rank_)));
+                                 std::to_string(rank_) + ": " + why));
   }
 
  private:

@@ -129,14 +129,18 @@ class NcclCollective : public Collective {
                   nccl_->Broadcast(send, recv, count, NcclType(dtype), root, comm_, s));
   }
   Status AsyncError() override {
-    if (aborted_) return Status::Internal("NCCL: the communicator was aborted");
+    if (aborted_) return Status::Internal("NCCL: the communicator was aborted: " + Why());
     ncclResult_t state = 0;
     ncclResult_t r = nccl_->CommGetAsyncError(comm_, &state);
     if (r != 0) return Check("ncclCommGetAsyncError", r);
     if (state != 0 && state != kNcclInProgress) return Check("an NCCL call", state);
     return Status::OK();
   }
-  void Abort() override {
+  void Abort(const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> lk(why_mu_);
+      if (why_.empty()) why_ = why;
+    }
     if (aborted_.exchange(true) || !comm_) return;
     nccl_->CommAbort(comm_);
     comm_ = nullptr;
@@ -144,7 +148,7 @@ class NcclCollective : public Collective {
 
  private:
   Status Use() {
-    if (aborted_) return Status::Internal("NCCL: the communicator was aborted");
+    if (aborted_) return Status::Internal("NCCL: the communicator was aborted: " + Why());
     cudaError_t e = cuda_->SetDevice(device_);
     if (e != 0) return Status::Internal("CUDA: " + cuda_->Error("cudaSetDevice", e));
     return Status::OK();
@@ -168,8 +172,15 @@ class NcclCollective : public Collective {
   const NcclApi* nccl_;
   const CudaApi* cuda_;
   int device_;
+  std::string Why() {
+    std::lock_guard<std::mutex> lk(why_mu_);
+    return why_;
+  }
+
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
+  std::mutex why_mu_;
+  std::string why_;  // the first Abort's reason
 };
 
 }  // namespace

@@ -225,16 +225,16 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
         (ctx->device ? ":" + std::to_string(ctx->device_id) : "") + " and is now on " +
         device::KindName(a.device_kind) +
         (a.device_kind != device::Kind::kHost ? ":" + std::to_string(a.device_id) : ""));
-  ctx->in_flight = true;
-  ctx->handle = handles_.Create(a.on_done);
-  ctx->round++;
-  ctx->input = a.input;
-  ctx->output = a.output;
   if (ctx->nccl && !cfg_.distributed && a.average && !DTypeIsFloat(ctx->dtype))
     return Status::InvalidArgument(
         "tensor '" + a.name + "': the NCCL stages average floating-point tensors only (NCCL "
         "divides on the GPU); push_pull " + DTypeName(ctx->dtype) + " with average=False, or "
         "set BYTEPS_NCCL=0 to sum it in host memory");
+  ctx->in_flight = true;
+  ctx->handle = handles_.Create(a.on_done);
+  ctx->round++;
+  ctx->input = a.input;
+  ctx->output = a.output;
   if (ctx->device) {  // the stages between the copies work in the pinned host buffer
     ctx->device_input = a.input;
     ctx->device_output = a.output;
@@ -371,6 +371,11 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
       }
     }
     if (ctx->all_reduce) CancelCollective(ctx);
+    // An NCCL tensor's calls may be in flight here or on another local process, which would
+    // wait for this one's forever: the communicator is aborted, and with it the job (the
+    // machine's processes can no longer keep one order of calls; docs/gpu.md).
+    if (ctx->nccl)
+      if (device::Collective* c = coll_live_.load()) c->Abort(st.message());
     DrainDeviceCopies(ctx);
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }
@@ -397,7 +402,7 @@ void WorkerCore::Fatal(const Status& st, bool report) {
   BPS_LOG(ERROR) << fatal_.message();
   // The collective calls in flight would wait for a process that is gone: they end now, before
   // the failed operations wait for their device work.
-  if (device::Collective* c = coll_live_.load()) c->Abort();
+  if (device::Collective* c = coll_live_.load()) c->Abort(fatal_.message());
   if (report && ps_) ps_->ReportFailure(fatal_.message());
   if (cfg_.local_size > 1) {
     LocalSignal s;

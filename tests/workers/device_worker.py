@@ -373,40 +373,39 @@ def mode_alone(args) -> int:
     return 0
 
 
-def mode_stuck(args) -> int:
-    """push_pull of a device tensor until any error (a local rank's calls stall: see the
-    FAKE_COLLECTIVE_STALL_* hook); prints ``CAUGHT <time> <ExceptionType> <message>``."""
+def _push_pull_until(name: str, case: int, expect, line) -> int:
+    """push_pull of a device tensor named ``name`` every 10 ms (``READY`` after the first)
+    until an error of type ``expect``, which it logs as ``line(exc)``; any other error, or
+    none within 120 s, fails the rank."""
     n = 3 * BOUND // 4 + 5
-    buf = Buffers(make(values(6001, w.RANK, n, "float32"), "float32", (n,)))
-    start = time.monotonic()
-    while time.monotonic() - start < 120:
-        try:
-            bps.wait(start_op("stuck", buf, buf, "float32", False))
-        except errors.BytePSError as exc:
-            log(f"CAUGHT {time.time():.3f} {type(exc).__name__} {exc}")
-            return 1
-    fail("no error within 120 s")
-    return 0
-
-
-def mode_loop(args) -> int:
-    n = 3 * BOUND // 4 + 5
-    buf = Buffers(make(values(6000, w.RANK, n, "float32"), "float32", (n,)))
+    buf = Buffers(make(values(case, w.RANK, n, "float32"), "float32", (n,)))
     ready, start = False, time.monotonic()
     while time.monotonic() - start < 120:
         try:
-            bps.wait(start_op("loop", buf, buf, "float32", False))
-        except errors.PeerLostError as exc:
-            log(f"CAUGHT-PEERLOST {time.time():.3f} {exc}")
+            bps.wait(start_op(name, buf, buf, "float32", False))
+        except expect as exc:
+            log(line(exc))
             return 1
         except Exception as exc:
-            fail(f"expected PeerLostError, got {type(exc).__name__}: {exc}")
+            fail(f"expected {expect.__name__}, got {type(exc).__name__}: {exc}")
         if not ready:
             log(f"READY pid={os.getpid()}")
             ready = True
         time.sleep(0.01)
     fail("no error within 120 s")
     return 0
+
+
+def mode_stuck(args) -> int:
+    """push_pull of a device tensor until any error (a local rank's calls stall: see the
+    FAKE_COLLECTIVE_STALL_* hook); prints ``CAUGHT <time> <ExceptionType> <message>``."""
+    return _push_pull_until("stuck", 6001, errors.BytePSError,
+                            lambda e: f"CAUGHT {time.time():.3f} {type(e).__name__} {e}")
+
+
+def mode_loop(args) -> int:
+    return _push_pull_until("loop", 6000, errors.PeerLostError,
+                            lambda e: f"CAUGHT-PEERLOST {time.time():.3f} {e}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,13 @@ class ClusterSpec:
         return worker_id * self.local_size + local_rank
 
 
+def is_true(value: str | None) -> bool:
+    """Whether a boolean variable's value is on: ``"1"``, ``"true"``, ``"yes"``, ``"on"`` (any
+    case, blanks around ignored), the knob registry's spellings of true; anything else, or
+    None, is off."""
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def env_int(env: Mapping[str, str], name: str, low: int, high: int | None,
             errors: list[str]) -> int | None:
     """Read the integer variable ``name`` of ``env`` for a launcher's validation.

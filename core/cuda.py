@@ -16,6 +16,8 @@ import re
 import threading
 from typing import Dict, List, Optional
 
+from .cluster_env import is_true
+
 _lock = threading.Lock()
 _cuda: Optional[Dict] = None
 _nccl: Optional[Dict] = None
@@ -86,7 +88,7 @@ def cuda_status() -> Dict:
         if first:
             _cuda = dict(_core.device.cuda_status(library_candidates("libcudart")))
         status = dict(_cuda)
-    if first and status["available"] and os.environ.get("BYTEPS_NCCL", "0") in ("1", "true"):
+    if first and status["available"] and is_true(_core.knob_values(None)["BYTEPS_NCCL"]):
         nccl_status()
     return status
 

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .cluster_env import ClusterSpec, JobIdentity, env_int, role_env
+from .cluster_env import ClusterSpec, JobIdentity, env_int, is_true, role_env
 from .knobs import report_environment
 from .launcher_output import run_job
 
@@ -132,9 +132,6 @@ def parse_env_pairs(pairs: Sequence[str], reserved: Sequence[str] = ()) -> dict[
     return out
 
 
-def _is_true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
 
 def check_job_shape(workers: int, servers: int, local_size: int, port: int | None) -> None:
     """Check ``--workers``, ``--servers``, ``--local-size`` and ``--port`` (None: unset).
@@ -197,9 +194,9 @@ def build_local_plan(
         raise LaunchError("no COMMAND given (usage: bpslaunch --workers N [options] COMMAND ...)")
     parent = dict(os.environ if base_env is None else base_env)
     extra = dict(extra_env or {})
-    forced = _is_true(extra.get("BYTEPS_FORCE_DISTRIBUTED", parent.get("BYTEPS_FORCE_DISTRIBUTED")))
+    forced = is_true(extra.get("BYTEPS_FORCE_DISTRIBUTED", parent.get("BYTEPS_FORCE_DISTRIBUTED")))
     # Asynchronous training needs the servers (they keep the parameters), even for one worker.
-    forced = forced or _is_true(extra.get("BYTEPS_ENABLE_ASYNC", parent.get("BYTEPS_ENABLE_ASYNC")))
+    forced = forced or is_true(extra.get("BYTEPS_ENABLE_ASYNC", parent.get("BYTEPS_ENABLE_ASYNC")))
     distributed = workers > 1 or forced
     # Ring and tree all-reduce (docs/schemes.md) need no server.
     all_reduce = extra.get("BYTEPS_SYNC", parent.get("BYTEPS_SYNC", "")) in ("ring", "tree")
@@ -229,7 +226,7 @@ def build_local_plan(
     # Every worker machine runs on this host: with the timeline on, each gets its own
     # directory, so their <dir>/<local_rank>/comm.json do not overwrite each other.
     trace_dir = inherited.get("BYTEPS_TRACE_DIR") or "./trace"
-    own_trace_dir = workers > 1 and _is_true(inherited.get("BYTEPS_TRACE_ON"))
+    own_trace_dir = workers > 1 and is_true(inherited.get("BYTEPS_TRACE_ON"))
     for w in range(workers):
         for lr in range(local_size):
             env = env_of("worker", worker_id=w, local_rank=lr)
@@ -249,8 +246,8 @@ def upstream_is_distributed(env: Mapping[str, str]) -> bool:
         num_worker = int(env.get("DMLC_NUM_WORKER", "1").strip())
     except ValueError:
         num_worker = 1
-    return (num_worker > 1 or _is_true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
-            or _is_true(env.get("BYTEPS_ENABLE_ASYNC")))
+    return (num_worker > 1 or is_true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
+            or is_true(env.get("BYTEPS_ENABLE_ASYNC")))
 
 
 def validate_upstream_env(env: Mapping[str, str]) -> list[str]:
@@ -530,7 +527,7 @@ def main(
 
     # Asynchronous training (docs/async.md): a worker that dies leaves the job, the others
     # train on, so the launcher does not stop them either.
-    keep_going = any(s.role == "worker" and _is_true(s.env.get("BYTEPS_ENABLE_ASYNC"))
+    keep_going = any(s.role == "worker" and is_true(s.env.get("BYTEPS_ENABLE_ASYNC"))
                      for s in specs)
     return run_job(specs, grace=args.grace, on_exit=cleanup, keep_going=keep_going)
 

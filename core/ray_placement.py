@@ -20,6 +20,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .cluster_env import is_true
 from .errors import InvalidArgumentError
 
 #: Ray placement-group strategies accepted for the workers' bundles.
@@ -150,10 +151,6 @@ def place_servers(num_servers: int | None, worker_nodes: Sequence[str]) -> list[
     count = len(worker_nodes) if num_servers is None else num_servers
     return [worker_nodes[s % len(worker_nodes)] for s in range(count)]
 
-
-def is_true(value: str | None) -> bool:
-    """``"1"``, ``"true"``, ``"yes"``, ``"on"`` (any case, blanks around ignored)."""
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def is_distributed(plan: MachinePlan, env: Mapping[str, str]) -> bool:

@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .cluster_env import env_int
+from .cluster_env import env_int, is_true
 from .errors import ConfigError
 
 #: Any of these makes the environment a ``DMLC_*`` job description: the mapping stays off.
@@ -113,9 +113,6 @@ class TorchrunPlacement:
         machine's server."""
         return self.distributed and self.local_rank == 0
 
-
-def _true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def is_torchrun_env(env: Mapping[str, str]) -> bool:
@@ -196,7 +193,7 @@ def placement_from_env(env: Mapping[str, str]) -> TorchrunPlacement:
     raw = env.get("BYTEPS_GLOBAL_RANK")
     if raw is not None and rank is not None and raw.strip() not in ("-1", str(rank)):
         errors.append(f"BYTEPS_GLOBAL_RANK={raw!r} contradicts RANK={rank}; unset it")
-    distributed = (machines or 1) > 1 or _true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
+    distributed = (machines or 1) > 1 or is_true(env.get("BYTEPS_FORCE_DISTRIBUTED"))
     master_addr = env.get("MASTER_ADDR", "").strip()
     master_port = env_int(env, "MASTER_PORT", 1, 65535, errors)
     scheduler_port = None

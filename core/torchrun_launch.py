@@ -36,7 +36,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from .cluster_env import CONTRACT_VARS, ClusterSpec, JobIdentity, role_env
+from .cluster_env import CONTRACT_VARS, ClusterSpec, JobIdentity, is_true, role_env
 from .errors import BytePSTimeoutError, InternalError, PeerLostError
 from .launcher_output import PrefixWriter, exit_code_of, make_preexec, start_pump
 from .torchrun_env import (
@@ -71,9 +71,6 @@ def _say(message: str) -> None:
             pass
 
 
-def _true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
 
 def store_key(placement: TorchrunPlacement, generation: int = 0) -> str:
     """The key of the job secret in torchrun's store:
@@ -107,14 +104,14 @@ def resolve_secret(placement: TorchrunPlacement, env: Mapping[str, str],
     given = env.get("BYTEPS_SECRET", "")
     if given or not placement.distributed:
         return given
-    if _true(env.get("TORCHELASTIC_USE_AGENT_STORE")) and placement.master_port:
+    if is_true(env.get("TORCHELASTIC_USE_AGENT_STORE")) and placement.master_port:
         try:
             from torch.distributed import TCPStore
         except ImportError:
             TCPStore = None
         if TCPStore is not None:
             return _secret_through_store(TCPStore, placement, timeout, generation)
-    if _true(env.get("BYTEPS_ALLOW_UNAUTHENTICATED")):
+    if is_true(env.get("BYTEPS_ALLOW_UNAUTHENTICATED")):
         return ""
     raise TorchrunEnvError(
         f"rank {placement.rank}: BYTEPS_SECRET is not set and this process was not started by "

@@ -4,6 +4,7 @@
 // CUDA runtime and NCCL headers (stable across CUDA 11-13 and NCCL 2.x).
 #pragma once
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -80,17 +81,19 @@ enum NcclDataType : int {
 constexpr int kNcclSum = 0;
 constexpr int kNcclAvg = 4;         // NCCL >= 2.10
 constexpr int kNcclInProgress = 7;  // a nonblocking communicator's call not yet settled
-// ncclConfig_t's fields up to splitShare (NCCL 2.18); NCCL reads `size` bytes of it.
+// ncclConfig_t's fields up to splitShare (NCCL 2.18); NCCL reads `size` bytes of it. Every
+// field not set is NCCL_CONFIG_UNDEF_INT (INT_MIN) or null.
+constexpr int kNcclUndefInt = std::numeric_limits<int>::min();
 struct NcclConfig {
   size_t size = sizeof(NcclConfig);
   unsigned magic = 0xcafebeef;
   unsigned version = 21800;  // NCCL_VERSION(2, 18, 0)
-  int blocking = -2147483647 - 1;  // NCCL_CONFIG_UNDEF_INT for every field not set
-  int cga_cluster_size = -2147483647 - 1;
-  int min_ctas = -2147483647 - 1;
-  int max_ctas = -2147483647 - 1;
+  int blocking = kNcclUndefInt;
+  int cga_cluster_size = kNcclUndefInt;
+  int min_ctas = kNcclUndefInt;
+  int max_ctas = kNcclUndefInt;
   const char* net_name = nullptr;
-  int split_share = -2147483647 - 1;
+  int split_share = kNcclUndefInt;
 };
 constexpr int kNcclMinVersion = 21800;  // the NCCL stages need 2.18 (the config above)
 

@@ -16,7 +16,8 @@
 namespace byteps {
 namespace device {
 
-Status NewFakeCollectiveId(const std::string& job, int size, std::string* id);  // fake_collective.cc
+// fake_collective.cc
+Status NewFakeCollectiveId(const std::string& job, int size, std::string* id);
 Status CreateFakeCollective(const std::string& id, int rank, int size, double timeout_s,
                             const std::function<bool()>& give_up,
                             std::unique_ptr<Collective>* out);

@@ -7,12 +7,13 @@
 // it: queued for the stage's thread (behind a gate, on a multi-process machine), run at once by
 // the thread that finished the previous stage, awaited, or sequenced by the local root. A
 // second set of columns (`nccl`) is the plan of a device tensor whose machine sums it among its
-// GPUs with NCCL (BYTEPS_NCCL=1, docs/gpu.md) instead of in host memory. Stages marked compressed_only are
-// left out of the plan of a tensor that is not compressed, those marked device_only out of the
-// plan of a tensor in host memory. WorkerCore::BuildStagePlan turns the column of its layout
-// into the four stage plans of a plain, a compressed, a device and a compressed device tensor
-// (a gate already passed earlier in a plan is not waited for again); Dispatch, the stage loops
-// and the watchdog read the rows and know no stage by name.
+// GPUs with NCCL (BYTEPS_NCCL=1, docs/gpu.md) instead of in host memory. Stages marked
+// compressed_only are left out of the plan of a tensor that is not compressed, those marked
+// device_only out of the plan of a tensor in host memory, and each row says which schemes'
+// plans have it. WorkerCore::BuildStagePlan turns the columns of its layout into a plan per
+// kind of tensor (TensorContext::plan(): compressed or not, device or host, all-reduce or the
+// summation service, NCCL or not; a gate already passed earlier in a plan is not waited for
+// again); Dispatch, the stage loops and the watchdog read the rows and know no stage by name.
 #pragma once
 #include <cstdint>
 

@@ -131,7 +131,9 @@ void WorkerCore::RunSequenced(PartTask* t, bool reduce) {
   device::Collective* c = coll_.get();
   const size_t es = DTypeSize(ctx->dtype), n = t->part.length / es;
   const size_t L = static_cast<size_t>(cfg_.local_size);
-  const size_t per = n / L, rem = n - per * L, mine = cfg_.local_rank * per * es;
+  const size_t per = n / L, rem = n - per * L;
+  size_t mine, mine_end;  // this process's shard: where its reduce-scatter output goes
+  NcclShard(t, &mine, &mine_end);
   char* out = ctx->device_output + t->part.offset;
   const char* in = ctx->device_input + t->part.offset;
   Status st;

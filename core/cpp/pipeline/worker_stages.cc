@@ -161,7 +161,8 @@ void WorkerCore::OnLocalSignal(const LocalSignal& s) {
     case LocalSignalType::kPulled: pulled_gate_->Signal(s.key, 0, s.from); break;
     case LocalSignalType::kCollReady:  // the root: another process is at a sequenced stage
     case LocalSignalType::kCollGo:     // the others: the root says make the call now
-      if (s.code < kStageCount && seq_gate_[s.code]) seq_gate_[s.code]->Signal(s.key, s.sig, s.from);
+      if (s.code < kStageCount && seq_gate_[s.code])
+        seq_gate_[s.code]->Signal(s.key, s.sig, s.from);
       break;
     case LocalSignalType::kCollInit: {
       std::lock_guard<std::mutex> lk(coll_mu_);

@@ -61,6 +61,8 @@ __all__ = [
     "netns_unavailable",
     "own_netns_left",
     "pushpull_worker_argv",
+    "idle_before_iteration",
+    "IDLE_ENV",
     "run_byteps_job",
     "run_pushpull",
     "PushPullStats",
@@ -273,6 +275,26 @@ def pushpull_worker_argv(nbytes: int, iters: int, warmup: int = 1) -> list[str]:
             str(warmup)]
 
 
+#: Environment variable of a push_pull (or gloo) worker: seconds it waits before the barrier
+#: that starts each iteration (:func:`idle_before_iteration`).
+IDLE_ENV = "BENCH_IDLE_BEFORE_ITERATION_S"
+
+
+def idle_before_iteration(cluster: EmulatedCluster) -> float:
+    """Seconds every link of ``cluster`` stays idle before each timed iteration: twice the time
+    its shaper's bucket takes to refill (8 ms at 800 Mbit/s; 0 unshaped).
+
+    The emulated links' ``tbf`` passes the first bytes after an idle spell above the rate, up to
+    the bucket (4 ms of the rate). Back to back, the link direction that carried the last bytes
+    of one iteration started the next with its bucket part-filled, the other direction with
+    it full; at n = 2 that made one worker 3 ms slower than the other in every iteration of a
+    4 MiB push_pull (40.2 against 43.3 ms), whichever data flow byteps used
+    (docs/performance-notes.md). Between the reductions of a training step there is compute;
+    here every link starts each iteration in the same state, for byteps and gloo alike.
+    """
+    return 2 * cluster.bucket_refill_s
+
+
 #: Environment variable of a push_pull worker: a JSON object of the core's compressor kwargs
 #: (``byteps.basics.declare(name, compression=...)``) its tensor is declared with.
 COMPRESSION_ENV = "BENCH_PUSHPULL_COMPRESSION"
@@ -297,8 +319,8 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     """A push_pull benchmark worker (run by :func:`run_byteps_job`).
 
     Rank r sends ``x[i] = (i % 251) + 1000 * r`` (float32, exact): the sum is
-    ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Every iteration starts after a
-    barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration
+    ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Every iteration starts after
+    :data:`IDLE_ENV` seconds (default 0) and a barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration
     (``times``), the CPU seconds of this process (every thread) during each timed push_pull
     (``cpu``), and the bytes its host's ``eth0`` received and sent during the timed iterations
     (``net``: ``[rx, tx]``, None outside a network namespace's ``eth0``); exits 1 on a wrong
@@ -312,6 +334,7 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
     import byteps.basics as bps
 
     compression = json.loads(os.environ.get(COMPRESSION_ENV) or "null")
+    idle_s = float(os.environ.get(IDLE_ENV) or 0)
     bps.init()
     r, size = bps.rank(), bps.size()
     nelem = max(nbytes // 4, 1)
@@ -338,6 +361,7 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
         if it == warmup:
             t_start, net0 = time.monotonic(), _net_bytes()
         out.fill(-1)
+        time.sleep(idle_s)  # every link's shaper bucket full again (idle_before_iteration)
         barrier()
         c0, t0 = time.process_time(), time.perf_counter()
         h = bps.push_pull_async("bench.grad", x.ctypes.data, out.ctypes.data, x.nbytes,
@@ -424,8 +448,9 @@ def run_pushpull(
             samples.append((time.monotonic(), busy, total))
             stop.wait(0.05)
 
+    env = {**(env or {}), IDLE_ENV: str(idle_before_iteration(cluster))}
     if compression:
-        env = {**(env or {}), COMPRESSION_ENV: json.dumps(dict(compression))}
+        env[COMPRESSION_ENV] = json.dumps(dict(compression))
     th = threading.Thread(target=sampler, daemon=True)
     th.start()
     try:

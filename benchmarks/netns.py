@@ -185,6 +185,11 @@ class EmulatedCluster:
         shaped = 0 < self.bandwidth_bps < float("inf")
         support = probe_kernel()
         self.shaper = support.shaper if shaped else None
+        #: Seconds an idle link takes to refill its shaper's bucket (``tbf_params``' burst at
+        #: the link rate; 0 when unshaped): a link idle for less starts its next transfer with
+        #: fewer bytes it may send above the rate.
+        self.bucket_refill_s = tbf_params(self.bandwidth_bps)[0] * 8 / self.bandwidth_bps \
+            if shaped else 0.0
         if latency_ms > 0 and not support.netem:
             raise RuntimeError("latency_ms > 0 needs tc's netem (kernel module sch_netem), "
                                "which this kernel lacks")

@@ -15,7 +15,9 @@ every model size M, in the same cluster, one after another:
   (``MASTER_ADDR`` = w0's address, ``GLOO_SOCKET_IFNAME=eth0``).
 
 Each time is the median over the timed iterations of the slowest process's time; every
-iteration starts after a barrier (byteps: a 4-byte push_pull; gloo: ``dist.barrier()``), so
+iteration starts after the links were idle for :func:`benchmarks.cluster.idle_before_iteration`
+(so each starts with its shaper's bucket full, whichever direction carried the last bytes of
+the iteration before) and a barrier (byteps: a 4-byte push_pull; gloo: ``dist.barrier()``), so
 checking the previous result is not timed as waiting. ``t_opt =
 2n(n-1)M / ((n^2+kn-2k) B)`` and gloo's ring time ``2(n-1)M / (nB)`` use the MEASURED goodput
 as B, so the ratios are against what the links really carry. The theoretical speed-up of
@@ -95,6 +97,7 @@ def _gloo_main(nbytes: int, iters: int, warmup: int) -> int:
                             timeout=datetime.timedelta(seconds=300))
     r, size = dist.get_rank(), dist.get_world_size()
     nelem = max(nbytes // 4, 1)
+    idle_s = float(os.environ.get(bc.IDLE_ENV) or 0)
     base = (np.arange(nelem, dtype=np.int64) % 251).astype(np.float32)
     x = torch.from_numpy(base + np.float32(1000 * r))
     want = torch.from_numpy(base * np.float32(size) + np.float32(1000 * size * (size - 1) // 2))
@@ -102,6 +105,7 @@ def _gloo_main(nbytes: int, iters: int, warmup: int) -> int:
     times = []
     for it in range(warmup + iters):
         buf.copy_(x)
+        time.sleep(idle_s)  # as the byteps workers (benchmarks.cluster.idle_before_iteration)
         dist.barrier()  # as the byteps workers: start together, the check is not timed
         t0 = time.perf_counter()
         dist.all_reduce(buf)
@@ -124,7 +128,7 @@ def run_gloo(cluster: bc.EmulatedCluster, nbytes: int, iters: int, warmup: int =
     port = random.randint(20000, 59999)
     env = {**child_env(), "MASTER_ADDR": cluster.workers[0].address, "MASTER_PORT": str(port),
            "WORLD_SIZE": str(n), "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", bc.IDLE_ENV: str(bc.idle_before_iteration(cluster))}
     argv = [sys.executable, "-m", "benchmarks.table1", "--gloo-worker", str(nbytes),
             str(iters), str(warmup)]
     outs, codes = bc.run_on_worker_hosts(cluster, argv, env, timeout, "gloo job")
@@ -228,7 +232,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None) 
                 tmo = _timeout(n, m, B / 8 * 0.9, iters + warm)
                 row = {"n": n, "k": k, "bytes": m, "goodput_Bps": good,
                        "t_opt_s": bc.t_opt(n, k, m, good), "t_ring_s": t_ring(n, m, good),
-                       "network": c.network_info()}
+                       "network": c.network_info(), "idle_s": bc.idle_before_iteration(c)}
                 for name in plan["settings"]:
                     for van in _vans_at(plan, m):
                         key = job_key(name, van)
@@ -328,6 +332,11 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
     judged = "tuned" if "tuned" in sets else sets[-1]
     described = ["**default** = no `BYTEPS_*` knob set (the core's defaults, chosen by the "
                  "scheduling sweep below)"]
+    idles = sorted({r["idle_s"] for r in rows if r.get("idle_s") is not None})
+    idle = (f"every link was idle for {' / '.join(f'{x * 1e3:.1f}' for x in idles)} ms (twice "
+            "its shaper bucket's refill time: each iteration starts with every bucket full, "
+            "whichever direction carried the last bytes of the one before) and "
+            if idles else "")
     described += [f"**{s}** = " + " ".join(f"`{k}={v}`" for k, v in SETTINGS[s].items())
                   for s in sets if s != "default" and s in SETTINGS]
     md.append(
@@ -344,9 +353,9 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
         "`MASTER_ADDR` = w0, `GLOO_SOCKET_IFNAME=eth0`, in the same cluster right after the "
         "byteps jobs. Times: median over the timed iterations "
         f"({', '.join(f'{fmt_size(int(s))}: {i}' for s, i in plan['iters'].items())}; after "
-        f"{plan['warmup']} warm-up) of the slowest process; every iteration starts after a "
-        "barrier (a 4-byte push_pull / `dist.barrier()`), so checking the previous sum is "
-        "not timed. byteps settings: "
+        f"{plan['warmup']} warm-up) of the slowest process; every iteration starts after "
+        f"{idle}a barrier (a 4-byte push_pull / `dist.barrier()`), so checking the previous "
+        "sum is not timed. byteps settings: "
         f"{'; '.join(described)}. Speed-up = gloo time / byteps time; theory = "
         f"`(n²+kn−2k)/n²`. Targets: byteps ≤ {PUSHPULL_TARGET:g} × `t_opt`, speed-up ≥ "
         f"{SPEEDUP_TARGET:g} × theory (✓ met, ✗ missed; judged on the {judged} settings). "

@@ -187,8 +187,21 @@ def test_tiny_byteps_job_exact_sum():
 
 def test_colocated_servers_k0():
     with bc.EmulatedCluster(2, 0, 400e6, prefix=_prefix()) as c:
-        stats = bc.run_pushpull(c, 1 << 20, iters=2)
+        reports = []
+        stats = bc.run_pushpull(c, 1 << 20, iters=3, reports=reports)
+        idle = bc.idle_before_iteration(c)
     assert stats.seconds > 0
+    # every link idles until its shaper's bucket is full again before each timed iteration:
+    # twice the 4 ms the bucket (4 ms of the rate) takes to refill
+    assert idle == pytest.approx(2 * bc.tbf_params(400e6)[0] * 8 / 400e6) == \
+        pytest.approx(0.008)
+    for r in reports:
+        assert r["t_end"] - r["t_start"] - sum(r["times"]) >= 3 * idle, r
+
+
+def test_unshaped_links_need_no_idle_time():
+    with bc.EmulatedCluster(2, 0, 0, prefix=_prefix()) as c:
+        assert c.shaper is None and bc.idle_before_iteration(c) == 0
 
 
 @pytest.mark.parametrize("mode,sig", [("with", signal.SIGINT), ("handler", signal.SIGINT),

@@ -50,6 +50,8 @@ def test_tiny_table(tmp_path):
     rows = res["rows"]
     assert [(r["n"], r["k"]) for r in rows] == [(2, 0), (2, 2)]
     for r in rows:
+        assert r["idle_s"] == pytest.approx(2 * bc.tbf_params(plan["bandwidth_mbit"] * 1e6)[0]
+                                            * 8 / (plan["bandwidth_mbit"] * 1e6))
         for key in ("goodput_Bps", "t_opt_s", "t_ring_s"):
             assert math.isfinite(r[key]) and r[key] > 0, (key, r)
         ucx = [table1.job_key(s, v) for s in ("default", "tuned") for v in plan["vans"][1:]]
@@ -68,6 +70,7 @@ def test_tiny_table(tmp_path):
     net = rows[0]["network"]
     assert net["shaper"] and f"links shaped by `{net['shaper']}`" in md
     assert f"TCP congestion control `{net['congestion_control']}` on every host" in md
+    assert f"every link was idle for {rows[0]['idle_s'] * 1e3:.1f} ms" in md
     table = [ln for ln in md.splitlines() if ln.startswith("| 2 |")]
     # the size table, and where byteps has UCX the table per van (UCX over TCP)
     assert len(table) == 2 * len(plan["vans"]) and all("failed" not in ln for ln in table)

@@ -320,11 +320,11 @@ def _worker_main(nbytes: int, iters: int, warmup: int) -> int:
 
     Rank r sends ``x[i] = (i % 251) + 1000 * r`` (float32, exact): the sum is
     ``size * (i % 251) + 1000 * size * (size - 1) / 2``. Every iteration starts after
-    :data:`IDLE_ENV` seconds (default 0) and a barrier (a 4-byte push_pull). Prints ``RESULT`` with the seconds of each timed iteration
-    (``times``), the CPU seconds of this process (every thread) during each timed push_pull
-    (``cpu``), and the bytes its host's ``eth0`` received and sent during the timed iterations
-    (``net``: ``[rx, tx]``, None outside a network namespace's ``eth0``); exits 1 on a wrong
-    sum.
+    :data:`IDLE_ENV` seconds (default 0) and a barrier (a 4-byte push_pull). Prints ``RESULT``
+    with the seconds of each timed iteration (``times``), the CPU seconds of this process
+    (every thread) during each timed push_pull (``cpu``), and the bytes its host's ``eth0``
+    received and sent during the timed iterations (``net``: ``[rx, tx]``, None outside a
+    network namespace's ``eth0``); exits 1 on a wrong sum.
 
     With :data:`COMPRESSION_ENV` set, the tensor is declared with that compressor, rank r sends
     standard-normal values (seed r) and a sum only has to be finite (compression is lossy).

@@ -5,10 +5,10 @@
 #   bash benchmarks/gpu_session.sh [OUTDIR]
 #
 # Builds the core with CMake into build/gpu (no CUDA needed at build time), makes a package tree
-# over the sources in build/gpu/pkg (as /work/mkdev.sh does), prints what byteps sees
-# (doctor), runs the device tests (fake device, then CUDA: tests/test_device.py,
-# tests/test_device_nccl.py, tests/test_gpu.py, tests/test_gpu_nccl.py) and the GPU benchmark.
-# Logs and results go to OUTDIR (default ${OUT:-/tmp/bps-gpu}): build.log, doctor.txt, pytest.txt, bench.txt, gpu.json, trace/ (the
+# over the sources in build/gpu/pkg, prints what byteps sees (doctor), runs the device tests
+# (fake device, then CUDA: tests/test_device.py, tests/test_device_nccl.py, tests/test_gpu.py,
+# tests/test_gpu_nccl.py) and the GPU benchmark. Logs and results go to OUTDIR (default
+# ${OUT:-/tmp/bps-gpu}): build.log, doctor.txt, pytest.txt, bench.txt, gpu.json, trace/ (the
 # timelines of a traced 2-process job and trace/step.png).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

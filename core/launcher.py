@@ -132,7 +132,6 @@ def parse_env_pairs(pairs: Sequence[str], reserved: Sequence[str] = ()) -> dict[
     return out
 
 
-
 def check_job_shape(workers: int, servers: int, local_size: int, port: int | None) -> None:
     """Check ``--workers``, ``--servers``, ``--local-size`` and ``--port`` (None: unset).
 

@@ -32,8 +32,7 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
 * ``loop``: push_pull of a device tensor until a peer is lost (bps_worker's ``loop`` protocol:
   ``READY`` after the first round, ``CAUGHT-PEERLOST <time> <message>`` on PeerLostError).
   With ``FAKE_COLLECTIVE_STALL_LOCAL_RANK=R`` and ``FAKE_COLLECTIVE_STALL_AFTER=N``, local rank
-  R's fake
-  collective calls stall from the (N+1)-th on (a GPU stuck in a kernel).
+  R's fake collective calls stall from the (N+1)-th on (a GPU stuck in a kernel).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ import bps_worker as w
 from bps_worker import DTYPES, bps, compare, expected, fail, log, make, values
 
 from byteps import _core, errors
+from byteps.cluster_env import is_true
 
 CUDA = "--cuda" in sys.argv
 if CUDA:
@@ -121,7 +121,7 @@ BOUND = 65536  # BYTEPS_PARTITION_BYTES of the job (set in __main__)
 def refuses_average(dtype: str) -> bool:
     """BYTEPS_NCCL=1 on one machine of several processes: NCCL averages on the GPU, floating
     point only (byteps refuses an integer average there rather than round it otherwise)."""
-    return (os.environ.get("BYTEPS_NCCL") == "1" and bps.local_size() > 1
+    return (is_true(os.environ.get("BYTEPS_NCCL")) and bps.local_size() > 1
             and bps.size() == bps.local_size() and dtype.startswith(("int", "uint")))
 
 

@@ -101,8 +101,9 @@ def cuda_available() -> bool:
 
 def nccl_status() -> Dict:
     """NCCL, loaded as :func:`cuda_status` loads the runtime: {available, reason, library,
-    version (NCCL's integer, e.g. 22703)}. NCCL is what the stages among the GPUs of one machine
-    use (``BYTEPS_NCCL=1``, version 2.18 or later); loading it needs no GPU."""
+    version (NCCL's integer, e.g. 22703), min_version (what the stages need: 21800),
+    stages_supported (bool)}. NCCL is what the stages among the GPUs of one machine use
+    (``BYTEPS_NCCL=1``, version 2.18 or later); loading it needs no GPU."""
     global _nccl
     from . import _core
 

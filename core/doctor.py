@@ -215,8 +215,10 @@ def render(report: Dict) -> str:
     lines.append(cuda.describe(report["cuda"]))
     nccl = report["nccl"]
     if nccl["available"]:
+        need = nccl["min_version"]
         stages = ("its stages among the machine's GPUs can run (BYTEPS_NCCL=1)"
-                  if nccl["version"] >= 21800 else "older than 2.18: no NCCL stages")
+                  if nccl["stages_supported"]
+                  else f"older than {need // 10000}.{need // 100 % 100}: no NCCL stages")
         lines.append(f"NCCL: {nccl['version']} ({nccl['library']}); {stages}")
     else:
         lines.append(f"NCCL: not loaded: {nccl['reason']}")

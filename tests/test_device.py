@@ -66,6 +66,7 @@ def test_runtime_not_found_names_what_was_tried(tmp_path):
     assert "No such file" in s["reason"]
     n = _core.device.nccl_status([missing], system=False)
     assert not n["available"] and "libnccl.so (NCCL) not found" in n["reason"]
+    assert n["min_version"] == 21800 and n["stages_supported"] is False
 
 
 def test_candidates_prefer_newer_sonames():

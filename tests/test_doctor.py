@@ -34,6 +34,17 @@ def test_report_matches_the_build_and_host():
     assert "vans in this build: tcp" in text and "no problem found" in text
 
 
+def test_nccl_line_says_whether_its_stages_can_run():
+    report = doctor.gather(clean_job_env())
+    assert report["nccl"]["min_version"] == 21800
+    base = {"available": True, "reason": None, "library": "/x/libnccl.so.2", "min_version": 21800}
+    report["nccl"] = dict(base, version=21703, stages_supported=False)
+    assert "NCCL: 21703 (/x/libnccl.so.2); older than 2.18: no NCCL stages" in doctor.render(report)
+    report["nccl"] = dict(base, version=22703, stages_supported=True)
+    assert "22703 (/x/libnccl.so.2); its stages among the machine's GPUs can run" in (
+        doctor.render(report))
+
+
 def test_advertised_address_follows_the_core_s_choice():
     adv = doctor.advertised_address
     assert adv({"DMLC_NODE_HOST": "10.9.8.7", "DMLC_INTERFACE": "lo"})["address"] == "10.9.8.7"

@@ -83,11 +83,12 @@ constexpr int kNcclAvg = 4;         // NCCL >= 2.10
 constexpr int kNcclInProgress = 7;  // a nonblocking communicator's call not yet settled
 // ncclConfig_t's fields up to splitShare (NCCL 2.18); NCCL reads `size` bytes of it. Every
 // field not set is NCCL_CONFIG_UNDEF_INT (INT_MIN) or null.
+constexpr int kNcclMinVersion = 21800;  // the NCCL stages need 2.18 (the config below)
 constexpr int kNcclUndefInt = std::numeric_limits<int>::min();
 struct NcclConfig {
   size_t size = sizeof(NcclConfig);
   unsigned magic = 0xcafebeef;
-  unsigned version = 21800;  // NCCL_VERSION(2, 18, 0)
+  unsigned version = kNcclMinVersion;  // NCCL_VERSION(2, 18, 0)
   int blocking = kNcclUndefInt;
   int cga_cluster_size = kNcclUndefInt;
   int min_ctas = kNcclUndefInt;
@@ -95,7 +96,6 @@ struct NcclConfig {
   const char* net_name = nullptr;
   int split_share = kNcclUndefInt;
 };
-constexpr int kNcclMinVersion = 21800;  // the NCCL stages need 2.18 (the config above)
 
 struct NcclApi {
   std::string library;

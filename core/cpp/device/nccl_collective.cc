@@ -3,7 +3,10 @@
 // nonblocking (ncclCommInitRankConfig, blocking = 0), so that creating it waits with a timeout
 // and can be given up, and a call that settles later (ncclInProgress) is polled to its end;
 // ncclCommAbort from any thread ends the kernels of a failed job, which would otherwise wait
-// for a rank that is gone.
+// for a rank that is gone. ncclCommAbort frees the communicator, so every call that uses it
+// holds comm_mu_ (a group's calls from GroupStart to GroupEnd, whose launch names it), and the
+// abort takes comm_mu_ too: no call can use a freed communicator, and an abort waits at most
+// for one nonblocking call (or one group's enqueueing) to return.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -101,38 +104,55 @@ class NcclCollective : public Collective {
     }
   }
 
+  // The group holds comm_mu_ until GroupEnd has launched it (the same thread: the lock is
+  // recursive, so the grouped calls take it again).
   Status GroupStart() override {
     BPS_RETURN_IF_ERROR(Use());
-    return Check("ncclGroupStart", nccl_->GroupStart());
+    comm_mu_.lock();
+    if (!comm_) {
+      comm_mu_.unlock();
+      return Aborted();
+    }
+    Status st = Check("ncclGroupStart", nccl_->GroupStart());
+    if (!st.ok()) comm_mu_.unlock();
+    return st;
   }
-  Status GroupEnd() override { return Settle("ncclGroupEnd", nccl_->GroupEnd()); }
+  Status GroupEnd() override {
+    ncclResult_t r = nccl_->GroupEnd();
+    comm_mu_.unlock();
+    return Settle("ncclGroupEnd", r);
+  }
   Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype,
                        Stream s) override {
-    BPS_RETURN_IF_ERROR(Use());
-    return Settle("ncclReduceScatter",
-                  nccl_->ReduceScatter(send, recv, count, NcclType(dtype), kNcclSum, comm_, s));
+    return Call("ncclReduceScatter", [&] {
+      return nccl_->ReduceScatter(send, recv, count, NcclType(dtype), kNcclSum, comm_, s);
+    });
   }
   Status AllReduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                    Stream s) override {
-    BPS_RETURN_IF_ERROR(Use());
-    return Settle("ncclAllReduce",
-                  nccl_->AllReduce(send, recv, count, NcclType(dtype),
-                                   op == ReduceOp::kAvg ? kNcclAvg : kNcclSum, comm_, s));
+    return Call("ncclAllReduce", [&] {
+      return nccl_->AllReduce(send, recv, count, NcclType(dtype),
+                              op == ReduceOp::kAvg ? kNcclAvg : kNcclSum, comm_, s);
+    });
   }
   Status AllGather(const void* send, void* recv, size_t count, DType dtype, Stream s) override {
-    BPS_RETURN_IF_ERROR(Use());
-    return Settle("ncclAllGather", nccl_->AllGather(send, recv, count, NcclType(dtype), comm_, s));
+    return Call("ncclAllGather", [&] {
+      return nccl_->AllGather(send, recv, count, NcclType(dtype), comm_, s);
+    });
   }
   Status Broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                    Stream s) override {
-    BPS_RETURN_IF_ERROR(Use());
-    return Settle("ncclBroadcast",
-                  nccl_->Broadcast(send, recv, count, NcclType(dtype), root, comm_, s));
+    return Call("ncclBroadcast", [&] {
+      return nccl_->Broadcast(send, recv, count, NcclType(dtype), root, comm_, s);
+    });
   }
   Status AsyncError() override {
-    if (aborted_) return Status::Internal("NCCL: the communicator was aborted: " + Why());
-    ncclResult_t state = 0;
-    ncclResult_t r = nccl_->CommGetAsyncError(comm_, &state);
+    ncclResult_t r = 0, state = 0;
+    {
+      std::lock_guard<std::recursive_mutex> lk(comm_mu_);
+      if (!comm_) return Aborted();
+      r = nccl_->CommGetAsyncError(comm_, &state);
+    }
     if (r != 0) return Check("ncclCommGetAsyncError", r);
     if (state != 0 && state != kNcclInProgress) return Check("an NCCL call", state);
     return Status::OK();
@@ -142,14 +162,17 @@ class NcclCollective : public Collective {
       std::lock_guard<std::mutex> lk(why_mu_);
       if (why_.empty()) why_ = why;
     }
-    if (aborted_.exchange(true) || !comm_) return;
+    aborted_ = true;  // later calls fail at once, without waiting for comm_mu_
+    std::lock_guard<std::recursive_mutex> lk(comm_mu_);
+    if (!comm_) return;
     nccl_->CommAbort(comm_);
     comm_ = nullptr;
   }
 
  private:
+  Status Aborted() { return Status::Internal("NCCL: the communicator was aborted: " + Why()); }
   Status Use() {
-    if (aborted_) return Status::Internal("NCCL: the communicator was aborted: " + Why());
+    if (aborted_) return Aborted();
     cudaError_t e = cuda_->SetDevice(device_);
     if (e != 0) return Status::Internal("CUDA: " + cuda_->Error("cudaSetDevice", e));
     return Status::OK();
@@ -158,12 +181,28 @@ class NcclCollective : public Collective {
     if (r == 0) return Status::OK();
     return Status::Internal("NCCL: " + nccl_->Error(call, r));
   }
+  // One collective call on the communicator, under comm_mu_, then settled.
+  template <typename F>
+  Status Call(const char* call, F&& f) {
+    BPS_RETURN_IF_ERROR(Use());
+    ncclResult_t r;
+    {
+      std::lock_guard<std::recursive_mutex> lk(comm_mu_);
+      if (!comm_) return Aborted();
+      r = f();
+    }
+    return Settle(call, r);
+  }
   // A nonblocking communicator's call may return ncclInProgress: it is queued once the
-  // communicator's state leaves that.
+  // communicator's state leaves that. Each poll holds comm_mu_, so an abort can come between.
   Status Settle(const char* call, ncclResult_t r) {
-    while (r == kNcclInProgress && !aborted_) {
-      ncclResult_t state = 0;
-      ncclResult_t q = nccl_->CommGetAsyncError(comm_, &state);
+    while (r == kNcclInProgress) {
+      ncclResult_t state = 0, q;
+      {
+        std::lock_guard<std::recursive_mutex> lk(comm_mu_);
+        if (!comm_) return Aborted();
+        q = nccl_->CommGetAsyncError(comm_, &state);
+      }
       r = q != 0 ? q : state;
       if (r == kNcclInProgress) std::this_thread::yield();
     }
@@ -178,7 +217,8 @@ class NcclCollective : public Collective {
     return why_;
   }
 
-  ncclComm_t comm_ = nullptr;
+  std::recursive_mutex comm_mu_;
+  ncclComm_t comm_ = nullptr;  // null once aborted (under comm_mu_)
   std::atomic<bool> aborted_{false};
   std::mutex why_mu_;
   std::string why_;  // the first Abort's reason

@@ -114,10 +114,13 @@ void BindDevice(py::module_& m) {
         out["reason"] = api ? py::object(py::none()) : py::object(py::str(why));
         out["library"] = api ? py::object(py::str(api->library)) : py::object(py::none());
         out["version"] = api ? api->version : 0;
+        out["min_version"] = device::kNcclMinVersion;
+        out["stages_supported"] = api != nullptr && api->version >= device::kNcclMinVersion;
         return out;
       },
       py::arg("candidates"), py::arg("system") = true,
-      "Loads NCCL as cuda_status loads the runtime: {available, reason, library, version}.");
+      "Loads NCCL as cuda_status loads the runtime: {available, reason, library, version, "
+      "min_version (what the NCCL stages need, NCCL's integer), stages_supported: bool}.");
   d.def(
       "stats",
       [](const std::string& kind) {

@@ -160,7 +160,7 @@ def bench_settings(quick: bool, sizes: Sequence[int] | None = None,
                    vans: Sequence[str] | None = None,
                    van_sizes: Sequence[int] | None = None) -> dict:
     """The plan. Quick: 16 MiB, 2 timed iterations (about 90 s on 2 cores). Full: 4, 64 and
-    256 MiB (5, 3 and 2 timed iterations; about 8 minutes).
+    256 MiB (15, 3 and 2 timed iterations; about 8 minutes).
 
     ``vans`` (default :func:`benchmarks.vans.default_vans`, ``netns=True``; the TCP van is
     always measured, the table's main columns are its): the byteps jobs run on each; the vans
@@ -171,7 +171,9 @@ def bench_settings(quick: bool, sizes: Sequence[int] | None = None,
         sizes = [16 << 20] if quick else [4 << 20, 64 << 20, 256 << 20]
     if van_sizes is None:
         van_sizes = [s for s in sizes if s <= 64 << 20] or [min(sizes)]
-    default_iters = {s: (2 if quick else 5 if s <= 8 << 20 else 3 if s <= 64 << 20 else 2)
+    # A 4 MiB push_pull takes about 45 ms: 15 timed iterations (under a second per job) give
+    # a median that 2-3 iterations slowed by other load do not move, where 5 did.
+    default_iters = {s: (2 if quick else 15 if s <= 8 << 20 else 3 if s <= 64 << 20 else 2)
                      for s in sizes}
     return {
         "quick": quick,

@@ -152,7 +152,6 @@ def place_servers(num_servers: int | None, worker_nodes: Sequence[str]) -> list[
     return [worker_nodes[s % len(worker_nodes)] for s in range(count)]
 
 
-
 def is_distributed(plan: MachinePlan, env: Mapping[str, str]) -> bool:
     """A job with servers: more than one worker machine, or ``BYTEPS_FORCE_DISTRIBUTED`` true in
     ``env`` (as ``bpslaunch``'s local mode decides)."""

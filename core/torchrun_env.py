@@ -114,7 +114,6 @@ class TorchrunPlacement:
         return self.distributed and self.local_rank == 0
 
 
-
 def is_torchrun_env(env: Mapping[str, str]) -> bool:
     """True when ``env`` is torchrun-style (``RANK`` and ``WORLD_SIZE`` set) and carries no
     ``DMLC_*`` job description (:data:`DMLC_DESCRIPTION_VARS`)."""

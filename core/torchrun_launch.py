@@ -71,7 +71,6 @@ def _say(message: str) -> None:
             pass
 
 
-
 def store_key(placement: TorchrunPlacement, generation: int = 0) -> str:
     """The key of the job secret in torchrun's store:
     ``byteps/<run id>/<restart>/<generation>/secret``; ``generation`` counts this process's

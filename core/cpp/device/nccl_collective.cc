@@ -50,7 +50,8 @@ const NcclApi* UsableNccl(std::string* why) {
   }
   if (api->version < kNcclMinVersion || !api->CommInitRankConfig || !api->CommGetAsyncError) {
     *why = "NCCL " + std::to_string(api->version) + " (" + api->library +
-           ") is older than 2.18, which the NCCL stages need";
+           ") is older than " + std::to_string(kNcclMinVersion / 10000) + "." +
+           std::to_string(kNcclMinVersion / 100 % 100) + ", which the NCCL stages need";
     return nullptr;
   }
   if (!LoadedCuda()) {

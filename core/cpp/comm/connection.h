@@ -1,6 +1,6 @@
 // A link to one peer as its users see it (docs/architecture.md §6): frames go out from the
 // caller's memory and come in straight into memory the receiver picks from each header. A van
-// (comm/van.h) makes connections; TcpConnection (comm/tcp_connection.h) is the one it makes
+// (comm/van.h) makes connections; TcpConnection (comm/tcp/tcp_connection.h) is the one it makes
 // today. Errors are Status values: a broken peer is reported (OnClosed, a failed SendItem),
 // never an abort. This layer knows nothing of what the frames mean: the message types, flags
 // and reply codes are the PS layer's (ps/protocol.h), which checks them in

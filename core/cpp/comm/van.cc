@@ -1,6 +1,6 @@
 #include "van.h"
 
-#include "comm/tcp_van.h"
+#include "comm/tcp/tcp_van.h"
 #include "common/knobs.h"
 #ifdef BYTEPS_WITH_UCX
 #include "comm/ucx/ucx_van.h"

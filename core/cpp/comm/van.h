@@ -3,7 +3,7 @@
 // before anything from the peer reaches a handler, and hands them out as `Connection`s
 // (comm/connection.h): send a message (header + payload from the caller's memory), receive
 // into memory the receiver chooses, close. Errors are Status values; a broken peer is
-// reported, never an abort. Two kinds: "tcp" (comm/tcp_van.h) and, in a build with UCX, "ucx"
+// reported, never an abort. Two kinds: "tcp" (comm/tcp/tcp_van.h) and, in a build with UCX, "ucx"
 // (comm/ucx/ucx_van.h: RDMA, shared memory or TCP as UCX chooses), whose transports send from
 // and receive into memory registered once, hence the optional RegisterMemory /
 // UnregisterMemory hooks (a no-op for TCP).

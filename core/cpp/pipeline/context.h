@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/local_channel.h"
 #include "comm/connection.h"
 #include "common/dtype.h"
 #include "compress/compressor.h"
 #include "device/device.h"
+#include "pipeline/local_channel.h"
 #include "pipeline/stage_table.h"
 #include "pipeline/timeline.h"
 #include "ps/ps_client.h"

@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "comm/local_channel.h"
 #include "device/collective.h"
 #include "comm/van.h"
 #include "common/knobs.h"
@@ -26,6 +25,7 @@
 #include "pipeline/device_waiter.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
+#include "pipeline/local_channel.h"
 #include "pipeline/telemetry.h"
 #include "pipeline/timeline.h"
 #include "ps/ps_client.h"

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "comm/socket_util.h"
-#include "comm/tcp_connection.h"
+#include "comm/tcp/tcp_connection.h"
 #include "comm/ucx/ucx_link.h"
 
 namespace byteps {

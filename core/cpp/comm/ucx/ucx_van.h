@@ -21,7 +21,7 @@
 // kColocated (BYTEPS_ENABLE_IPC=1 with the TCP van): a peer on this host (its address is one of
 // this host's or a loopback one) is reached over UCX, whose context then defaults to the
 // shared-memory transports ("sm,self" where UCX_TLS is unset); any other peer keeps the
-// authenticated socket as a TCP connection (comm/tcp_connection.h) after a hello without the
+// authenticated socket as a TCP connection (comm/tcp/tcp_connection.h) after a hello without the
 // UCX flag.
 #pragma once
 #include <chrono>

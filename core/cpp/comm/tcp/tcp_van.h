@@ -1,7 +1,7 @@
 // The TCP van (comm/van.h): IPv4 stream sockets. Accepted connections are authenticated by one
 // Acceptor thread (comm/acceptor.h) that drives every pending handshake; outgoing ones connect
 // with retry and authenticate on the caller's thread. Each connection is a TcpConnection
-// (comm/tcp_connection.h). Memory registration is a no-op: TCP sends from and receives into
+// (comm/tcp/tcp_connection.h). Memory registration is a no-op: TCP sends from and receives into
 // any memory.
 #pragma once
 #include <memory>

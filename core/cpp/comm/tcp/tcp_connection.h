@@ -1,4 +1,4 @@
-// The TCP van's connection (comm/tcp_van.h makes them): one per peer pair, with a sender thread
+// The TCP van's connection (comm/tcp/tcp_van.h makes them): one per peer pair, with a sender thread
 // (scatter-gather writes straight from the caller's buffer) and a receiver thread (reads each
 // header, asks the handler where the payload goes, and receives it straight there). No
 // allocation per message in steady state: data SendItems are owned by the caller and reused;

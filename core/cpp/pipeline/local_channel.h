@@ -1,7 +1,7 @@
-// Signalling among the worker processes of one machine (docs/architecture.md §1, §3): Unix datagram
-// sockets in the Linux abstract namespace (no files to clean up), one per process, named
-// byteps_<job>_<worker id>_<local rank>. Plus POSIX shared-memory segments for the local reduce
-// buffers, named /byteps_<job>_<worker id>_<key>.
+// Signalling among the worker processes of one machine, the worker pipeline's own (not a van;
+// docs/architecture.md §1, §3): Unix datagram sockets in the Linux abstract namespace (no files
+// to clean up), one per process, named byteps_<job>_<worker id>_<local rank>. Plus POSIX
+// shared-memory segments for the local reduce buffers, named /byteps_<job>_<worker id>_<key>.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-#include "local_channel.h"
+#include "pipeline/local_channel.h"
 
 #include <cstdint>
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "tcp_connection.h"
+#include "comm/tcp/tcp_connection.h"
 
 #include <sys/socket.h>
 #include <sys/uio.h>

@@ -1,9 +1,9 @@
-#include "tcp_van.h"
+#include "comm/tcp/tcp_van.h"
 
 #include <unistd.h>
 
 #include "comm/socket_util.h"
-#include "comm/tcp_connection.h"
+#include "comm/tcp/tcp_connection.h"
 
 namespace byteps {
 

@@ -222,7 +222,7 @@ def test_defaults_match_the_code():
     s4 = _digits(_section(4))
     assert f"**{_knob_default('BYTEPS_PARTITION_BYTES')} bytes**" in s4
     single = re.search(r"kSingleMachinePartitionBytes = (\d+) << 20;",
-                       (CPP / "pipeline" / "worker.h").read_text())
+                       (CPP / "pipeline" / "worker_config.h").read_text())
     assert f"**{single.group(1)} MiB**" in s4
     assert f"(default {_knob_default('BYTEPS_SCHEDULING_CREDIT')})" in _section(5)
     assert f"(default {_knob_default('BYTEPS_SERVER_ENGINE_THREAD')})" in _section(7)

@@ -27,7 +27,7 @@ constexpr PlanKind kAllReduceOnly = PlanKind::kAllReduce;
 // local ranks.
 constexpr StageRow StageTable::rows[kStageCount] = {
     // NCCL (docs/gpu.md): the machine's GPUs reduce-scatter the partition, each keeping its
-    // shard of the sum in the device output (worker_nccl.cc); on one machine an all-reduce
+    // shard of the sum in the device output (nccl_sequencer.cc); on one machine an all-reduce
     // (averaged by NCCL) is the whole plan.
     {Stage::kReduce, "REDUCE", &WorkerCore::RunReduce, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
@@ -84,7 +84,7 @@ constexpr StageRow StageTable::rows[kStageCount] = {
     {Stage::kCopyH2D, "COPY_H2D", &WorkerCore::RunCopyH2D, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
      {kNo, kQueue, kQueue, kQueue, kQueue}, {kNo, kNo, kNo, kQueue, kQueue}},
-    // NCCL: the machine's GPUs all-gather their shards of the result (worker_nccl.cc).
+    // NCCL: the machine's GPUs all-gather their shards of the result (nccl_sequencer.cc).
     {Stage::kBroadcast, "BROADCAST", &WorkerCore::RunBroadcast, /*credit=*/false, Waits::kWork,
      /*compressed_only=*/false, /*device_only=*/true, /*schemes=*/kAny,
      {kNo, kNo, kNo, kNo, kNo}, {kNo, kNo, kNo, kSeq, kSeq}},

@@ -63,7 +63,7 @@ enum class Entry : uint8_t {
              // the pull request, and the connection's receive thread moves the partition on)
   kSequenced,  // a collective call every local process makes in the same order: the local root
                // queues it once every other local process is there (their READY), and each
-               // other one runs it when the root's GO for it comes (worker_nccl.cc)
+               // other one runs it when the root's GO for it comes (nccl_sequencer.cc)
 };
 
 // What a partition waits for before a queued stage on a multi-process machine: the signal of

@@ -1,15 +1,15 @@
 // The worker core: one per worker process. Owns the tensor table, the stage loops, gates,
-// handles, the watchdog and the local signalling channel; on the local root of a distributed
-// job it reaches the scheduler and the servers only through its PS client (ps/ps_client.h),
-// whose PullSink it is. Entry points are the functions in api.h.
+// handles, the watchdog and the local signalling channel (local_channel.h), and the classes of
+// its concerns: the stall inspector (stall_inspector.h), the NCCL sequencer (nccl_sequencer.h)
+// and the autotuner (autotuner.h). On the local root of a distributed job it reaches the
+// scheduler and the servers only through its PS client (ps/ps_client.h), whose PullSink it is.
+// Entry points are the functions in api.h.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -17,95 +17,23 @@
 #include <utility>
 #include <vector>
 
-#include "device/collective.h"
-#include "comm/van.h"
-#include "common/knobs.h"
-#include "pipeline/autotune.h"
+#include "pipeline/autotuner.h"
 #include "pipeline/context.h"
 #include "pipeline/device_waiter.h"
 #include "pipeline/gate.h"
 #include "pipeline/handles.h"
 #include "pipeline/local_channel.h"
+#include "pipeline/nccl_sequencer.h"
+#include "pipeline/push_pull_args.h"
+#include "pipeline/stall_inspector.h"
 #include "pipeline/telemetry.h"
 #include "pipeline/timeline.h"
+#include "pipeline/worker_config.h"
 #include "ps/ps_client.h"
 #include "scheduling/push_window.h"
 #include "scheduling/scheduled_queue.h"
 
 namespace byteps {
-
-struct PushPullArgs {
-  std::string name;
-  char* input = nullptr;
-  char* output = nullptr;
-  size_t nbytes = 0;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  bool average = true;
-  bool has_priority = false;
-  int64_t priority = 0;
-  // A device tensor (docs/gpu.md): input and output are device memory of `device_kind`
-  // (kCuda, or the tests' kFake) on device `device_id`; `ready_event`, if not null, is an event
-  // the producer recorded on its stream after writing the input (COPY_D2H waits for it).
-  device::Kind device_kind = device::Kind::kHost;
-  int device_id = 0;
-  device::Event ready_event = nullptr;
-  // Optional: called with the outcome instead of keeping the handle for a wait (engine_bridge).
-  DoneCallback on_done;
-};
-
-// BYTEPS_PARTITION_BYTES of a single-machine job when the variable is not set: with no network
-// there is nothing to preempt, and every partition costs signals and thread hand-offs between
-// the local processes (2 local workers, 64 MiB: ~29 ms at 512 KiB, ~23 ms at 2-4 MiB here).
-constexpr int64_t kSingleMachinePartitionBytes = 4 << 20;
-
-// Tensors whose name starts with this are asynchronous parameters when BYTEPS_ENABLE_ASYNC=1
-// (docs/async.md): the servers keep their value; every other name stays synchronous.
-constexpr const char* kAsyncParamPrefix = "AsyncParam.";
-
-struct WorkerConfig {
-  int num_worker = 1, worker_id = 0, local_size = 1, local_rank = 0, rank = 0, size = 1;
-  bool async_mode = false;  // BYTEPS_ENABLE_ASYNC
-  int max_staleness = -1;   // BYTEPS_ASYNC_MAX_STALENESS
-  int num_server = 0;
-  bool distributed = false;
-  size_t partition_bound = 0;
-  size_t credit_bytes = 0;
-  // BYTEPS_SCHEDULING_CREDIT unset (and no BYTEPS_AUTOTUNE): the PUSH credit follows the
-  // acknowledgement delay (scheduling/push_window.h), from credit_bytes, within
-  // [partition_bound, credit_max_bytes].
-  bool adaptive_credit = false;
-  size_t credit_max_bytes = 0;
-  size_t min_compress_bytes = 65536;  // BYTEPS_MIN_COMPRESS_BYTES
-  double timeout_s = 120, heartbeat_interval_s = 1, heartbeat_timeout_s = 15;
-  VanSpec van;  // of every connection (VanSpec::FromKnobs)
-  // BYTEPS_SYNC (docs/schemes.md): the scheme of a tensor not declared with one; sync_auto:
-  // BYTEPS_SYNC=auto (every tensor must then be declared with one: the Python layer asks the
-  // cost model). tree_width: BYTEPS_TREE_WIDTH resolved (ResolveTreeWidth). mesh: this local
-  // root joins the worker mesh (ring, tree or auto in a distributed job).
-  SyncScheme sync = SyncScheme::kPs;
-  bool sync_auto = false;
-  int tree_width = 1;
-  int hips_group = 1;  // BYTEPS_HIPS_GROUP resolved (HipsGroupSize)
-  // BYTEPS_NCCL: device tensors of a machine with several local processes are summed among
-  // its GPUs by NCCL (the REDUCE and BROADCAST stages; docs/gpu.md).
-  bool nccl = false;
-  bool mesh = false;
-  double stall_warning_s = 60;  // 0: no stall warning
-  std::string job, root_uri, node_host, interface;
-  int root_port = 0;
-  // BYTEPS_AUTOTUNE (docs/autotune.md); register_bound: the partition bound this worker
-  // registers (the largest the tuner may try; partition_bound otherwise).
-  AutotuneConfig autotune;
-  size_t register_bound = 0;
-  TimelineConfig trace;  // BYTEPS_TRACE_* (docs/timeline.md)
-  bool telemetry_on = true;
-  double telemetry_interval_s = 10;
-  bool is_root() const { return local_rank == 0; }
-};
-
-// Reads and validates every knob for a worker process (raises nothing; returns the error).
-Status LoadWorkerConfig(const Knobs& knobs, WorkerConfig* cfg);
 
 class WorkerCore : public PullSink, public CollectiveSink {
  public:
@@ -137,7 +65,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
   uint32_t Rounds(const std::string& name);
   Status Enqueue(const PushPullArgs& args, int64_t* handle);
   HandleTable& handles() { return handles_; }
-  AutotuneReport AutotuneStatus();
+  AutotuneReport AutotuneStatus() { return tuner_ ? tuner_->Report() : AutotuneReport{}; }
   // push_pull telemetry (docs/timeline.md): the speed samples, and per declared tensor
   // (name, bytes, completed push_pulls, their summed duration in ns).
   Telemetry& telemetry() { return telemetry_; }
@@ -173,6 +101,12 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // --- operations (worker_ops.cc) ---
   TensorContext* FindOrCreateLocked(const std::string& name);
   Status InitContext(TensorContext* ctx, const PushPullArgs& args);
+  // The tasks of `parts` for ctx (keys of generation ctx->key_gen).
+  void MakeTasks(TensorContext* ctx, const std::vector<Partition>& parts);
+  // BYTEPS_AUTOTUNE (docs/autotune.md), under ctx->mu, no operation in flight: cuts the tensor
+  // with the autotuner's point in use, under new keys, when the cut differs (a re-declaration
+  // follows).
+  Status Repartition(TensorContext* ctx);
   void Dispatch(PartTask* t);
   void Proceed(PartTask* t);
   void PartitionDone(PartTask* t);
@@ -184,23 +118,11 @@ class WorkerCore : public PullSink, public CollectiveSink {
   void FailOpOnMachine(TensorContext* ctx, const Status& st);
   // `report`: tell the scheduler (and so every node) the cause; false when it came from there.
   void Fatal(const Status& st, bool report = true);
-  // --- watchdog: timeouts, stall inspector, local liveness (worker_watchdog.cc) ---
+  // The watchdog thread, once a second: the stall inspector's check (operation timeouts,
+  // stall warnings, left workers), then the liveness of the other local processes.
   void WatchdogLoop();
-  void SendStallQueries(TensorContext* c);
-  std::string StallWhere(TensorContext* c);
-  std::string StallCulprits(TensorContext* c);
-  // Every rank of the given worker machines (machine * local_size + local_rank).
-  void AddMachineRanks(const std::vector<int>& machines, std::set<int>* ranks) const;
-  // "not yet submitted by rank 1" / "... by ranks 1, 3"; "" for no ranks.
-  static std::string NotSubmittedBy(const std::set<int>& ranks);
-  // "rank 1" / "ranks 1, 3"; "" for no ranks.
-  static std::string RankList(const std::set<int>& ranks);
-  // Operations that wait for a worker machine that has finalized can never complete: the
-  // watchdog asks the servers who is missing and fails those ops at once, naming it.
-  void CheckLeftWorkers(std::chrono::steady_clock::time_point now);
-  // The ranks of left machines that the servers report missing for `c` (none, or no report
-  // yet: empty).
-  std::set<int> LeftWorkersMissing(TensorContext* c);
+  // The gate in front of stage s in ctx's plan, for the stall inspector.
+  StallGate GateAt(const TensorContext* ctx, Stage s) const;
   // --- stages (worker_stages.cc) ---
   void StageLoop(Stage s);
   void RunStageItem(Stage s, const QueueItem& item);
@@ -229,21 +151,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // Before a failed device operation is reported: its copies still queued on the device are
   // waited for (no late copy into memory the caller may free).
   void DrainDeviceCopies(TensorContext* ctx);
-  // --- NCCL among the machine's GPUs (worker_nccl.cc; docs/gpu.md) ---
-  // InitDevice: whether the tensor is summed by NCCL; if so the communicator (made with the
-  // first such tensor) and the aggregates page-locked.
-  Status DecideNccl(TensorContext* ctx, const PushPullArgs& a);
-  // This process's communicator among the machine's local processes, made once (the root makes
-  // the id and sends it, kCollInit); later calls return it, or the error it failed with.
-  Status EnsureCollective(device::Kind kind, int device_id);
-  void RunReduce(PartTask* t);
-  void RunBroadcast(PartTask* t);
-  // A sequenced stage's call for t: on the root (its stage thread) first GO to the others, under
-  // seq_mu_ so that the order of the GOs is the order of the calls.
-  void RunSequenced(PartTask* t, bool reduce);
-  // This process's shard of partition t (bytes from the partition's start): equal shards of
-  // the partition's elements, the last process's with the remainder.
-  void NcclShard(const PartTask* t, size_t* begin, size_t* end) const;
+  // --- NCCL among the machine's GPUs (the NCCL sequencer's calls; docs/gpu.md) ---
+  void RunReduce(PartTask* t) { nccl_.Run(t, true); }
+  void RunBroadcast(PartTask* t) { nccl_.Run(t, false); }
   // A copy stage's event completed (or its copy failed): the next stage, or Fatal.
   void OnCopied(PartTask* t, const Status& st);
   // --- compressed tensors (worker_compress.cc; docs/compression.md) ---
@@ -288,21 +198,6 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // An all-reduce operation fails because a machine shut down before it could complete: on
   // this machine, and (PEER_ABORT) on every mesh peer, which passes it on.
   void AbortCollective(TensorContext* ctx, uint32_t round, const Status& st);
-  // "worker machine 2 (ranks 4-5)".
-  std::string MachineText(int machine) const;
-  // --- autotune (worker_autotune.cc; docs/autotune.md) ---
-  void StartAutotune();
-  // The calling thread of a push_pull of `ctx` (round: its push_pulls so far), before the
-  // operation is set up: pilot iterations, trials, the switch to the next point.
-  void AutotuneOnEnqueue(TensorContext* ctx, uint32_t round);
-  void AutotuneApply(const TunePoint& p);
-  void AutotuneSubmit();
-  void AutotuneWriteLog(const std::string& line);
-  // Under ctx->mu, no operation in flight: cuts the tensor with the point in use, under new
-  // keys, when the cut differs (a re-declaration follows).
-  Status Repartition(TensorContext* ctx);
-  // The tasks of `parts` for ctx (keys of generation ctx->key_gen).
-  void MakeTasks(TensorContext* ctx, const std::vector<Partition>& parts);
   static void PushSentThunk(void* arg, const Status& st);
 
   WorkerConfig cfg_;
@@ -352,30 +247,16 @@ class WorkerCore : public PullSink, public CollectiveSink {
   std::mutex abort_mu_;
   std::vector<std::thread> abort_threads_;
 
-  std::unique_ptr<AutotuneState> tune_;  // BYTEPS_AUTOTUNE only
+  std::unique_ptr<Autotuner> tuner_;  // BYTEPS_AUTOTUNE only
   std::unique_ptr<PushWindow> push_window_;  // WorkerConfig::adaptive_credit only
 
   // Device tensors: the threads that wait for the copies' events, one per direction, started
-  // with the first device tensor; and the one that waits for the collective calls' events.
-  DeviceWaiter d2h_waiter_, h2d_waiter_, coll_waiter_;
-
-  // NCCL among the machine's GPUs (worker_nccl.cc): the communicator once made (coll_live_:
-  // the same, for Fatal's Abort from any thread), its backend and device, its stream; the
-  // error it failed with; the id the root sent (non-roots), and seq_mu_ ordering the root's
-  // GOs and calls.
-  std::mutex coll_mu_;
-  std::condition_variable coll_cv_;
-  std::unique_ptr<device::Collective> coll_;
-  std::atomic<device::Collective*> coll_live_{nullptr};
-  device::Kind coll_kind_ = device::Kind::kHost;
-  int coll_device_ = -1;
-  device::Stream coll_stream_ = nullptr;
-  Status coll_status_;
-  bool coll_creating_ = false;  // a thread is making the communicator (coll_mu_ released)
-  bool coll_id_received_ = false;
-  Status coll_id_status_;
-  std::string coll_id_;
-  std::mutex seq_mu_;
+  // with the first device tensor.
+  DeviceWaiter d2h_waiter_, h2d_waiter_;
+  // NCCL among the machine's GPUs (BYTEPS_NCCL): the communicator and the order of its calls.
+  NcclSequencer nccl_;
+  // The watchdog's stall inspector, made when the threads start (after the PS client).
+  std::unique_ptr<StallInspector> stall_;
 };
 
 }  // namespace byteps

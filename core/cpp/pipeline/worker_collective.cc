@@ -39,14 +39,6 @@ size_t RecvIndex(const CollProgram& prog, int peer, uint64_t tag) {
 
 }  // namespace
 
-std::string WorkerCore::MachineText(int machine) const {
-  const int L = cfg_.local_size;
-  return "worker machine " + std::to_string(machine) +
-         (L == 1 ? " (rank " + std::to_string(machine) + ")"
-                 : " (ranks " + std::to_string(machine * L) + "-" +
-                       std::to_string(machine * L + L - 1) + ")");
-}
-
 Status WorkerCore::DecideSync(TensorContext* ctx) {
   if (!ctx->sync_declared) {
     if (cfg_.sync_auto)
@@ -71,7 +63,7 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
                             std::to_string(cfg_.hips_group) + " (BYTEPS_HIPS_GROUP) needs " +
                             std::to_string(need) + " servers (one per group, one on top); "
                             "DMLC_NUM_SERVER=" + std::to_string(cfg_.num_server));
-    if (tune_)
+    if (tuner_)
       return Status::Config("tensor '" + ctx->name +
                             "': BYTEPS_AUTOTUNE works with sync=ps only");
   }
@@ -86,7 +78,7 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
                           SyncSchemeName(ctx->sync) +
                           ", which needs the worker mesh: run the job with BYTEPS_SYNC=ring, "
                           "tree or auto on every worker");
-  if (tune_)
+  if (tuner_)
     return Status::Config("tensor '" + ctx->name + "': BYTEPS_AUTOTUNE works with sync=ps only");
   return Status::OK();
 }
@@ -203,7 +195,7 @@ void WorkerCore::CollAdvance(PartTask* t) {
         if (c->arrived[base + c->pc] != r) {
           if (peer_left_[op.peer])
             fail = Status::PeerLost("rank " + std::to_string(cfg_.rank) + ": " +
-                                    MachineText(op.peer) +
+                                    MachineText(op.peer, cfg_.local_size) +
                                     " has shut down (called shutdown() or exited) before "
                                     "push_pull of '" + ctx->name +
                                     "' could complete; every rank must make the same "
@@ -241,7 +233,7 @@ void WorkerCore::CollSentThunk(void* arg, const Status& st) {
     if (self->peer_left_[peer])
       self->AbortCollective(
           t->ctx, c->round, Status::PeerLost("rank " + std::to_string(self->cfg_.rank) + ": " +
-                                   self->MachineText(peer) +
+                                   MachineText(peer, self->cfg_.local_size) +
                                    " has shut down during push_pull of '" + t->ctx->name +
                                    "': " + st.message()));
     else if (!self->stopping_)

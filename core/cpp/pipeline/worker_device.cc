@@ -24,7 +24,7 @@ Status WorkerCore::InitDevice(TensorContext* ctx, const PushPullArgs& a) {
                                    " does not exist (this process sees " +
                                    std::to_string(d->count()) + ")");
   ctx->device = d;
-  BPS_RETURN_IF_ERROR(DecideNccl(ctx, a));  // worker_nccl.cc
+  BPS_RETURN_IF_ERROR(nccl_.Decide(ctx));  // nccl_sequencer.h
   if (!OneProcessJob() && !ctx->nccl) BPS_RETURN_IF_ERROR(ctx->staging.Allocate(d, a.nbytes));
   auto done = [this](PartTask* t, const Status& st) { OnCopied(t, st); };
   d2h_waiter_.Start(done);
@@ -91,7 +91,7 @@ void WorkerCore::RunCopyAcross(PartTask* t, device::CopyDir dir) {
   size_t begin = 0, end = t->part.length;
   char* aggregate = nullptr;
   if (t->ctx->nccl) {
-    NcclShard(t, &begin, &end);
+    nccl_.Shard(t, &begin, &end);
     aggregate = t->ctx->aggregate(cfg_.local_size);
     if (end == begin) return OnCopied(t, Status::OK());  // a partition smaller than L elements
   }

@@ -1,5 +1,5 @@
 // Operations: declaration, enqueueing a push_pull, moving partitions along their stage list,
-// completion, failures and the watchdog.
+// completion, failures, and a tensor cut anew for the autotuner's next point (Repartition).
 #include <cstdint>
 #include <unistd.h>
 
@@ -101,8 +101,8 @@ std::vector<std::string> WorkerCore::DeclaredNames() {
 Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   std::vector<Partition> parts;
   // BYTEPS_AUTOTUNE: the bound of the point in use (docs/autotune.md).
-  ctx->job_bound = tune_ ? tune_->bound.load() : cfg_.partition_bound;
-  if (tune_) ctx->tune_epoch = tune_->epoch.load();
+  ctx->job_bound = tuner_ ? tuner_->bound() : cfg_.partition_bound;
+  if (tuner_) ctx->tune_epoch = tuner_->epoch();
   const size_t bound =
       cfg_.distributed
           ? TensorPartitionBound(a.nbytes, ctx->job_bound, cfg_.num_worker, cfg_.local_size)
@@ -166,6 +166,47 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   return Status::OK();
 }
 
+void WorkerCore::MakeTasks(TensorContext* ctx, const std::vector<Partition>& parts) {
+  for (auto& p : parts) {
+    auto t = std::make_unique<PartTask>();
+    t->owner = this;
+    t->ctx = ctx;
+    t->part = p;
+    t->key = PartitionKey(ctx->declared_key, p.index, ctx->key_gen);
+    t->pull.key = t->key;
+    t->pull.arg = t.get();
+    ctx->parts.push_back(std::move(t));
+  }
+}
+
+Status WorkerCore::Repartition(TensorContext* ctx) {
+  ctx->tune_epoch = tuner_->epoch();
+  // A compressed tensor keeps its cut (its partitions' compressors carry state across rounds);
+  // the measurement's tensor too.
+  if (ctx->compressed || !cfg_.distributed || !cfg_.is_root() || ctx->name == kAutotuneTensor)
+    return Status::OK();
+  const size_t job_bound = tuner_->bound();
+  std::vector<Partition> parts;
+  BPS_RETURN_IF_ERROR(PartitionTensor(
+      ctx->nbytes, TensorPartitionBound(ctx->nbytes, job_bound, cfg_.num_worker, cfg_.local_size),
+      DTypeSize(ctx->dtype), &parts));
+  bool same = parts.size() == ctx->parts.size();
+  for (size_t i = 0; same && i < parts.size(); ++i)
+    same = parts[i].length == ctx->parts[i]->part.length;
+  if (same) return Status::OK();  // the same cut (a small tensor): same keys, no re-declaration
+  for (auto& t : ctx->parts) ctx->retired.push_back(std::move(t));
+  ctx->parts.clear();
+  ctx->key_gen++;
+  ctx->job_bound = job_bound;
+  MakeTasks(ctx, parts);
+  std::vector<uint64_t> keys;
+  for (auto& t : ctx->parts) keys.push_back(t->key);
+  ps_->ReservePulls(keys);
+  ctx->declared = false;  // the next push_pull declares the new cut
+  ctx->declare_sent = false;
+  return Status::OK();
+}
+
 Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   if (failed_) {
     std::lock_guard<std::mutex> lk(fatal_mu_);
@@ -191,13 +232,13 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
       return Status::InvalidArgument("too many tensors declared (at most 65535)");
     ctx = FindOrCreateLocked(a.name);
   }
-  if (tune_ && !tune_->done) {
+  if (tuner_ && !tuner_->done()) {
     uint32_t round;
     {
       std::lock_guard<std::mutex> lk(ctx->mu);
       round = ctx->round;
     }
-    AutotuneOnEnqueue(ctx, round);  // may wait for the trial's measurement (docs/autotune.md)
+    tuner_->OnEnqueue(ctx, round);  // may wait for the trial's measurement (docs/autotune.md)
   }
   std::unique_lock<std::mutex> lk(ctx->mu);
   if (!ctx->sticky.ok()) return ctx->sticky;
@@ -207,7 +248,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    "another one with the same name");
   if (!ctx->initialized) {
     BPS_RETURN_IF_ERROR(InitContext(ctx, a));
-  } else if (tune_ && ctx->tune_epoch != tune_->epoch.load() && ctx->dtype == a.dtype &&
+  } else if (tuner_ && ctx->tune_epoch != tuner_->epoch() && ctx->dtype == a.dtype &&
              ctx->shape == a.shape) {
     BPS_RETURN_IF_ERROR(Repartition(ctx));
   } else if (ctx->dtype != a.dtype || ctx->shape != a.shape) {
@@ -285,7 +326,7 @@ void WorkerCore::Dispatch(PartTask* t) {
     default: break;
   }
   Gate* g = gate_before_[t->ctx->plan()][s];
-  if (entry_[s] == Entry::kSequenced) {  // the local root orders it (worker_nccl.cc)
+  if (entry_[s] == Entry::kSequenced) {  // the local root orders it (nccl_sequencer.cc)
     g->Arrive(t, t->key, cfg_.is_root() ? t->ctx->sig : 0);
     if (!cfg_.is_root()) SendSignal(LocalSignalType::kCollReady, t, 0, static_cast<uint8_t>(s));
     return;
@@ -374,8 +415,7 @@ void WorkerCore::FinishOp(TensorContext* ctx, const Status& st, bool sticky) {
     // An NCCL tensor's calls may be in flight here or on another local process, which would
     // wait for this one's forever: the communicator is aborted, and with it the job (the
     // machine's processes can no longer keep one order of calls; docs/gpu.md).
-    if (ctx->nccl)
-      if (device::Collective* c = coll_live_.load()) c->Abort(st.message());
+    if (ctx->nccl) nccl_.Abort(st.message());
     DrainDeviceCopies(ctx);
     BPS_LOG(DEBUG) << "push_pull of '" << ctx->name << "' failed: " << st.message();
   }
@@ -402,7 +442,7 @@ void WorkerCore::Fatal(const Status& st, bool report) {
   BPS_LOG(ERROR) << fatal_.message();
   // The collective calls in flight would wait for a process that is gone: they end now, before
   // the failed operations wait for their device work.
-  if (device::Collective* c = coll_live_.load()) c->Abort(fatal_.message());
+  nccl_.Abort(fatal_.message());
   if (report && ps_) ps_->ReportFailure(fatal_.message());
   if (cfg_.local_size > 1) {
     LocalSignal s;

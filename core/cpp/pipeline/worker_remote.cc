@@ -29,7 +29,7 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
 void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
   if (a.reply == DeclareReply::kStallWarning) {  // the workers that have not declared it yet
     std::set<int> ranks;
-    AddMachineRanks(a.not_declared, &ranks);
+    AddMachineRanks(a.not_declared, cfg_.local_size, &ranks);
     {
       std::lock_guard<std::mutex> lk(ctx->mu);
       ctx->stall_warned = true;

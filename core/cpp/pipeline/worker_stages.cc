@@ -1,6 +1,11 @@
 // The stage loops of the worker pipeline and the local signalling between the worker processes
-// of one machine (COPY_IN -> LOCAL_REDUCE -> [PUSH -> PULL] -> COPY_OUT).
+// of one machine (COPY_IN -> LOCAL_REDUCE -> [PUSH -> PULL] -> COPY_OUT), and the watchdog
+// thread: the stall inspector's check (stall_inspector.h) and the other local processes'
+// liveness.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -113,13 +118,13 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   Proceed(t);
 }
 
-// An NCCL tensor (worker_nccl.cc): this process's shard of the machine's sum, divided in place
+// An NCCL tensor (nccl_sequencer.h): this process's shard of the machine's sum, divided in place
 // in the aggregate when averaging, before COPY_H2D takes it back to the device.
 void WorkerCore::RunCopyOutShard(PartTask* t) {
   TensorContext* ctx = t->ctx;
   const size_t es = DTypeSize(ctx->dtype);
   size_t begin, end;
-  NcclShard(t, &begin, &end);
+  nccl_.Shard(t, &begin, &end);
   if (ctx->average && cfg_.size > 1 && !ctx->compressed && end > begin)
     reduce::DivideInPlace(ctx->aggregate(cfg_.local_size) + t->part.offset + begin,
                           (end - begin) / es, ctx->dtype, cfg_.size);
@@ -154,6 +159,28 @@ void WorkerCore::ListenLoop() {
   }
 }
 
+void WorkerCore::WatchdogLoop() {
+  int tick = 0;
+  while (!threads_stop_) {
+    usleep(200000);
+    if (++tick % 5 != 0 || failed_) continue;
+    stall_->Check(std::chrono::steady_clock::now());
+    // Liveness of the other local processes.
+    if (cfg_.local_size > 1) {
+      LocalSignal ping;
+      ping.type = static_cast<uint8_t>(LocalSignalType::kPing);
+      ping.from = static_cast<uint16_t>(cfg_.local_rank);
+      for (int r = 0; r < cfg_.local_size; ++r) {
+        if (r == cfg_.local_rank || local_bye_[r]) continue;
+        if (!channel_.Send(r, ping).ok() && !local_bye_[r] && !stopping_)
+          Fatal(Status::PeerLost("worker process with local rank " + std::to_string(r) +
+                                 " (rank " + std::to_string(cfg_.worker_id * cfg_.local_size + r) +
+                                 ") on this machine died"));
+      }
+    }
+  }
+}
+
 void WorkerCore::OnLocalSignal(const LocalSignal& s) {
   switch (static_cast<LocalSignalType>(s.type)) {
     case LocalSignalType::kWritten: written_gate_->Signal(s.key, s.sig, s.from); break;
@@ -164,19 +191,7 @@ void WorkerCore::OnLocalSignal(const LocalSignal& s) {
       if (s.code < kStageCount && seq_gate_[s.code])
         seq_gate_[s.code]->Signal(s.key, s.sig, s.from);
       break;
-    case LocalSignalType::kCollInit: {
-      std::lock_guard<std::mutex> lk(coll_mu_);
-      coll_id_received_ = true;
-      const size_t n = std::min<size_t>(s.key, sizeof(s.text));
-      if (s.code == 0) {
-        coll_id_.assign(s.text, n);
-      } else {
-        coll_id_status_ = Status(static_cast<StatusCode>(s.code),
-                                 "the local root could not set it up: " + std::string(s.text, n));
-      }
-      coll_cv_.notify_all();
-      break;
-    }
+    case LocalSignalType::kCollInit: nccl_.OnCollInit(s); break;
     case LocalSignalType::kOpError: {
       Status st(static_cast<StatusCode>(s.code), s.text);
       TensorContext* ctx = nullptr;

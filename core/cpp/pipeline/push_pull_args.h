@@ -1,0 +1,35 @@
+// One push_pull as the worker core takes it (WorkerCore::Enqueue): from the Python bindings,
+// the engine bridge, and the autotuner's measurement.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "device/device.h"
+#include "pipeline/handles.h"
+
+namespace byteps {
+
+struct PushPullArgs {
+  std::string name;
+  char* input = nullptr;
+  char* output = nullptr;
+  size_t nbytes = 0;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  bool average = true;
+  bool has_priority = false;
+  int64_t priority = 0;
+  // A device tensor (docs/gpu.md): input and output are device memory of `device_kind`
+  // (kCuda, or the tests' kFake) on device `device_id`; `ready_event`, if not null, is an event
+  // the producer recorded on its stream after writing the input (COPY_D2H waits for it).
+  device::Kind device_kind = device::Kind::kHost;
+  int device_id = 0;
+  device::Event ready_event = nullptr;
+  // Optional: called with the outcome instead of keeping the handle for a wait (engine_bridge).
+  DoneCallback on_done;
+};
+
+}  // namespace byteps

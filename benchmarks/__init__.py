@@ -15,7 +15,12 @@ writes ``docs/performance.md`` and its plots (:mod:`benchmarks.cli`). The parts 
 * ``python -m benchmarks.e2e``      real training (a small ResNet-like CNN) with byteps
   DistributedOptimizer, DistributedDataParallel and CrossBarrier against torch DDP (gloo) on
   the emulated cluster, and the timeline of one traced iteration;
-* ``python -m benchmarks.cluster --probe``  which link bandwidth keeps the cluster network-bound.
+* ``python -m benchmarks.cluster --probe``  which link bandwidth keeps the cluster network-bound;
+* ``python -m benchmarks.ucx_transport``  the UCX transport alone (no van): one 64 MiB frame
+  between two UCX contexts, per ``UCX_TLS``.
+
+Every process the lab starts goes through :mod:`benchmarks.runner`, the job runner it shares
+with the tests (``tests/jobs.py`` builds on it).
 
 The emulated cluster (:mod:`benchmarks.netns`: network namespaces, veth, a bridge, ``tc``) needs
 root and iproute2. Every process the lab starts gets the repository root on ``PYTHONPATH``

@@ -20,22 +20,23 @@ colocation by address), and one worker process (``BYTEPS_LOCAL_SIZE=1``) per wor
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import random
 import secrets
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from . import child_env
+from byteps.cluster_env import ClusterSpec, JobIdentity, role_env
+
+from . import child_env, runner
 from .linktest import measure_link, t_opt, table_goodput
 from .netns import (
     EmulatedCluster,
@@ -123,32 +124,22 @@ def run_on_worker_hosts(cluster: EmulatedCluster, argv: Sequence[str], env: Mapp
                         timeout: float, what: str, rank_env: bool = True
                         ) -> tuple[list[str], list[int | None]]:
     """``argv`` once on every worker host of ``cluster`` (``RANK`` = the worker's index with
-    ``rank_env``), all at once; waits up to ``timeout`` seconds in all, then stops whatever
-    still runs. Returns every process's output (stdout and stderr) and exit code (None: it was
-    stopped), in worker order."""
-    files = [tempfile.TemporaryFile(mode="w+") for _ in cluster.workers]
+    ``rank_env``), all at once (:mod:`benchmarks.runner`); waits up to ``timeout`` seconds in
+    all, then stops whatever still runs. Returns every process's output (stdout and stderr) and
+    exit code (negative: it was stopped by that signal), in worker order."""
+    group = runner.Group()
     try:
-        procs = [cluster.spawn(h, list(argv), {**env, "RANK": str(i)} if rank_env else dict(env),
-                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                               text=True)
-                 for i, (h, f) in enumerate(zip(cluster.workers, files))]
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.wait(max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
+        procs = [group.start(argv, {**env, "RANK": str(i)} if rank_env else dict(env),
+                             label=f"{what} on {h.name}", spawn=functools.partial(cluster.spawn, h))
+                 for i, h in enumerate(cluster.workers)]
+        if None in group.wait_all(timeout):
             log.warning("%s on %s still running after %.0f s; stopping", what, cluster.prefix,
                         timeout)
-        finally:
-            cluster.stop_all(timeout=3.0)
-        outs = []
-        for f in files:
-            f.seek(0)
-            outs.append(f.read())
     finally:
-        for f in files:
-            f.close()
-    return outs, [p.returncode for p in procs]
+        cluster.stop_all(timeout=3.0)
+    for p in group.procs:
+        p.drain(5.0)
+    return [p.output for p in procs], [p.returncode for p in procs]
 
 
 def run_byteps_job(
@@ -167,10 +158,13 @@ def run_byteps_job(
     §4, one colocated on every worker host while k < n (its optimal share
     ``(n-k)/(n^2+kn-2k)`` is then positive; at k >= n it is 0, so none are started); one worker
     process running ``worker_argv`` per worker host. ``DMLC_NUM_SERVER`` counts all servers.
-    k = 0: only the colocated servers. Every process gets its host's address as
-    ``DMLC_NODE_HOST``, a fresh ``BYTEPS_JOB_ID`` and ``BYTEPS_SECRET``,
-    ``BYTEPS_LOCAL_SIZE=1``, ``BYTEPS_LOCAL_RANK=0`` and ``PYTHONUNBUFFERED=1``; ``env`` is
-    added on top of ``os.environ`` (and may override ``BYTEPS_*`` knobs, not the cluster vars).
+    k = 0: only the colocated servers. Every process's environment is its role's
+    (``byteps.cluster_env.role_env``: the job's shape and scheduler, a fresh ``BYTEPS_JOB_ID``
+    and ``BYTEPS_SECRET``, ``PYTHONUNBUFFERED=1``) with its host's address as
+    ``DMLC_NODE_HOST``; a worker is machine i with ``BYTEPS_LOCAL_SIZE=1``,
+    ``BYTEPS_LOCAL_RANK=0``. ``env`` is added on top of ``os.environ`` (and may override
+    ``BYTEPS_*`` knobs, not the contract's variables). The processes run through
+    :mod:`benchmarks.runner` (spawned by ``cluster.spawn``, stopped by ``cluster.stop_all``).
 
     Args:
         cluster: where to run.
@@ -192,76 +186,49 @@ def run_byteps_job(
         colocate = k < n
     server_hosts = cluster.servers + (cluster.workers if colocate or k == 0 else [])
     root = cluster.workers[0]
+    spec = ClusterSpec(n, len(server_hosts), 1, root.address, random.randint(20000, 59999),
+                       JobIdentity(f"bench{uuid.uuid4().hex[:12]}", secrets.token_hex(16)))
     base = child_env({**os.environ, **(env or {})})
-    base.update({
-        "DMLC_NUM_WORKER": str(n),
-        "DMLC_NUM_SERVER": str(len(server_hosts)),
-        "DMLC_PS_ROOT_URI": root.address,
-        "DMLC_PS_ROOT_PORT": str(random.randint(20000, 59999)),
-        "BYTEPS_JOB_ID": f"bench{uuid.uuid4().hex[:12]}",
-        "BYTEPS_SECRET": secrets.token_hex(16),
-        "BYTEPS_LOCAL_SIZE": "1",
-        "BYTEPS_LOCAL_RANK": "0",
-        "PYTHONUNBUFFERED": "1",
-    })
-    base.pop("DMLC_WORKER_ID", None)
     server_argv = [sys.executable, "-m", "byteps.server"]
     lines: list[str] = []
     lock = threading.Lock()
-    pumps: list[threading.Thread] = []
 
-    def start(label: str, host: Host, argv: Sequence[str], extra: dict) -> subprocess.Popen:
-        proc = cluster.spawn(host, argv, {**base, "DMLC_NODE_HOST": host.address, **extra},
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, errors="replace")
-        t = threading.Thread(target=_pump, args=(proc, f"[{label}] ", lines, lock, on_line),
-                             daemon=True)
-        t.start()
-        pumps.append(t)
-        return proc
+    def collect(prefix: str) -> Callable[[str], None]:
+        def add(line: str) -> None:
+            line = f"{prefix}{line}\n"
+            with lock:
+                lines.append(line)
+            if on_line:
+                on_line(line)
+        return add
 
-    services = [start("scheduler", root, server_argv, {"DMLC_ROLE": "scheduler"})]
-    services += [start(f"server {j}", h, server_argv, {"DMLC_ROLE": "server"})
-                 for j, h in enumerate(server_hosts)]
-    workers = [start(f"worker {i}", h, list(worker_argv),
-                     {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(i)})
-               for i, h in enumerate(cluster.workers)]
-    deadline = time.monotonic() + timeout
+    group = runner.Group()
+
+    def start(label: str, host: Host, argv: Sequence[str], role: str, **ids) -> runner.Proc:
+        return group.start(argv, role_env(spec, role, node_host=host.address, base=base, **ids),
+                           label=label, on_line=collect(f"[{label}] "),
+                           spawn=functools.partial(cluster.spawn, host))
+
     try:
-        for w in workers:
-            try:
-                w.wait(max(deadline - time.monotonic(), 0.0))
-            except subprocess.TimeoutExpired:
-                log.warning("byteps job on %s: workers still running after %.0f s; stopping",
-                            cluster.prefix, timeout)
-                break
-        svc_deadline = time.monotonic() + service_grace
-        for s in services:
-            if all(w.poll() is not None for w in workers):
-                try:
-                    s.wait(max(svc_deadline - time.monotonic(), 0.0))
-                except subprocess.TimeoutExpired:
-                    pass
+        services = [start("scheduler", root, server_argv, "scheduler")]
+        services += [start(f"server {j}", h, server_argv, "server")
+                     for j, h in enumerate(server_hosts)]
+        workers = [start(f"worker {i}", h, worker_argv, "worker", worker_id=i, local_rank=0)
+                   for i, h in enumerate(cluster.workers)]
+        if None in group.wait_all(timeout, workers):
+            log.warning("byteps job on %s: workers still running after %.0f s; stopping",
+                        cluster.prefix, timeout)
+        else:
+            group.wait_all(service_grace, services)
     finally:
         cluster.stop_all(timeout=3.0)
-        for t in pumps:
-            t.join(5.0)
+        for p in group.procs:
+            p.drain(5.0)
     codes = [w.returncode for w in workers]
     result = JobResult(codes, "".join(lines))
     if not result.ok:
         log.warning("byteps job on %s: worker exit codes %s", cluster.prefix, codes)
     return result
-
-
-def _pump(proc: subprocess.Popen, prefix: str, lines: list, lock: threading.Lock,
-          on_line: Callable[[str], None] | None = None) -> None:
-    for line in proc.stdout:
-        line = prefix + line if line.endswith("\n") else prefix + line + "\n"
-        with lock:
-            lines.append(line)
-        if on_line:
-            on_line(line)
-    proc.stdout.close()
 
 
 # ----------------------------------------------------------------- push_pull worker / probe --

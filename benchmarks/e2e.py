@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import child_env
+from . import child_env, runner
 from . import cluster as bc
 from .e2e_worker import HIDDEN, WIDTHS
 
@@ -184,9 +184,9 @@ def _reports(outputs: Sequence[str], codes: Sequence[int | None], what: str) -> 
 def run_local(plan: dict) -> list[dict]:
     """One worker alone in this machine's own namespace (no network)."""
     env = {**child_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    p = subprocess.run(worker_argv(plan, "local"), env=env, stdin=subprocess.DEVNULL,
-                       capture_output=True, text=True, timeout=_timeout(plan))
-    return _reports([p.stdout + p.stderr], [p.returncode], "single worker")
+    r = runner.run(worker_argv(plan, "local"), env=env, timeout=_timeout(plan),
+                   label="single worker")
+    return _reports([r.output], [r.returncode], "single worker")
 
 
 def run_on_workers(cluster: bc.EmulatedCluster, argv: Sequence[str], env: Mapping[str, str],

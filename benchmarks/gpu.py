@@ -37,11 +37,10 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
-from benchmarks import ROOT, child_env
+from benchmarks import ROOT, child_env, runner
 
 
 def _worker(args) -> None:
@@ -134,12 +133,10 @@ def _run_job(job: str, args, trace_dir: str = "", options=None) -> dict:
            "--", sys.executable, "-m", "benchmarks.gpu", "--worker", "--job", job,
            "--mib", str(args.mib), "--iters", str(3 if trace_dir else args.iters)]
     env = {k: v for k, v in child_env().items() if not k.startswith(("DMLC_", "BYTEPS_"))}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=args.timeout)
-    m = re.search(r"RESULT (\{.*\})", proc.stdout)
+    proc = runner.run(cmd, cwd=ROOT, env=env, timeout=args.timeout, label=f"job {job}")
+    m = re.search(r"RESULT (\{.*\})", proc.output)
     if proc.returncode != 0 or not m:
-        sys.exit(f"job {job} failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n"
-                 f"{proc.stderr[-4000:]}")
+        sys.exit(f"job {job} failed (exit {proc.returncode}):\n{proc.output[-8000:]}")
     return json.loads(m.group(1))
 
 

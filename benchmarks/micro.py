@@ -28,16 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import child_env
+from . import child_env, runner
 from . import vans as bv
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -220,52 +218,20 @@ def worker_main(args: argparse.Namespace) -> None:
 
 
 # -------------------------------------------------------------------------------- parent --
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(p: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL, the process group of a child we started (start_new_session)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if p.poll() is not None:
-            return
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def _run_procs(cmds: List[List[str]], envs: List[dict], timeout: float, label: str) -> None:
-    """Start the commands (own sessions, output to a log), wait; kill them all on failure."""
-    with tempfile.TemporaryFile("w+") as log:
-        procs = [subprocess.Popen(c, env=e, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True) for c, e in zip(cmds, envs)]
-        deadline = time.monotonic() + timeout
-        failed = None
-        try:
-            for p in procs:
-                rc = p.wait(timeout=max(deadline - time.monotonic(), 0.1))
-                if rc != 0 and failed is None:
-                    failed = f"exit status {rc}"
-                    break
-        except subprocess.TimeoutExpired:
+    """Run the commands together (:class:`runner.Group`: each in its own session), waiting at
+    most ``timeout`` s in all; on the first non-zero exit or at the timeout stop them all (by
+    PID: SIGTERM, then SIGKILL) and raise RuntimeError with the tail of their output."""
+    with runner.Group() as group:
+        for i, (c, e) in enumerate(zip(cmds, envs)):
+            group.start(c, e, label=f"{label} process {i}")
+        codes = group.wait_all(timeout, fail_fast=True)
+        failed = next((f"exit status {c}" for c in codes if c not in (None, 0)), None)
+        if failed is None and None in codes:
             failed = f"timed out after {timeout:.0f} s"
-        except BaseException:
-            for p in procs:
-                _kill_group(p)
-            raise
         if failed:
-            for p in procs:
-                _kill_group(p)
-            log.seek(0)
-            tail = log.read()[-4000:]
-            raise RuntimeError(f"{label}: {failed}\n{tail}")
+            group.stop(grace=5.0)
+            raise RuntimeError(f"{label}: {failed}\n{group.output(limit=4000)}")
 
 
 def _worker_cmd(plan: dict, backend: str, out: str) -> List[str]:
@@ -289,7 +255,7 @@ def run_job(plan: dict, job: str, van: str = "tcp") -> dict:
             _run_procs([cmd + _worker_cmd(plan, "byteps", out)], [child_env()],
                        plan["timeout"], f"byteps {job_key(job, van)} job")
         elif job == "gloo":
-            port = str(free_port())
+            port = str(runner.free_port())
             envs = [dict(child_env(), RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
                          MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo") for r in range(WORLD)]
             cmd = _worker_cmd(plan, "gloo", out)

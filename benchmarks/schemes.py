@@ -18,10 +18,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from . import runner
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SIZES = ["4K", "256K", "4M", "64M"]
@@ -70,10 +71,10 @@ def run(scheme: str, workers: int, sizes, reps: int, group: int) -> dict:
            "--env", f"BYTEPS_HIPS_GROUP={group}", "--env", "BYTEPS_TIMEOUT=120", "--",
            sys.executable, "-m", "benchmarks.schemes", "--worker", "--out", out,
            "--reps", str(reps), "--sizes", *sizes]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    proc = runner.run(cmd, timeout=1200, label=f"{scheme} x {workers}")
     if proc.returncode != 0:
         raise RuntimeError(f"{scheme} x {workers}: exit {proc.returncode}\n"
-                           f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+                           f"{proc.output[-6000:]}")
     with open(out) as f:
         res = json.load(f)
     os.unlink(out)

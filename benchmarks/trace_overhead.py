@@ -19,11 +19,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from . import runner
 
 CONFIGS = {
     "telemetry off, trace off": {"BYTEPS_TELEMETRY_ON": "0", "BYTEPS_TRACE_ON": "0"},
@@ -77,12 +78,11 @@ def run_once(args, env_extra: dict, trace_dir: str) -> dict:
            str(args.servers), "--", sys.executable, "-m", "benchmarks.trace_overhead",
            "--worker", "--small", str(args.small), "--large", str(args.large), "--steps",
            str(args.steps), "--warmup", str(args.warmup)]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
-                       cwd=str(Path(__file__).resolve().parents[1]))
-    for line in r.stdout.splitlines():
+    r = runner.run(cmd, env=env, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    for line in r.output.splitlines():
         if "RESULT " in line:
             return json.loads(line.split("RESULT ", 1)[1])
-    raise RuntimeError(f"job failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    raise RuntimeError(f"job failed (rc {r.returncode}):\n{r.output[-6000:]}")
 
 
 def main(argv=None) -> int:

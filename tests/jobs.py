@@ -1,13 +1,16 @@
-"""The one job runner of the multi-process tests (every test directory imports it as ``jobs``:
+"""The tests' side of the one job runner (every test directory imports it as ``jobs``:
 pyproject's ``[tool.pytest.ini_options] pythonpath`` puts tests/ on ``sys.path``).
 
-Launch a byteps job with ``python -m byteps.launcher OPTIONS -- COMMAND`` (default command:
-``tests/workers/bps_worker.py MODE``) in a clean environment (no inherited ``DMLC_*`` /
-``BYTEPS_*``), wait for it with a timeout that kills the launcher's whole process group, read
-its output per rank (the launcher prefixes ``[worker N] ``), find its processes among the
-launcher's descendants (``/proc/<pid>/task/*/children``, role from ``/proc/<pid>/environ``)
-and check that nothing of it is left. Only the launcher's process group and PIDs seen as its
-children are ever signalled (the launcher's children die with it: ``PR_SET_PDEATHSIG``).
+Processes are started, read and stopped by :mod:`benchmarks.runner` (shared with the benchmark
+lab; re-exported here: :class:`Proc`, :class:`Group`, :data:`free_port`, the one free-port
+helper). On top of it: launch a byteps job with ``python -m byteps.launcher OPTIONS --
+COMMAND`` (default command: ``tests/workers/bps_worker.py MODE``) in a clean environment (no
+inherited ``DMLC_*`` / ``BYTEPS_*``), wait for it with a timeout that kills the launcher's whole
+process group and fails the test, read its output per rank (the launcher prefixes
+``[worker N] ``), find its processes among the launcher's descendants
+(``/proc/<pid>/task/*/children``, role from ``/proc/<pid>/environ``) and check that nothing of
+it is left. Only the launcher's process group and PIDs seen as its children are ever signalled
+(the launcher's children die with it: ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
+
+from benchmarks import runner
+from benchmarks.runner import Group, JobError, JobResult, Proc, free_port
+
+__all__ = ["Group", "JobError", "JobResult", "Proc", "free_port"]  # the runner's, re-exported
 
 PY = sys.executable
 TESTS = Path(__file__).resolve().parent
@@ -83,45 +89,16 @@ def job_command(config, command, env=(), grace=None):
     return LAUNCH + launch_args(config, env, grace) + ["--", *map(str, command)]
 
 
-class JobResult(NamedTuple):
-    """A finished process: exit status, stdout and stderr merged (text), wall seconds."""
-
-    returncode: int
-    output: str
-    seconds: float
-
-
-def _text(data) -> str:
-    if isinstance(data, bytes):
-        return data.decode(errors="replace")
-    return data or ""
-
-
 def run_command(cmd, *, env=None, timeout=240, cwd=REPO):
     """Run ``cmd`` (argv) in its own session to completion; returns a :class:`JobResult`.
 
     ``env``: the whole environment (default :func:`clean_job_env`). Past ``timeout`` seconds the
     process group is killed (SIGKILL) and the test fails with the output so far."""
-    cmd = [str(c) for c in cmd]
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=clean_job_env() if env is None else env, cwd=str(cwd),
-                            start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:  # a process outside the group may still hold the pipe: do not wait for it
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired as exc:
-            out = _text(exc.stdout)
-            proc.kill()
-        pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s (process group "
-                    f"killed); output tail:\n{_text(out)[-TAIL:]}")
-    return JobResult(proc.returncode, out, time.monotonic() - start)
+        return runner.run(cmd, env=clean_job_env() if env is None else env, timeout=timeout,
+                          cwd=cwd)
+    except runner.JobTimeout as exc:
+        pytest.fail(f"{exc}; output tail:\n{exc.output[-TAIL:]}")
 
 
 def launch_job(config, command, *, env=(), grace=None, timeout=240, job_env=None, cwd=REPO):
@@ -312,51 +289,32 @@ LAUNCHER_SHM_CLEANUP = "bpslaunch: removed"
 
 
 class LiveJob:
-    """A launcher running in the background; its output is collected line by line."""
+    """A launcher running in the background (a :class:`Proc`); its output is collected line by
+    line."""
 
     def __init__(self, config, mode, *mode_args, env=(), grace=None, script=WORKER,
                  job_env=None):
         self.cmd = job_command(config, [PY, script, mode, *mode_args], env, grace)
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True, bufsize=1, cwd=str(REPO),
-                                     env=clean_job_env() if job_env is None else job_env)
-        self.lines: list[str] = []
-        self.cond = threading.Condition()
+        self.launcher = Proc(self.cmd, clean_job_env() if job_env is None else job_env,
+                             label="bpslaunch", cwd=REPO)
+        self.proc = self.launcher.popen
         self.seen_pids: set[int] = set()
         self.job_id: str | None = None
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
 
-    def _read(self):
-        for line in self.proc.stdout:
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
+    @property
+    def lines(self):
+        return self.launcher.lines
 
     @property
     def output(self):
-        with self.cond:
-            return "\n".join(self.lines)
+        return "\n".join(self.launcher.lines)
 
     def wait_for(self, pattern, count=1, timeout=60.0):
         """Wait until ``count`` output lines match ``pattern``; returns the matches."""
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                hits = [m for line in self.lines if (m := rx.search(line))]
-                if len(hits) >= count:
-                    return hits
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not self.thread.is_alive()):
-                    pytest.fail(f"{count} line(s) matching {pattern!r} did not appear "
-                                f"(rc={self.proc.poll()}); output:\n{self.output_unlocked()}")
-                self.cond.wait(min(left, 0.2))
-
-    def output_unlocked(self):
-        return "\n".join(self.lines)[-6000:]
+        try:
+            return self.launcher.wait_for(pattern, count, timeout)
+        except JobError as exc:
+            pytest.fail(str(exc))
 
     def snapshot(self):
         """The job's processes now: {pid: environ} for every descendant of the launcher."""
@@ -383,20 +341,14 @@ class LiveJob:
 
     def wait(self, timeout):
         try:
-            rc = self.proc.wait(timeout=timeout)
+            return self.launcher.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             pytest.fail(f"launcher did not exit within {timeout} s; output:\n{self.output}")
-        self.thread.join(5)
-        return rc
 
     def kill(self):
         """Emergency cleanup: only the launcher's process group and PIDs seen as its children."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self.launcher.signal_group(signal.SIGKILL)
         for pid in self.seen_pids:
             if alive(pid) and self.job_id and proc_env(pid).get("BYTEPS_JOB_ID") == self.job_id:
                 try:
@@ -549,39 +501,24 @@ def wrong_secret_worker(extra=None):
     """Start a scheduler (1 worker, 1 server, ``BYTEPS_SECRET`` "a"*64) by hand and a worker
     whose secret is "b"*64 (:data:`INIT_PROBE`), both with ``extra`` (a dict: e.g. a van's
     variables). Returns (the probe's JSON result plus its "stderr", seconds the worker took, the
-    scheduler's output, once it logged the dropped connection or after 10 s); the scheduler is
-    killed (our own child, by PID) before returning."""
-    import json
-    import socket
-    import tempfile
-
+    scheduler's output, once it logged the dropped connection or after 10 s); the scheduler's
+    process group is killed (by its PID) before returning."""
     env = clean_job_env({"DMLC_ROLE": "scheduler", "DMLC_NUM_WORKER": "1",
                          "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                         "DMLC_PS_ROOT_PORT": str(free_port()),
                          "BYTEPS_SECRET": "a" * 64, "BYTEPS_TIMEOUT": "20", **(extra or {})})
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        env["DMLC_PS_ROOT_PORT"] = str(probe.getsockname()[1])
-    with tempfile.TemporaryFile("w+") as log:
-        sched = subprocess.Popen([PY, "-m", "byteps.server"], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            worker_env = dict(env, DMLC_ROLE="worker", DMLC_WORKER_ID="0",
-                              BYTEPS_SECRET="b" * 64, BYTEPS_FORCE_DISTRIBUTED="1")
-            t0 = time.monotonic()
-            r = subprocess.run([PY, "-c", INIT_PROBE], env=worker_env, capture_output=True,
-                               text=True, timeout=60)
-            elapsed = time.monotonic() - t0
-            deadline = time.monotonic() + 10  # the scheduler logs the drop on its own thread
-            while time.monotonic() < deadline and sched.poll() is None:
-                log.seek(0)
-                if "dropped the connection" in log.read():
-                    break
-                time.sleep(0.05)
-        finally:
-            sched.kill()
-            sched.wait(30)
-        log.seek(0)
-        out = log.read()
+    with Proc([PY, "-m", "byteps.server"], env, label="scheduler") as sched:
+        worker_env = dict(env, DMLC_ROLE="worker", DMLC_WORKER_ID="0",
+                          BYTEPS_SECRET="b" * 64, BYTEPS_FORCE_DISTRIBUTED="1")
+        t0 = time.monotonic()
+        r = subprocess.run([PY, "-c", INIT_PROBE], env=worker_env, capture_output=True,
+                           text=True, timeout=60)
+        elapsed = time.monotonic() - t0
+        try:  # the scheduler logs the drop on its own thread
+            sched.wait_for("dropped the connection", timeout=10)
+        except JobError:
+            pass
+    out = sched.output
     lines = r.stdout.strip().splitlines()
     assert lines, f"the worker printed nothing (exit {r.returncode}):\n{r.stderr[-4000:]}"
     result = json.loads(lines[-1])

@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs import free_port
+
 MARKER = "BPS_SLURM_TEST"
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol",
            "scancel", "sinfo")
@@ -51,12 +53,6 @@ def slurm_unavailable(netns: bool = True) -> str | None:
 
         return netns_unavailable()
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _slurm_conf(d: Path, nodes: Sequence[tuple[str, str]], ctl_addr: str, cpus: int,
@@ -195,7 +191,7 @@ class SlurmCluster:
                     None, "munged.out")
         self._wait_for(lambda: (d / "munge.socket").exists(), 10, "munged's socket")
         # Each namespace host has its own ports; in the root namespace take free ones.
-        ports = (6817, 6818) if self.emulated is not None else (_free_port(), _free_port())
+        ports = (6817, 6818) if self.emulated is not None else (free_port(), free_port())
         self.conf.write_text(_slurm_conf(d, self.node_addrs, self.node_addrs[0][1], cpus, ports))
         # slurmd 22.05 initialises a cgroup plugin even with proctrack/linuxproc and task/none;
         # its autodetection fails where no cgroup file system is mounted (``ip netns exec``

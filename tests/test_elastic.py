@@ -14,94 +14,55 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from jobs import VANS, clean_job_env, env_dict, van_params
+from jobs import VANS, Group, clean_job_env, env_dict, free_port, van_params
 
 WORKER = str(Path(__file__).resolve().parent / "workers" / "elastic_worker.py")
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")
 
 
-class Proc:
-    """A child process whose output lines are collected."""
-
-    def __init__(self, label, argv, env):
-        self.label = label
-        self.p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
-        self.lines: list[str] = []
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_line(self, prefix, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            hits = [ln for ln in self.lines if ln.startswith(prefix)]
-            if hits:
-                return hits[0]
-            time.sleep(0.05)
-        pytest.fail(f"{self.label} printed no {prefix!r} within {timeout} s:\n" +
-                    "\n".join(self.lines[-40:]))
-
-    def stop(self):
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, signal.SIGKILL)  # our own child's process group, by PID
-        self.p.wait(10)
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("van", van_params())
 def test_survivors_resume_from_checkpoint_after_a_worker_dies(tmp_path: Path, van):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     restart = tmp_path / "restart.json"
-    base = clean_job_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+    base = clean_job_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(free_port()),
                           "DMLC_NUM_SERVER": "1", "BYTEPS_SECRET": os.urandom(16).hex(),
                           "BYTEPS_TIMEOUT": "60", "BYTEPS_HEARTBEAT_TIMEOUT": "5",
                           "PYTHONUNBUFFERED": "1", **env_dict(VANS[van])})
     service = [sys.executable, "-m", "byteps.server"]
 
-    def services(n):
-        env = dict(base, DMLC_NUM_WORKER=str(n))
-        return [Proc("scheduler", service, dict(env, DMLC_ROLE="scheduler")),
-                Proc("server", service, dict(env, DMLC_ROLE="server"))]
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
 
-    procs = services(3)
-    workers = [Proc(f"worker {i}", [sys.executable, WORKER, str(restart)],
-                    dict(base, DMLC_NUM_WORKER="3", DMLC_ROLE="worker", DMLC_WORKER_ID=str(i)))
-               for i in range(3)]
-    procs += workers
-    try:
+        def services(n):
+            env = dict(base, DMLC_NUM_WORKER=str(n))
+            return [group.start(service, dict(env, DMLC_ROLE=role), label=role)
+                    for role in ("scheduler", "server")]
+
+        old = services(3)
+        workers = [group.start([sys.executable, WORKER, str(restart)],
+                               dict(base, DMLC_NUM_WORKER="3", DMLC_ROLE="worker",
+                                    DMLC_WORKER_ID=str(i)), label=f"worker {i}")
+                   for i in range(3)]
         for w in workers:
             w.wait_line("READY", 90)
         t_kill = time.monotonic()
-        os.kill(workers[2].p.pid, signal.SIGKILL)
+        os.kill(workers[2].pid, signal.SIGKILL)
         for w in workers[:2]:
             w.wait_line("SUSPENDED", 30)
         t_suspended = time.monotonic() - t_kill
-        for old in procs[:2]:  # the failed job's scheduler and server end by themselves
-            old.p.wait(30)
-            assert old.p.returncode != 0, f"{old.label} of the failed job exited 0"
-        procs += services(2)
+        for o in old:  # the failed job's scheduler and server end by themselves
+            o.wait(30)
+            assert o.returncode != 0, f"{o.label} of the failed job exited 0"
+        services(2)
         restart.write_text(json.dumps({"num_workers": 2, "num_servers": 1,
                                        "ranks": {"0": 0, "1": 1}}))
         for w in workers[:2]:
-            assert w.p.wait(90) == 0, "\n".join(w.lines[-40:])
-    finally:
-        for p in procs:
-            p.stop()
+            assert w.wait(90) == 0, "\n".join(w.lines[-40:])
     for i, w in enumerate(workers[:2]):
         assert any(ln == f"RESUMED rank={i} size=2" for ln in w.lines), w.lines[-20:]
         step = int(w.wait_line("SUSPENDED", 1).split()[1])

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from jobs import free_port
 
 import byteps.knobs as knobs_mod
 from byteps import _core
@@ -38,12 +38,6 @@ def clean_env(**overrides):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BYTEPS_", "DMLC_", "PS_"))}
     env.update({k: str(v) for k, v in overrides.items()})
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def notices(env):

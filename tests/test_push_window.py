@@ -223,46 +223,32 @@ bps.shutdown()
 """
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_roles(extra_env, timeout=120):
     """A scheduler and a server advertising 127.0.0.2 (another host, as far as the workers can
     tell) and two worker machines on 127.0.0.1, started by hand; the workers' CREDIT dicts."""
     import json
     import os
-    import subprocess
     import sys
+
+    from jobs import Group, free_port
 
     from byteps.cluster_env import ClusterSpec, JobIdentity, role_env
 
-    spec = ClusterSpec(2, 1, 1, "127.0.0.2", _free_port(), JobIdentity.fresh())
+    spec = ClusterSpec(2, 1, 1, "127.0.0.2", free_port(), JobIdentity.fresh())
     base = {**os.environ, "BYTEPS_PARTITION_BYTES": "65536", **extra_env}
     server = [sys.executable, "-m", "byteps.server"]
-    procs = [subprocess.Popen(server, env=role_env(spec, "scheduler", node_host="127.0.0.2",
-                                                   base=base)),
-             subprocess.Popen(server, env=role_env(spec, "server", node_host="127.0.0.2",
-                                                   base=base))]
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE,
-                                text=True, env=role_env(spec, "worker", worker_id=w,
-                                                        local_rank=0, node_host="127.0.0.1",
-                                                        base=base))
-               for w in range(2)]
-    try:
-        outs = [p.communicate(timeout=timeout)[0] for p in workers]
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
+        services = [group.start(server, role_env(spec, role, node_host="127.0.0.2", base=base),
+                                label=role) for role in ("scheduler", "server")]
+        workers = [group.start([sys.executable, "-c", WORKER],
+                               role_env(spec, "worker", worker_id=w, local_rank=0,
+                                        node_host="127.0.0.1", base=base), label=f"worker {w}")
+                   for w in range(2)]
+        group.wait_all(timeout, workers)
+        outs = [p.output for p in workers]
         assert [p.returncode for p in workers] == [0, 0], outs
-        for p in procs:
-            p.wait(timeout=30)
-    finally:
-        for p in procs + workers:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for p in services:
+            p.wait(30)
     return [json.loads(next(ln[7:] for ln in o.splitlines() if ln.startswith("CREDIT ")))
             for o in outs]
 

@@ -27,6 +27,7 @@ from jobs import (
     LiveJob,
     assert_ok,
     clean_job_env,
+    free_port,
     job_pids_alive,
     rss_and_fds,
     wrong_secret_worker,
@@ -266,9 +267,7 @@ def test_fuzz_live_server_100k_frames():
 def test_allow_unauthenticated_runs_and_warns_once(tmp_path: Path):
     """A manual launch without BYTEPS_SECRET but with BYTEPS_ALLOW_UNAUTHENTICATED=1 runs (no
     handshake on either side) and every process says so once."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
                          "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
                          "BYTEPS_ALLOW_UNAUTHENTICATED": "1", "BYTEPS_FORCE_DISTRIBUTED": "1",

@@ -25,7 +25,15 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs import LiveJob, assert_ok, clean_job_env, rss_and_fds, run_job, worker_lines
+from jobs import (
+    LiveJob,
+    assert_ok,
+    clean_job_env,
+    free_port,
+    rss_and_fds,
+    run_job,
+    worker_lines,
+)
 from test_security import FRAME_MAGIC, HEADER, handshake, handshake_on, listening_ports, recv_exact
 
 LOOP_WORKER = str(Path(__file__).resolve().parent / "workers" / "loop_worker.py")
@@ -278,9 +286,7 @@ def _authenticated(addr, secret):
 def bare_job_env(extra=None):
     """A job of 1 worker machine and 1 server described by variables alone, with a free
     scheduler port and a fresh secret (``extra`` on top): (port, secret, environment)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     secret = os.urandom(16).hex()
     env = clean_job_env({"DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
                          "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),

@@ -205,15 +205,6 @@ def test_ucx_start_failure_names_ucx_and_the_transports():
     assert r["doctor"]["tls"] == "nonsense" and "UCX_TLS=nonsense" in r["doctor"]["error"]
 
 
-@pytest.mark.parametrize("tls", TLS)
-def test_benchmark_64mib(tls):
-    """A printout, not an assertion on speed."""
-    r = run("bench", tls)
-    gbs = r["size"] / r["median_s"] / 1e9
-    print(f"\nUCX_TLS={tls}: 64 MiB in {r['median_s'] * 1e3:.1f} ms median "
-          f"({gbs:.2f} GB/s, best {r['min_s'] * 1e3:.1f} ms), rendezvous frames {r['rndv']}")
-
-
 @pytest.mark.parametrize("user_tls, expected", [(None, "sm,self"), ("tcp", "tcp")])
 def test_default_transports_apply_only_where_ucx_tls_is_not_chosen(user_tls, expected):
     """A context's default transport list (the colocated van's "sm,self") replaces UCX's own

@@ -11,15 +11,12 @@ signalled.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from jobs import PY, clean_job_env
+from jobs import PY, Group, clean_job_env, free_port, run_command
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="needs Linux (the byteps core's transport)"
@@ -87,16 +84,10 @@ print(f"OK {n} cases", flush=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _single_machine_env(**extra):
     env = clean_job_env({
         "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
-        "DMLC_PS_ROOT_PORT": str(_free_port()),
+        "DMLC_PS_ROOT_PORT": str(free_port()),
         "BYTEPS_SECRET": "upstream-launch-test-secret-0123456789abcdef",
     })
     env.update(extra)
@@ -113,11 +104,8 @@ def test_scheduler_and_server_run_for_a_forced_worker():
     env = _single_machine_env(BYTEPS_TIMEOUT="60", DMLC_ROLE="worker", DMLC_WORKER_ID="0",
                               BYTEPS_LOCAL_RANK="0", BYTEPS_LOCAL_SIZE="1")
     env["BYTEPS_FORCE_DISTRIBUTED"] = "1"
-    start = time.monotonic()
-    worker = subprocess.run([PY, "-c", _WORKER, "3"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=150, env=env)
-    elapsed = time.monotonic() - start
-    out = worker.stdout
+    worker = run_command([PY, "-c", _WORKER, "3"], env=env, timeout=150)
+    elapsed, out = worker.seconds, worker.output
     assert worker.returncode == 0 and "OK 180 cases" in out, out[-6000:]
     assert [f"CYCLE {c} done" in out for c in range(3)] == [True] * 3, out[-6000:]
     assert out.count("bpslaunch: launching scheduler") == 3, out[-6000:]
@@ -148,26 +136,14 @@ def test_services_without_a_forced_worker_fail_with_a_timeout():
     registered (and the launcher's note names BYTEPS_FORCE_DISTRIBUTED), instead of waiting
     for ever."""
     base = _single_machine_env(BYTEPS_TIMEOUT="3")
-    services = [subprocess.Popen([PY, "-m", "byteps.launcher"], env=dict(base, DMLC_ROLE=role),
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
-                for role in ("scheduler", "server")]
-    try:
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
+        services = [group.start([PY, "-m", "byteps.launcher"], dict(base, DMLC_ROLE=role),
+                                label=role) for role in ("scheduler", "server")]
         worker = subprocess.run(
             [PY, "-c", _LONE_WORKER], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, timeout=60, env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0"))
-        codes, outs = [], []
-        for p in services:
-            try:
-                outs.append(p.communicate(timeout=40)[0])
-                codes.append(p.returncode)
-            except subprocess.TimeoutExpired:
-                codes.append(None)
-    finally:
-        for p in services:  # by PID: each launcher leads its own process group
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+        codes = group.wait_all(40, services)
+        outs = [p.output for p in services]
     out = "\n".join(outs)
     assert worker.returncode == 0 and "OK lone worker" in worker.stdout, worker.stdout[-4000:]
     assert codes == [1, 1], out[-4000:]

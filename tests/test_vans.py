@@ -23,7 +23,6 @@ every process at start with a ConfigError naming DMLC_ENABLE_RDMA and UCX.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from jobs import (
     assert_ok,
     clean_job_env,
     env_dict,
+    free_port,
     kill_and_check,
     rank_lines,
     skip_without_ucx,
@@ -263,9 +263,7 @@ def test_rdma_required_without_rdma_fails_every_process():
     and the transports found, within seconds; nothing hangs."""
     if _rdma_transports():
         pytest.skip(f"this host has RDMA transports: {_rdma_transports()}")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = clean_job_env({"DMLC_ENABLE_RDMA": "1", "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1",
                          "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
                          "BYTEPS_SECRET": "c" * 64, "BYTEPS_TIMEOUT": "20",

@@ -10,9 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -69,12 +66,6 @@ def test_bad_input():
     jobs.assert_ok(rc, out, 1, min_cases=22)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_upstream_single_worker_forced_distributed():
     """Upstream tests/test_mxnet.py + meta_test.py: DMLC_NUM_WORKER=1, a scheduler and a server
     started by bpslaunch in upstream (DMLC_ROLE) mode from that single-machine environment, and
@@ -83,38 +74,26 @@ def test_upstream_single_worker_forced_distributed():
     DistributedTrainer._init_params keeps every parameter."""
     base = jobs.clean_job_env({
         "DMLC_NUM_WORKER": "1", "DMLC_NUM_SERVER": "1", "DMLC_PS_ROOT_URI": "127.0.0.1",
-        "DMLC_PS_ROOT_PORT": str(_free_port()),
+        "DMLC_PS_ROOT_PORT": str(jobs.free_port()),
         "BYTEPS_SECRET": "upstream-mode-test-secret-0123456789abcdef", "BYTEPS_TIMEOUT": "60",
         # upstream meta_test.py: everything in one partition
         "BYTEPS_PARTITION_BYTES": "2147483647",
     })
-    services = []
-    try:
-        for role in ("scheduler", "server"):
-            services.append(subprocess.Popen(
-                [sys.executable, "-m", "byteps.launcher"], env=dict(base, DMLC_ROLE=role),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                start_new_session=True))
+    with jobs.Group() as group:  # stops (by PID) whatever still runs on the way out
+        services = [group.start([jobs.PY, "-m", "byteps.launcher"], dict(base, DMLC_ROLE=role),
+                                label=role) for role in ("scheduler", "server")]
         worker = jobs.run_command(
             [jobs.PY, WORKER, "upstream"], timeout=180,
             env=dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="0", BYTEPS_FORCE_DISTRIBUTED="1"))
-        outs = []
-        for p in services:
-            try:
-                outs.append(p.communicate(timeout=60)[0])
-            except subprocess.TimeoutExpired:
-                outs.append("(still running)")
+        codes = group.wait_all(60, services)
+        outs = [p.output if c is not None else "(still running)"
+                for p, c in zip(services, codes)]
         text = worker.output + "\n".join(outs)
         assert worker.returncode == 0, text[-8000:]
         assert "FAIL" not in worker.output, text[-8000:]
         assert "CASE-OK upstream_push_pull 9 tensors" in worker.output, text[-8000:]
         assert "CASE-OK upstream_trainer_param_order" in worker.output, text[-8000:]
         assert [p.returncode for p in services] == [0, 0], text[-8000:]
-    finally:
-        for p in services:  # by PID (each launcher leads its own process group)
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
 
 
 @pytest.mark.timeout(200)

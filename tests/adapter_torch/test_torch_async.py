@@ -25,14 +25,12 @@ import json
 import os
 import re
 import signal
-import socket
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs import PY, REPO, framework_env, launch_config, launch_job
-from test_elastic import Proc
+from jobs import PY, REPO, Group, framework_env, free_port, launch_config, launch_job
 
 pytest.importorskip("torch")
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
@@ -161,42 +159,37 @@ def test_dead_server_fails_every_worker_and_resume_keeps_the_parameters(tmp_path
     server a job failure), suspends; new scheduler and server at the same address; after
     resume() each worker loads its checkpoint (taken with pull_parameters) and reads the new
     servers' parameters: rank 0's checkpoint on every worker."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     restart = tmp_path / "restart.json"
-    base = framework_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+    base = framework_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(free_port()),
                           "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2",
                           "BYTEPS_SECRET": os.urandom(16).hex(), "BYTEPS_ENABLE_ASYNC": "1",
                           "BYTEPS_TIMEOUT": "60", "BYTEPS_HEARTBEAT_TIMEOUT": "5"})
     service = [PY, "-m", "byteps.server"]
 
-    def services():
-        return [Proc("scheduler", service, dict(base, DMLC_ROLE="scheduler")),
-                Proc("server", service, dict(base, DMLC_ROLE="server"))]
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
 
-    procs = services()
-    script = Path(__file__).resolve().parent / "workers" / "async_elastic_worker.py"
-    workers = [Proc(f"worker {i}", [PY, script, str(restart)],
-                    dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID=str(i))) for i in range(2)]
-    procs += workers
-    try:
+        def services():
+            return [group.start(service, dict(base, DMLC_ROLE=role), label=role)
+                    for role in ("scheduler", "server")]
+
+        old = services()
+        script = Path(__file__).resolve().parent / "workers" / "async_elastic_worker.py"
+        workers = [group.start([PY, script, str(restart)],
+                               dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID=str(i)),
+                               label=f"worker {i}") for i in range(2)]
         for w in workers:
             w.wait_line("READY", 90)
         t_kill = time.monotonic()
-        os.kill(procs[1].p.pid, signal.SIGKILL)
+        os.kill(old[1].pid, signal.SIGKILL)
         for w in workers:
             assert w.wait_line("SUSPENDED", 30) == "SUSPENDED PeerLostError"
         t_failed = time.monotonic() - t_kill
-        procs[0].p.wait(30)
-        procs += services()
+        old[0].wait(30)
+        services()
         restart.write_text(json.dumps({"num_workers": 2, "num_servers": 1,
                                        "ranks": {"0": 0, "1": 1}}))
         for w in workers:
-            assert w.p.wait(90) == 0, "\n".join(w.lines[-40:])
-    finally:
-        for p in procs:
-            p.stop()
+            assert w.wait(90) == 0, "\n".join(w.lines[-40:])
     root = workers[0].wait_line("CHECKPOINT", 1).split()[1]
     for w in workers:
         assert w.wait_line("RESUMED", 1) == f"RESUMED {root}", w.lines[-20:]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -397,28 +396,6 @@ def spin_cpu():
     time.sleep(1.5)
     out = {"polling": {"wall_s": t1 - t0, "cpu_s": c1 - c0},
            "after": {"wall_s": time.monotonic() - t1, "cpu_s": time.process_time() - c1}}
-    a.shutdown()
-    b.shutdown()
-    return out
-
-
-def bench():
-    """64 MiB frames a -> b into a registered receiver buffer from a registered staged one:
-    seconds from the send to the receiver's OnFrame."""
-    a, b, la, lb = pair("bench")
-    size = 64 << 20
-    sid = a.stage(pattern(size, 3), register=True)
-    b.prepare(1, size, register=True)
-    times = []
-    for _ in range(6):
-        a.send(la, 1, PUSH, staged=sid)
-        t0 = a.wait_sent(1, 60)[0][3]
-        rx = b.recv(60)
-        times.append(rx["t"] - t0)
-    times = times[1:]  # the first pays registration and connection set-up
-    out = {"size": size, "median_s": statistics.median(times), "min_s": min(times),
-           "lanes": a.describe(la), "config": a.config_summary,
-           "rndv": b.stats(lb)["rndv_received"]}
     a.shutdown()
     b.shutdown()
     return out

@@ -239,7 +239,7 @@ def _run_roles(extra_env, timeout=120):
     import subprocess
     import sys
 
-    from byteps.cluster_env import ClusterSpec, JobIdentity, role_env
+    from byteps.launch.contract import ClusterSpec, JobIdentity, role_env
 
     spec = ClusterSpec(2, 1, 1, "127.0.0.2", _free_port(), JobIdentity.fresh())
     base = {**os.environ, "BYTEPS_PARTITION_BYTES": "65536", **extra_env}

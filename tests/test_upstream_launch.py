@@ -65,7 +65,7 @@ def cases():
 
 n = 0
 for cycle in range(CYCLES):
-    services = [subprocess.Popen([sys.executable, "-m", "byteps.launcher"],
+    services = [subprocess.Popen([sys.executable, "-m", "byteps.launch"],
                                  env=dict(service_env, DMLC_ROLE=role), start_new_session=True)
                 for role in ("scheduler", "server")]
     try:
@@ -148,7 +148,7 @@ def test_services_without_a_forced_worker_fail_with_a_timeout():
     registered (and the launcher's note names BYTEPS_FORCE_DISTRIBUTED), instead of waiting
     for ever."""
     base = _single_machine_env(BYTEPS_TIMEOUT="3")
-    services = [subprocess.Popen([PY, "-m", "byteps.launcher"], env=dict(base, DMLC_ROLE=role),
+    services = [subprocess.Popen([PY, "-m", "byteps.launch"], env=dict(base, DMLC_ROLE=role),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True)
                 for role in ("scheduler", "server")]

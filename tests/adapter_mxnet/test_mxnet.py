@@ -92,7 +92,7 @@ def test_upstream_single_worker_forced_distributed():
     try:
         for role in ("scheduler", "server"):
             services.append(subprocess.Popen(
-                [sys.executable, "-m", "byteps.launcher"], env=dict(base, DMLC_ROLE=role),
+                [sys.executable, "-m", "byteps.launch"], env=dict(base, DMLC_ROLE=role),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 start_new_session=True))
         worker = jobs.run_command(

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from byteps.cluster_env import ClusterSpec, JobIdentity, role_env
+from byteps.launch.contract import ClusterSpec, JobIdentity, role_env
 
 from . import child_env, runner
 from .linktest import measure_link, t_opt, table_goodput
@@ -159,7 +159,7 @@ def run_byteps_job(
     ``(n-k)/(n^2+kn-2k)`` is then positive; at k >= n it is 0, so none are started); one worker
     process running ``worker_argv`` per worker host. ``DMLC_NUM_SERVER`` counts all servers.
     k = 0: only the colocated servers. Every process's environment is its role's
-    (``byteps.cluster_env.role_env``: the job's shape and scheduler, a fresh ``BYTEPS_JOB_ID``
+    (``byteps.launch.contract.role_env``: the job's shape and scheduler, a fresh ``BYTEPS_JOB_ID``
     and ``BYTEPS_SECRET``, ``PYTHONUNBUFFERED=1``) with its host's address as
     ``DMLC_NODE_HOST``; a worker is machine i with ``BYTEPS_LOCAL_SIZE=1``,
     ``BYTEPS_LOCAL_RANK=0``. ``env`` is added on top of ``os.environ`` (and may override

@@ -128,7 +128,7 @@ def _machine(gpus: int, nccl: bool) -> list:
 def _run_job(job: str, args, trace_dir: str = "", options=None) -> dict:
     traced = ["--env", "BYTEPS_TRACE_ON=1", "--env", "BYTEPS_TRACE_START_STEP=1", "--env",
               "BYTEPS_TRACE_END_STEP=3", "--env", f"BYTEPS_TRACE_DIR={trace_dir}"]
-    cmd = [sys.executable, "-m", "byteps.launcher", *(options or JOBS[job]),
+    cmd = [sys.executable, "-m", "byteps.launch", *(options or JOBS[job]),
            *(traced if trace_dir else []),
            "--", sys.executable, "-m", "benchmarks.gpu", "--worker", "--job", job,
            "--mib", str(args.mib), "--iters", str(3 if trace_dir else args.iters)]

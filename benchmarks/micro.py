@@ -249,7 +249,7 @@ def run_job(plan: dict, job: str, van: str = "tcp") -> dict:
     os.close(fd)
     try:
         if job in BYTEPS_JOBS:
-            cmd = [sys.executable, "-m", "byteps.launcher", *BYTEPS_JOBS[job][1]]
+            cmd = [sys.executable, "-m", "byteps.launch", *BYTEPS_JOBS[job][1]]
             for e in [f"{k}={v}" for k, v in bv.job_env(van).items()] + list(plan["env"]):
                 cmd += ["--env", e]
             _run_procs([cmd + _worker_cmd(plan, "byteps", out)], [child_env()],

@@ -45,7 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from byteps.launcher_output import make_preexec
+from byteps.launch.supervise import make_preexec
 
 from .kernel import list_netns, probe_kernel, set_congestion, unknown_qdisc
 from .kernel import run_cmd as _run

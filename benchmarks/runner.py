@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from byteps.launcher import find_free_port
+from byteps.launch.common import find_free_port
 
 #: ``free_port(host="127.0.0.1") -> int``: a TCP port that was free on ``host`` a moment ago.
 #: The tests and the lab take it from here (``tests/jobs.py`` re-exports it), so that byteps's

@@ -66,7 +66,7 @@ def servers_for(scheme: str, workers: int, group: int) -> int:
 def run(scheme: str, workers: int, sizes, reps: int, group: int) -> dict:
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    cmd = [sys.executable, "-m", "byteps.launcher", "--workers", str(workers), "--servers",
+    cmd = [sys.executable, "-m", "byteps.launch", "--workers", str(workers), "--servers",
            str(servers_for(scheme, workers, group)), "--env", f"BYTEPS_SYNC={scheme}",
            "--env", f"BYTEPS_HIPS_GROUP={group}", "--env", "BYTEPS_TIMEOUT=120", "--",
            sys.executable, "-m", "benchmarks.schemes", "--worker", "--out", out,

@@ -326,11 +326,12 @@ def _pool(jobs: list) -> dict:
 def simulated(plan: dict, k: int, scheme: str, goodput: float, nbytes: int | None) -> float:
     """The simulator's seconds for one push_pull of ``nbytes`` (None: one iteration of the
     profile) with ``scheme`` on the (n, k) cluster at ``goodput`` bytes/s
-    (:func:`byteps.sim.validate.schemes_row`: each tensor its own all-reduce, byteps does not
+    (:func:`benchmarks.sim_compare.schemes_row`: each tensor its own all-reduce, byteps does not
     bucket)."""
     from byteps.sim.profiles import Layer, Profile
     from byteps.sim.simulate import single_tensor
-    from byteps.sim.validate import schemes_row
+
+    from .sim_compare import schemes_row
 
     if nbytes is None:
         prof = Profile(plan["profile"]["model"],

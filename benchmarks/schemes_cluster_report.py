@@ -81,7 +81,7 @@ def model_profile_costs(model: dict | None, tensors) -> dict:
     {} without a model."""
     if not model:
         return {}
-    from byteps.cost_model import CostModel
+    from byteps.sync.cost_model import CostModel
 
     m = CostModel(model["alpha"], model["beta"], model["gamma"], model["workers"],
                   model["servers"], model["tree_width"], model["hips_group"],

@@ -1,6 +1,6 @@
 """The what-if simulator against the emulated cluster, in one run: the architecture table's
 and the scheduling workload's configurations are measured (:mod:`benchmarks.table1`,
-:mod:`benchmarks.sched`) and simulated (:mod:`byteps.sim.validate`) with the goodput the
+:mod:`benchmarks.sched`) and simulated (:mod:`benchmarks.sim_compare`) with the goodput the
 run measured; the section shows them side by side (target: within 10 %).
 
 Hooked into ``python -m benchmarks`` as ``sim`` (``--only sim``); alone:
@@ -49,7 +49,7 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
     """Measure both workloads on the emulated cluster, then simulate them. ``reused``: the
     results of this run's ``cluster`` and ``sched`` sections (keys of :data:`REUSES`), simulated
     instead of measuring again; the plans are then theirs."""
-    from byteps.sim import validate
+    from . import sim_compare
 
     if reused:
         plan = {**plan, "table1": reused["cluster"]["plan"], "sched": reused["sched"]["plan"],
@@ -66,32 +66,31 @@ def bench_run(plan: dict, progress: Callable[[str], None] = lambda label: None,
     for r in res["table1"].get("rows", []):
         meas = (r.get("default") or {}).get("time_s")
         if meas:
-            rows.append(validate._row(f"byteps n={r['n']} k={r['k']} {r['bytes'] >> 20} MiB",
-                                      meas, validate.table1_row(r["n"], r["k"], r["bytes"],
+            rows.append(sim_compare._row(f"byteps n={r['n']} k={r['k']} {r['bytes'] >> 20} MiB",
+                                      meas, sim_compare.table1_row(r["n"], r["k"], r["bytes"],
                                                                 r["goodput_Bps"],
                                                                 adaptive_credit=adaptive,
                                                                 shaper_burst=burst)))
         g = (r.get("gloo") or {}).get("time_s")
         if g:
-            rows.append(validate._row(f"gloo (ring) n={r['n']} k={r['k']} "
-                                      f"{r['bytes'] >> 20} MiB", g, validate.table1_row(
+            rows.append(sim_compare._row(f"gloo (ring) n={r['n']} k={r['k']} "
+                                      f"{r['bytes'] >> 20} MiB", g, sim_compare.table1_row(
                                           r["n"], r["k"], r["bytes"], r["goodput_Bps"], "ring")))
     s, sp = res["sched"], plan["sched"]
     for name, row in s.get("models", {}).items():
         for j in row["jobs"]:
             if "time_s" not in j or j["mode"] not in ("fifo", "priority", "adaptive"):
                 continue
-            sim_s = validate.sched_row(name, sp["n"], sp["k"], s["goodput_Bps"], j["mode"],
+            sim_s = sim_compare.sched_row(name, sp["n"], sp["k"], s["goodput_Bps"], j["mode"],
                                        j["partition"], j["credit"], sp["compute_ratio"])
-            rows.append(validate._row(f"{name} {j['mode']} {j['partition'] >> 10} KiB credit "
+            rows.append(sim_compare._row(f"{name} {j['mode']} {j['partition'] >> 10} KiB credit "
                                       f"{j['credit']}", j["time_s"], sim_s))
     res["rows"] = rows
     return res
 
 
 def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
-    from byteps.sim import validate
-
+    from . import sim_compare
     from .report import target
 
     md = ["## The what-if simulator against the emulated cluster", ""]
@@ -107,7 +106,7 @@ def bench_markdown(res: dict, img_dir: str | None = None, img_rel: str = "img"):
            "way) are simulated full when each of the architecture table's push_pulls starts "
            "(`Cluster.shaper_burst`: its jobs start every timed push_pull after a barrier, on "
            "idle links), and not for the scheduling workload (iterations back to back).",
-           "", validate.markdown(rows), ""]
+           "", sim_compare.markdown(rows), ""]
     worst = max(rows, key=lambda r: abs(r["ratio"] - 1), default=None)
     targets = []
     if worst:

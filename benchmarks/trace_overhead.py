@@ -74,7 +74,7 @@ def run_once(args, env_extra: dict, trace_dir: str) -> dict:
     env.update({"BYTEPS_TRACE_START_STEP": str(args.warmup),
                 "BYTEPS_TRACE_END_STEP": str(args.warmup + args.steps),
                 "BYTEPS_TRACE_DIR": trace_dir, "OMP_NUM_THREADS": "1"})
-    cmd = [sys.executable, "-m", "byteps.launcher", "--workers", str(args.workers), "--servers",
+    cmd = [sys.executable, "-m", "byteps.launch", "--workers", str(args.workers), "--servers",
            str(args.servers), "--", sys.executable, "-m", "benchmarks.trace_overhead",
            "--worker", "--small", str(args.small), "--large", str(args.large), "--steps",
            str(args.steps), "--warmup", str(args.warmup)]

@@ -2,13 +2,16 @@
 
 Use a framework adapter: ``import byteps.torch as bps``, or, for any array with ``__dlpack__``
 (NumPy, CuPy, JAX, torch), ``byteps.push_pull(array)`` after ``byteps.basics.init()``. This
-package holds what all adapters share: the basics (:mod:`byteps.basics`), the errors
-(:mod:`byteps.errors`), CUDA support loaded at run time (``byteps.cuda_available()``), the
-cost model that picks a synchronisation scheme per tensor size (``byteps.cost_model()``,
-docs/schemes.md) and the launcher (``bpslaunch``).
+package holds what all adapters share: the runtime API at the top (:mod:`byteps.basics`,
+:mod:`byteps.errors`, :mod:`byteps.knobs`, :mod:`byteps.naming`, :mod:`byteps.telemetry`,
+:mod:`byteps.dlpack`, :mod:`byteps.cuda`: CUDA support loaded at run time,
+``byteps.cuda_available()``; :mod:`byteps.p2p`, :mod:`byteps.doctor`), the synchronisation
+schemes, the cost model that picks one per tensor size (``byteps.cost_model()``,
+docs/schemes.md), compression and asynchronous training (:mod:`byteps.sync`), the launchers
+(:mod:`byteps.launch`: ``bpslaunch``, ``byteps.ray.RayExecutor``) and the what-if simulator
+(:mod:`byteps.sim`).
 """
 
-from . import cost_model  # noqa: F401  (callable: byteps.cost_model() is cost_model.get)
 from .errors import (  # noqa: F401
     BytePSError,
     BytePSTimeoutError,
@@ -22,8 +25,43 @@ from .errors import (  # noqa: F401
     PeerLostError,
     UsageError,
 )
+from .sync import cost_model as _cost_model
 
 __version__ = "0.3.0"
+
+
+def cost_model(refresh: bool = False) -> _cost_model.CostModel:
+    """The job's cost model (docs/schemes.md "The cost model"): :func:`byteps.sync.cost_model.get`.
+
+    Collective when it measures (the first call after ``init()``, or ``refresh=True``): call it
+    on every rank at the same point. This function also carries the cost model's API as
+    attributes: ``byteps.cost_model.get(refresh=False)``, ``.measure(env=None, ...)``,
+    ``.choose(nbytes)``, ``.CostModel``, ``.Interval``, ``.CANDIDATES``, ``.MAX_BYTES``,
+    ``.VARIABLES``, ``.feasible_schemes`` (:mod:`byteps.sync.cost_model`, where they are
+    defined).
+
+    Args:
+        refresh (bool): measure again even if this job's model exists. Default False.
+
+    Returns:
+        byteps.sync.cost_model.CostModel: the parameters and the choice per tensor size.
+
+    Raises:
+        as :func:`byteps.sync.cost_model.measure` (``NotInitializedError`` before ``init()``
+        when something must be measured, ``ConfigError`` for a malformed ``BYTEPS_COST_*``).
+    """
+    return _cost_model.get(refresh)
+
+
+cost_model.get = _cost_model.get
+cost_model.measure = _cost_model.measure
+cost_model.choose = _cost_model.choose
+cost_model.CostModel = _cost_model.CostModel
+cost_model.Interval = _cost_model.Interval
+cost_model.CANDIDATES = _cost_model.CANDIDATES
+cost_model.MAX_BYTES = _cost_model.MAX_BYTES
+cost_model.VARIABLES = _cost_model.VARIABLES
+cost_model.feasible_schemes = _cost_model.feasible_schemes
 
 
 # The DLPack front and CUDA support are imported at first use: importing byteps stays cheap

@@ -1,8 +1,13 @@
 """Framework-independent basics shared by every adapter (upstream ``BytePSBasics``).
 
-These wrap ``byteps._core``. Tensors reach the core as raw buffers: a data pointer, a byte
-count, a dtype name and a shape. Adapters (``byteps.torch`` …) turn framework tensors into that
-and keep the tensors alive until the operation's handle is waited on.
+These wrap ``byteps._core``, and are the one seam between the adapters (``byteps.torch`` …,
+:mod:`byteps.dlpack`) and the core: an adapter calls the public functions here, never
+``_core`` or an underscore helper (``tests/test_layout.py`` checks it). Tensors reach the core
+as raw buffers: a data pointer, a byte count, a dtype name and a shape, plus, for a device
+tensor, its device kind, device id and a ready event (:func:`push_pull_async`), or, for a
+framework engine (MXNet's), an operation record the engine runs (:func:`engine_op`). Adapters
+turn framework tensors into that and keep the tensors alive until the operation's handle is
+waited on.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import os
 import threading
 from typing import Mapping, Optional, Sequence
 
-from . import _core, schemes, torchrun_launch
+from . import _core
 from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
+from .launch import torchrun
+from .sync import schemes
 from .telemetry import get_pushpull_speed, get_telemetry  # noqa: F401  (re-exported)
 
 #: dtype names the summation service supports (docs/architecture.md §7: the SIMD kernels).
@@ -39,7 +46,7 @@ _noname_counter = itertools.count()
 _compression_of: dict = {}
 # name -> the synchronization scheme it was declared with (re-declared by resume()).
 _sync_of: dict = {}
-# BYTEPS_SYNC=auto: the cost model's choose(nbytes) (byteps.schemes.auto_chooser), from init().
+# BYTEPS_SYNC=auto: the cost model's choose(nbytes) (byteps.sync.schemes.auto_chooser), from init().
 _auto_choose = None
 
 
@@ -55,11 +62,11 @@ def init(lazy: bool = True) -> None:
             (raised before any thread or socket starts).
         byteps.errors.BytePSTimeoutError: the scheduler did not answer within ``BYTEPS_TIMEOUT``.
         byteps.errors.PeerLostError: a peer failed during rendezvous.
-        byteps.torchrun_env.TorchrunEnvError (a ``ConfigError``): a torchrun-style environment
+        byteps.launch.torchrun_env.TorchrunEnvError (a ``ConfigError``): a torchrun-style environment
             (``RANK``, ``WORLD_SIZE``... without ``DMLC_*``) that describes no byteps job.
 
     Without a ``DMLC_*`` job description, a torchrun-style environment is mapped onto one and
-    this node's scheduler/server are started (:mod:`byteps.torchrun_launch`).
+    this node's scheduler/server are started (:mod:`byteps.launch.torchrun`).
     """
     global _atexit_registered, _auto_choose
     with _lock:
@@ -68,13 +75,13 @@ def init(lazy: bool = True) -> None:
             knobs = _core.knob_values(dict(os.environ))
             _auto_choose = (schemes.auto_chooser() if schemes.sync_setting(knobs) == "auto"
                             else None)
-        if not _core.is_initialized() and torchrun_launch.is_torchrun_env(os.environ):
+        if not _core.is_initialized() and torchrun.is_torchrun_env(os.environ):
             knobs = _core.knob_values(dict(os.environ))
-            torchrun_launch.activate(timeout=float(knobs["BYTEPS_TIMEOUT"]))
+            torchrun.activate(timeout=float(knobs["BYTEPS_TIMEOUT"]))
         try:
             _core.init()
         except BaseException:
-            torchrun_launch.deactivate(wait_s=0)
+            torchrun.deactivate(wait_s=0)
             raise
         if not _atexit_registered:
             atexit.register(shutdown)
@@ -86,13 +93,13 @@ def shutdown() -> None:
 
     Safe to call twice or without ``init()``. Then stops the scheduler/server a torchrun-style
     ``init()`` started, once they have ended by themselves (every worker shut down) or after
-    ``byteps.torchrun_launch.STOP_WAIT`` seconds.
+    ``byteps.launch.torchrun.STOP_WAIT`` seconds.
     """
     with _lock:
         try:
             _core.shutdown()
         finally:
-            torchrun_launch.deactivate()
+            torchrun.deactivate()
 
 
 _suspended_names: list[str] = []
@@ -255,7 +262,7 @@ def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str
             randomk | dithering | fp16, ``compressor_k``, ``compressor_onebit_scaling``,
             ``seed``, ``dithering_partition``, ``dithering_normalize``, ``ef_type`` vanilla,
             ``momentum_type`` nesterov, ``momentum_mu``; values str, int, float or bool).
-            ``byteps.compression.compression_kwargs`` makes them from the adapters' user-facing
+            ``byteps.sync.compression.compression_kwargs`` makes them from the adapters' user-facing
             dict. Default ``None``: not compressed. It must be given before the name's first
             push_pull and is part of the tensor's declaration: every worker must declare the
             same one (else ``MismatchError`` on every rank at the first push_pull). It applies
@@ -323,7 +330,7 @@ def unique_name(prefix: str = "noname") -> str:
 
 def _auto_declare(name: str, nbytes: int) -> None:
     """``BYTEPS_SYNC=auto``: declare ``name`` with the cost model's scheme for ``nbytes`` before
-    its first push_pull (every front that starts a push_pull calls this; docs/schemes.md)."""
+    its first push_pull (:func:`push_pull_async` calls this; docs/schemes.md)."""
     if _auto_choose is not None and name not in _sync_of:
         declare(name, sync=schemes.auto_choice(_auto_choose, name, nbytes))
 
@@ -338,30 +345,46 @@ def push_pull_async(
     average: bool,
     priority: Optional[int] = None,
     version: int = 0,
+    *,
+    device: str = "cpu",
+    device_id: int = 0,
+    ready_event: int = 0,
 ) -> int:
     """Start summing ``nbytes`` at ``input_ptr`` across all worker processes into ``output_ptr``.
+
+    With ``BYTEPS_SYNC=auto``, a name's first push_pull declares it with the cost model's
+    scheme for ``nbytes`` first (docs/schemes.md).
 
     Args:
         name: tensor name; the same name on every rank. At most one operation per name may be
             in flight (a second raises ``InvalidArgumentError``).
-        input_ptr, output_ptr: addresses of C-contiguous host buffers of ``nbytes`` bytes; may be
-            equal (in place). They must stay valid until the handle is waited on.
+        input_ptr, output_ptr: addresses of C-contiguous buffers of ``nbytes`` bytes (host
+            memory, or ``device``'s); may be equal (in place). They must stay valid until the
+            handle is waited on.
         dtype: one of :data:`SUPPORTED_DTYPES`.
         shape: the tensor's shape (checked across ranks on first use).
         average: divide the sum by :func:`size` (floor division for integer dtypes).
         priority: larger runs first; ``None`` = by declaration order (earlier first).
         version: accepted for upstream compatibility; rounds are versioned internally.
+        device: where the buffers are: ``"cpu"`` (default: host memory), ``"cuda"`` (a CUDA
+            device: the core's device stages, docs/gpu.md; needs CUDA support,
+            ``byteps.cuda_status()``) or ``"fake"`` (the tests' fake device).
+        device_id: the device's index (default 0; ignored for ``"cpu"``), >= 0.
+        ready_event: address of an event (a ``cudaEvent_t``) recorded after the producer's
+            work on the buffer: the core's first copy waits for it (default 0: none, the
+            buffer is ready now).
 
     Returns:
         an integer handle for :func:`poll` / :func:`wait`.
 
     Raises:
-        byteps.errors.InvalidTypeError (a ``TypeError``): unsupported dtype, a name that is not
-            a str, an address, size, dimension, priority or version that is not an int.
-        byteps.errors.InvalidArgumentError (a ``ValueError``): an empty name, a negative size
-            or dimension, ``nbytes`` not matching ``shape`` and ``dtype``, a null buffer, or an
-            operation with this name already in flight; a name first used with another dtype
-            or shape.
+        byteps.errors.InvalidTypeError (a ``TypeError``): unsupported dtype or device, a name
+            that is not a str, an address, size, dimension, priority, version, device id or
+            event that is not an int.
+        byteps.errors.InvalidArgumentError (a ``ValueError``): an empty name, a negative size,
+            dimension or device id, ``nbytes`` not matching ``shape`` and ``dtype``, a null
+            buffer, or an operation with this name already in flight; a name first used with
+            another dtype or shape; ``"cuda"`` while CUDA support is off.
         byteps.errors.NotInitializedError: before ``init()``.
     """
     fn = "push_pull_async"
@@ -382,10 +405,80 @@ def push_pull_async(
     if priority is not None:
         priority = _as_int(priority, "priority", fn, -(1 << 63), 1 << 63)
     version = _as_int(version, "version", fn)
+    if not isinstance(device, str):
+        raise InvalidTypeError(f"{fn}: device must be a str, got {type(device).__name__}")
+    device_id = _as_int(device_id, "device_id", fn, 0, 1 << 31)
+    ready_event = _as_int(ready_event, "ready_event", fn, 0, 1 << 64)
     _require_init()
     _auto_declare(name, nbytes)
     return int(_core.push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, dims,
-                                     bool(average), priority, version))
+                                     bool(average), priority, version, device=device,
+                                     device_id=device_id, ready_event=ready_event))
+
+
+def copy_stream(device: str, device_id: int) -> int:
+    """The stream the core's first copy of ``device``'s tensors runs on (COPY_D2H): the
+    address of a ``cudaStream_t`` for ``"cuda"``. A producer that orders its pending work on
+    a tensor before this stream (DLPack's ``__dlpack__(stream=...)``) needs no device-wide
+    synchronize before :func:`push_pull_async`.
+
+    Args:
+        device: ``"cuda"`` (or ``"fake"``, the tests' fake device).
+        device_id: the device's index, >= 0.
+
+    Raises:
+        byteps.errors.InvalidTypeError: ``device`` is not a str, ``device_id`` not an int.
+        byteps.errors.InvalidArgumentError: ``device_id`` negative; ``"cuda"`` while CUDA
+            support is off (``byteps.cuda_status()`` says why).
+    """
+    if not isinstance(device, str):
+        raise InvalidTypeError(f"copy_stream: device must be a str, got {type(device).__name__}")
+    device_id = _as_int(device_id, "device_id", "copy_stream", 0, 1 << 31)
+    return int(_core.device.copy_stream(device, device_id))
+
+
+def engine_op(name: str, nbytes: int, dtype: str, shape: Sequence[int], average: bool,
+              priority: Optional[int] = None, *, ndarray: int = 0,
+              mxnet_api: Sequence[int] = ()) -> int:
+    """A push_pull for a framework's dependency engine (MXNet's, docs/mxnet.md;
+    ``core/cpp/pipeline/engine_bridge.h``): a new operation record that the engine runs
+    through :func:`engine_entry_points`' ``byteps_engine_push_pull`` (on its own thread, no
+    GIL), which enqueues the tensor and returns; the core calls the engine's completion
+    callback when the sum is in place. Declare ``name`` (:func:`declare`) first, in program
+    order.
+
+    Args:
+        name: the tensor's name, the same on every rank.
+        nbytes: the tensor's bytes; 0 for an empty tensor (then no ``ndarray``).
+        dtype: one of :data:`SUPPORTED_DTYPES`.
+        shape: the tensor's shape.
+        average: divide the sum by :func:`size`.
+        priority: larger runs first; ``None`` = by declaration order.
+        ndarray: an MXNet NDArray handle (a shallow copy) that the record then owns and frees;
+            its buffer is looked up when the engine runs the operation (MXNet allocates a new
+            array's storage lazily on the engine thread). 0 (default): none.
+        mxnet_api: with ``ndarray``, the addresses of libmxnet's ``MXNDArrayToDLPack``,
+            ``MXNDArrayCallDLPackDeleter``, ``MXNDArrayFree`` and ``MXGetLastError``.
+
+    Returns:
+        int: the address of the record, freed by the engine through
+        ``byteps_engine_op_delete``.
+
+    Raises:
+        byteps.errors.InvalidTypeError, InvalidArgumentError: as :func:`push_pull_async` for
+            the tensor's description; ``ndarray`` without the four ``mxnet_api`` addresses.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    return int(_core.engine_op(name, 0, 0, nbytes, dtype, list(shape), bool(average), priority,
+                               ndarray=ndarray, mxnet_api=list(mxnet_api)))
+
+
+def engine_entry_points() -> tuple:
+    """``(push_pull, op_delete)``: the addresses of the core's C entry points
+    ``byteps_engine_push_pull`` (MXNet's ``EngineAsyncFunc``) and ``byteps_engine_op_delete``
+    (its ``EngineFuncParamDeleter``), for :func:`engine_op`'s records. Needs no ``init()``."""
+    push_pull_fn, op_delete_fn = _core.engine_entry_points()
+    return int(push_pull_fn), int(op_delete_fn)
 
 
 def poll(handle: int) -> bool:

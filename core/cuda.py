@@ -16,7 +16,7 @@ import re
 import threading
 from typing import Dict, List, Optional
 
-from .cluster_env import is_true
+from .launch.contract import is_true
 
 _lock = threading.Lock()
 _cuda: Optional[Dict] = None

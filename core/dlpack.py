@@ -16,8 +16,7 @@ import itertools
 import threading
 from typing import Any, Dict, Optional
 
-from . import _core
-from .basics import _as_int, _auto_declare, _check_name, _require_init, wait
+from . import basics
 from .errors import InvalidArgumentError, InvalidTypeError
 
 # DLPack's ABI (dlpack.h, v0.8 and v1.0): the structs a capsule points to.
@@ -112,7 +111,7 @@ def view(obj, fn: str = "push_pull") -> ArrayView:
         _require_cuda(fn)
         # The producer orders its pending work on the array before this stream, the one
         # COPY_D2H copies on (DLPack's stream argument): no device-wide synchronize.
-        stream = int(_core.device.copy_stream("cuda", device_id))
+        stream = basics.copy_stream("cuda", device_id)
     try:
         capsule = _export(obj, stream)
     except BufferError as err:  # e.g. NumPy refuses a read-only array without DLPack 1.0
@@ -172,32 +171,30 @@ def push_pull_async(obj, average: bool = True, name: Optional[str] = None,
                                                                  src.device_id)):
         raise InvalidArgumentError(f"{fn}: out must have the array's shape, dtype and device "
                                    f"({src.shape} vs {dst.shape})")
-    name = _check_name(name, fn) if name is not None else f"dlpack.{next(_names)}"
-    if priority is not None:
-        priority = _as_int(priority, "priority", fn, -(1 << 63), 1 << 63)
+    if name is None:
+        name = f"dlpack.{next(_names)}"
     dtype = DTYPES[src.code_bits[:2]]
     on_cuda = src.device_type in (KDL_CUDA, KDL_CUDA_MANAGED)
-    _require_init()
     nbytes = src.count * src.code_bits[1] // 8
-    _auto_declare(name, nbytes)
-    handle = int(_core.push_pull_async(
+    # checks the name and priority, then BYTEPS_SYNC=auto's declaration (docs/schemes.md)
+    handle = basics.push_pull_async(
         name, src.address, dst.address, nbytes, dtype, src.shape, bool(average), priority, 0,
-        device="cuda" if on_cuda else "cpu", device_id=src.device_id if on_cuda else 0))
+        device="cuda" if on_cuda else "cpu", device_id=src.device_id if on_cuda else 0)
     with _handles_lock:
         _handles[handle] = (obj if out is None else out, src, dst)
     return handle
 
 
 def poll(handle: int) -> bool:
-    """True when the operation behind ``handle`` has finished."""
-    return bool(_core.poll(_as_int(handle, "handle", "poll", -(1 << 63), 1 << 63)))
+    """True when the operation behind ``handle`` has finished (:func:`byteps.basics.poll`)."""
+    return basics.poll(handle)
 
 
 def synchronize(handle: int, timeout: Optional[float] = None):
     """Wait for :func:`push_pull_async`'s operation; returns its result array (the input, or
     ``out``), written. Raises the operation's error (a :mod:`byteps.errors` class)."""
     try:
-        wait(handle, timeout)
+        basics.wait(handle, timeout)
     finally:
         with _handles_lock:
             entry = _handles.pop(handle, None)

@@ -3,7 +3,7 @@ pyproject's ``[tool.pytest.ini_options] pythonpath`` puts tests/ on ``sys.path``
 
 Processes are started, read and stopped by :mod:`benchmarks.runner` (shared with the benchmark
 lab; re-exported here: :class:`Proc`, :class:`Group`, :data:`free_port`, the one free-port
-helper). On top of it: launch a byteps job with ``python -m byteps.launcher OPTIONS --
+helper). On top of it: launch a byteps job with ``python -m byteps.launch OPTIONS --
 COMMAND`` (default command: ``tests/workers/bps_worker.py MODE``) in a clean environment (no
 inherited ``DMLC_*`` / ``BYTEPS_*``), wait for it with a timeout that kills the launcher's whole
 process group and fails the test, read its output per rank (the launcher prefixes
@@ -36,7 +36,7 @@ PY = sys.executable
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 WORKER = str(TESTS / "workers" / "bps_worker.py")
-LAUNCH = [PY, "-m", "byteps.launcher"]
+LAUNCH = [PY, "-m", "byteps.launch"]
 #: extra environment of a job that imports a framework (one thread each: 2-core test hosts)
 FRAMEWORK_ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 #: characters of job output shown in a failure message (the tail)
@@ -85,7 +85,7 @@ def launch_args(config, env=(), grace=None):
 
 
 def job_command(config, command, env=(), grace=None):
-    """argv of ``python -m byteps.launcher OPTIONS -- COMMAND``."""
+    """argv of ``python -m byteps.launch OPTIONS -- COMMAND``."""
     return LAUNCH + launch_args(config, env, grace) + ["--", *map(str, command)]
 
 
@@ -102,7 +102,7 @@ def run_command(cmd, *, env=None, timeout=240, cwd=REPO):
 
 
 def launch_job(config, command, *, env=(), grace=None, timeout=240, job_env=None, cwd=REPO):
-    """Run ``COMMAND`` (argv) on every worker of a job: ``python -m byteps.launcher``
+    """Run ``COMMAND`` (argv) on every worker of a job: ``python -m byteps.launch``
     ``config`` (launcher options, e.g. :func:`launch_config`), ``--env`` per item of ``env``,
     ``--grace``; ``job_env``: the launcher's whole environment (default
     :func:`clean_job_env`). Returns a :class:`JobResult`; fails the test after ``timeout`` s."""

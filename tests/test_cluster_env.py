@@ -1,10 +1,16 @@
-"""byteps.cluster_env: the DMLC_*/BYTEPS_* contract every launcher builds its processes from."""
+"""byteps.launch.contract: the DMLC_*/BYTEPS_* contract every launcher builds its processes from."""
 
 from __future__ import annotations
 
 import pytest
 
-from byteps.cluster_env import CONTRACT_VARS, ClusterSpec, ClusterSpecError, JobIdentity, role_env
+from byteps.launch.contract import (
+    CONTRACT_VARS,
+    ClusterSpec,
+    ClusterSpecError,
+    JobIdentity,
+    role_env,
+)
 
 IDENT = JobIdentity("abc123", "s" * 64)
 

@@ -1,4 +1,4 @@
-"""byteps.compression: the translation of the users' ``compression_params`` dict (upstream's
+"""byteps.sync.compression: the translation of the users' ``compression_params`` dict (upstream's
 MXNet DistributedTrainer keys) into the core's compressor kwargs, every key and every error;
 the Nesterov momentum adapters apply to gradients the core does not compress; which tensors
 the core compresses."""
@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("byteps._core", reason="the byteps core is not built")
 
-from byteps.compression import (
+from byteps.errors import BytePSError, InvalidArgumentError, InvalidTypeError
+from byteps.sync.compression import (
     NesterovMomentum,
     compression_kwargs,
     core_compresses,
@@ -18,7 +19,6 @@ from byteps.compression import (
     nesterov_mu,
     wants_fp16,
 )
-from byteps.errors import BytePSError, InvalidArgumentError, InvalidTypeError
 
 GOOD = [
     (None, {}),

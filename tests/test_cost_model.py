@@ -1,4 +1,4 @@
-"""The α-β-γ cost model (byteps.cost_model, byteps.cost_formulas; docs/schemes.md "The cost
+"""The α-β-γ cost model (byteps.cost_model, byteps.sync.cost_formulas; docs/schemes.md "The cost
 model"): the formulas against hand-computed values, the simulator and the core's
 ``OptimalCommTime``; the choice per size (boundaries, ties, consistency with the costs); the
 variables and their errors; the measurement on a real 2-worker loopback job."""
@@ -13,9 +13,10 @@ import pytest
 from jobs import TESTS, assert_ok, run_job, worker_lines
 
 import byteps
-from byteps import _core, cost_formulas, cost_model, sim
+from byteps import _core, sim
 from byteps.errors import ConfigError, InvalidArgumentError, InvalidTypeError, NotInitializedError
 from byteps.sim import collectives
+from byteps.sync import cost_formulas, cost_model
 
 WORKER = str(TESTS / "workers" / "cost_model_worker.py")
 VARS = ("BYTEPS_COST_ALPHA", "BYTEPS_COST_BETA", "BYTEPS_COST_GAMMA")
@@ -81,7 +82,7 @@ def test_simulator_uses_the_same_formulas():
     tree, hips summing at 1 / (threads · rate), the fill on the bucket's first partition, HiPS
     with byteps's servers on the cluster), and the message-level PS simulation of one large
     tensor lands on the ps formula."""
-    from byteps.sim.ps_sim import tensor_partition_bound
+    from byteps._core import tensor_partition_bound
 
     for n in (2, 3, 4, 8, 16, 33):
         for name, w, g in (("ring", 1, 0), ("tree", 1, 0), ("tree", 4, 0), ("hips", 1, 0),

@@ -1,6 +1,6 @@
 """Multi-process tests of the framework-free core (``byteps.basics``) under ``bpslaunch``.
 
-Every test launches a whole job on this host with ``python -m byteps.launcher`` and runs
+Every test launches a whole job on this host with ``python -m byteps.launch`` and runs
 ``tests/workers/bps_worker.py MODE`` as the worker command. One launch checks many cases: the
 workers compute their inputs and the expected sums themselves (integer-valued data, so float
 sums are exact), print ``FAIL ...`` and exit 1 on a wrong result, and end with

@@ -90,7 +90,7 @@ def test_cli_json_and_exit_status():
 
 
 def test_bpslaunch_doctor_uses_the_job_environment():
-    out = _run(["-m", "byteps.launcher", "--doctor", "--env", "DMLC_NODE_HOST=10.1.2.3"])
+    out = _run(["-m", "byteps.launch", "--doctor", "--env", "DMLC_NODE_HOST=10.1.2.3"])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "this node would advertise: 10.1.2.3 (DMLC_NODE_HOST)" in out.stdout
     assert "summation kernels: " + _core.reduce.active_isa() in out.stdout

@@ -280,7 +280,7 @@ def test_scheduler_warns_once():
 def test_launcher_warns_and_children_too(tmp_path):
     cmd = [sys.executable, "-c", "import byteps.basics as b; b.init(); b.shutdown()"]
     env = clean_env(BYTEPS_PARTITION_BYTE="65536")
-    r = subprocess.run([sys.executable, "-m", "byteps.launcher", "--workers", "1",
+    r = subprocess.run([sys.executable, "-m", "byteps.launch", "--workers", "1",
                         "--local-size", "2", *cmd],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -68,15 +68,17 @@ def test_status_classes():
 # static: no bare builtin exception raised by the public API
 # =============================================================================================
 
-#: Command-line tools: their usage errors are their own (``LaunchError``, argparse), not the API's.
-_CLI_MODULES = {"launcher.py", "launcher_output.py", "knobs.py"}
+#: Command-line tools: their usage errors are their own (``LaunchError``, argparse), not the API's
+#: (paths under core/).
+_CLI_MODULES = {"launch/cli.py", "launch/supervise.py", "knobs.py"}
 
 _BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items()
                        if isinstance(obj, type) and issubclass(obj, BaseException)}
 
 
 def _api_sources():
-    files = [p for p in sorted((ROOT / "core").glob("*.py")) if p.name not in _CLI_MODULES]
+    files = [p for p in sorted((ROOT / "core").rglob("*.py")) if "cpp" not in p.parts
+             and str(p.relative_to(ROOT / "core")) not in _CLI_MODULES]
     for sub in ("adapters", "server"):
         files += sorted((ROOT / sub).rglob("*.py"))
     return files

@@ -39,7 +39,7 @@ import pytest
 from k8s_pods import Pod, pods_of
 
 from benchmarks import netns
-from byteps import launcher
+from byteps.launch import cli
 
 pytestmark = [
     pytest.mark.engines,
@@ -59,7 +59,7 @@ BINDIR = os.path.dirname(sys.executable)
 def generate(tmp_path: Path, options: list[str], command: list[str]) -> list[dict]:
     """``bpslaunch --k8s-manifest OPTIONS -o FILE COMMAND``, parsed."""
     out = tmp_path / "job.yaml"
-    rc = launcher.main(["--k8s-manifest", *options, "-o", str(out), *command], env={})
+    rc = cli.main(["--k8s-manifest", *options, "-o", str(out), *command], env={})
     assert rc == 0
     return list(yaml.safe_load_all(out.read_text()))
 
@@ -96,7 +96,7 @@ def test_the_schema_validation_is_real(tmp_path):
 def run_main(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        rc = launcher.main(argv, env={})
+        rc = cli.main(argv, env={})
     return rc, out.getvalue(), err.getvalue()
 
 

@@ -2,7 +2,7 @@
 
 The structure (names, labels, indexes, lifetime), the secret (in the Secret only, never in a
 command), and the contract: for every pod, the environment a kubelet would give it
-(tests/k8s_pods.py) is exactly :func:`byteps.cluster_env.role_env`'s for that pod, also after
+(tests/k8s_pods.py) is exactly :func:`byteps.launch.contract.role_env`'s for that pod, also after
 the worker pod's ``bpslaunch`` has split it into local ranks. Bad input exits 2. The schema
 validation and the end-to-end run are in tests/test_launch_k8s.py (``engines``).
 """
@@ -18,10 +18,11 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from k8s_pods import K8sEmulationError, expand, pods_of
 
-from byteps import launch_k8s, launcher
-from byteps.cluster_env import CONTRACT_VARS, ClusterSpec, JobIdentity, role_env
-from byteps.launch_k8s import build_manifests
-from byteps.launcher import LaunchError, build_upstream_plan, validate_upstream_env
+from byteps.launch import cli, k8s
+from byteps.launch.common import LaunchError
+from byteps.launch.contract import CONTRACT_VARS, ClusterSpec, JobIdentity, role_env
+from byteps.launch.k8s import build_manifests
+from byteps.launch.upstream import build_upstream_plan, validate_upstream_env
 
 IDENTITY = JobIdentity("0123456789ab", "f" * 8 + "e" * 56)
 COMMAND = ["python", "train.py", "--epochs", "3"]
@@ -56,7 +57,7 @@ def test_objects_names_labels_and_lifetime(n, k, local):
     assert secret["immutable"] is True and secret["type"] == "Opaque"
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["ports"][0]["port"] == launch_k8s.DEFAULT_PORT
+    assert service["spec"]["ports"][0]["port"] == k8s.DEFAULT_PORT
     pods = {j["metadata"]["labels"]["app.kubernetes.io/component"]: j for j in jobs}
     assert list(pods) == ["scheduler", "server", "worker"]
     for role, j in pods.items():
@@ -91,7 +92,7 @@ def test_every_pod_gets_the_role_env_contract(n, k, local):
     assert [(p.role, p.index) for p in pods] == (
         [("scheduler", None)] + [("server", j) for j in range(k)] +
         [("worker", i) for i in range(n)])
-    spec = ClusterSpec(n, k, local, "mnist-scheduler", launch_k8s.DEFAULT_PORT, IDENTITY)
+    spec = ClusterSpec(n, k, local, "mnist-scheduler", k8s.DEFAULT_PORT, IDENTITY)
     extra = {"BYTEPS_TIMEOUT": "60"}
     for pod in pods:
         (main,) = pod.main
@@ -121,7 +122,7 @@ def test_every_pod_gets_the_role_env_contract(n, k, local):
             assert init.env["DMLC_PS_ROOT_URI"] == "mnist-scheduler"
             assert init.env["BYTEPS_TIMEOUT"] == "60"
             assert init.argv[:2] == ["python", "-c"]
-            assert init.argv[2] == launch_k8s.WAIT_FOR_SCHEDULER
+            assert init.argv[2] == k8s.WAIT_FOR_SCHEDULER
 
 
 def test_the_secret_is_only_in_the_secret_object():
@@ -138,7 +139,7 @@ def test_the_secret_is_only_in_the_secret_object():
             for e in c["env"]:
                 if e["name"] == "BYTEPS_SECRET":
                     assert e == {"name": "BYTEPS_SECRET", "valueFrom": {"secretKeyRef": {
-                        "name": "mnist-secret", "key": launch_k8s.SECRET_KEY}}}
+                        "name": "mnist-secret", "key": k8s.SECRET_KEY}}}
     # a fresh secret per manifest
     a, b = (build_manifests(**IMAGE, command=COMMAND)[0]["data"] for _ in range(2))
     assert a != b
@@ -193,7 +194,7 @@ def test_the_emulation_refuses_what_it_does_not_know():
 def run_main(argv):
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        rc = launcher.main(argv, env={})
+        rc = cli.main(argv, env={})
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -235,6 +236,6 @@ def test_bad_input_exits_2_with_a_message(argv, message):
 def test_without_pyyaml_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml -> ImportError
     with pytest.raises(LaunchError, match="needs PyYAML"):
-        launch_k8s.render_yaml(manifests())
+        k8s.render_yaml(manifests())
     rc, out, err = run_main(GOOD + ["python", "t.py"])
     assert rc == 2 and "needs PyYAML" in err and out == ""

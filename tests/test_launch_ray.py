@@ -221,7 +221,7 @@ def _wait_idle(timeout: float = 30.0) -> None:
 
 
 def test_import_is_the_real_ray():
-    import byteps.ray as bray
+    import byteps.launch.ray.executor as bray
 
     assert bray.ray is sys.modules["ray"] and bray.ray.__version__ == ray.__version__
     assert callable(bray.ray.remote) and hasattr(bray.ray.util, "placement_group")

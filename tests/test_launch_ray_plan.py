@@ -1,4 +1,4 @@
-"""byteps.ray's placement plan (``byteps.ray_placement``): pure functions, no Ray needed.
+"""byteps.ray's placement plan (``byteps.launch.ray.placement``): pure functions, no Ray needed.
 
 Worker machines from the nodes the worker actors landed on, the servers' nodes, the bundles
 requested (GPU included: there is no GPU here, so only the request is tested), the argument
@@ -14,7 +14,7 @@ import types
 import pytest
 
 from byteps.errors import InvalidArgumentError
-from byteps.ray_placement import (
+from byteps.launch.ray.placement import (
     MachinePlan,
     check_options,
     is_distributed,

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 PROBE = str(REPO / "tests" / "workers" / "slurm_probe.py")
 DIGITS = str(REPO / "examples" / "torch" / "train_digits.py")
 PY = sys.executable
-LAUNCH = f"{PY} -m byteps.launcher"
+LAUNCH = f"{PY} -m byteps.launch"
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def test_ctrl_c_under_salloc_stops_every_step(slurm):
 
 
 def _child_launcher(salloc_pid: int) -> int | None:
-    """The pid of the ``byteps.launcher`` process salloc started (its child)."""
+    """The pid of the ``byteps.launch`` process salloc started (its child)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -177,6 +177,6 @@ def _child_launcher(salloc_pid: int) -> int | None:
                 ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == salloc_pid and "byteps.launcher" in _cmdline(int(entry)):
+        if ppid == salloc_pid and "byteps.launch" in _cmdline(int(entry)):
             return int(entry)
     return None

@@ -1,5 +1,5 @@
 """``bpslaunch --slurm`` without Slurm: parsing the allocation, the srun steps it plans, the
-failure report, ``byteps.slurm_task``'s mapping and the launcher's mode selection.
+failure report, ``byteps.launch.slurm_task``'s mapping and the launcher's mode selection.
 
 Slurm's client commands are replaced by a fake runner (the real ones are exercised by
 tests/test_launch_slurm.py against a real cluster).
@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
-from byteps import launch_slurm as ls
-from byteps import slurm_task
-from byteps.cluster_env import JobIdentity
-from byteps.launcher import LaunchError, main
+from byteps.launch import slurm as ls
+from byteps.launch import slurm_task
+from byteps.launch.cli import main
+from byteps.launch.common import LaunchError
+from byteps.launch.contract import JobIdentity
 
 IDENTITY = JobIdentity("0123456789ab", "s3cr3t" * 10)
 
@@ -150,7 +151,7 @@ def test_plan_steps_and_environments():
     assert sched.argv[-1:] == ["server-bin"] and server.argv[-1:] == ["server-bin"]
     assert "--overcommit" in server.argv and "--overcommit" not in worker.argv
     i = worker.argv.index("/venv/bin/python")
-    assert worker.argv[i:] == ["/venv/bin/python", "-m", "byteps.slurm_task", "--", "python",
+    assert worker.argv[i:] == ["/venv/bin/python", "-m", "byteps.launch.slurm_task", "--", "python",
                                "train.py", "--epochs", "3"]
     assert worker.env["BYTEPS_LOCAL_SIZE"] == "2"
 
@@ -240,17 +241,17 @@ def test_slurm_task_execs_the_command_with_the_task_environment():
     code = ("import os; print(os.environ['DMLC_WORKER_ID'], os.environ['BYTEPS_LOCAL_RANK'], "
             "os.environ['KEEP'])")
     env = {**os.environ, **_task()}
-    res = subprocess.run([sys.executable, "-m", "byteps.slurm_task", "--", sys.executable, "-c",
+    res = subprocess.run([sys.executable, "-m", "byteps.launch.slurm_task", "--", sys.executable, "-c",
                           code], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["2", "1", "me"]
-    res = subprocess.run([sys.executable, "-m", "byteps.slurm_task", "/nonexistent/cmd"],
+    res = subprocess.run([sys.executable, "-m", "byteps.launch.slurm_task", "/nonexistent/cmd"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 127 and "cannot run '/nonexistent/cmd'" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "byteps.slurm_task", "true"],
+    res = subprocess.run([sys.executable, "-m", "byteps.launch.slurm_task", "true"],
                          env={**os.environ, **_task(SLURM_NODEID=None)}, capture_output=True,
                          text=True, timeout=60)
-    assert res.returncode == 2 and "byteps.slurm_task: SLURM_NODEID is not set" in res.stderr
+    assert res.returncode == 2 and "byteps.launch.slurm_task: SLURM_NODEID is not set" in res.stderr
 
 
 # ------------------------------------------------------------------------- mode selection --

@@ -178,7 +178,7 @@ class SshHosts:
     def launch(self, args, extra_env=None) -> subprocess.Popen:
         """Start bpslaunch in w0's namespace (output: one text stream)."""
         env = {**os.environ, **(extra_env or {})}
-        argv = [PY, "-m", "byteps.launcher", *self.ssh_args, *args]
+        argv = [PY, "-m", "byteps.launch", *self.ssh_args, *args]
         return self.cluster.spawn("w0", argv, env, cwd=str(ROOT), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
 
@@ -300,7 +300,7 @@ def assert_secret_off_command_lines(hosts: SshHosts) -> None:
     assert secret and len(secret) >= 32
     pids = [pid for h in hosts.hosts.values() for pid in netns_pids(h.netns)]
     lines = [proc_text(pid, "cmdline") for pid in pids]
-    assert any("byteps.ssh_remote" in line for line in lines)  # the runners are there
+    assert any("byteps.launch.ssh_remote" in line for line in lines)  # the runners are there
     assert any(line.startswith("ssh ") for line in lines)  # the clients too
     leaked = [line for line in lines if secret in line]
     assert not leaked, leaked

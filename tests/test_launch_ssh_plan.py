@@ -1,5 +1,5 @@
 """``bpslaunch --hosts`` without ssh: parsing, planning, bad input, and the remote runner
-(``python -m byteps.ssh_remote``) run locally through the same stdin protocol. The runs against
+(``python -m byteps.launch.ssh_remote``) run locally through the same stdin protocol. The runs against
 real sshd daemons are in ``tests/test_launch_ssh.py`` (engines session)."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from byteps import launcher
-from byteps.cluster_env import JobIdentity
-from byteps.launch_ssh import (
+from byteps.launch import cli
+from byteps.launch.common import ChildSpec, LaunchError
+from byteps.launch.contract import JobIdentity
+from byteps.launch.ssh import (
     DEFAULT_PORT_RANGE,
     HostSlots,
     SshOptions,
@@ -28,11 +29,10 @@ from byteps.launch_ssh import (
     request_line,
     ssh_argv,
 )
-from byteps.launcher import ChildSpec, LaunchError
-from byteps.launcher_output import run_job
+from byteps.launch.supervise import run_job
 
 PY = sys.executable
-RUNNER = [PY, "-m", "byteps.ssh_remote"]
+RUNNER = [PY, "-m", "byteps.launch.ssh_remote"]
 
 
 def requests(specs):
@@ -94,9 +94,9 @@ def test_ssh_argv_is_fixed_and_quoted():
     i = argv.index("--")
     assert argv[i - 6:i] == ["-F", "/c/cfg", "-p", "2222", "-i", "/k/id"]
     assert argv[i + 1:] == ["alice@h1", "env 'PYTHONPATH=/a b:/c' '/opt/py 3/python' "
-                                        "-m byteps.ssh_remote"]
+                                        "-m byteps.launch.ssh_remote"]
     plain = ssh_argv("h1", SshOptions(python="/usr/bin/python3"))
-    assert plain[-2:] == ["h1", "/usr/bin/python3 -m byteps.ssh_remote"]
+    assert plain[-2:] == ["h1", "/usr/bin/python3 -m byteps.launch.ssh_remote"]
     assert "-p" not in plain and "-i" not in plain and "-F" not in plain
 
 
@@ -178,7 +178,7 @@ def test_plan_errors(hosts, servers, kw, word):
     (["--hosts", "a"], "no COMMAND"),
 ])
 def test_usage_errors_exit_2(args, word, capsys):
-    assert launcher.main(args, env={}) == 2
+    assert cli.main(args, env={}) == 2
     err = capsys.readouterr().err
     assert err.startswith("bpslaunch: ") and word in err, err
     assert "Traceback" not in err
@@ -187,7 +187,7 @@ def test_usage_errors_exit_2(args, word, capsys):
 def test_hostfile_through_main(tmp_path, capsys):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("a slots=2\nb slots=3\n")
-    assert launcher.main(["--hostfile", str(hostfile), "cmd"], env={}) == 2
+    assert cli.main(["--hostfile", str(hostfile), "cmd"], env={}) == 2
     assert "got a:2, b:3" in capsys.readouterr().err
 
 
@@ -236,7 +236,7 @@ def test_runner_reports_signal_death_as_128_plus_n():
     proc = run_runner(request_line([PY, "-c", code], {}, None, "h worker 1"), close=False)
     assert proc.wait(10) == 137
     err = proc.stderr.read().decode()
-    assert "byteps.ssh_remote (h worker 1): pid " in err and "killed by SIGKILL" in err, err
+    assert "byteps.launch.ssh_remote (h worker 1): pid " in err and "killed by SIGKILL" in err, err
 
 
 def test_runner_stops_child_when_lifeline_ends():
@@ -291,7 +291,7 @@ def test_run_job_stops_lifeline_children_and_names_remote_signal_death():
     assert rc == 137, err.getvalue()
     assert "bpslaunch: hostB worker 0 (ssh pid " in err.getvalue()
     assert "exited with code 137 (killed by SIGKILL); stopping the job" in err.getvalue()
-    assert "[hostB worker 0] byteps.ssh_remote (hostB worker 0): pid " in err.getvalue()
+    assert "[hostB worker 0] byteps.launch.ssh_remote (hostB worker 0): pid " in err.getvalue()
     pid = int(out.getvalue().split("PID ")[1].split()[0])
     assert out.getvalue().startswith("[hostA server 0] PID ")
     assert not alive(pid)

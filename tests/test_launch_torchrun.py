@@ -3,7 +3,7 @@
 (network namespaces w0 = 10.77.0.11 and w1, ``benchmarks.netns``), the script doing only
 ``import byteps.torch as bps; bps.init()``: byteps maps torchrun's variables onto its job, local
 rank 0 of each node starts that node's server and global rank 0 the scheduler
-(``byteps.torchrun_launch``), and the job secret travels through torchrun's store.
+(``byteps.launch.torchrun``), and the job secret travels through torchrun's store.
 
 * known tensors summed across the 4 ranks, ranks checked against torchrun's, both torchruns exit
   0, and no process is left in either namespace (``ip netns pids``), the scheduler and servers

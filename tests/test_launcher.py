@@ -1,4 +1,4 @@
-"""Tests of ``bpslaunch`` (byteps.launcher) with real child processes.
+"""Tests of ``bpslaunch`` (byteps.launch) with real child processes.
 
 No byteps core is needed: single-machine jobs start no scheduler/server, and distributed jobs
 replace ``python -m byteps.server`` by a stand-in through ``main(..., server_argv=...)``.
@@ -18,15 +18,17 @@ import time
 
 import pytest
 
-from byteps import launcher
-from byteps.launcher import LaunchError, build_local_plan, cleanup_shm, validate_upstream_env
-from byteps.launcher_output import PrefixWriter, split_pieces
+from byteps.launch import cli, upstream
+from byteps.launch.common import LaunchError, cleanup_shm
+from byteps.launch.local import build_local_plan
+from byteps.launch.supervise import PrefixWriter, split_pieces
+from byteps.launch.upstream import validate_upstream_env
 
 PY = sys.executable
 
 # Runs bpslaunch in a fresh interpreter: argv[1] is the JSON server_argv (or null).
 _LAUNCH = (
-    "import json, sys; from byteps.launcher import main; "
+    "import json, sys; from byteps.launch.cli import main; "
     "sys.exit(main(sys.argv[2:], server_argv=json.loads(sys.argv[1])))"
 )
 
@@ -133,19 +135,19 @@ def test_local_plan_errors(kwargs, word):
 
 
 def test_usage_errors_exit_2(capsys):
-    assert launcher.main(["--workers", "2", "--servers", "0", "true"], env={}) == 2
-    assert launcher.main(["--workers", "1", "--env", "DMLC_ROLE=x", "true"], env={}) == 2
-    assert launcher.main(["--workers", "1", "--env", "NOEQUALS", "true"], env={}) == 2
-    assert launcher.main(["--workers", "1"], env={}) == 2
-    assert launcher.main(["--workers", "1", "--grace", "-1", "true"], env={}) == 2
-    assert launcher.main(["--workers", "1", "--grace", "nan", "true"], env={}) == 2
-    assert launcher.main(["--bogus"], env={}) == 2
-    assert launcher.main(["--local-size", "2", "true"], env={}) == 2  # upstream mode
+    assert cli.main(["--workers", "2", "--servers", "0", "true"], env={}) == 2
+    assert cli.main(["--workers", "1", "--env", "DMLC_ROLE=x", "true"], env={}) == 2
+    assert cli.main(["--workers", "1", "--env", "NOEQUALS", "true"], env={}) == 2
+    assert cli.main(["--workers", "1"], env={}) == 2
+    assert cli.main(["--workers", "1", "--grace", "-1", "true"], env={}) == 2
+    assert cli.main(["--workers", "1", "--grace", "nan", "true"], env={}) == 2
+    assert cli.main(["--bogus"], env={}) == 2
+    assert cli.main(["--local-size", "2", "true"], env={}) == 2  # upstream mode
     err = capsys.readouterr().err
     for word in ("--servers 0", "DMLC_ROLE is set by bpslaunch", "NOEQUALS", "no COMMAND",
                  "--grace", "--local-size need --workers"):
         assert word in err
-    assert launcher.main(["--help"]) == 0
+    assert cli.main(["--help"]) == 0
 
 
 @pytest.mark.parametrize("env, word", [
@@ -171,7 +173,7 @@ def test_usage_errors_exit_2(capsys):
 ])
 def test_upstream_validation(env, word, capsys):
     assert any(word in e for e in validate_upstream_env(env))
-    assert launcher.main(["true"], env=env) == 2
+    assert cli.main(["true"], env=env) == 2
     err = capsys.readouterr().err
     assert err.startswith("bpslaunch: ") and word in err
 
@@ -412,11 +414,11 @@ def test_upstream_worker_and_server_roles():
         assert proc.returncode == 5 and proc.stdout == f"[{role}] {role}\n", proc.stderr
         assert "BYTEPS_FORCE_DISTRIBUTED=1" in proc.stderr
     # ... and then needs the cluster description like any server or scheduler
-    assert launcher.main([], env=dict(base, DMLC_ROLE="scheduler", DMLC_NUM_WORKER="1")) == 2
+    assert cli.main([], env=dict(base, DMLC_ROLE="scheduler", DMLC_NUM_WORKER="1")) == 2
 
 
 def test_upstream_single_machine_worker_needs_no_cluster():
     env = {"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "1", "DMLC_WORKER_ID": "0"}
     assert validate_upstream_env(env) == []
-    specs = launcher.build_upstream_plan(env, ["train"])
+    specs = upstream.build_upstream_plan(env, ["train"])
     assert [s.label for s in specs] == ["worker 0"]

@@ -232,7 +232,7 @@ def _run_roles(extra_env, timeout=120):
 
     from jobs import Group, free_port
 
-    from byteps.cluster_env import ClusterSpec, JobIdentity, role_env
+    from byteps.launch.contract import ClusterSpec, JobIdentity, role_env
 
     spec = ClusterSpec(2, 1, 1, "127.0.0.2", free_port(), JobIdentity.fresh())
     base = {**os.environ, "BYTEPS_PARTITION_BYTES": "65536", **extra_env}

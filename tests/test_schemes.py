@@ -155,8 +155,8 @@ def test_config_errors_at_init():
 def test_auto_needs_the_cost_model():
     """BYTEPS_SYNC=auto asks byteps.cost_model.choose(nbytes) per tensor; a missing cost model
     or an answer that is not a scheme is a ConfigError, never a guess."""
-    from byteps import schemes
     from byteps.errors import ConfigError, InvalidArgumentError
+    from byteps.sync import schemes
     with pytest.raises(ConfigError, match="cost model"):
         schemes.auto_chooser("byteps.no_such_cost_model")
     assert schemes.auto_choice(lambda nbytes: "ring" if nbytes > 10 else "ps", "x", 11) == "ring"

@@ -1,13 +1,16 @@
-"""byteps.sim: the what-if simulator against the emulated cluster's recorded times, the model
-table's convention, the profiles and the CLI."""
+"""byteps.sim: the what-if simulator against the emulated cluster's recorded times (the lab's
+benchmarks.sim_recorded and benchmarks.sim_compare), the model table's convention, the profiles
+and the CLI."""
 
 import json
 
 import pytest
 
+from benchmarks import sim_compare as validate
+from benchmarks import sim_recorded as recorded
 from byteps import sim
 from byteps.errors import InvalidArgumentError
-from byteps.sim import models, profiles, recorded, report, validate
+from byteps.sim import models, profiles, report
 
 
 @pytest.fixture(scope="module")

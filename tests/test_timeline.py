@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from jobs import PY, TESTS, assert_ok, clean_job_env, launch_config, run_job, tail, worker_lines
 
-from byteps.launcher import build_local_plan
+from byteps.launch.local import build_local_plan
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="needs Linux /proc and /dev/shm"

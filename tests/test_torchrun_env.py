@@ -1,14 +1,14 @@
-"""byteps.torchrun_env: torchrun's variables mapped onto a byteps placement (pure functions over
-an environment dict, no torch and no core needed), and the plan byteps.torchrun_launch derives
+"""byteps.launch.torchrun_env: torchrun's variables mapped onto a byteps placement (pure functions over
+an environment dict, no torch and no core needed), and the plan byteps.launch.torchrun derives
 from it (the worker's variables and which children a process starts)."""
 
 from __future__ import annotations
 
 import pytest
 
-from byteps.cluster_env import JobIdentity
 from byteps.errors import ConfigError
-from byteps.torchrun_env import (
+from byteps.launch.contract import JobIdentity
+from byteps.launch.torchrun_env import (
     TorchrunEnvError,
     derive_job_id,
     is_torchrun_env,
@@ -143,7 +143,7 @@ def test_job_id_agrees_on_a_node_and_differs_between_jobs():
 
 
 def test_plan_worker_variables_and_children():
-    from byteps.torchrun_launch import plan  # no torch, no core needed
+    from byteps.launch.torchrun import plan  # no torch, no core needed
 
     ident = JobIdentity("jid", "sec")
     base = {"PATH": "/bin", "DMLC_INTERFACE": "eth1", "RANK": "0"}
@@ -165,7 +165,7 @@ def test_plan_worker_variables_and_children():
 
 
 def test_secret_sources():
-    from byteps.torchrun_launch import resolve_secret
+    from byteps.launch.torchrun import resolve_secret
 
     dist = placement_from_env(trun(RANK=1))
     assert resolve_secret(dist, trun(BYTEPS_SECRET="abc"), 1) == "abc"

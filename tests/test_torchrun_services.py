@@ -1,4 +1,4 @@
-"""byteps.torchrun_launch without torch, the core or root: the children a torchrun-style
+"""byteps.launch.torchrun without torch, the core or root: the children a torchrun-style
 ``init()`` starts (stand-in commands on 127.0.0.1 instead of ``python -m byteps.server``), their
 failure reports, and activate()/deactivate() on an environment dict."""
 
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from byteps import torchrun_launch as tl
 from byteps.errors import PeerLostError
-from byteps.torchrun_env import TorchrunEnvError
+from byteps.launch import torchrun as tl
+from byteps.launch.torchrun_env import TorchrunEnvError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="PR_SET_PDEATHSIG and /proc are Linux's")

@@ -62,7 +62,7 @@ def cases():
 
 n = 0
 for cycle in range(CYCLES):
-    services = [subprocess.Popen([sys.executable, "-m", "byteps.launcher"],
+    services = [subprocess.Popen([sys.executable, "-m", "byteps.launch"],
                                  env=dict(service_env, DMLC_ROLE=role), start_new_session=True)
                 for role in ("scheduler", "server")]
     try:
@@ -137,7 +137,7 @@ def test_services_without_a_forced_worker_fail_with_a_timeout():
     for ever."""
     base = _single_machine_env(BYTEPS_TIMEOUT="3")
     with Group() as group:  # stops (by PID) whatever still runs on the way out
-        services = [group.start([PY, "-m", "byteps.launcher"], dict(base, DMLC_ROLE=role),
+        services = [group.start([PY, "-m", "byteps.launch"], dict(base, DMLC_ROLE=role),
                                 label=role) for role in ("scheduler", "server")]
         worker = subprocess.run(
             [PY, "-c", _LONE_WORKER], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

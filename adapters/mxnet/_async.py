@@ -14,7 +14,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import mxnet as mx
 
-from byteps import async_train
+from byteps.sync import async_train
 
 from . import ops
 

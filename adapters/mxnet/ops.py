@@ -43,8 +43,8 @@ import mxnet as mx
 import numpy as np
 from mxnet.base import _LIB, check_call
 
-from byteps import _core, errors
 from byteps import basics as _b
+from byteps import errors
 from byteps.basics import (  # re-exported as-is
     is_initialized,
     local_rank,
@@ -324,13 +324,13 @@ def _push_engine_op(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
     if nbytes:
         handle = _shallow_copy(tensor)
         try:
-            op = _core.engine_op(name, 0, 0, nbytes, dtype, list(shape), bool(is_average),
-                                 prio, ndarray=handle, mxnet_api=_MXNET_API)
+            op = _b.engine_op(name, nbytes, dtype, shape, bool(is_average), prio,
+                              ndarray=handle, mxnet_api=_MXNET_API)
         except BaseException:
             check_call(_LIB.MXNDArrayFree(ctypes.c_void_p(handle)))
             raise
     else:
-        op = _core.engine_op(name, 0, 0, 0, dtype, list(shape), bool(is_average), prio)
+        op = _b.engine_op(name, 0, dtype, shape, bool(is_average), prio)
     mutable = (ctypes.c_void_p * 2)(tensor.handle.value, _name_var(name).handle.value)
     push_pull_fn, op_delete_fn = _ENTRY_POINTS
     rc = _PUSH_ASYNC_ND(push_pull_fn, op, op_delete_fn, ctypes.addressof(_CPU_CONTEXT), None, 0,
@@ -340,7 +340,7 @@ def _push_engine_op(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
         check_call(rc)
 
 
-_ENTRY_POINTS = _core.engine_entry_points()
+_ENTRY_POINTS = _b.engine_entry_points()
 
 
 def wait_all(tensors) -> None:

@@ -11,9 +11,9 @@ from typing import Any, List, Optional, Tuple
 
 import mxnet as mx
 
-from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root, name_for
+from byteps.sync import async_train
 
 from . import _async, ops
 from .compression import Compression

@@ -14,11 +14,11 @@ from typing import Any, Dict, Mapping, Optional
 import mxnet as mx
 import numpy as np
 
-import byteps.compression as core_compression
-from byteps import async_train
+import byteps.sync.compression as core_compression
 from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import check_root
+from byteps.sync import async_train
 
 from . import _async, ops
 from .compression import Compression
@@ -73,7 +73,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             ``{"compressor": "onebit", "ef": "vanilla", "momentum": "nesterov", "scaling":
             True}``; keys ``compressor`` (onebit | topk | randomk | dithering | fp16), ``ef``,
             ``momentum``, ``momentum_mu``, ``scaling``, ``k``, ``seed``, ``partition``,
-            ``normalize``, ``fp16`` (see :func:`byteps.compression.compression_kwargs`).
+            ``normalize``, ``fp16`` (see :func:`byteps.sync.compression.compression_kwargs`).
             ``"fp16": True`` casts gradients to float16 around the push_pull (as
             ``Compression.fp16``). With ``compressor``, every gradient is declared with the
             core's kwargs; in a distributed job the core compresses those of at least

@@ -19,7 +19,7 @@ from typing import Callable, List, Sequence
 import numpy as np
 
 import tensorflow as tf
-from byteps import async_train
+from byteps.sync import async_train
 
 from . import ops
 

@@ -1,5 +1,5 @@
 """What the TensorFlow/Keras distributed optimizers and tape do with ``compression_params``
-(upstream MXNet's dict, :func:`byteps.compression.compression_kwargs`): one
+(upstream MXNet's dict, :func:`byteps.sync.compression.compression_kwargs`): one
 :class:`CompressionPlan` per optimizer or tape, consulted by :func:`byteps.tensorflow.ops.
 push_pull_gradients` where gradient names are declared, before a step's push_pulls start (the
 learning rate) and after they finish (Nesterov momentum of the gradients the core does not
@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
-import byteps.compression as core_compression
+import byteps.sync.compression as core_compression
 from byteps import basics as _b
 from byteps.errors import InvalidArgumentError
 
@@ -56,7 +56,7 @@ class CompressionPlan:
     that goes with them.
 
     Args:
-        kwargs: from :func:`byteps.compression.compression_kwargs` (non-empty).
+        kwargs: from :func:`byteps.sync.compression.compression_kwargs` (non-empty).
     """
 
     def __init__(self, kwargs: Dict[str, str]):
@@ -94,7 +94,7 @@ def make_plan(params: Optional[Mapping[str, Any]],
     """A :class:`CompressionPlan` for ``params``, or None when the core is not to compress.
 
     Raises:
-        as :func:`byteps.compression.compression_kwargs`.
+        as :func:`byteps.sync.compression.compression_kwargs`.
     """
     kwargs = core_compression.compression_kwargs(params, momentum_mu)
     return CompressionPlan(kwargs) if kwargs else None

@@ -9,7 +9,7 @@ A compressor is a pair of static functions::
 They are TensorFlow ops (``tf.cast``), so they work eagerly, inside ``tf.function`` and under a
 gradient tape. The core's own compressors (upstream's onebit, topk, ... in two levels, worker
 and server) are selected with ``compression_params`` of ``DistributedOptimizer`` and
-``DistributedGradientTape`` (:mod:`byteps.compression`); ``Compression.fp16`` may be combined
+``DistributedGradientTape`` (:mod:`byteps.sync.compression`); ``Compression.fp16`` may be combined
 with them (``"fp16": True``).
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Tuple
 
 import tensorflow as tf
-from byteps.compressor_interface import Compressor, NoneCompressor
+from byteps.sync.compressor_interface import Compressor, NoneCompressor
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import tensorflow as tf
-from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError
+from byteps.sync import async_train
 
 from . import _async, ops
 from . import _compress_plan as cplan
@@ -148,7 +148,7 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
         op: :data:`Average` (default) or :data:`Sum`; ``Adasum`` raises
             ``InvalidArgumentError`` (a ``ValueError``).
         compression_params: gradient compression by the core, upstream's MXNet dict (see
-            :func:`byteps.compression.compression_kwargs`; default None: none): every
+            :func:`byteps.sync.compression.compression_kwargs`; default None: none): every
             float16/32/64 gradient is declared with it, and in a distributed job the core
             compresses those of at least ``BYTEPS_MIN_COMPRESS_BYTES`` bytes, so a step
             applies ``C(sum_i C(g_i / size))``. The optimizer's learning rate reaches the core

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
-from byteps import async_train
 from byteps.errors import InvalidTypeError, UsageError
+from byteps.sync import async_train
 
 from . import ops
 from ._compress_plan import make_plan, resolve_intra
@@ -81,7 +81,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         compression_params: gradient compression by the core, upstream's MXNet dict (keys
             ``compressor``, ``ef``, ``momentum``, ``momentum_mu``, ``scaling``, ``k``,
             ``seed``, ``partition``, ``normalize``, ``fp16``; see
-            :func:`byteps.compression.compression_kwargs`). Default None: none. Every
+            :func:`byteps.sync.compression.compression_kwargs`). Default None: none. Every
             float16/32/64 gradient is declared with it when ``gradient()`` first builds its
             operation; in a distributed job the core compresses those of at least
             ``BYTEPS_MIN_COMPRESS_BYTES`` bytes, so ``gradient()`` returns ``C(sum_i C(g_i /
@@ -99,7 +99,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
             ``gradient()``, a gradient of unsupported dtype; a ``compression_params`` value of
             the wrong type.
         InvalidArgumentError (a ValueError): ``op=Adasum`` or an unknown op; an invalid
-            ``compression_params`` (see :func:`byteps.compression.compression_kwargs`).
+            ``compression_params`` (see :func:`byteps.sync.compression.compression_kwargs`).
         UsageError: in asynchronous training (``BYTEPS_ENABLE_ASYNC=1``), where gradients are
             not reduced (use ``DistributedOptimizer``, docs/async.md).
     """

@@ -14,8 +14,8 @@ from typing import Callable, List, Sequence, Tuple
 
 import torch
 
-from byteps import async_train
 from byteps.errors import InvalidArgumentError
+from byteps.sync import async_train
 
 from . import ops
 

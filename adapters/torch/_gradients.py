@@ -10,7 +10,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-import byteps.compression as core_compression
+import byteps.sync.compression as core_compression
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from . import ops

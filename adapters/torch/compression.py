@@ -9,7 +9,7 @@ A compressor is a pair of static functions::
 ``compress`` returns the tensor to reduce and a context that ``decompress`` needs to restore
 the original dtype. They run framework-side, around the push_pull; the core's own
 compressors (upstream's onebit, topk, ... in two levels, worker and server) are selected with
-``DistributedOptimizer(compression_params=...)`` (:mod:`byteps.compression`), and
+``DistributedOptimizer(compression_params=...)`` (:mod:`byteps.sync.compression`), and
 ``Compression.fp16`` may be combined with them (``"fp16": True``).
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Tuple
 
 import torch
 
-from byteps.compressor_interface import Compressor, NoneCompressor
+from byteps.sync.compressor_interface import Compressor, NoneCompressor
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
 

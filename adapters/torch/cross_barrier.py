@@ -51,7 +51,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from byteps import async_train
 from byteps.errors import (
     BytePSError,
     InternalError,
@@ -59,6 +58,7 @@ from byteps.errors import (
     InvalidTypeError,
     UsageError,
 )
+from byteps.sync import async_train
 
 from . import ops
 from .broadcast import broadcast_object, broadcast_optimizer_state, broadcast_parameters

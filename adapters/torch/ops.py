@@ -33,7 +33,6 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from byteps import _core
 from byteps import basics as _b
 from byteps.basics import (  # re-exported as-is
     is_initialized,
@@ -230,14 +229,12 @@ def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dt
     waits for an event recorded now on the tensor's current stream (after its producer's
     kernels and the contiguous copy, if any). Returns (handle, the event: kept alive until
     synchronize)."""
-    _b._require_init()
-    _b._auto_declare(name, nbytes)
     stream = torch.cuda.current_stream(inp.device)
     event = torch.cuda.Event()
     event.record(stream)
-    handle = int(_core.push_pull_async(
-        name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, list(shape), bool(average), prio,
-        version, device="cuda", device_id=inp.device.index, ready_event=event.cuda_event))
+    handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, list(shape),
+                                bool(average), prio, version, device="cuda",
+                                device_id=inp.device.index, ready_event=event.cuda_event)
     return handle, event
 
 

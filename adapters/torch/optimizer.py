@@ -13,7 +13,7 @@ In asynchronous training (``BYTEPS_ENABLE_ASYNC=1``, docs/async.md) no gradient 
 :meth:`step` runs the wrapped optimizer locally and exchanges each parameter's delta for the
 servers' current parameters (``byteps.torch._async``).
 
-With ``compression_params`` (upstream's MXNet dict, see :mod:`byteps.compression`) every
+With ``compression_params`` (upstream's MXNet dict, see :mod:`byteps.sync.compression`) every
 gradient is declared with the core's compressor kwargs before its first push_pull, the
 optimizer's learning rate is handed to the core (error feedback) before each step's first
 push_pull, and ``momentum: nesterov`` moves the optimizer's momentum into the core.
@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-import byteps.compression as core_compression
-from byteps import async_train
+import byteps.sync.compression as core_compression
 from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
+from byteps.sync import async_train
 
 from . import _async, _gradients, ops
 from ._gradients import name_parameters as _name_parameters
@@ -338,7 +338,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         compression_params: gradient compression by the core, upstream's MXNet dict (keys
             ``compressor``, ``ef``, ``momentum``, ``momentum_mu``, ``scaling``, ``k``,
             ``seed``, ``partition``, ``normalize``, ``fp16``; see
-            :func:`byteps.compression.compression_kwargs`), e.g. ``{"compressor": "onebit",
+            :func:`byteps.sync.compression.compression_kwargs`), e.g. ``{"compressor": "onebit",
             "ef": "vanilla", "scaling": True}``. Default None: no compression. Every
             float16/32/64 gradient is declared with it; the core compresses those of at least
             ``BYTEPS_MIN_COMPRESS_BYTES`` bytes in a distributed job, and a step then applies
@@ -368,7 +368,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             tensor)`` tuples, has duplicate names or misses optimizer parameters;
             ``backward_passes_per_step < 1``; the optimizer is already distributed; an
             invalid ``compression_params`` (unknown key or value, missing ``k`` or mu, see
-            :func:`byteps.compression.compression_kwargs`) or ``"fp16": True`` with another
+            :func:`byteps.sync.compression.compression_kwargs`) or ``"fp16": True`` with another
             ``compression`` than none/fp16.
         InvalidTypeError (a TypeError): ``optimizer`` is not a ``torch.optim.Optimizer``; a
             ``compression_params`` value of the wrong type.

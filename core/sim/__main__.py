@@ -6,11 +6,11 @@
     python -m byteps.sim models            # the model table (ideal communication at 100 GbE)
     python -m byteps.sim scaling --profile vgg16 resnet50 --bandwidth 25Gbps 100Gbps \\
         --plot scaling.png
-    python -m byteps.sim validate          # simulated vs the emulated cluster's recorded times
     python -m byteps.sim profile resnet50 --out resnet50.json   # write a profile as JSON
 
 ``--profile``: a shipped name (resnet50, vgg16, transformer, bert_base, bert_large, e2e_cnn)
-or a JSON file (format: ``byteps.sim.profiles``, docs/simulator.md).
+or a JSON file (format: ``byteps.sim.profiles``, docs/simulator.md). The comparison with the
+emulated cluster's recorded times is the benchmark lab's: ``python -m benchmarks.sim_compare``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from . import profiles, report, validate
+from . import profiles, report
 from .simulate import (
     METHODS,
     SCHEME_NAMES,
@@ -102,7 +102,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--plot", help="write the efficiency plot here (PNG; needs matplotlib)")
     p = sub.add_parser("models", help="the model table: parameters, compute, ideal comm.")
     p.add_argument("--tflops", type=float, default=profiles.DEFAULT_TFLOPS)
-    sub.add_parser("validate", help="simulated vs the emulated cluster's recorded times")
     p = sub.add_parser("profile", help="write a shipped profile as JSON")
     p.add_argument("name", choices=profiles.shipped())
     p.add_argument("--tflops", type=float, default=profiles.DEFAULT_TFLOPS)
@@ -161,12 +160,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"wrote {report.plot_scaling_grid(panels, a.plot)}")
     elif a.cmd == "models":
         print(report.model_markdown(report.model_table(a.tflops)))
-    elif a.cmd == "validate":
-        rows = validate.all_rows()
-        print(validate.markdown(rows))
-        bad = [r for r in rows if abs(r["ratio"] - 1) > validate.TOLERANCE]
-        print(f"\n{len(rows) - len(bad)} of {len(rows)} within "
-              f"{100 * validate.TOLERANCE:.0f} %")
     elif a.cmd == "profile":
         doc = json.dumps(profiles.from_architecture(a.name, tflops=a.tflops).to_json(), indent=1)
         if a.out:

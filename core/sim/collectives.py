@@ -5,7 +5,7 @@ torch DDP's 25 MiB by default); a bucket starts when its last gradient is ready 
 previous bucket has finished (one collective at a time, as NCCL's stream and Horovod's
 background thread run them). A bucket of S bytes takes, on n machines with NIC bandwidth B,
 per-message latency α and L GPUs per machine (the α-β-γ model, defined once in
-:mod:`byteps.cost_formulas`, which the cost model of ``BYTEPS_SYNC=auto`` uses too), with b the
+:mod:`byteps.sync.cost_formulas`, which the cost model of ``BYTEPS_SYNC=auto`` uses too), with b the
 bytes of its first partition (byteps's partition rule, ``Scheme.partition_bytes``):
 
 * local phases, L > 1 (hierarchical all-reduce): reduce-scatter and all-gather inside the
@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .. import cost_formulas
+from .._core import partition_bound, tensor_partition_bound
+from ..sync import cost_formulas
 from .network import Port, Sim
-from .ps_sim import partition_bound, tensor_partition_bound
 
 
 def hips_hosts(cluster) -> List[Optional[int]]:
@@ -50,7 +50,7 @@ def hips_hosts(cluster) -> List[Optional[int]]:
 
 
 def scheme_cost(scheme, cluster) -> cost_formulas.SchemeCost:
-    """The :class:`byteps.cost_formulas.SchemeCost` of an all-reduce ``scheme`` on
+    """The :class:`byteps.sync.cost_formulas.SchemeCost` of an all-reduce ``scheme`` on
     ``cluster`` (``hips``: byteps's placement, :func:`hips_hosts`).
 
     Raises:

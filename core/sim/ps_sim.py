@@ -42,29 +42,12 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Dict, List, Optional, Sequence
 
-# the core's small-tensor rule constants (kPipelineDepth, kSmallPartitionBytes), not copies
-from .._core import PIPELINE_DEPTH
-from .._core import SMALL_PARTITION_BYTES as SMALL_PARTITION
+# the core's partition rule (PartitionBound, TensorPartitionBound, scheduling/partitioner.h),
+# not a copy
+from .._core import partition_bound, tensor_partition_bound
 from .network import Conn, Port, PriorityConn, Sim
 
-PAGE = 4096
 HEADER_BYTES = 48
-
-
-def partition_bound(partition_bytes: int, local_size: int = 1) -> int:
-    """``PartitionBound``: rounded up to pages of 4096 x local_size bytes."""
-    unit = PAGE * max(local_size, 1)
-    return (max(int(partition_bytes), 1) + unit - 1) // unit * unit
-
-
-def tensor_partition_bound(nbytes: int, job_bound: int, n: int, local_size: int = 1) -> int:
-    """``TensorPartitionBound`` of the core (bytes)."""
-    want = nbytes // (PIPELINE_DEPTH * max(n, 1))
-    if want >= job_bound:
-        return job_bound
-    unit = PAGE * max(local_size, 1)
-    steps = max(want // SMALL_PARTITION, 1)
-    return min(max(unit, steps * SMALL_PARTITION // unit * unit), job_bound)
 
 
 def server_shares(n: int, colocated: Sequence[bool]) -> List[float]:

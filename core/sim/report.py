@@ -6,7 +6,7 @@ only when a plot is asked for.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 from . import profiles
 from .simulate import SCHEME_NAMES, Cluster, Scheme, simulate
@@ -177,11 +177,6 @@ def pyplot():
         raise ConfigError("plots need matplotlib: pip install 'byteps[bench]' (or "
                           "matplotlib)") from exc
     return plt
-
-
-def plot_scaling(rows: List[Dict], path: str, title: Optional[str] = None) -> str:
-    """Scaling efficiency vs GPUs per configuration; writes the PNG ``path``."""
-    return plot_scaling_grid([(title or "", rows)], path)
 
 
 def plot_scaling_grid(panels: Sequence, path: str, cols: int = 2) -> str:

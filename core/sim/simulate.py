@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from .network import Sim
 from .profiles import Layer, Profile
@@ -269,8 +269,8 @@ def parse_rate(text: str) -> float:
 
 def t_opt(n: int, k: int, nbytes: float, bandwidth: float) -> float:
     """The summation service's optimum ``2n(n-1) M / ((n^2 + kn - 2k) B)``, seconds
-    (docs/architecture.md §4; ``OptimalCommTime``): :func:`byteps.cost_formulas.t_opt`."""
-    from ..cost_formulas import t_opt as formula
+    (docs/architecture.md §4; ``OptimalCommTime``): :func:`byteps.sync.cost_formulas.t_opt`."""
+    from ..sync.cost_formulas import t_opt as formula
 
     return formula(n, k, nbytes, bandwidth)
 
@@ -278,7 +278,3 @@ def t_opt(n: int, k: int, nbytes: float, bandwidth: float) -> float:
 def single_tensor(nbytes: int) -> Profile:
     """A profile of one tensor and no compute: one push_pull (the architecture table)."""
     return Profile(f"{nbytes} B tensor", [Layer("tensor", int(nbytes))], "one tensor")
-
-
-def result_row(res: SimResult) -> Dict[str, Optional[float]]:
-    return {"iteration_s": res.iteration_s, "efficiency": res.efficiency, "bound": res.bound}

@@ -53,7 +53,7 @@ def supervise(args) -> int:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "BYTEPS_"))}
     base.update(DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
                 BYTEPS_SECRET=secrets.token_hex(32), BYTEPS_HEARTBEAT_TIMEOUT="5")
-    bpslaunch = [sys.executable, "-m", "byteps.launcher"]
+    bpslaunch = [sys.executable, "-m", "byteps.launch"]
 
     def services(n):
         env = dict(base, DMLC_NUM_WORKER=str(n))

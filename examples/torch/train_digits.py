@@ -41,7 +41,7 @@ from sklearn.model_selection import train_test_split
 from tqdm import tqdm
 
 import byteps.torch as bps
-from byteps import async_train
+from byteps.sync import async_train
 
 
 def parse_args():

@@ -80,7 +80,7 @@ def test_upstream_single_worker_forced_distributed():
         "BYTEPS_PARTITION_BYTES": "2147483647",
     })
     with jobs.Group() as group:  # stops (by PID) whatever still runs on the way out
-        services = [group.start([jobs.PY, "-m", "byteps.launcher"], dict(base, DMLC_ROLE=role),
+        services = [group.start([jobs.PY, "-m", "byteps.launch"], dict(base, DMLC_ROLE=role),
                                 label=role) for role in ("scheduler", "server")]
         worker = jobs.run_command(
             [jobs.PY, WORKER, "upstream"], timeout=180,

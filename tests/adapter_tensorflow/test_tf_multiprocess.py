@@ -1,5 +1,5 @@
 """Multi-process tests of byteps.tensorflow / byteps.keras through the launcher
-(``python -m byteps.launcher``): workers/tf_worker.py runs every check on every rank (push_pull
+(``python -m byteps.launch``): workers/tf_worker.py runs every check on every rank (push_pull
 and broadcast for every dtype eagerly and in tf.function, broadcast_variables, gradients,
 DistributedGradientTape and the Keras DistributedOptimizer against single-process training,
 callbacks, load_model, Embedding/IndexedSlices), and both examples train to >= 95 %."""

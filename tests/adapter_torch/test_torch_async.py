@@ -1,5 +1,5 @@
 """Asynchronous training with byteps.torch (``BYTEPS_ENABLE_ASYNC=1``; docs/async.md), real jobs
-started by ``python -m byteps.launcher``.
+started by ``python -m byteps.launch``.
 
 * the digits example converges in asynchronous mode with 2 and 4 workers to within 2 accuracy
   points of synchronous training (the 4-worker pair is in the slow session);

@@ -1,4 +1,4 @@
-"""byteps.torch across real processes, started by ``python -m byteps.launcher``.
+"""byteps.torch across real processes, started by ``python -m byteps.launch``.
 
 Each launch runs one worker script (tests/adapter_torch/workers/) on every rank; the script checks
 many cases itself against references computed from the rank-dependent inputs and prints a

@@ -52,7 +52,7 @@ def register(case: Callable, helpers) -> None:
         identical on every rank."""
         from compression_sgd import TwoLevel
 
-        from byteps.compression import compression_kwargs
+        from byteps.sync.compression import compression_kwargs
 
         h = helpers
         size, r = shim.size(), shim.rank()

@@ -3,7 +3,7 @@ against every framework adapter, through the per-framework shims of ``shims/``.
 
 Each test launches one job on this host::
 
-    python -m byteps.launcher --workers W --servers S --env BYTEPS_TIMEOUT=T \\
+    python -m byteps.launch --workers W --servers S --env BYTEPS_TIMEOUT=T \\
         <python> tests/conformance/worker.py <framework> <group>
 
 for W workers x S servers in (2 x 1, 3 x 2) with the default (TCP) van, and one configuration

@@ -1,5 +1,5 @@
 """Worker script of tests/test_autotune.py: ``python autotune_worker.py train ITERS`` under
-``python -m byteps.launcher`` with ``BYTEPS_AUTOTUNE=1``; start-up, log and fail are
+``python -m byteps.launch`` with ``BYTEPS_AUTOTUNE=1``; start-up, log and fail are
 bps_worker's.
 
 ``train``: one broadcast-like push_pull of a tensor used once (it must not become the pilot),

@@ -1,6 +1,6 @@
 """Worker script of tests/test_distributed.py: ``python bps_worker.py MODE [ARGS...]``.
 
-Run under ``python -m byteps.launcher``. Every rank computes its own input as a deterministic,
+Run under ``python -m byteps.launch``. Every rank computes its own input as a deterministic,
 integer-valued function of (rank, case, round) and the expected result as the NumPy sum of the
 inputs of all ranks, so every comparison of a sum is exact. On any failure the worker prints
 ``FAIL <message>`` and exits 1; on success it prints ``OK <n> cases`` as its last line.

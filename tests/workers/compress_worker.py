@@ -1,6 +1,6 @@
 """Worker script of tests/test_compression.py: ``python compress_worker.py MODE [ARGS...]``.
 
-Run under ``python -m byteps.launcher``. Every rank computes the inputs of every rank itself
+Run under ``python -m byteps.launch``. Every rank computes the inputs of every rank itself
 (seeded by rank, tensor and round) and re-computes the two-level scheme with the NumPy
 reference of the compressors (tests/compression_reference.py): per partition, each worker's
 compressor (scale 1/size when averaging, the learning rate of the round), the sum of the

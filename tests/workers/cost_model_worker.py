@@ -1,5 +1,5 @@
 """Worker script of tests/test_cost_model.py: ``python cost_model_worker.py measure`` under
-``python -m byteps.launcher``; start-up, log and fail are bps_worker's.
+``python -m byteps.launch``; start-up, log and fail are bps_worker's.
 
 ``measure``: ``byteps.cost_model()`` (the measurement, collective), prints ``COSTMODEL <json>``
 (``CostModel.as_dict()``) and ``PLACEMENT [servers, CPU-only servers]`` (the address book's,
@@ -28,7 +28,8 @@ BETA = "2.5e-10"
 
 def mode_measure(args) -> int:
     import byteps
-    from byteps import _core, cost_measure
+    from byteps import _core
+    from byteps.sync import cost_measure
 
     model = byteps.cost_model()
     names = list(_core.declared_names())

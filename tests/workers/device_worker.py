@@ -1,5 +1,5 @@
 """Worker script of tests/test_device.py: ``python device_worker.py MODE [ARGS...]`` under
-``python -m byteps.launcher``; log, fail, values/expected/compare and the start-up are
+``python -m byteps.launch``; log, fail, values/expected/compare and the start-up are
 bps_worker's.
 
 Device tensors through the real pipeline (COPY_D2H ... COPY_H2D) on the fake device (host
@@ -50,7 +50,7 @@ import bps_worker as w
 from bps_worker import DTYPES, bps, compare, expected, fail, log, make, values
 
 from byteps import _core, errors
-from byteps.cluster_env import is_true
+from byteps.launch.contract import is_true
 
 CUDA = "--cuda" in sys.argv
 if CUDA:

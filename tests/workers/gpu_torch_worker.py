@@ -1,5 +1,5 @@
 """Worker script of tests/test_gpu.py (torch on CUDA): ``python gpu_torch_worker.py MODE``
-under ``python -m byteps.launcher``; log, fail and the start-up are bps_worker's.
+under ``python -m byteps.launch``; log, fail and the start-up are bps_worker's.
 
 Modes:
 

@@ -1,5 +1,5 @@
 """Worker script of tests/test_strangers.py: ``python loop_worker.py MODE [ARGS...]`` under
-``python -m byteps.launcher``; log, fail, push_pull and the start-up are bps_worker's.
+``python -m byteps.launch``; log, fail, push_pull and the start-up are bps_worker's.
 
 Modes: ``steady STOP_FILE`` (a long loop with agreed end, timings printed) and ``uneven N
 loop|declare`` (ranks make different numbers of calls). Prints ``FAIL <message>`` and exits 1

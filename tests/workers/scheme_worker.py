@@ -1,5 +1,5 @@
 """Worker script of tests/test_schemes.py: ``python scheme_worker.py MODE``, under
-``python -m byteps.launcher``.
+``python -m byteps.launch``.
 
 Modes:
 
@@ -15,7 +15,7 @@ Modes:
   twice: their second one must fail with ``PeerLostError`` saying machine 0 shut down, within
   10 s (``BYTEPS_TIMEOUT`` is 60), printing ``EARLY-CAUGHT <seconds> <message>``.
 
-* ``auto``: ``BYTEPS_SYNC=auto`` with a stand-in cost model (``byteps.cost_model`` put in
+* ``auto``: ``BYTEPS_SYNC=auto`` with a stand-in cost model (``byteps.sync.cost_model`` put in
   ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every tensor
   sums exactly and is declared with the scheme the model chose.
 
@@ -156,9 +156,9 @@ def main() -> int:
     mode = sys.argv[1]
     if mode == "auto":
         import types
-        model = types.ModuleType("byteps.cost_model")
+        model = types.ModuleType("byteps.sync.cost_model")
         model.choose = stand_in_choose
-        sys.modules["byteps.cost_model"] = model
+        sys.modules["byteps.sync.cost_model"] = model
     bps.init()
     log(f"START mode={mode} rank={bps.rank()} pid={os.getpid()}")
     n = {"mixed": mode_mixed, "early": mode_early, "auto": mode_auto,

@@ -24,8 +24,8 @@ import time
 import torch
 
 import byteps.torch as bps
-from byteps import torchrun_launch
 from byteps.errors import BytePSError
+from byteps.launch import torchrun
 
 
 def say(line: str) -> None:
@@ -62,7 +62,7 @@ def main() -> int:
     check(bps.size() == int(os.environ["WORLD_SIZE"]), f"size {bps.size()}")
     check(bps.local_rank() == int(os.environ["LOCAL_RANK"]), f"local rank {bps.local_rank()}")
     check(bps.local_size() == int(os.environ["LOCAL_WORLD_SIZE"]), "local size")
-    say(f"SERVICES {rank} {','.join(map(str, torchrun_launch.service_pids()))}")
+    say(f"SERVICES {rank} {','.join(map(str, torchrun.service_pids()))}")
     if mode == "sums":
         rounds(5, "t")
         bps.shutdown()

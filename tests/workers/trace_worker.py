@@ -1,5 +1,5 @@
 """Worker script of tests/test_timeline.py: ``python trace_worker.py MODE [ARGS...]`` under
-``python -m byteps.launcher``; log, fail, push_pull and the start-up are bps_worker's.
+``python -m byteps.launch``; log, fail, push_pull and the start-up are bps_worker's.
 
 Modes: ``steps N`` (N steps of three tensors: 1 000, 300 000 and 70 000 float32 elements, each
 sum checked exactly; then prints ``TELEMETRY <json>`` with get_telemetry(), the speed read

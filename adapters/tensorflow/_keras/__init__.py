@@ -25,8 +25,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 import tensorflow as tf
-from byteps import async_train
 from byteps.errors import InvalidArgumentError, InvalidTypeError
+from byteps.sync import async_train
 
 from .. import _async, functions, ops
 from .. import _compress_plan as cplan
@@ -277,7 +277,7 @@ def create_distributed_optimizer(keras, optimizer, name: Optional[str] = None,
         compression_params: gradient compression by the core, upstream's MXNet dict (keys
             ``compressor``, ``ef``, ``momentum``, ``momentum_mu``, ``scaling``, ``k``,
             ``seed``, ``partition``, ``normalize``, ``fp16``; see
-            :func:`byteps.compression.compression_kwargs`), e.g. ``{"compressor": "onebit",
+            :func:`byteps.sync.compression.compression_kwargs`), e.g. ``{"compressor": "onebit",
             "ef": "vanilla"}``. Default None: none. Every float16/32/64 gradient is declared
             with it; in a distributed job the core compresses those of at least
             ``BYTEPS_MIN_COMPRESS_BYTES`` bytes and a step applies ``C(sum_i C(g_i / size))``

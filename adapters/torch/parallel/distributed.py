@@ -30,9 +30,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.autograd import Variable
 
-import byteps.compression as core_compression
-from byteps import async_train
+import byteps.sync.compression as core_compression
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
+from byteps.sync import async_train
 
 from .. import _gradients, ops
 from ..broadcast import broadcast_parameters
@@ -137,7 +137,7 @@ class DistributedDataParallel(torch.nn.Module):
             none on every rank keeps ``p.grad`` None (as torch DDP).
         compression_params: gradient compression by the core, upstream's MXNet dict, as for
             :func:`byteps.torch.DistributedOptimizer` (see
-            :func:`byteps.compression.compression_kwargs`). Differences, since there is no
+            :func:`byteps.sync.compression.compression_kwargs`). Differences, since there is no
             optimizer: ``"momentum": "nesterov"`` needs ``"momentum_mu"`` (the optimizer's own
             momentum should then be 0; this wrapper applies Nesterov momentum to the gradients
             the core does not compress), and error feedback gets no learning rate (its

@@ -82,10 +82,6 @@ void BindCore(py::module_& m) {
   // The adaptive push window (scheduling/push_window.h): the rule the PUSH stage follows, for
   // the simulator (byteps.sim) and the tests to feed acknowledgements of their own.
   m.attr("ADAPTIVE_CREDIT_MAX_BOUNDS") = kAdaptiveCreditMaxBounds;
-  // The small-tensor partition rule's constants (TensorPartitionBound, scheduling/partitioner.h),
-  // which the simulator and the cost model (byteps.sim.ps_sim) cut tensors with.
-  m.attr("PIPELINE_DEPTH") = kPipelineDepth;
-  m.attr("SMALL_PARTITION_BYTES") = kSmallPartitionBytes;
   py::class_<PushWindow>(m, "PushWindow")
       .def(py::init([](size_t start, size_t min_bytes, size_t max_bytes, double low, double high) {
              PushWindow::Config c;

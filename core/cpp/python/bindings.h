@@ -35,6 +35,7 @@ void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doc
 void BindUcxTesting(pybind11::module_& m);  // testing.UcxTestPeer (UCX builds), ucx_available
 void BindDevice(pybind11::module_& m);  // device (CUDA loader, counters), testing.fake_device
 void BindP2p(pybind11::module_& m);     // P2pChannel: worker-to-worker channel (bind_p2p.cc)
+void BindPartition(pybind11::module_& m);  // the partition rule (scheduling/partitioner.h)
 
 }  // namespace python
 }  // namespace byteps

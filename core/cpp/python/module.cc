@@ -41,4 +41,5 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindTelemetry(m);
   byteps::python::BindDevice(m);  // after BindTesting: adds testing.fake_device
   byteps::python::BindP2p(m);
+  byteps::python::BindPartition(m);
 }

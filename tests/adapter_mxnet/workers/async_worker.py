@@ -16,7 +16,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import byteps.mxnet as bps
-from byteps import async_train
+from byteps.sync import async_train
 
 K, LR = 6, 0.125
 

@@ -24,8 +24,8 @@ import mxnet as mx
 import numpy as np
 
 import byteps.mxnet as bps
-from byteps.compression import compression_kwargs
 from byteps.errors import MismatchError
+from byteps.sync.compression import compression_kwargs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: compression_sgd.py
 from compression_sgd import TwoLevel, rank_gradient

@@ -36,7 +36,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import byteps.mxnet as bps
-from byteps.compression import compression_kwargs
+from byteps.sync.compression import compression_kwargs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: compression_sgd.py
 from compression_sgd import TwoLevel

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 import byteps.tensorflow as bps
-from byteps import async_train
+from byteps.sync import async_train
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -26,8 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 import byteps.tensorflow as bps
-from byteps.compression import compression_kwargs
 from byteps.errors import MismatchError
+from byteps.sync.compression import compression_kwargs
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 import byteps.torch as bps
-from byteps import async_train
+from byteps.sync import async_train
 
 
 def make_model(seed, dtype):

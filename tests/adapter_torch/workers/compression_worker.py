@@ -19,8 +19,8 @@ from _common import Checker
 from compression_sgd import TwoLevel, rank_gradient
 
 import byteps.torch as bps
-from byteps.compression import compression_kwargs
 from byteps.errors import MismatchError
+from byteps.sync.compression import compression_kwargs
 
 N_W, N_B, STEPS, LR0 = 2000, 16, 3, 0.1
 

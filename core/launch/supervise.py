@@ -1,6 +1,6 @@
 """Running the children of ``bpslaunch``: line-prefixed output, process groups, supervision.
 
-:mod:`byteps.launcher` decides *what* to run (a list of ``ChildSpec``); :func:`run_job` here
+The launchers of :mod:`byteps.launch` decide *what* to run (a list of ``ChildSpec``); :func:`run_job` here
 runs it: spawns every child in its own session (killed with the launcher via
 ``PR_SET_PDEATHSIG``), copies its output behind a ``[role rank] `` prefix, stops the job at the
 first failure and computes the exit code.
@@ -471,7 +471,7 @@ def run_job(
     is labelled ``host role rank``, and its exit code ``128 + n`` counts as death by signal n.
 
     Args:
-        specs (Sequence[ChildSpec]): what to run (see :mod:`byteps.launcher`); may be empty.
+        specs (Sequence[ChildSpec]): what to run (:class:`byteps.launch.common.ChildSpec`); may be empty.
         grace (float): seconds, >= 0. Default 10.0.
         stdout, stderr (IO[str] | None): default ``sys.stdout``/``sys.stderr``.
         on_exit (Callable[[], None] | None): called after every child has exited (cleanup).

@@ -1,7 +1,7 @@
-"""The remote end of ``bpslaunch --hosts``: ``python -m byteps.ssh_remote``, started over ssh.
+"""The remote end of ``bpslaunch --hosts``: ``python -m byteps.launch.ssh_remote``, started over ssh.
 
 ``bpslaunch`` runs one ssh connection per process of the job, always with the same fixed,
-secret-free remote command (``<python> -m byteps.ssh_remote``). What to run comes over ssh's
+secret-free remote command (``<python> -m byteps.launch.ssh_remote``). What to run comes over ssh's
 standard input, so neither the job's secret nor its environment ever appears on a command line
 (readable by every user in ``ps``):
 
@@ -100,7 +100,7 @@ def child_environment(request: dict, login_env: dict[str, str]) -> dict[str, str
 
 def _say(label: str, message: str) -> None:
     try:
-        sys.stderr.write(f"byteps.ssh_remote ({label}): {message}\n")
+        sys.stderr.write(f"byteps.launch.ssh_remote ({label}): {message}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass  # the channel is gone: nobody to tell

@@ -16,11 +16,11 @@ Placement (from the allocation's environment):
   (``SLURM_NODEID``), local rank = ``SLURM_LOCALID``, global rank = ``SLURM_PROCID``.
 
 The job runs as three job steps (``srun --overlap``, so they share the allocated CPUs): the
-scheduler, the servers and the workers, each supervised by :func:`byteps.launcher_output.run_job`
+scheduler, the servers and the workers, each supervised by :func:`byteps.launch.supervise.run_job`
 like a local child (``[role] `` prefixes in front of srun's ``--label`` task numbers, the first
 failure stops the job, Ctrl-C stops every step). The job's environment, secret included, travels
 in srun's environment (Slurm's default ``--export=ALL``), never on a command line; each worker
-task passes through :mod:`byteps.slurm_task`, which turns its Slurm ids into ``DMLC_WORKER_ID``
+task passes through :mod:`byteps.launch.slurm_task`, which turns its Slurm ids into ``DMLC_WORKER_ID``
 and ``BYTEPS_LOCAL_RANK`` and execs the command.
 """
 
@@ -36,9 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from .cluster_env import ClusterSpec, ClusterSpecError, JobIdentity, role_env
-from .launcher import ChildSpec, LaunchError, default_server_argv, find_free_port
-from .launcher_output import run_job
+from .common import ChildSpec, LaunchError, default_server_argv, find_free_port
+from .contract import ClusterSpec, ClusterSpecError, JobIdentity, role_env
+from .supervise import run_job
 
 #: Environment variable whose presence makes a plain ``bpslaunch COMMAND`` use this mode.
 DETECT_VAR = "SLURM_JOB_ID"
@@ -242,10 +242,10 @@ def build_slurm_plan(
         base_env (Mapping[str, str] | None): inherited environment (default ``os.environ``).
         extra_env (Mapping[str, str] | None): ``--env`` entries for every process.
         identity (JobIdentity | None): default :meth:`JobIdentity.fresh`.
-        python (str | None): interpreter of the worker tasks' :mod:`byteps.slurm_task`
+        python (str | None): interpreter of the worker tasks' :mod:`byteps.launch.slurm_task`
             (default ``sys.executable``: the nodes share the launcher's file system).
         server_argv (Sequence[str] | None): command of the scheduler and server tasks (default
-            :func:`byteps.launcher.default_server_argv`).
+            :func:`byteps.launch.common.default_server_argv`).
 
     Returns:
         list[ChildSpec]: ``[scheduler, server, worker]``, each an ``srun`` command (rank None:
@@ -293,7 +293,7 @@ def build_slurm_plan(
     def env_of(role: str, **worker) -> dict[str, str]:
         return role_env(spec, role, base=inherited, interface=interface, **worker)
 
-    worker_argv = [python or sys.executable, "-m", "byteps.slurm_task", "--", *command]
+    worker_argv = [python or sys.executable, "-m", "byteps.launch.slurm_task", "--", *command]
     return [
         ChildSpec("scheduler", None, srun("scheduler", nodes[:1], 1, srv), env_of("scheduler")),
         ChildSpec("server", None, srun("server", nodes, servers_per_node, srv), env_of("server")),

@@ -1,19 +1,24 @@
-"""The emulated cluster's configurations, simulated: the architecture table and the
-scheduling workload, side by side with measured times (:mod:`byteps.sim.recorded`, or a
-fresh run's, as ``benchmarks/sim_validate.py`` passes them).
+"""The emulated cluster's configurations, simulated by :mod:`byteps.sim`: the architecture
+table, the scheduling workload and the synchronisation schemes, side by side with measured
+times (:mod:`benchmarks.sim_recorded`, or a fresh run's, as :mod:`benchmarks.sim_validate`
+passes them).
 
 Each function returns rows ``{"label", "measured_s", "simulated_s", "ratio"}`` (ratio =
-simulated / measured).
+simulated / measured). ``python -m benchmarks.sim_compare`` prints every recorded
+configuration's row (:func:`all_rows`) and how many are within :data:`TOLERANCE`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional
+import sys
+from typing import Dict, List, Optional, Sequence
 
-from . import recorded
-from .profiles import Profile, from_architecture
-from .simulate import Cluster, Scheme, simulate, single_tensor, t_opt
+from byteps.sim.profiles import Profile, from_architecture
+from byteps.sim.simulate import Cluster, Scheme, simulate, single_tensor, t_opt
+from byteps.sync.cost_formulas import default_tree_width
+
+from . import sim_recorded as recorded
 
 #: Allowed |simulated / measured - 1|.
 TOLERANCE = 0.10
@@ -60,8 +65,6 @@ def schemes_row(n: int, k: int, scheme: str, goodput_Bps: float, profile: Profil
     ``benchmarks/schemes_cluster.py`` runs it: each tensor its own all-reduce (byteps does not
     bucket), the core's default tree width and HiPS group (``BYTEPS_TREE_WIDTH`` and
     ``BYTEPS_HIPS_GROUP`` 0), seconds."""
-    from ..cost_formulas import default_tree_width
-
     sch = Scheme("byteps" if scheme == "ps" else scheme, bucket_bytes=1,
                  tree_width=default_tree_width(n), hips_group=max(1, math.ceil(math.sqrt(n))))
     cl = Cluster(n, k, bandwidth=goodput_Bps, latency=recorded.EMULATED_LATENCY_S)
@@ -131,3 +134,22 @@ def markdown(rows: List[Dict]) -> str:
         lines.append(f"| {r['label']} | {r['measured_s']:.3f} | {r['simulated_s']:.3f} | "
                      f"{r['ratio']:.2f} | {'yes' if ok else '**no**'} |")
     return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m benchmarks.sim_compare``: the table of :func:`all_rows` and the count within
+    :data:`TOLERANCE` (formerly ``python -m byteps.sim validate``). Returns 0."""
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m benchmarks.sim_compare",
+                            description="simulated vs the emulated cluster's recorded "
+                            "times").parse_args(argv)
+    rows = all_rows()
+    print(markdown(rows))
+    bad = [r for r in rows if abs(r["ratio"] - 1) > TOLERANCE]
+    print(f"\n{len(rows) - len(bad)} of {len(rows)} within {100 * TOLERANCE:.0f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

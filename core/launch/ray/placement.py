@@ -2,7 +2,7 @@
 
 :class:`byteps.ray.RayExecutor` asks Ray for one placement-group bundle per worker
 (:func:`worker_bundles`), learns which Ray node each worker actor landed on, and turns that into
-byteps' contract (:mod:`byteps.cluster_env`) here:
+byteps' contract (:mod:`byteps.launch.contract`) here:
 
 * worker machines (:func:`plan_machines`): the workers on one Ray node form one worker machine
   (``BYTEPS_LOCAL_SIZE`` = their number; they reduce through shared memory first, as the paper's
@@ -20,8 +20,8 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .cluster_env import is_true
-from .errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
+from ..contract import is_true
 
 #: Ray placement-group strategies accepted for the workers' bundles.
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")

@@ -14,7 +14,7 @@
 5. an Indexed ``Job`` ``NAME-worker`` (N pods; pod i gets ``DMLC_WORKER_ID=i`` from its
    completion index and runs ``bpslaunch COMMAND`` in upstream mode, which starts L local ranks).
 
-Every environment is :func:`byteps.cluster_env.role_env`'s, with the per-pod values turned into
+Every environment is :func:`byteps.launch.contract.role_env`'s, with the per-pod values turned into
 references the kubelet resolves: ``BYTEPS_SECRET`` (``secretKeyRef``), ``DMLC_WORKER_ID`` (the
 ``batch.kubernetes.io/job-completion-index`` annotation), ``DMLC_NODE_HOST`` of servers and
 workers (``status.podIP``) and the scheduler's own ``DMLC_PS_ROOT_URI`` (``status.podIP``: the
@@ -42,8 +42,8 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 
-from .cluster_env import ClusterSpec, JobIdentity, role_env
-from .launcher import LOCAL_MODE_VARS, LaunchError, check_job_shape, parse_env_pairs
+from .common import LOCAL_MODE_VARS, LaunchError, check_job_shape, parse_env_pairs
+from .contract import ClusterSpec, JobIdentity, role_env
 
 #: Scheduler port when ``--port`` is not given (every server pod also listens on it).
 DEFAULT_PORT = 9000
@@ -156,7 +156,7 @@ def build_manifests(
         port (int): the scheduler's port (``DMLC_PS_ROOT_PORT``), also every server's
             (``DMLC_PORT``); 1..65535. Default :data:`DEFAULT_PORT`.
         extra_env (Mapping[str, str] | None): more variables for every container (``--env``);
-            none of :data:`byteps.launcher.LOCAL_MODE_VARS`.
+            none of :data:`byteps.launch.common.LOCAL_MODE_VARS`.
         cpu (str | None): CPU request and limit of each worker pod (a quantity: ``"4"``,
             ``"500m"``); default none.
         memory (str | None): memory request and limit of each worker pod (``"8Gi"``).

@@ -36,13 +36,15 @@ def fill_pieces(model) -> list:
     job's bound; the fill is S itself below the smallest bound b0 (one partition)."""
     if model.partition_bound <= 0 or model.workers <= 1:
         return [(0, None, 0, 0)]
-    from .sim.ps_sim import PIPELINE_DEPTH, SMALL_PARTITION, tensor_partition_bound
+    # the core's partition rule; imported here, not at the top: importing byteps (which
+    # imports the cost model) loads no _core
+    from .. import _core
 
-    span = PIPELINE_DEPTH * model.workers
-    b0 = tensor_partition_bound(0, model.partition_bound, model.workers, model.local_size)
+    span = _core.PIPELINE_DEPTH * model.workers
+    b0 = _core.tensor_partition_bound(0, model.partition_bound, model.workers, model.local_size)
+    small = _core.SMALL_PARTITION_BYTES
     cuts = {0, b0, model.partition_bound * span}
-    cuts.update(j * SMALL_PARTITION * span
-                for j in range(1, model.partition_bound // SMALL_PARTITION + 2))
+    cuts.update(j * small * span for j in range(1, model.partition_bound // small + 2))
     cuts = sorted(c for c in cuts if c < MAX_BYTES)
     out = [(0, cuts[1] if len(cuts) > 1 else None, 1, 0)]  # below b0: the whole tensor
     for i, lo in enumerate(cuts[1:], 1):

@@ -3,15 +3,16 @@
 Three parameters describe the job's machines: **α**, the latency of one message (seconds),
 **β**, the time of one byte on one link direction (seconds per byte, 1 / bandwidth), and
 **γ**, the time to sum one byte (seconds per byte). Each is measured at start-up
-(:mod:`byteps.cost_measure`: push_pulls through the summation service for α and β, the core's
+(:mod:`byteps.sync.cost_measure`: push_pulls through the summation service for α and β, the core's
 summation kernel for γ, averaged over every rank) or taken from ``BYTEPS_COST_ALPHA``,
 ``BYTEPS_COST_BETA``, ``BYTEPS_COST_GAMMA``. With them every scheme's cost for a tensor of S
-bytes is the closed form of :mod:`byteps.cost_formulas` (the simulator's too), and
+bytes is the closed form of :mod:`byteps.sync.cost_formulas` (the simulator's too), and
 :meth:`CostModel.choose` gives the cheapest of ``ps``, ``ring``, ``tree``, ``hips`` (ties go to
 the earlier of that order). Costs are linear in S, so the choice changes only at a few sizes:
 :attr:`CostModel.intervals` lists them exactly. docs/schemes.md ("The cost model").
 
-The module is callable: ``byteps.cost_model()`` is :func:`get`::
+``byteps.cost_model()`` calls :func:`get` (``byteps.cost_model`` is a function that carries this
+module's :func:`get`, :func:`measure`, :func:`choose` and :class:`CostModel` as attributes)::
 
     import byteps, byteps.basics as bps
     bps.init()
@@ -25,19 +26,21 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import sys
 import threading
 import time
-import types
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
+from ..errors import InternalError, InvalidArgumentError, NotInitializedError
 from . import cost_formulas
 from .cost_envelope import MAX_BYTES, Interval  # noqa: F401 (MAX_BYTES: public, as before)
 from .cost_envelope import envelope as _envelope
 from .cost_envelope import fill_pieces as _fill_pieces  # noqa: F401 (tests read it here)
 from .cost_formulas import SCHEMES
-from .errors import InternalError, InvalidArgumentError, NotInitializedError
+from .schemes import sync_setting
+
+# byteps._core, byteps.basics and cost_measure (which uses both) are imported in the functions
+# that need them, not here: `import byteps` imports this module, and loads no _core.
 
 log = logging.getLogger("byteps.cost_model")
 
@@ -81,7 +84,7 @@ class CostModel:
             servers on hosts without a worker, the same on every rank), ``"DMLC_NUM_SERVER"``
             (no job: every server taken as CPU-only) or ``"given"`` (default; ``servers=``).
         partition_bound (int): the job's partition bound, bytes (``BYTEPS_PARTITION_BYTES``
-            rounded up to pages of 4096 · local_size, :func:`byteps.sim.ps_sim.partition_bound`);
+            rounded up to pages of 4096 · local_size, :func:`byteps._core.partition_bound`);
             > 0 adds the schemes' pipeline fill, ``fill · β · min(S, b(S))`` with b(S) the
             core's partition of an S-byte tensor (:meth:`ps_fill_bytes`;
             ``SchemeCost.fill``: ps one partition through the wire, hips its path through
@@ -95,9 +98,9 @@ class CostModel:
             from ``alpha`` / ``alpha_mesh``.
         all_servers (int): every server of the job, colocated or not; when it can run HiPS
             (>= ceil(n/g) + 1), ``hips`` costs what byteps's placement does
-            (:func:`byteps.cost_formulas.hips_servers`: a first-level server per group on one
+            (:func:`byteps.sync.cost_formulas.hips_servers`: a first-level server per group on one
             link, every server taken on a host of its own), else (0, default) the paper's
-            placement, a server on every machine (:func:`~byteps.cost_formulas.hips`).
+            placement, a server on every machine (:func:`~byteps.sync.cost_formulas.hips`).
         tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
             the core's default, the largest divisor of n not above ceil(sqrt(n)).
         hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
@@ -181,7 +184,7 @@ class CostModel:
 
     # ---------------------------------------------------------------------------- costs --
     def scheme_costs(self) -> Dict[str, cost_formulas.SchemeCost]:
-        """{scheme: its :class:`byteps.cost_formulas.SchemeCost`} for this job's shape, for each
+        """{scheme: its :class:`byteps.sync.cost_formulas.SchemeCost`} for this job's shape, for each
         of :attr:`schemes`."""
         return {s: self._scheme_cost(s) for s in self.schemes}
 
@@ -235,7 +238,7 @@ class CostModel:
         """Bytes of the first partition of a tensor of ``nbytes`` bytes, on which the schemes'
         pipeline fill is paid (``SchemeCost.fill``): ``min(nbytes, b)`` with b the core's
         partition bound of the tensor (``TensorPartitionBound``,
-        :func:`byteps.sim.ps_sim.tensor_partition_bound`: a small tensor's is a multiple of
+        :func:`byteps._core.tensor_partition_bound`: a small tensor's is a multiple of
         60 KiB, a large one's :attr:`partition_bound`). A server answers a partition's pull
         only once every worker's push of it is in, so the last partition's sum leaves one
         partition's time after the pushes end (HiPS: its path through both levels); the tree's
@@ -244,10 +247,10 @@ class CostModel:
         or n = 1."""
         if self.partition_bound <= 0 or self.workers <= 1:
             return 0
-        from .sim.ps_sim import tensor_partition_bound
+        from .. import _core  # the core's rule (module comment: not at import)
 
-        return min(int(nbytes), tensor_partition_bound(int(nbytes), self.partition_bound,
-                                                       self.workers, self.local_size))
+        return min(int(nbytes), _core.tensor_partition_bound(
+            int(nbytes), self.partition_bound, self.workers, self.local_size))
 
     def choose(self, nbytes: int) -> str:
         """The scheme for a tensor of ``nbytes`` bytes: ``"ps"``, ``"ring"``, ``"tree"`` or
@@ -319,7 +322,7 @@ class CostModel:
 
 def _size(nbytes, fn: str) -> int:
     """``nbytes`` as an int >= 0 (Python or NumPy integer; bool and float refused)."""
-    from .basics import _as_int
+    from ..basics import _as_int  # loads the core (module comment)
 
     return _as_int(nbytes, "nbytes", f"cost model {fn}", 0)
 
@@ -424,7 +427,7 @@ def _servers(values: Mapping[str, str], servers: Optional[int],
     rank has alike (the local root's, passed to its local ranks); without one,
     ``DMLC_NUM_SERVER`` for both (``job`` False: ``values`` are a what-if's, not the running
     job's). ``servers`` given: k = it."""
-    from . import _core
+    from .. import _core
 
     total = int(values[SERVERS_VARIABLE])
     k, source = total, SERVERS_VARIABLE
@@ -438,7 +441,7 @@ def _servers(values: Mapping[str, str], servers: Optional[int],
 
 def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     global _cached
-    from . import _core
+    from .. import _core
 
     values = _core.knob_values(None if env is None else dict(env))
     over = overrides(values)
@@ -466,8 +469,6 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
 
         n = int(_core.num_worker())
         t0 = time.perf_counter()
-        from .schemes import sync_setting
-
         mesh = sync_setting(values) in ("ring", "tree", "auto")
         if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
             g = math.ceil(math.sqrt(n))
@@ -498,13 +499,11 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         params = over
     if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
         g = math.ceil(math.sqrt(n))
-    from .sim.ps_sim import partition_bound
-
     local = max(_knob_int(values, "BYTEPS_LOCAL_SIZE", 1), 1)
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
                       took, timings,
                       feasible_schemes(n, total, g) if schemes is None else tuple(schemes),
-                      k_source, partition_bound(int(values["BYTEPS_PARTITION_BYTES"]), local),
+                      k_source, _core.partition_bound(int(values["BYTEPS_PARTITION_BYTES"]), local),
                       local, total, alpha_mesh, latency)
     log.info("%s", model.describe())
     if env is None:
@@ -519,7 +518,7 @@ def get(refresh: bool = False) -> CostModel:
 
     Raises: as :func:`measure`.
     """
-    from . import _core
+    from .. import _core
 
     values = _core.knob_values(None)
     with _lock:  # a second thread waits for the first one's measurement
@@ -531,13 +530,3 @@ def get(refresh: bool = False) -> CostModel:
 def choose(nbytes: int) -> str:
     """``get().choose(nbytes)``: the scheme of a tensor of ``nbytes`` bytes in this job."""
     return get().choose(nbytes)
-
-
-class _CallableModule(types.ModuleType):
-    """``byteps.cost_model()`` is :func:`get`; the module stays a module."""
-
-    def __call__(self, refresh: bool = False) -> CostModel:
-        return get(refresh)
-
-
-sys.modules[__name__].__class__ = _CallableModule

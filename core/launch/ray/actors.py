@@ -15,10 +15,10 @@ from typing import Any, Callable, Optional
 
 import ray
 
-from .cluster_env import CONTRACT_VARS, ClusterSpec, role_env
-from .errors import BytePSError
-from .launcher import default_server_argv, find_free_port
-from .launcher_output import exit_code_of, make_preexec
+from ...errors import BytePSError
+from ..common import default_server_argv, find_free_port
+from ..contract import CONTRACT_VARS, ClusterSpec, role_env
+from ..supervise import exit_code_of, make_preexec
 
 #: Seconds a server or scheduler gets after SIGTERM before SIGKILL.
 TERM_GRACE_S = 3.0

@@ -1,4 +1,5 @@
-"""The emulated cluster's measured numbers the simulator is validated against.
+"""The emulated cluster's measured numbers the simulator (:mod:`byteps.sim`) is validated
+against (:mod:`benchmarks.sim_compare`).
 
 Copied from docs/performance.md (the architecture table and the scheduling workload), with
 the commit each was measured at. Times: seconds (medians of the slowest process); goodput:

@@ -1,14 +1,14 @@
 """Starting a byteps job from a torchrun-style environment, inside ``byteps.init()``.
 
 ``byteps.init()`` calls :func:`activate` before it starts the core. When the process has a
-torchrun-style environment and no ``DMLC_*`` job description (:mod:`byteps.torchrun_env`), it
+torchrun-style environment and no ``DMLC_*`` job description (:mod:`byteps.launch.torchrun_env`), it
 
-1. maps the environment onto byteps' placement (:func:`byteps.torchrun_env.placement_from_env`);
-2. settles the job's identity: ``BYTEPS_JOB_ID`` (:func:`byteps.torchrun_env.derive_job_id`
+1. maps the environment onto byteps' placement (:func:`byteps.launch.torchrun_env.placement_from_env`);
+2. settles the job's identity: ``BYTEPS_JOB_ID`` (:func:`byteps.launch.torchrun_env.derive_job_id`
    unless exported) and the job secret (:func:`resolve_secret`);
 3. in a distributed job, starts the node's server (local rank 0 of every node) and the
    scheduler (global rank 0) as children, ``python -m byteps.server`` with
-   :func:`byteps.cluster_env.role_env`, their output prefixed ``[byteps server of node N] `` /
+   :func:`byteps.launch.contract.role_env`, their output prefixed ``[byteps server of node N] `` /
    ``[byteps scheduler] `` on this process's stderr; they die with this process
    (``PR_SET_PDEATHSIG``), and one that fails while the job runs is reported on stderr (the
    core fails the job's operations with ``PeerLostError``); a scheduler that exits before it
@@ -36,9 +36,9 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from .cluster_env import CONTRACT_VARS, ClusterSpec, JobIdentity, is_true, role_env
-from .errors import BytePSTimeoutError, InternalError, PeerLostError
-from .launcher_output import PrefixWriter, exit_code_of, make_preexec, start_pump
+from ..errors import BytePSTimeoutError, InternalError, PeerLostError
+from .contract import CONTRACT_VARS, ClusterSpec, JobIdentity, is_true, role_env
+from .supervise import PrefixWriter, exit_code_of, make_preexec, start_pump
 from .torchrun_env import (
     TorchrunEnvError,
     TorchrunPlacement,
@@ -392,7 +392,7 @@ def plan(placement: TorchrunPlacement, identity: JobIdentity, env: Mapping[str, 
         server_argv (list[str] | None): default ``[sys.executable, "-m", "byteps.server"]``.
 
     Returns:
-        tuple[dict[str, str], list[_Child]]: the :data:`~byteps.cluster_env.CONTRACT_VARS` of
+        tuple[dict[str, str], list[_Child]]: the :data:`~byteps.launch.contract.CONTRACT_VARS` of
         this worker (without ``DMLC_PS_ROOT_URI``/``DMLC_PS_ROOT_PORT`` in a one-machine job,
         which has no scheduler), and the scheduler (global rank 0) and server (local rank 0)
         of a distributed job.
@@ -442,7 +442,7 @@ def activate(environ: MutableMapping[str, str] | None = None, timeout: float = 1
 
     Raises:
         TorchrunEnvError, BytePSTimeoutError, InternalError, PeerLostError: see
-            :func:`byteps.torchrun_env.placement_from_env`, :func:`resolve_secret`,
+            :func:`byteps.launch.torchrun_env.placement_from_env`, :func:`resolve_secret`,
             :meth:`Services.start`; ``environ`` is left as it was.
     """
     global _session, _generation

@@ -1,4 +1,4 @@
-"""The start-up measurement of the cost model's α, β and γ (:mod:`byteps.cost_model`).
+"""The start-up measurement of the cost model's α, β and γ (:mod:`byteps.sync.cost_model`).
 
 * **γ** (seconds per byte summed): the core's float32 summation kernel
   (``byteps._core.reduce.sum_into``, the kernel the servers use, docs/architecture.md §7) timed
@@ -33,8 +33,14 @@ of several rounds drops the rounds a busy host or a late peer slowed.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import _core, basics
+from .cost_formulas import SCHEMES, ps
 
 #: tensor names of the measurement (declared in this order on every rank)
 NAME_TINY = "__byteps_cost_model__.tiny"
@@ -101,10 +107,6 @@ class Measurement:
 def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
     """Seconds per byte of the core's float32 summation kernel (``dst += src`` on ``nbytes``
     bytes), the fastest of ``reps`` timed runs after one warm-up. Local, not collective."""
-    import numpy as np
-
-    from . import _core
-
     dst = np.ones(nbytes // 4, dtype=np.float32)
     src = np.full(nbytes // 4, 0.5, dtype=np.float32)
     _core.reduce.sum_into(dst, src)  # warm-up: page faults, caches
@@ -119,14 +121,10 @@ def gamma_local(nbytes: int = GAMMA_BYTES, reps: int = GAMMA_REPS) -> float:
 def declare_ps(name: str) -> None:
     """Declare ``name`` for the summation service (``sync="ps"``), so that ``BYTEPS_SYNC=auto``
     never asks the cost model about its own measurement."""
-    from . import basics
-
     basics.declare(name, sync="ps")
 
 
 def _push_pull(name: str, buf) -> None:
-    from . import basics
-
     h = basics.push_pull_async(name, buf.ctypes.data, buf.ctypes.data, buf.nbytes, "float32",
                                buf.shape, False, PRIORITY)
     basics.wait(h)
@@ -143,10 +141,6 @@ def network(workers: int, servers: int, part_bytes: int, gamma: float,
         gamma: seconds per byte summed.
         nbytes: the larger push_pull's bytes.
     """
-    import numpy as np
-
-    from .cost_formulas import ps
-
     tiny = np.zeros(TINY_BYTES // 4, dtype=np.float32)
     large = np.zeros(nbytes // 4, dtype=np.float32)
     declare_ps(NAME_TINY)
@@ -179,12 +173,6 @@ def scheme_latencies(workers: int, schemes, rounds: int = LATENCY_ROUNDS) -> dic
     because a tensor's steady-state time is what the choice is for (the fastest of a few rounds
     favours the scheme whose time scatters most). Collective; ``ring`` and ``tree`` need the
     worker mesh (``BYTEPS_SYNC`` ring, tree or auto), ``ps`` and ``hips`` servers."""
-    import statistics
-
-    import numpy as np
-
-    from . import basics
-
     buf = np.zeros(MESH_ELEMS_PER_MACHINE * workers, dtype=np.float32)
     for s in schemes:
         basics.declare(f"{NAME_LATENCY}.{s}", sync=s)
@@ -221,28 +209,20 @@ def run(workers: int, servers: int, size: int, local_size: int, partition_bytes:
         byteps.errors.NotInitializedError: before ``init()``.
         byteps.errors.BytePSTimeoutError, PeerLostError: a rank did not take part.
     """
-    import numpy as np
-
-    from .sim.ps_sim import partition_bound, tensor_partition_bound
-
     gamma = gamma_local()
     if workers > 1:
-        part = tensor_partition_bound(LARGE_BYTES, partition_bound(partition_bytes, local_size),
-                                      workers, local_size)
+        part = _core.tensor_partition_bound(
+            LARGE_BYTES, _core.partition_bound(partition_bytes, local_size), workers, local_size)
         alpha, beta, t_tiny, t_large, floored = network(workers, servers, part, gamma,
                                                         LARGE_BYTES, rounds)
     else:
         alpha = beta = t_tiny = t_large = 0.0
         floored = False
-    from .cost_formulas import SCHEMES
-
     timed = [s for s in SCHEMES if s in schemes] if workers > 1 else []
     lat = scheme_latencies(workers, timed) if timed else {}
     vec = np.array([alpha, beta, gamma, t_tiny, t_large, float(floored)]
                    + [lat.get(s, 0.0) for s in SCHEMES], dtype=np.float64)
     if size > 1:
-        from . import basics
-
         declare_ps(NAME_COMBINE)
         h = basics.push_pull_async(NAME_COMBINE, vec.ctypes.data, vec.ctypes.data, vec.nbytes,
                                    "float64", vec.shape, False, PRIORITY)

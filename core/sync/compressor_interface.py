@@ -2,7 +2,7 @@
 ``byteps/{torch,tensorflow}/compression.py``, Horovod's interface): a pair of static functions
 run around push_pull, ``compressed, ctx = C.compress(tensor)`` and
 ``tensor_again = C.decompress(compressed, ctx)``. Each adapter adds its ``FP16Compressor`` and
-``Compression``; the core's own compressors are :mod:`byteps.compression`."""
+``Compression``; the core's own compressors are :mod:`byteps.sync.compression`."""
 
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ number: global ranks are ``worker_id * local_size + local_rank``); the scheduler
 first worker host, which is also the scheduler's address (``DMLC_PS_ROOT_URI``: the host's name
 as given, resolved by every process -- it must resolve to the same, routable address on every
 host); one server per worker host (colocated), then one per ``--server-hosts`` host. The
-environment of every process comes from :func:`byteps.cluster_env.role_env`.
+environment of every process comes from :func:`byteps.launch.contract.role_env`.
 
 Every process is one ``ssh`` connection running the fixed command ``<python> -m
-byteps.ssh_remote`` (:func:`ssh_argv`); its argv, environment and working directory go as one
+byteps.launch.ssh_remote`` (:func:`ssh_argv`); its argv, environment and working directory go as one
 JSON line over ssh's standard input, which then stays open as the process's lifeline (see
-:mod:`byteps.ssh_remote`). The job's secret and environment therefore never appear on a command
+:mod:`byteps.launch.ssh_remote`). The job's secret and environment therefore never appear on a command
 line, locally or remotely. The environment sent is the launcher's own minus the variables that
 describe this host, login or terminal (:func:`forwarded_env`), plus ``--env``, plus the role's
 contract; the remote login's own environment fills in the rest (``HOME``, ``USER``, ...).
@@ -33,8 +33,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .cluster_env import CONTRACT_VARS, ClusterSpec, ClusterSpecError, JobIdentity, role_env
-from .launcher import LOCAL_MODE_VARS, ChildSpec, LaunchError, parse_env_pairs
+from .common import LOCAL_MODE_VARS, ChildSpec, LaunchError, parse_env_pairs
+from .contract import CONTRACT_VARS, ClusterSpec, ClusterSpecError, JobIdentity, role_env
 
 #: Default scheduler port range: ``--port`` absent, the port is drawn at random from it (a
 #: remote port cannot be probed; below Linux's ephemeral range 32768-60999, so it never meets a
@@ -86,7 +86,7 @@ class SshOptions:
         identity (str | None): ``ssh -i`` private key file.
         config (str | None): ``ssh -F`` configuration file (replaces ``~/.ssh/config`` and
             ``/etc/ssh/ssh_config``).
-        python (str): the interpreter that runs :mod:`byteps.ssh_remote` and the servers on
+        python (str): the interpreter that runs :mod:`byteps.launch.ssh_remote` and the servers on
             every host; default this launcher's ``sys.executable`` (homogeneous cluster).
         pythonpath (str | None): ``PYTHONPATH`` for the remote runner itself (the launcher's,
             so the remote side imports the same byteps); not secret.
@@ -203,7 +203,7 @@ def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of the launcher's environment that travels to the remote processes.
 
     Everything except :data:`HOST_SPECIFIC_VARS`, names starting with ``SSH_``, ``XDG_`` or
-    ``BASH_FUNC_``, and the contract variables (:data:`byteps.cluster_env.CONTRACT_VARS`, which
+    ``BASH_FUNC_``, and the contract variables (:data:`byteps.launch.contract.CONTRACT_VARS`, which
     every process gets from its role).
     """
     return {k: v for k, v in env.items()
@@ -215,7 +215,7 @@ def ssh_argv(host: str, options: SshOptions) -> list[str]:
     """The local command that starts the remote runner on ``host`` (fixed, secret-free).
 
     ``ssh -T -o BatchMode=yes ... [-F CONFIG] [-p PORT] [-i IDENTITY] -- host
-    '[env PYTHONPATH=...] <python> -m byteps.ssh_remote'``.
+    '[env PYTHONPATH=...] <python> -m byteps.launch.ssh_remote'``.
     """
     argv = ["ssh", *SSH_BASE_OPTIONS]
     if options.config:
@@ -224,7 +224,7 @@ def ssh_argv(host: str, options: SshOptions) -> list[str]:
         argv += ["-p", str(options.port)]
     if options.identity:
         argv += ["-i", options.identity]
-    remote = [options.python, "-m", "byteps.ssh_remote"]
+    remote = [options.python, "-m", "byteps.launch.ssh_remote"]
     if options.pythonpath:
         remote = ["env", f"PYTHONPATH={options.pythonpath}", *remote]
     return argv + ["--", host, shlex.join(remote)]
@@ -232,7 +232,7 @@ def ssh_argv(host: str, options: SshOptions) -> list[str]:
 
 def request_line(argv: Sequence[str], env: Mapping[str, str], cwd: str | None,
                  label: str) -> bytes:
-    """The JSON request :mod:`byteps.ssh_remote` reads (one line, ``\\n``-terminated)."""
+    """The JSON request :mod:`byteps.launch.ssh_remote` reads (one line, ``\\n``-terminated)."""
     req = {"protocol": 1, "argv": list(argv), "env": dict(env),
            "unset": [k for k in CONTRACT_VARS if k not in env], "cwd": cwd, "label": label}
     return (json.dumps(req, separators=(",", ":")) + "\n").encode()

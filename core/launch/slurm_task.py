@@ -1,7 +1,7 @@
-"""``python -m byteps.slurm_task [--] COMMAND ...``: one worker task of a Slurm job step.
+"""``python -m byteps.launch.slurm_task [--] COMMAND ...``: one worker task of a Slurm job step.
 
 ``bpslaunch --slurm`` starts the workers as one ``srun`` step whose environment describes the
-job (``DMLC_*``/``BYTEPS_*`` of a worker, see :mod:`byteps.cluster_env`); every task of the step
+job (``DMLC_*``/``BYTEPS_*`` of a worker, see :mod:`byteps.launch.contract`); every task of the step
 runs this module, which sets its own identity from Slurm's and execs COMMAND:
 
 * ``DMLC_WORKER_ID`` = ``SLURM_NODEID`` (the task's node within the step: the worker machine),
@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from .cluster_env import ClusterSpec, ClusterSpecError, JobIdentity, role_env
+from .contract import ClusterSpec, ClusterSpecError, JobIdentity, role_env
 
 
 class SlurmTaskError(ValueError):
@@ -49,7 +49,7 @@ def task_env(env: Mapping[str, str]) -> dict[str, str]:
 
     Returns:
         dict[str, str]: ``env`` with the worker's contract variables
-        (:func:`byteps.cluster_env.role_env`): ``DMLC_ROLE=worker``,
+        (:func:`byteps.launch.contract.role_env`): ``DMLC_ROLE=worker``,
         ``DMLC_WORKER_ID=SLURM_NODEID``, ``BYTEPS_LOCAL_RANK=SLURM_LOCALID``.
 
     Raises:
@@ -82,19 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "--":
         args = args[1:]
     if not args:
-        print("byteps.slurm_task: no COMMAND given (usage: python -m byteps.slurm_task [--] "
+        print("byteps.launch.slurm_task: no COMMAND given (usage: python -m byteps.launch.slurm_task [--] "
               "COMMAND ...)", file=sys.stderr)
         return 2
     try:
         env = task_env(os.environ)
     except SlurmTaskError as exc:
-        print(f"byteps.slurm_task: {exc}", file=sys.stderr)
+        print(f"byteps.launch.slurm_task: {exc}", file=sys.stderr)
         return 2
     sys.stdout.flush()
     try:
         os.execvpe(args[0], args, env)
     except OSError as exc:
-        print(f"byteps.slurm_task: cannot run {args[0]!r} on {os.uname().nodename}: {exc}",
+        print(f"byteps.launch.slurm_task: cannot run {args[0]!r} on {os.uname().nodename}: {exc}",
               file=sys.stderr)
         return 126 if isinstance(exc, PermissionError) else 127
     return 0  # pragma: no cover (execvpe does not return)

@@ -11,13 +11,12 @@ import os
 import re
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from jobs import PY
+from jobs import PY, Group
 from test_security import MAGIC, _mac, handshake_on, recv_exact
 from test_strangers import HEADER, _frame, _read_frame, bare_job_env, wait_listening
 
@@ -107,27 +106,19 @@ def test_a_sum_claimed_written_without_a_window_fails_the_worker():
     the worker drops that connection (it never takes the claim for data) and its push_pull
     fails with PeerLostError naming the server within seconds; the worker process ends."""
     port, secret, env = bare_job_env({"BYTEPS_FORCE_DISTRIBUTED": "1"})
-    sched = subprocess.Popen([sys.executable, "-m", "byteps.server"],
-                             env=dict(env, DMLC_ROLE="scheduler"), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    worker = None
-    try:
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
+        group.start([sys.executable, "-m", "byteps.server"], dict(env, DMLC_ROLE="scheduler"),
+                    label="scheduler")
         wait_listening(port)
         server = LyingServer(("127.0.0.1", port), secret.encode())
         server.start()
         t0 = time.monotonic()
-        worker = subprocess.Popen([PY, "-c", WORKER],
-                                  env=dict(env, DMLC_ROLE="worker", DMLC_WORKER_ID="0"),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  start_new_session=True)
-        out = worker.communicate(timeout=60)[0]
+        worker = group.start([PY, "-c", WORKER],
+                             dict(env, DMLC_ROLE="worker", DMLC_WORKER_ID="0"), label="worker")
+        worker.wait(60)
+        out = worker.output
         elapsed = time.monotonic() - t0
         server.join(30)
-    finally:
-        for p in (worker, sched):
-            if p and p.poll() is None:
-                p.kill()
-                p.wait()
     assert server.error is None, repr(server.error)
     assert server.events[0] == "hello" and server.events[1].startswith("push "), server.events
     assert server.events[-1].startswith("closed by the worker"), server.events

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from jobs import (
     INIT_PROBE,
+    Group,
     LiveJob,
     assert_ok,
     clean_job_env,
@@ -272,21 +273,18 @@ def test_allow_unauthenticated_runs_and_warns_once(tmp_path: Path):
                          "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
                          "BYTEPS_ALLOW_UNAUTHENTICATED": "1", "BYTEPS_FORCE_DISTRIBUTED": "1",
                          "BYTEPS_TIMEOUT": "30"})
-    services = [subprocess.Popen([sys.executable, "-m", "byteps.server"],
-                                 env=dict(env, DMLC_ROLE=role), stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-                for role in ("scheduler", "server")]
     worker = ("import numpy as np, byteps.basics as bps; bps.init(); a = np.arange(10.0); "
               "bps.wait(bps.push_pull_async('a', a.ctypes.data, a.ctypes.data, a.nbytes, "
               "'float64', a.shape, False)); print('SUM', a.sum()); bps.shutdown()")
-    try:
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
+        services = [group.start([sys.executable, "-m", "byteps.server"],
+                                dict(env, DMLC_ROLE=role), label=role)
+                    for role in ("scheduler", "server")]
         r = subprocess.run([sys.executable, "-c", worker], env=dict(env, DMLC_ROLE="worker",
                            DMLC_WORKER_ID="0"), capture_output=True, text=True, timeout=60)
-        outs = [p.communicate(timeout=30)[0] for p in services]
-    finally:
         for p in services:
-            if p.poll() is None:
-                p.kill()  # our own children, by PID
+            p.wait(30)
+        outs = [p.output for p in services]
     assert r.returncode == 0 and "SUM 45.0" in r.stdout, r.stdout + r.stderr
     for text in [r.stderr] + outs:
         assert text.count("BYTEPS_ALLOW_UNAUTHENTICATED=1: this process makes and accepts "

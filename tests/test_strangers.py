@@ -18,7 +18,6 @@ import re
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from jobs import (
+    Group,
     LiveJob,
     assert_ok,
     clean_job_env,
@@ -337,12 +337,11 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
     control message is a dropped connection at the scheduler. The real exchange still works
     afterwards and the job ends cleanly."""
     port, secret, env = bare_job_env()
-    procs = {role: subprocess.Popen([sys.executable, "-m", "byteps.server"],
-                                    env=dict(env, DMLC_ROLE=role), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
-             for role in ("scheduler", "server")}
     bound = 262144
-    try:
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
+        procs = {role: group.start([sys.executable, "-m", "byteps.server"],
+                                   dict(env, DMLC_ROLE=role), label=role)
+                 for role in ("scheduler", "server")}
         sched_addr = ("127.0.0.1", port)
         wait_listening(port)
         ctl, server_port, book_bound = _register_as_worker(sched_addr, secret.encode(), bound)
@@ -399,11 +398,9 @@ def test_sizes_from_an_authenticated_peer_are_bounded_before_allocation():
         h, _ = _read_frame(ctl)
         assert h[1] == FINALIZE_DONE
         ctl.close()
-        outs = {role: p.communicate(timeout=60)[0] for role, p in procs.items()}
-    finally:
         for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+            p.wait(60)
+        outs = {role: p.output for role, p in procs.items()}
     assert procs["scheduler"].returncode == 0, outs["scheduler"]
     assert procs["server"].returncode == 0, outs["server"]
     assert re.search(r"larger than the job's partitions \(262144 bytes\)", outs["server"])

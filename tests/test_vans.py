@@ -23,7 +23,6 @@ every process at start with a ConfigError naming DMLC_ENABLE_RDMA and UCX.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from jobs import (
     PY,
     UCX_VANS,
     VANS,
+    Group,
     LiveJob,
     assert_ok,
     clean_job_env,
@@ -271,19 +271,13 @@ def test_rdma_required_without_rdma_fails_every_process():
     argv = {"scheduler": [PY, "-m", "byteps.server"], "server": [PY, "-m", "byteps.server"],
             "worker": [PY, "-c", INIT_PROBE]}
     t0 = time.monotonic()
-    procs = {role: subprocess.Popen(cmd, env=dict(env, DMLC_ROLE=role, DMLC_WORKER_ID="0"),
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
-             for role, cmd in argv.items()}
-    outputs = {}
-    try:
-        for role, p in procs.items():
-            outputs[role] = p.communicate(timeout=60)[0]
-    finally:
+    with Group() as group:  # stops (by PID) whatever still runs on the way out
+        procs = {role: group.start(cmd, dict(env, DMLC_ROLE=role, DMLC_WORKER_ID="0"),
+                                   label=role)
+                 for role, cmd in argv.items()}
         for p in procs.values():
-            if p.poll() is None:
-                p.kill()  # our own child, by PID
-                p.wait(10)
+            p.wait(60)
+    outputs = {role: p.output for role, p in procs.items()}
     elapsed = time.monotonic() - t0
     for role, p in procs.items():
         out = outputs[role]

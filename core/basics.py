@@ -445,7 +445,8 @@ def engine_op(name: str, nbytes: int, dtype: str, shape: Sequence[int], average:
     through :func:`engine_entry_points`' ``byteps_engine_push_pull`` (on its own thread, no
     GIL), which enqueues the tensor and returns; the core calls the engine's completion
     callback when the sum is in place. Declare ``name`` (:func:`declare`) first, in program
-    order.
+    order; with ``BYTEPS_SYNC=auto``, a name's first record declares it with the cost model's
+    scheme for ``nbytes`` too (as :func:`push_pull_async` does; docs/schemes.md).
 
     Args:
         name: the tensor's name, the same on every rank.
@@ -469,6 +470,11 @@ def engine_op(name: str, nbytes: int, dtype: str, shape: Sequence[int], average:
             the tensor's description; ``ndarray`` without the four ``mxnet_api`` addresses.
         byteps.errors.NotInitializedError: before ``init()``.
     """
+    fn = "engine_op"
+    _check_name(name, fn)
+    nbytes = _as_int(nbytes, "nbytes", fn, 0, 1 << 63)
+    _require_init()
+    _auto_declare(name, nbytes)
     return int(_core.engine_op(name, 0, 0, nbytes, dtype, list(shape), bool(average), priority,
                                ndarray=ndarray, mxnet_api=list(mxnet_api)))
 

@@ -5,3 +5,4 @@ This module re-exports its names for one release and goes after the next one: im
 """
 
 from .sync.compression import *  # noqa: F403
+from .sync.compression import COMPRESSIBLE_DTYPES  # noqa: F401  (public, not in __all__)

@@ -57,6 +57,19 @@ def test_module_api(config, through_host):
     jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=3)
 
 
+@pytest.mark.parametrize("through_host", [False, True])
+def test_auto_declares_with_the_cost_models_choice(through_host):
+    """BYTEPS_SYNC=auto with a stand-in cost model, 2 workers + 1 server: each name's first
+    byteps_push_pull (the engine's path; through_host: a GPU NDArray's, via a pinned host copy)
+    declares it with choose(nbytes) (ps, ring, tree by size) and sums exactly."""
+    env = ["BYTEPS_SYNC=auto", "BYTEPS_TIMEOUT=60"]
+    if through_host:
+        env.append("MXNET_WORKER_THROUGH_HOST=1")
+    cfg = jobs.CONFIGS["2w1s"]
+    rc, out, _ = _run(cfg, "auto", env=env, timeout=150)
+    jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=6)
+
+
 def test_bad_input():
     """Non-NDArray, sparse, unsupported dtype, empty name, invalid compressor options (of
     byteps_declare_tensor and of the trainer's compression_params), bad broadcast arguments,

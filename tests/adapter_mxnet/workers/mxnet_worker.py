@@ -13,6 +13,10 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
   push_pull of float16/32/64 arrays of shapes (17,), (17,17), (17,17,17) returns the input
   (average over one worker); ``DistributedTrainer._init_params`` keeps every parameter's value.
 * ``badinput``: the errors of bad input (run with one worker: no servers needed).
+* ``auto``: ``BYTEPS_SYNC=auto`` with a stand-in cost model (``byteps.sync.cost_model`` put in
+  ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every
+  ``byteps_push_pull`` (the engine's path) declares its name with the model's choice for its
+  size at the first call and sums exactly, on the CPU path and through a host copy.
 * ``loop``: push_pull until a peer is lost; prints ``READY`` after the first round and
   ``CAUGHT-PEERLOST <time.time()> <message>`` when ``wait_to_read`` raises PeerLostError.
 
@@ -35,7 +39,7 @@ import byteps.errors as errors
 import byteps.mxnet as bps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: oracle.py
-from oracle import expected_sum
+from oracle import expected_sum, rank_data
 
 CASES = 0
 
@@ -169,6 +173,30 @@ def mode_upstream() -> None:
     ok("upstream_trainer_param_order")
 
 
+# ----------------------------------------------------------------------------------- auto --
+def stand_in_choose(nbytes: int) -> str:
+    return "tree" if nbytes >= 65536 else "ring" if nbytes >= 4096 else "ps"
+
+
+def mode_auto() -> None:
+    from byteps import basics  # the declared schemes: basics' record of them
+
+    rank, size = bps.rank(), bps.size()
+    for rnd in range(2):
+        for n in (10, 2000, 50_000):
+            name = f"auto.{n}"
+            tensor = mx.nd.array(rank_data(rank, (n,), "float32", rnd), dtype="float32")
+            bps.byteps_push_pull(tensor, name=name, is_average=False)
+            want = expected_sum(lambda r, n=n, rnd=rnd: rank_data(r, (n,), "float32", rnd), size)
+            if not np.array_equal(tensor.asnumpy(), want.astype(np.float32)):
+                fail(f"{name} round {rnd}: the sum differs")
+            declared = basics._sync_of.get(name)
+            if declared != stand_in_choose(n * 4):
+                fail(f"{name}: declared with {declared}, the model chose "
+                     f"{stand_in_choose(n * 4)}")
+            ok(f"auto {name} round {rnd} sync={declared}")
+
+
 # ------------------------------------------------------------------------------ bad input --
 def expect(case: str, exc_type, fn, words=()) -> None:
     """``fn()`` raises ``exc_type`` (which must also be a byteps.errors.BytePSError)."""
@@ -273,11 +301,16 @@ def main(argv) -> int:
     if mode == "loop":
         bps.init()
         return mode_loop()
+    if mode == "auto":
+        import types
+        model = types.ModuleType("byteps.sync.cost_model")
+        model.choose = stand_in_choose
+        sys.modules["byteps.sync.cost_model"] = model
     if mode == "badinput":
         mode_badinput()
     else:
         bps.init()
-        {"module": mode_module, "upstream": mode_upstream}[mode]()
+        {"module": mode_module, "upstream": mode_upstream, "auto": mode_auto}[mode]()
     if through_host:
         if not bps.ops._host_copies:
             fail("MXNET_WORKER_THROUGH_HOST=1, but no array went through a host copy")

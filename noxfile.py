@@ -14,9 +14,10 @@ Sessions:
            the tests that need sshd/Slurm/root skip with the reason where those are missing.
     slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
 
-The first session of a run builds one byteps wheel (the C++ core through scikit-build-core,
-about 75 s on 2 cores) into ``.nox/_wheels/<digest of the sources>``; every session installs
-that wheel with its extras. Pass extra pytest arguments after ``--``:
+The first session of a run builds the byteps test wheel (the C++ core through
+scikit-build-core, about 75 s on a quiet 2-core machine) into
+``.nox/_wheels/<digest of the sources>/test``; every session installs that wheel with its
+extras. Pass extra pytest arguments after ``--``:
 ``python -m nox -s unit -- -k launcher``.
 
 Two wheels per source state, because the test hooks must not ship: the sessions install the
@@ -34,9 +35,10 @@ without pip's build isolation: an isolated build runs scikit-build-core from a n
 environment each time, and scikit-build-core then clears the CMake cache and every object
 file, so each wheel would compile the whole core again. Each build passes the option
 explicitly (neither inherits the other's); the product build reconfigures and relinks only
-what the option changes. Measured on 2 cores, quiet machine: test wheel from nothing 172 s,
-then the product wheel 13 s (two isolated builds: 172 s each). A later source state
-recompiles only the files it changed.
+what the option changes. Measured on 2 cores shared with other builds (load 12-15): the
+test wheel from nothing 688 s, then the product wheel 3.9 s and the test wheel again 4.2 s;
+with pip's build isolation (load 6-13) the second wheel compiled everything again: 381 s, then
+514 s. A later source state recompiles only the files it changed.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import hashlib
 import os
 
 import nox
-import tomllib
+import nox.project
 
 nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "mxnet", "bench", "engines"]
 nox.options.reuse_venv = "yes"
@@ -96,8 +98,7 @@ BUILD_TOOLS = ["cmake>=3.18", "ninja"]
 def _build_python(session: nox.Session) -> str:
     """The Python of :data:`BUILD_ENV`, made (again) where it is missing or its requirements
     (pyproject.toml's ``[build-system] requires`` plus :data:`BUILD_TOOLS`) changed."""
-    with open("pyproject.toml", "rb") as f:
-        wanted = tomllib.load(f)["build-system"]["requires"] + BUILD_TOOLS
+    wanted = nox.project.load_toml("pyproject.toml")["build-system"]["requires"] + BUILD_TOOLS
     python = os.path.abspath(os.path.join(BUILD_ENV, "bin", "python"))
     stamp = os.path.join(BUILD_ENV, "byteps-build-requires.txt")
     try:

@@ -2,7 +2,8 @@
 
 Sessions:
     lint   ruff over every Python tree.
-    unit   the package + tests that need no framework (``-m "not slow and not <framework>..."``).
+    unit   the package + tests that need no framework (``-m "not slow and not <framework>..."``),
+           and the files of the product wheel (no test hooks ship).
     torch  PyTorch 2.13 (CPU wheel from pip's local find-links) + the torch tests and examples.
     tensorflow  tensorflow-cpu 2.21 (Keras 3) + the TensorFlow/Keras tests and examples.
     mxnet  MXNet 1.9.1 with numpy 1.23.5 (pins only in this session's own venv) + the MXNet
@@ -13,10 +14,31 @@ Sessions:
            the tests that need sshd/Slurm/root skip with the reason where those are missing.
     slow   same install as torch; the long-running suites (``pytest -m slow``); not run by CI.
 
-The first session of a run builds one byteps wheel (the C++ core through scikit-build-core,
-about 75 s on 2 cores) into ``.nox/_wheels/<digest of the sources>``; every session installs
-that wheel with its extras. Pass extra pytest arguments after ``--``:
+The first session of a run builds the byteps test wheel (the C++ core through
+scikit-build-core, about 75 s on a quiet 2-core machine) into
+``.nox/_wheels/<digest of the sources>/test``; every session installs that wheel with its
+extras. Pass extra pytest arguments after ``--``:
 ``python -m nox -s unit -- -k launcher``.
+
+Two wheels per source state, because the test hooks must not ship: the sessions install the
+*test* wheel, built with the CMake option ``BYTEPS_BUILD_TESTING=ON`` (it adds the extension
+module ``byteps._core_testing``, the C++ core's test hooks that tests/testing_hooks.py hands
+out; ``REQUIRE_CORE_TESTING=1`` makes a missing one an error, not a skip); the unit session
+also builds the *product* wheel, option off, what a user's ``pip install .`` builds, and
+tests/test_wheel_contents.py lists its files (``PRODUCT_WHEEL`` names it).
+
+The second build costs little because both build in one CMake build folder of their own,
+``build/nox-<wheel tag>`` (a user's ``pip install .`` keeps the default ``build/<wheel tag>``,
+which never sees the option on), from one build environment of their own,
+``.nox/_wheels/build-env`` (pyproject.toml's build requirements, cmake and ninja; made once),
+without pip's build isolation: an isolated build runs scikit-build-core from a new temporary
+environment each time, and scikit-build-core then clears the CMake cache and every object
+file, so each wheel would compile the whole core again. Each build passes the option
+explicitly (neither inherits the other's); the product build reconfigures and relinks only
+what the option changes. Measured on 2 cores shared with other builds (load 12-15): the
+test wheel from nothing 688 s, then the product wheel 3.9 s and the test wheel again 4.2 s;
+with pip's build isolation (load 6-13) the second wheel compiled everything again: 381 s, then
+514 s. A later source state recompiles only the files it changed.
 """
 
 from __future__ import annotations
@@ -26,6 +48,7 @@ import hashlib
 import os
 
 import nox
+import nox.project
 
 nox.options.sessions = ["lint", "unit", "torch", "tensorflow", "mxnet", "bench", "engines"]
 nox.options.reuse_venv = "yes"
@@ -66,21 +89,58 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _install_byteps(session: nox.Session, extras: str) -> None:
-    """Install byteps with ``extras`` from one wheel built per source state (in
-    ``.nox/_wheels/<digest>``) and shared by every session: building the C++ core (about
-    75 s on 2 cores) once per run instead of once per session (pip builds each install in a
-    fresh isolated environment, which invalidates CMake's cache)."""
+#: Where every wheel is built (see the module docstring): the build environment, made once.
+BUILD_ENV = os.path.join(".nox", "_wheels", "build-env")
+#: What the build environment holds besides pyproject.toml's build requirements.
+BUILD_TOOLS = ["cmake>=3.18", "ninja"]
+
+
+def _build_python(session: nox.Session) -> str:
+    """The Python of :data:`BUILD_ENV`, made (again) where it is missing or its requirements
+    (pyproject.toml's ``[build-system] requires`` plus :data:`BUILD_TOOLS`) changed."""
+    wanted = nox.project.load_toml("pyproject.toml")["build-system"]["requires"] + BUILD_TOOLS
+    python = os.path.abspath(os.path.join(BUILD_ENV, "bin", "python"))
+    stamp = os.path.join(BUILD_ENV, "byteps-build-requires.txt")
+    try:
+        with open(stamp) as f:
+            current = f.read().split("\n")
+    except FileNotFoundError:
+        current = None
+    if current != wanted or not os.path.exists(python):
+        session.run("python", "-m", "venv", "--clear", BUILD_ENV)
+        session.run(python, "-m", "pip", "install", *wanted, external=True)
+        with open(stamp, "w") as f:
+            f.write("\n".join(wanted))
+    return python
+
+
+def _wheel(session: nox.Session, kind: str) -> str:
+    """The byteps wheel of this source state, built once (in ``.nox/_wheels/<digest>/<kind>``)
+    and shared by every session: ``kind`` "test" (``BYTEPS_BUILD_TESTING=ON``: with the test
+    hooks) or "product" (option off: what ``pip install .`` ships). Both build from
+    :data:`BUILD_ENV` in ``build/nox-<wheel tag>``, so the second reuses the first's objects."""
     _build_env(session)
-    out = os.path.join(".nox", "_wheels", _source_digest())
+    out = os.path.join(".nox", "_wheels", _source_digest(), kind)
     wheels = glob.glob(os.path.join(out, "byteps-*.whl"))
     if not wheels:
-        session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out, ".")
+        testing = "ON" if kind == "test" else "OFF"
+        session.run(_build_python(session), "-m", "pip", "wheel", "--no-deps",
+                    "--no-build-isolation", "--wheel-dir", out,
+                    "-C", "build-dir=build/nox-{wheel_tag}",
+                    "-C", f"cmake.define.BYTEPS_BUILD_TESTING={testing}", ".", external=True)
         wheels = glob.glob(os.path.join(out, "byteps-*.whl"))
-    wheel = os.path.abspath(wheels[0])
+    return os.path.abspath(wheels[0])
+
+
+def _install_byteps(session: nox.Session, extras: str) -> None:
+    """Install byteps with ``extras`` from the test wheel of this source state (built once per
+    run, not once per session: pip builds each install in a fresh isolated environment)."""
+    wheel = _wheel(session, "test")
     session.install(f"{wheel}[{extras}]")
     # A reused venv may hold an earlier build of the same version: replace it.
     session.install("--force-reinstall", "--no-deps", wheel)
+    # tests/testing_hooks.py: a missing byteps._core_testing fails the tests, never skips them
+    session.env["REQUIRE_CORE_TESTING"] = "1"
 
 
 def _install_torch(session: nox.Session) -> None:
@@ -101,6 +161,8 @@ def unit(session: nox.Session) -> None:
     """Build and install byteps, run the tests that need no framework."""
     _build_env(session)
     _install_byteps(session, "test")
+    # tests/test_wheel_contents.py lists what a user's `pip install .` would ship
+    session.env["PRODUCT_WHEEL"] = _wheel(session, "product")
     session.run("pytest", "-m",
                 "not slow and not torch and not tensorflow and not mxnet and not bench "
                 "and not engines",

@@ -9,7 +9,7 @@ Three parts, each a real measurement of the core's compressors (docs/compression
   with the compressor's kwargs). Per job: the median time of the slowest worker, the speed-up
   over the uncompressed job of the same cluster, the bytes every worker host sent and received
   per push_pull (its ``eth0`` counters: frames, headers included), the machine's CPU busy;
-* **throughput**: ``byteps._core.testing.compressor_throughput`` per compressor (compress and
+* **throughput**: ``byteps._core_testing.compressor_throughput`` per compressor (compress and
   decompress, float32, one thread, GB/s of raw input bytes) on a 64 MiB tensor and on one
   partition of the core's default size, next to the memory-bandwidth probe of
   :func:`benchmarks.sumbench.memory_bandwidth` (1 thread);
@@ -279,11 +279,17 @@ def run_cluster(plan: dict, progress: Callable[[str], None]) -> dict:
 
 def compressor_throughput(kwargs: Mapping, nbytes: int, seconds: float) -> tuple:
     """(compress, decompress) GB/s of raw float32 input bytes, one thread, from the core's
-    test hook ``byteps._core.testing.compressor_throughput`` on ``nbytes // 4`` elements."""
-    from byteps._core import testing
-
-    c, d = testing.compressor_throughput(_text_kwargs(kwargs), "float32", nbytes // 4,
-                                         float(seconds))
+    test hook ``byteps._core_testing.compressor_throughput`` on ``nbytes // 4`` elements.
+    ImportError (recorded in the row by :func:`run_throughput`) where byteps was built without
+    its test hooks (the CMake option BYTEPS_BUILD_TESTING)."""
+    try:
+        from byteps import _core_testing
+    except ImportError as exc:
+        raise ImportError("the throughput part needs byteps._core_testing, the core's test hooks: "
+                          "build byteps with -C cmake.define.BYTEPS_BUILD_TESTING=ON (every nox "
+                          "session does)") from exc
+    c, d = _core_testing.compressor_throughput(_text_kwargs(kwargs), "float32", nbytes // 4,
+                                               float(seconds))
     return float(c), float(d)
 
 

@@ -165,7 +165,7 @@ def throughput_section(res: dict) -> list[str]:
     big, small = plan["tp_bytes"], plan["tp_partition_bytes"]
     sizes = [big] + ([small] if small != big else [])
     md.append(
-        "`byteps._core.testing.compressor_throughput(kwargs, \"float32\", count, seconds)`: one "
+        "`byteps._core_testing.compressor_throughput(kwargs, \"float32\", count, seconds)`: one "
         "worker-side compressor chain of `count` elements on one thread, standard-normal "
         f"data, {plan['tp_seconds']:g} s in all (half compressing, half decompressing); GB/s "
         f"of raw float32 input (4 bytes per element) per second, at {fmt_size(big)} and at "

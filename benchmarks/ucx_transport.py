@@ -5,7 +5,7 @@ of one process, per ``UCX_TLS``.
 
 UCX reads ``UCX_TLS`` when a context is created, so each transport list is measured in a child
 process of its own (``--worker``, started through :mod:`benchmarks.runner`). There two
-``UcxTestPeer``s (``byteps._core.testing``, the transport without a van) connect by exchanging
+``UcxTestPeer``s (``byteps._core_testing``, the transport without a van) connect by exchanging
 worker addresses; a staged, registered ``size``-byte buffer is sent ``1 + iters`` times into a
 registered receiver buffer. Each time runs from the send to the receiver's ``OnFrame`` (both
 clocks of this one process); the first send, which pays registration and connection set-up,
@@ -37,10 +37,11 @@ PUSH = 21  # the frame type the transport tests send (a push)
 def ucx_missing() -> str | None:
     """Why the UCX transport cannot be measured here, or None."""
     try:
-        from byteps import _core
+        from byteps import _core_testing
     except ImportError as exc:
-        return f"the byteps core is not built ({exc})"
-    if not getattr(_core.testing, "ucx_available", False):
+        return (f"the core's test hooks are not built ({exc}; build with "
+                f"BYTEPS_BUILD_TESTING=ON, as the nox sessions do)")
+    if not _core_testing.ucx_available:
         return "this build has no UCX transport (pkg-config found no ucx at build time)"
     return None
 
@@ -52,9 +53,9 @@ def measure(size: int = SIZE, iters: int = ITERS) -> dict:
     ``lanes`` and ``config`` (UCX's summary of the link and of its configuration)."""
     import numpy as np
 
-    from byteps import _core
+    from byteps import _core_testing
 
-    peer = _core.testing.UcxTestPeer
+    peer = _core_testing.UcxTestPeer
     a, b = peer("bench-a"), peer("bench-b")
     try:
         la = a.connect(b.address, timeout=20, name="bench-b")

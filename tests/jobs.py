@@ -453,12 +453,12 @@ UCX_VANS = [v for v in VANS if v.startswith("ucx")]
 
 def ucx_missing() -> str | None:
     """Why the UCX van cannot be tested here (the core is not built, or was built without UCX:
-    ``byteps._core.testing.ucx_available``), or None."""
+    ``byteps._core.doctor.ucx_linked``), or None."""
     try:
         from byteps import _core
     except ImportError as exc:
         return f"the byteps core is not built ({exc})"
-    if not getattr(_core.testing, "ucx_available", False):
+    if not _core.doctor.ucx_linked():
         return "this build has no UCX van (pkg-config found no ucx when the core was built)"
     return None
 

@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testing_hooks import core_testing
 
-from byteps._core import testing as T
 from byteps.errors import InvalidArgumentError
+
+T = core_testing()
 
 CONFIGS = {
     "onebit": {"compressor_type": "onebit", "compressor_onebit_scaling": "true"},

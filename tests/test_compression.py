@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 from jobs import CONFIGS, VANS, assert_ok, run_job, van_params, world_size
+from testing_hooks import core_testing
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="needs Linux /proc and /dev/shm"
 )
 
+core_testing()  # the worker asks the core for its partitions
 SCRIPT = str(Path(__file__).resolve().parent / "workers" / "compress_worker.py")
 #: small partitions, so the multi-partition tensor has several; no size threshold
 ENV = ["BYTEPS_PARTITION_BYTES=65536", "BYTEPS_MIN_COMPRESS_BYTES=0"]

@@ -11,6 +11,7 @@ import random
 
 import pytest
 from jobs import TESTS, assert_ok, run_job, worker_lines
+from testing_hooks import core_testing
 
 import byteps
 from byteps import _core, sim
@@ -64,13 +65,14 @@ def test_formulas_hand_computed():
 
 
 def test_ps_formula_is_the_cores_optimum_and_shares():
+    T = core_testing()
     for n in range(2, 12):
         for k in range(0, n + 1):
             c = cost_formulas.ps(n, k)
             assert c.wire_seconds(1e9, 1 / 3e9) == pytest.approx(
-                _core.testing.optimal_comm_time(n, k, 1e9, 3e9), rel=1e-12)
+                T.optimal_comm_time(n, k, 1e9, 3e9), rel=1e-12)
             assert sim.t_opt(n, k, 1e9, 3e9) == pytest.approx(c.wire_seconds(1e9, 1 / 3e9))
-            shares = _core.testing.server_shares(n, [True] * n + [False] * k)
+            shares = T.server_shares(n, [True] * n + [False] * k)
             cpu, colocated = cost_formulas.ps_shares(n, k)
             assert shares[:n] == pytest.approx([colocated] * n)
             assert shares[n:] == pytest.approx([cpu] * k)
@@ -145,7 +147,7 @@ def test_tree_cost_is_the_cores_program():
     the busiest machine's bytes per direction (every partition pipelines through it), the
     messages and ``wire + fill`` the longest chain and the time of one partition alone. The
     sequential up-and-down count (wire 2 at n = 4, w = 2) was 1.33x what the core sends."""
-    T = _core.testing
+    T = core_testing()
     for n in range(2, 17):
         for w in [d for d in range(1, n + 1) if n % d == 0]:
             S = 16 * 64 * w  # chunks of whole 16-element blocks (ShardRange)

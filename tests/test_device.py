@@ -30,12 +30,15 @@ from jobs import (
     run_job,
     worker_lines,
 )
+from testing_hooks import skip_without_core_testing
 
 import byteps
 from byteps import _core, basics, cuda
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 WORKER = str(TESTS / "workers" / "device_worker.py")
+#: the worker sets the fake device's delays through byteps._core_testing
+needs_hooks = skip_without_core_testing()
 ENV = ["BYTEPS_PARTITION_BYTES=65536"]
 
 # ------------------------------------------------------------------- CUDA at run time --
@@ -107,6 +110,7 @@ LAYOUTS = {
 }
 
 
+@needs_hooks
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_fake_device_sums_every_dtype_around_partition_bounds(layout):
     cfg = LAYOUTS[layout]
@@ -114,6 +118,7 @@ def test_fake_device_sums_every_dtype_around_partition_bounds(layout):
     assert_ok(rc, out, 2 if layout != "one-process" else 1, min_cases=448)
 
 
+@needs_hooks
 @pytest.mark.parametrize("layout", ["one-process", "distributed", "distributed-local"])
 def test_fake_device_waits_for_the_producer(layout):
     cfg = LAYOUTS[layout]
@@ -121,6 +126,7 @@ def test_fake_device_waits_for_the_producer(layout):
     assert_ok(rc, out, 1 if layout == "one-process" else 2, min_cases=3)
 
 
+@needs_hooks
 def test_fake_device_tensors_of_the_other_plans():
     """A compressed (fp16) and a ring all-reduce device tensor beside a summation-service one,
     in flight at once, 2 machines of 2 processes (COPY_D2H and COPY_H2D around the plans with
@@ -130,6 +136,7 @@ def test_fake_device_tensors_of_the_other_plans():
     assert_ok(rc, out, 4, min_cases=9)
 
 
+@needs_hooks
 def test_fake_device_no_allocation_in_steady_state():
     cfg = LAYOUTS["distributed"]
     rc, out, _ = run_job(cfg, "steady", "6", env=ENV, timeout=120, script=WORKER)
@@ -155,6 +162,7 @@ def _traced_device_job(tmp_path):
     return files
 
 
+@needs_hooks
 def test_fake_device_timeline_shows_copies_overlapping_the_network(tmp_path):
     """BYTEPS_TRACE_ON with a device tensor: every partition of a traced step has its COPY_D2H
     before its PUSH and its COPY_H2D after its PULL, and a later partition's D2H copy runs while
@@ -180,6 +188,7 @@ def test_fake_device_timeline_shows_copies_overlapping_the_network(tmp_path):
     assert overlapped, "no D2H copy ran while an earlier partition was pushed or pulled"
 
 
+@needs_hooks
 def test_gantt_chart_draws_the_copy_stages_as_rows(tmp_path):
     """benchmarks.timeline_plot draws a device tensor's COPY_D2H and COPY_H2D as rows of their
     own, first and last of each rank's stages."""
@@ -193,6 +202,7 @@ def test_gantt_chart_draws_the_copy_stages_as_rows(tmp_path):
                                  "rank 0 PULL", "rank 0 COPY_OUT", "rank 0 COPY_H2D"], drawn
 
 
+@needs_hooks
 @pytest.mark.parametrize("layout", ["one-process", "distributed-local"])
 def test_fake_device_times_the_copy_stages(layout):
     """With copy timing on, every partition's D2H and H2D copy is timed between events around
@@ -230,6 +240,7 @@ def test_device_arguments_are_checked():
                                    False)
 
 
+@needs_hooks
 @pytest.mark.timeout(200)
 def test_fake_device_worker_killed_mid_push_pull_fails_every_rank():
     """kill -9 one of two worker machines while device push_pulls run: the other gets

@@ -23,6 +23,7 @@ from jobs import (
     worker_lines,
 )
 from test_device import ENV, WORKER
+from testing_hooks import core_testing
 
 NCCL = ENV + ["BYTEPS_NCCL=1"]
 
@@ -143,13 +144,12 @@ def test_one_rank_collective_calls_copy(dtype):
     NCCL on a machine with one GPU): each call's output is its input."""
     import numpy as np
 
-    from byteps import _core
-
+    T = core_testing()
     src = (np.arange(1031) % 100).astype(np.uint16 if dtype == "bfloat16" else dtype)
     for call in ("reduce_scatter", "all_reduce", "all_gather", "broadcast"):
         dst = np.zeros_like(src)
-        _core.testing.one_rank_collective("fake", 0, call, src.ctypes.data, dst.ctypes.data,
-                                          src.size, dtype, call == "all_reduce")
+        T.one_rank_collective("fake", 0, call, src.ctypes.data, dst.ctypes.data,
+                              src.size, dtype, call == "all_reduce")
         assert np.array_equal(dst, src), (call, dst[:8])
 
 

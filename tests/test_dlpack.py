@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from error_checks import single_process_job
 from jobs import TESTS, assert_ok, launch_config, run_job
+from testing_hooks import skip_without_core_testing
 
 import byteps
 from byteps import basics
@@ -76,6 +77,7 @@ def test_not_initialized(job):
         basics.init()
 
 
+@skip_without_core_testing()  # the worker sets the fake device's delays
 def test_numpy_sums_in_a_two_worker_job():
     rc, out, _ = run_job(launch_config(2, 1), "dlpack", env=["BYTEPS_PARTITION_BYTES=65536"],
                          timeout=200, script=WORKER)

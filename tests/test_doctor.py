@@ -10,16 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs import clean_job_env
+from jobs import clean_job_env, skip_without_ucx
+from testing_hooks import core_testing
 
 from byteps import _core, doctor
 
 
 def test_report_matches_the_build_and_host():
+    T = core_testing()
     report = doctor.gather(clean_job_env())
-    assert report["vans"] == (["tcp", "ucx"] if _core.testing.ucx_available else ["tcp"])
-    assert _core.doctor.ucx_linked() == _core.testing.ucx_available
-    if _core.testing.ucx_available:
+    assert report["vans"] == (["tcp", "ucx"] if T.ucx_available else ["tcp"])
+    assert _core.doctor.ucx_linked() == T.ucx_available
+    if T.ucx_available:
         ucx = report["ucx"]
         assert ucx["version"] and ucx["error"] is None
         assert any(r.startswith("tcp/") for r in ucx["resources"]), ucx
@@ -96,7 +98,7 @@ def test_bpslaunch_doctor_uses_the_job_environment():
     assert "summation kernels: " + _core.reduce.active_isa() in out.stdout
 
 
-@pytest.mark.skipif(not _core.testing.ucx_available, reason="this build has no UCX van")
+@skip_without_ucx()
 @pytest.mark.parametrize("value, expected", [
     (None, "RDMA links (BYTEPS_UCX_ONE_WAY=auto)"), ("0", "none (BYTEPS_UCX_ONE_WAY=0)"),
     ("1", "RDMA and shared-memory links")])
@@ -127,7 +129,7 @@ def test_report_names_the_van_the_environment_selects(env, van):
     assert f"selected by this environment: {report['van']}" in doctor.render(report)
 
 
-@pytest.mark.skipif(not _core.testing.ucx_available, reason="this build has no UCX van")
+@skip_without_ucx()
 @pytest.mark.parametrize("resource, rdma", [
     ("rc_mlx5/mlx5_0:1", True), ("rc_verbs/mlx5_0:1", True), ("dc_mlx5/mlx5_0:1", True),
     ("ud_verbs/mlx5_0:1", True), ("ib/mlx5_0:1", True), ("tcp/eth0", False),

@@ -14,9 +14,10 @@ import importlib.util
 
 import pytest
 from jobs import FRAMEWORK_ENV, TESTS, LiveJob, assert_ok, kill_and_check, launch_config, run_job
+from testing_hooks import core_testing
 
 import byteps
-from byteps import _core, cuda
+from byteps import cuda
 
 _STATUS = byteps.cuda_status()
 pytestmark = [
@@ -61,8 +62,8 @@ def test_nccl_calls_on_one_gpu(dtype):
                           ("all_gather", False), ("broadcast", False)):
         dst = torch.zeros_like(src)
         torch.cuda.synchronize()
-        _core.testing.one_rank_collective("cuda", 0, call, src.data_ptr(), dst.data_ptr(), n,
-                                          dtype, average)
+        core_testing().one_rank_collective("cuda", 0, call, src.data_ptr(), dst.data_ptr(),
+                                           n, dtype, average)
         assert torch.equal(dst, src), (call, average, dst[:8], src[:8])
 
 

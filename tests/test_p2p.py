@@ -23,6 +23,7 @@ import time
 import pytest
 from jobs import clean_job_env, van_params
 from test_security import handshake, handshake_on
+from testing_hooks import core_testing
 
 _core = pytest.importorskip("byteps._core", reason="the byteps core is not built")
 from byteps.errors import (  # noqa: E402
@@ -40,9 +41,10 @@ MAGIC = 0x31535042
 
 @pytest.fixture(autouse=True)
 def _secret(monkeypatch):
+    hooks = core_testing()
     monkeypatch.setenv("BYTEPS_SECRET", SECRET)  # a channel installs the environment's secret
     yield
-    _core.testing.set_job_secret("")  # other tests expect a process without one
+    hooks.set_job_secret("")  # other tests expect a process without one
 
 
 def mesh(size, van="tcp", **kw):

@@ -1,7 +1,7 @@
 """The synchronization schemes (docs/schemes.md): ring and tree all-reduce over the worker mesh,
 next to the summation service.
 
-* The all-reduce programs (``byteps._core.testing.coll_program``), run here message by message
+* The all-reduce programs (``byteps._core_testing.coll_program``), run here message by message
   for n = 2..8 worker machines and every tree width, sum exactly on every machine; the peers
   they name are symmetric; the default width.
 * Configuration errors surface at ``init()`` (``BYTEPS_TREE_WIDTH`` that does not divide the
@@ -35,9 +35,9 @@ from jobs import (
     skip_without_ucx,
     world_size,
 )
+from testing_hooks import core_testing
 
 core = pytest.importorskip("byteps._core", reason="the byteps core is not built")
-T = core.testing
 SCHEME_WORKER = str(__import__("pathlib").Path(__file__).resolve().parent / "workers" /
                     "scheme_worker.py")
 
@@ -48,6 +48,7 @@ SCHEME_WORKER = str(__import__("pathlib").Path(__file__).resolve().parent / "wor
 def run_programs(scheme: str, n: int, width: int, count: int, elem: int = 4):
     """Every machine's program for one partition of `count` int32 elements, run message by
     message (sends delivered in order, a receive waits for its message); returns the outputs."""
+    T = core_testing()
     rng = np.random.default_rng(n * 100 + width * 10 + count)
     ins = [rng.integers(-1000, 1000, count).astype(np.int32) for _ in range(n)]
     outs = [np.zeros(count, np.int32) for _ in range(n)]
@@ -96,6 +97,7 @@ def test_programs_sum_exactly(n):
 def test_program_message_counts():
     """The counts docs/schemes.md gives: the ring sends 2(n-1) messages of S/n per machine;
     a tree of width 1 sends one message up and one down per edge of the binary tree."""
+    T = core_testing()
     n, S = 4, 4096 * 4
     for me in range(n):
         ops = T.coll_program("ring", n, n, me, S, 4)["ops"]
@@ -109,6 +111,7 @@ def test_program_message_counts():
 def test_tree_width_default_and_peers():
     """BYTEPS_TREE_WIDTH=0: the largest divisor of n not above ceil(sqrt(n)); a width that does
     not divide n is a ConfigError naming the divisors; the mesh peers are symmetric."""
+    T = core_testing()
     assert [T.resolve_tree_width(n, 0) for n in (1, 2, 3, 4, 6, 8, 9, 16)] == \
         [1, 2, 1, 2, 3, 2, 3, 4]
     assert T.resolve_tree_width(8, 4) == 4

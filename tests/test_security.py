@@ -33,6 +33,7 @@ from jobs import (
     rss_and_fds,
     wrong_secret_worker,
 )
+from testing_hooks import core_testing
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
 
@@ -187,7 +188,7 @@ def malformed_frame(rng: random.Random) -> bytes:
 def test_fuzz_decoders_100k_frames():
     """100 000 malformed frames through the frame and control-message decoders (the code every
     received byte goes through): each is accepted or refused with ValueError; nothing crashes."""
-    from byteps._core import testing as T
+    T = core_testing()
 
     rng = random.Random(5)
     refused = 0

@@ -1,6 +1,6 @@
 """The summation server's asynchronous mode in process, without sockets (docs/async.md).
 
-``byteps._core.testing.SummationRounds`` with ``set_async`` drives ``ps/async_rounds.cc`` as a
+``byteps._core_testing.SummationRounds`` with ``set_async`` drives ``ps/async_rounds.cc`` as a
 server does for each PUSH flagged asynchronous (engines inline: deterministic). Checked: the
 store starts from worker 0's round-1 push whatever the arrival order (not zeros); every later
 push is a delta added at once and answered with the value, bit for bit, with no round barrier
@@ -17,8 +17,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testing_hooks import core_testing
 
-from byteps._core import testing as T
+T = core_testing()
+
 
 BOUND = 1 << 20
 N = 37

@@ -1,5 +1,5 @@
 """The summation service's half of two-level compression, in process (no sockets):
-``byteps._core.testing.SummationRounds`` drives the round logic of one server exactly as its
+``byteps._core_testing.SummationRounds`` drives the round logic of one server exactly as its
 connections do (KEY_CONFIG, then encoded pushes), and records every reply.
 
 A compressed key (docs/compression.md, docs/architecture.md §7) decodes each push into the
@@ -16,11 +16,12 @@ import random
 import numpy as np
 import pytest
 from compression_reference import reference_compressor
+from testing_hooks import core_testing
 
 from byteps import _core
 from byteps.errors import InvalidArgumentError
 
-T = _core.testing
+T = core_testing()
 BOUND = 1 << 20
 KEY = (3 << 16) | 1
 

@@ -1,6 +1,6 @@
 """The summation server's round logic in process, without sockets (docs/architecture.md §7).
 
-``byteps._core.testing.SummationRounds`` drives ``ps/summation_engine.h`` as ``SummationServer``
+``byteps._core_testing.SummationRounds`` drives ``ps/summation_engine.h`` as ``SummationServer``
 does for each PUSH, PULL and STALL_QUERY frame, with a reply sink that records every answer.
 Engines run inline (each event handled at once on the calling thread: deterministic) except in
 the threaded test. Checked: sums of N workers bit for bit (float32, int32, float16, summed in
@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testing_hooks import core_testing
 
-from byteps._core import testing as T
 from byteps.errors import InvalidArgumentError
+
+T = core_testing()
 
 BOUND = 1 << 20
 

@@ -16,11 +16,10 @@ import sys
 
 import pytest
 from jobs import TESTS, clean_job_env
-
-from byteps import _core
+from testing_hooks import core_testing
 
 pytestmark = pytest.mark.skipif(
-    not _core.testing.ucx_available,
+    not core_testing().ucx_available,
     reason="this build has no UCX transport (pkg-config found no ucx at build time)")
 
 WORKER = str(TESTS / "workers" / "ucx_transport_worker.py")
@@ -213,8 +212,8 @@ def test_default_transports_apply_only_where_ucx_tls_is_not_chosen(user_tls, exp
     env.pop("UCX_TLS", None)
     if user_tls is not None:
         env["UCX_TLS"] = user_tls
-    code = ("from byteps import _core\n"
-            "p = _core.testing.UcxTestPeer('tls', default_tls='sm,self')\n"
+    code = ("from byteps import _core_testing\n"
+            "p = _core_testing.UcxTestPeer('tls', default_tls='sm,self')\n"
             "print(p.config_summary)\n")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60)

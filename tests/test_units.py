@@ -1,5 +1,5 @@
 """Unit tests of the core's configuration and its single-machine path (docs/architecture.md
-§3, §10), through ``byteps._core.testing`` and the worker API of a single-machine job (the
+§3, §10), through ``byteps._core`` and the worker API of a single-machine job (the
 scheduling pieces: tests/test_units_scheduling.py; the frame codec: tests/test_units_frame.py):
 
 * knobs: validation errors name the variable and value; ``docs/env.md`` is current;

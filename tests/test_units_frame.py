@@ -1,6 +1,6 @@
 """Unit tests of the frame codec (docs/architecture.md §6: decoders never trust a peer's sizes):
 header validation and the control-message decoders, with a hypothesis fuzz, through
-``byteps._core.testing``.
+``byteps._core_testing``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testing_hooks import core_testing
 
-from byteps._core import testing as T
+T = core_testing()
+
 
 DTYPE_CODES = {
     "float32": 0,

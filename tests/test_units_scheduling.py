@@ -1,5 +1,5 @@
 """Unit tests of the core's scheduling pieces (docs/architecture.md §3-§5), through
-``byteps._core.testing``:
+``byteps._core_testing``:
 
 * partitioner: page-aligned bounds, exact non-overlapping cover, partition keys, local-reduce
   shards;
@@ -16,9 +16,11 @@ import time
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from testing_hooks import core_testing
 
 from benchmarks import models
-from byteps._core import testing as T
+
+T = core_testing()
 
 PAGE = 4096
 MAX_PARTS = 1 << 16

@@ -1,5 +1,5 @@
 """The van seam on its own (docs/architecture.md §6, ``core/cpp/comm/van.h``), through
-``byteps._core.testing``: ``Van::Create`` knows its kinds and refuses others; a loopback
+``byteps._core_testing``: ``Van::Create`` knows its kinds and refuses others; a loopback
 connection over 127.0.0.1 (listen, connect, authenticate) carries a frame from the sender's
 memory into memory the receiving handler picks; the handler's ``ValidateHeader`` runs before
 ``OnHeader`` and a refused header drops the connection. The van carries any message type: what
@@ -24,9 +24,11 @@ import time
 import pytest
 from jobs import skip_without_ucx
 from test_security import recv_exact
+from testing_hooks import core_testing
 
-from byteps._core import testing as T
 from byteps.errors import InvalidArgumentError, PeerLostError
+
+T = core_testing()
 
 needs_ucx = skip_without_ucx()
 KINDS = ["tcp", pytest.param("ucx", marks=needs_ucx)]

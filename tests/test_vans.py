@@ -47,6 +47,7 @@ from jobs import (
     world_size,
     wrong_secret_worker,
 )
+from testing_hooks import skip_without_core_testing
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="needs Linux /proc and /dev/shm"
@@ -123,6 +124,7 @@ def test_one_way_pushes_over_shared_memory(config):
 
 @pytest.mark.timeout(300)
 @needs_ucx
+@skip_without_core_testing()  # the worker sets the fake device's delays
 def test_one_way_sums_into_a_device_tensor_s_pinned_buffer():
     """A lone process's device tensor (the fake device) takes its sums in its pinned buffer, the
     same place every round: with BYTEPS_UCX_ONE_WAY=1 over shared memory the server writes them

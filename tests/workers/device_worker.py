@@ -209,7 +209,9 @@ def mode_producer(args) -> int:
                 ev.record(stream)
             h = start_op(f"prod.{rnd}", buf, buf, "float32", False, ready_event=ev.cuda_event)
         else:
-            fd = _core.testing.fake_device
+            from byteps import _core_testing  # the fake device's hooks (test builds)
+
+            fd = _core_testing.fake_device
             stream, ev = fd.create_stream(), fd.create_event()
             fd.write_async(stream, buf.ptr, final, 200_000)  # 0.2 s later
             fd.record(ev, stream)
@@ -422,11 +424,13 @@ if __name__ == "__main__":
         torch.cuda.set_device(int(os.environ.get("BYTEPS_LOCAL_RANK", "0")) %
                               torch.cuda.device_count())
     else:
-        _core.testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
+        from byteps import _core_testing  # the fake device's hooks (test builds)
+
+        _core_testing.fake_device.set_copy_delay(int(os.environ.get("FAKE_COPY_DELAY_US",
                                                                     "300")))
         if os.environ.get("FAKE_COLLECTIVE_STALL_LOCAL_RANK") == os.environ.get(
                 "BYTEPS_LOCAL_RANK", "0"):
-            _core.testing.fake_device.stall_collective_after(
+            _core_testing.fake_device.stall_collective_after(
                 int(os.environ["FAKE_COLLECTIVE_STALL_AFTER"]))
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
             "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,

@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-from byteps import _core
+from byteps import _core, _core_testing
 from byteps.errors import BytePSError
 
-T = _core.testing
+T = _core_testing
 PUSH, PULL, HEARTBEAT = 21, 22, 5
 SIZES = [0, 1, 4 << 10, 96 << 10, 1 << 20, 64 << 20]
 
@@ -232,8 +232,8 @@ def peer_lost():
 
 CHILD = """
 import sys, time
-from byteps import _core
-p = _core.testing.UcxTestPeer("crash-child")
+from byteps import _core_testing
+p = _core_testing.UcxTestPeer("crash-child")
 link = p.connect(bytes.fromhex(sys.stdin.readline().strip()), timeout=20, name="parent")
 p.send(link, 1, 21, payload=b"alive")
 p.wait_sent(1, 20)
@@ -270,8 +270,8 @@ def crash():
 
 CHILD_RNDV = """
 import sys, time
-from byteps import _core
-p = _core.testing.UcxTestPeer("crash-child")
+from byteps import _core_testing
+p = _core_testing.UcxTestPeer("crash-child")
 link = p.connect(bytes.fromhex(sys.stdin.readline().strip()), timeout=20, name="parent")
 p.send(link, 1, 21, payload=bytes(8 << 20))
 print("SENT", flush=True)

@@ -173,7 +173,6 @@ class WorkerCore : public PullSink, public CollectiveSink {
   void SendSignal(LocalSignalType type, PartTask* t, int to, uint8_t code = 0);
   void ListenLoop();
   void OnLocalSignal(const LocalSignal& s);
-  void OnGateReleased(PartTask* t);
   // --- remote: the PS client's side of the stages (worker_remote.cc) ---
   void SendDeclare(TensorContext* ctx);
   void OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a);

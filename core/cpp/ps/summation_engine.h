@@ -1,7 +1,7 @@
 // The summation service's round logic (BytePS, OSDI'20 §3.2; docs/architecture.md §7), free of
 // any transport: per key, the sums of the pushes of every worker machine, round by round, and
 // who gets which sum when. SummationServer (ps/server.h) feeds it the frames of its connections
-// and sends what it asks for; tests drive it in process (byteps._core.testing.SummationRounds).
+// and sends what it asks for; tests drive it in process (byteps._core_testing.SummationRounds).
 //
 // Rounds are versioned: key state is double-buffered by round parity, so a fast worker's push of
 // round r+1 never touches the sum of round r that a slow worker has not pulled. A worker can only

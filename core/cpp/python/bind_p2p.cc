@@ -142,12 +142,6 @@ class PyChannel {
 }  // namespace
 
 void BindP2p(py::module_& m) {
-  py::module_ testing = m.attr("testing");
-  testing.def(
-      "set_job_secret", [](const std::string& secret) { SetJobSecret(secret); },
-      py::arg("secret"),
-      "Installs the process-wide job secret ('' = none: no handshake), as init() and a "
-      "P2pChannel do; tests that made channels restore the process with it.");
   py::class_<P2pMessage>(m, "P2pMessage", py::buffer_protocol(),
                          "A received message the channel allocated: a read-only 1-D uint8 "
                          "buffer (bytes(m), memoryview(m), torch.frombuffer(m)).")

@@ -1,10 +1,12 @@
-// Pieces of the byteps._core Python module; each Bind* lives in its own file.
+// Pieces of the byteps._core Python module; each Bind* lives in its own file. The helpers
+// (bindings.cc) are shared with the test hooks' module (python/testing/testing_bindings.h).
 #pragma once
 #include <pybind11/pybind11.h>
 
 #include <string>
 
 #include "common/status.h"
+#include "device/device.h"
 
 namespace byteps {
 namespace python {
@@ -21,19 +23,17 @@ inline void Check(const Status& s) {
   ThrowStatus(Status::InvalidArgument(message));
 }
 [[noreturn]] void ThrowInvalidType(const std::string& message);
+// The device backend `kind` ("cuda" or "fake"); InvalidArgumentError for another kind or for
+// "cuda" while CUDA is off.
+device::Device* DeviceBackend(const std::string& kind);
 
 void BindConfig(pybind11::module_& m);    // knobs, logging
 void BindReduce(pybind11::module_& m);    // summation kernels (reduce/)
 void BindCore(pybind11::module_& m);      // init, push_pull, handles
 void BindServer(pybind11::module_& m);    // server / scheduler entry points
-void BindTesting(pybind11::module_& m);   // unit-test hooks: partitioner, queues, key plan, codec
-void BindVanTesting(pybind11::module_& testing);  // the van seam on its own (bind_van.cc)
-void BindTestingRounds(pybind11::module_& testing);  // testing.SummationRounds (round logic)
-void BindCompressTesting(pybind11::module_& testing);  // testing.Compressor (compress/)
 void BindTelemetry(pybind11::module_& m);  // get_pushpull_speed, per-tensor counters, trace
 void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doctor
-void BindUcxTesting(pybind11::module_& m);  // testing.UcxTestPeer (UCX builds), ucx_available
-void BindDevice(pybind11::module_& m);  // device (CUDA loader, counters), testing.fake_device
+void BindDevice(pybind11::module_& m);  // device (CUDA loader, counters)
 void BindP2p(pybind11::module_& m);     // P2pChannel: worker-to-worker channel (bind_p2p.cc)
 void BindPartition(pybind11::module_& m);  // the partition rule (scheduling/partitioner.h)
 

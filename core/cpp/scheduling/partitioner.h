@@ -73,7 +73,6 @@ inline uint32_t StaggeredPushPosition(uint32_t index, size_t partitions, int wor
   return static_cast<uint32_t>((index + partitions - first) % partitions);
 }
 
-inline uint32_t DeclaredKeyOf(uint64_t key) { return static_cast<uint32_t>(key >> 16); }
 inline uint32_t PartitionIndexOf(uint64_t key) { return static_cast<uint32_t>(key & 0xFFFF); }
 
 // Splits `count` elements among `parts` workers for the local reduce: shard i is

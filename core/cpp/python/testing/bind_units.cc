@@ -1,13 +1,14 @@
-// byteps._core.testing: direct access to core pieces for unit tests (partitioner, scheduled
-// queue, key plan, frame codec; the server's round logic in bind_testing_rounds.cc). Not a
-// public API.
+// byteps._core_testing: direct access to core pieces for unit tests (partitioner, scheduled
+// queue, key plan, all-reduce programs, frame codec, the job secret; the server's round logic
+// in bind_rounds.cc). Not a public API.
 #include <cstdint>
 #include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstring>
 
-#include "bindings.h"
+#include "testing_bindings.h"
+#include "comm/auth.h"
 #include "comm/frame.h"
 #include "ps/control_msgs.h"
 #include "ps/key_plan.h"
@@ -21,11 +22,12 @@ namespace py = pybind11;
 namespace byteps {
 namespace python {
 
-void BindTesting(py::module_& root) {
-  py::module_ m = root.def_submodule("testing", "Unit-test hooks into the C++ core.");
-  BindVanTesting(m);
-  BindTestingRounds(m);
-  BindCompressTesting(m);
+void BindUnits(py::module_& m) {
+  m.def(
+      "set_job_secret", [](const std::string& secret) { SetJobSecret(secret); },
+      py::arg("secret"),
+      "Installs the process-wide job secret ('' = none: no handshake), as init() and a "
+      "P2pChannel do; tests that made channels restore the process with it.");
   m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));
   m.def("partition", [](size_t nbytes, size_t bound, size_t elem_size) {
     std::vector<Partition> parts;

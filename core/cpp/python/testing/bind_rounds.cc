@@ -1,4 +1,4 @@
-// byteps._core.testing.SummationRounds: the summation service's round logic
+// byteps._core_testing.SummationRounds: the summation service's round logic
 // (ps/summation_engine.h, docs/architecture.md §7) driven in process, without sockets, with an
 // in-memory reply sink that records every answer. Not a public API.
 //
@@ -34,7 +34,7 @@
 #include <tuple>
 #include <vector>
 
-#include "bindings.h"
+#include "testing_bindings.h"
 #include "ps/summation_engine.h"
 
 namespace py = pybind11;
@@ -165,7 +165,7 @@ py::object KeyState(Rounds& r, uint64_t key) {
 
 }  // namespace
 
-void BindTestingRounds(py::module_& m) {
+void BindRounds(py::module_& m) {
   py::class_<Rounds>(m, "SummationRounds")
       .def(py::init<int, uint64_t, int, bool, int, bool>(), py::arg("num_worker"),
            py::arg("partition_bound"), py::arg("engines") = 2, py::arg("threaded") = false,

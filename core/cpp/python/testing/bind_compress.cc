@@ -1,4 +1,4 @@
-// byteps._core.testing: the gradient compressors (compress/compressor.h) for tests and the
+// byteps._core_testing: the gradient compressors (compress/compressor.h) for tests and the
 // benchmark. Not a public API.
 //
 //   c = Compressor(kwargs, side, dtype, count)  kwargs: dict str -> str; side "worker"|"server";
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "bindings.h"
+#include "testing_bindings.h"
 #include "compress/compressor.h"
 #include "reduce/half.h"
 
@@ -224,7 +224,7 @@ py::tuple Throughput(const py::object& kwargs, const std::string& dtype_name, si
 
 }  // namespace
 
-void BindCompressTesting(py::module_& m) {
+void BindCompress(py::module_& m) {
   py::class_<PyCompressor>(m, "Compressor")
       .def(py::init<const py::object&, const std::string&, const std::string&, size_t>(),
            py::arg("kwargs"), py::arg("side"), py::arg("dtype"), py::arg("count"))

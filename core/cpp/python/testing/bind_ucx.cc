@@ -1,11 +1,11 @@
-// byteps._core.testing.UcxTestPeer: one UCX context with a recording link handler, for the UCX
+// byteps._core_testing.UcxTestPeer: one UCX context with a recording link handler, for the UCX
 // transport's tests (tests/test_ucx_transport.py). Two peers in one process connect by
 // exchanging worker addresses; nothing of ours opens a socket. Not a public API.
-// testing.ucx_available says whether this build has the UCX transport.
+// ucx_available says whether this build has the UCX transport.
 #include <cstdint>
 #include <pybind11/stl.h>
 
-#include "bindings.h"
+#include "testing_bindings.h"
 
 #ifdef BYTEPS_WITH_UCX
 #include <chrono>
@@ -482,8 +482,7 @@ class UcxTestPeer : public PsConnectionHandler {
 }  // namespace
 #endif  // BYTEPS_WITH_UCX
 
-void BindUcxTesting(py::module_& root) {
-  py::module_ m = root.attr("testing").cast<py::module_>();
+void BindUcx(py::module_& m) {
 #ifdef BYTEPS_WITH_UCX
   m.attr("ucx_available") = true;
   py::class_<UcxTestPeer>(m, "UcxTestPeer")

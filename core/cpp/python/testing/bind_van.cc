@@ -1,10 +1,10 @@
-// byteps._core.testing.van_*: the van seam (comm/van.h) on its own, without the PS protocol: a
+// byteps._core_testing.van_*: the van seam (comm/van.h) on its own, without the PS protocol: a
 // loopback connection over 127.0.0.1 through a van of a given kind (or one van listening and a
 // van of another kind connecting); van_stream: many frames from several threads over one such
 // connection while the receiver pauses first, so that the sending side backs up (each thread's
 // frames must arrive in order, byte-exact, and complete: the UCX van's senders hand frames to
 // UCX themselves while its progress thread sleeps, others queue them); and in UCX builds
-// testing.UcxVanProbe: a UCX van's listener beside a stranger's UCX context that tries to open
+// UcxVanProbe: a UCX van's listener beside a stranger's UCX context that tries to open
 // links to it without the bootstrap.
 #include <cstdint>
 #include <pybind11/stl.h>
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "bindings.h"
+#include "testing_bindings.h"
 #include "comm/van.h"
 #ifdef BYTEPS_WITH_UCX
 #include "comm/ucx/ucx_van.h"
@@ -353,7 +353,7 @@ py::dict Stream(const std::string& kind, int threads, int frames, size_t bytes, 
 }
 
 #ifdef BYTEPS_WITH_UCX
-// testing.UcxVanProbe: a UCX van listening on 127.0.0.1, and beside it a stranger's UCX context
+// UcxVanProbe: a UCX van listening on 127.0.0.1, and beside it a stranger's UCX context
 // that opens links straight to the listener's worker address with a token of its choosing,
 // skipping the bootstrap (comm/ucx/ucx_van.h). The listener hands out (and starts) the
 // connections its context accepts; the probe counts them and records how each one closed.
@@ -464,7 +464,7 @@ class UcxVanProbe : public ConnectionHandler {
 
 }  // namespace
 
-void BindVanTesting(py::module_& m) {
+void BindVan(py::module_& m) {
   m.def("van_stream", &Stream, py::arg("kind"), py::arg("threads"), py::arg("frames"),
         py::arg("bytes"), py::arg("pause_s") = 0.0, py::arg("timeout_s") = 60.0,
         "`threads` threads each send `frames` frames of `bytes` bytes over one loopback "

@@ -1,5 +1,5 @@
 """Unit tests of the core's scheduling pieces (docs/architecture.md §3-§5), through
-``byteps._core_testing``:
+``byteps._core_testing`` (the partition rule through ``byteps._core``, which ships it):
 
 * partitioner: page-aligned bounds, exact non-overlapping cover, partition keys, local-reduce
   shards;
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from testing_hooks import core_testing
 
 from benchmarks import models
+from byteps import _core
 
 T = core_testing()
 
@@ -36,21 +37,21 @@ FAST = settings(max_examples=150, deadline=None,
 
 class TestPartitioner:
     def test_bound_default_is_page_aligned_already(self):
-        assert T.partition_bound(4096000, 1) == 4096000  # 1000 pages exactly
+        assert _core.partition_bound(4096000, 1) == 4096000  # 1000 pages exactly
 
     def test_bound_rounds_up_to_local_size_pages(self):
-        assert T.partition_bound(4096000, 3) == 4104192  # ceil(4096000 / 12288) * 12288
-        assert T.partition_bound(4096000, 8) == 4096000  # 125 * 8 pages
-        assert T.partition_bound(4096000, 7) == 143 * 7 * PAGE
-        assert T.partition_bound(1, 1) == PAGE
-        assert T.partition_bound(PAGE + 1, 1) == 2 * PAGE
-        assert T.partition_bound(PAGE, 2) == 2 * PAGE
+        assert _core.partition_bound(4096000, 3) == 4104192  # ceil(4096000 / 12288) * 12288
+        assert _core.partition_bound(4096000, 8) == 4096000  # 125 * 8 pages
+        assert _core.partition_bound(4096000, 7) == 143 * 7 * PAGE
+        assert _core.partition_bound(1, 1) == PAGE
+        assert _core.partition_bound(PAGE + 1, 1) == 2 * PAGE
+        assert _core.partition_bound(PAGE, 2) == 2 * PAGE
 
     @FAST
     @given(st.integers(1, 1 << 31), st.integers(1, 64))
     def test_bound_property(self, nbytes, local_size):
         unit = PAGE * local_size
-        b = T.partition_bound(nbytes, local_size)
+        b = _core.partition_bound(nbytes, local_size)
         assert b % unit == 0
         assert nbytes <= b < nbytes + unit
 
@@ -119,20 +120,20 @@ class TestPartitioner:
         small = 60 << 10  # a partition + its frame header within one 65160-byte GSO packet
         # A tensor the job's bound would cut into fewer than 32 n partitions: n / (32 n)
         # rounded down to a multiple of 60 KiB, at least one.
-        assert T.tensor_partition_bound(4 << 20, job, 4, 1) == small  # want 32 KiB
-        assert T.tensor_partition_bound(4 << 20, job, 2, 1) == small  # want 64 KiB
-        assert T.tensor_partition_bound(8 << 20, job, 2, 1) == 2 * small  # want 128 KiB
-        assert T.tensor_partition_bound(4096, job, 8, 1) == small
-        assert T.tensor_partition_bound(32 * 4 * job - 1, job, 4, 1) == 4 * small
-        assert T.tensor_partition_bound(294 << 10 << 6, 4000 << 10, 2, 1) == 4 * small
+        assert _core.tensor_partition_bound(4 << 20, job, 4, 1) == small  # want 32 KiB
+        assert _core.tensor_partition_bound(4 << 20, job, 2, 1) == small  # want 64 KiB
+        assert _core.tensor_partition_bound(8 << 20, job, 2, 1) == 2 * small  # want 128 KiB
+        assert _core.tensor_partition_bound(4096, job, 8, 1) == small
+        assert _core.tensor_partition_bound(32 * 4 * job - 1, job, 4, 1) == 4 * small
+        assert _core.tensor_partition_bound(294 << 10 << 6, 4000 << 10, 2, 1) == 4 * small
         # Large tensors keep the job's bound.
-        assert T.tensor_partition_bound(64 << 20, job, 2, 1) == job
-        assert T.tensor_partition_bound(32 * 4 * job, job, 4, 1) == job
+        assert _core.tensor_partition_bound(64 << 20, job, 2, 1) == job
+        assert _core.tensor_partition_bound(32 * 4 * job, job, 4, 1) == job
         # A job bound below the small one wins; whole local_size pages, rounded down.
-        assert T.tensor_partition_bound(4 << 20, 16 << 10, 4, 1) == 16 << 10
-        assert T.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3) == 5 * 3 * 4096
-        assert T.tensor_partition_bound(4 << 20, job, 4, 2) == 56 << 10
-        assert T.tensor_partition_bound(4 << 20, job, 4, 32) == 32 * 4096
+        assert _core.tensor_partition_bound(4 << 20, 16 << 10, 4, 1) == 16 << 10
+        assert _core.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3) == 5 * 3 * 4096
+        assert _core.tensor_partition_bound(4 << 20, job, 4, 2) == 56 << 10
+        assert _core.tensor_partition_bound(4 << 20, job, 4, 32) == 32 * 4096
 
     @FAST
     @given(st.integers(1, 1 << 34), st.integers(1, 64), st.sampled_from([1, 2, 3, 4, 8]),
@@ -140,11 +141,11 @@ class TestPartitioner:
     def test_tensor_partition_bound_properties(self, nbytes, n, L, job_pages):
         from byteps.sim import ps_sim
 
-        job = T.partition_bound(job_pages * 4096, L)
-        b = T.tensor_partition_bound(nbytes, job, n, L)
-        # the simulator and the cost model cut tensors as the core does
-        assert ps_sim.partition_bound(job_pages * 4096, L) == job
-        assert ps_sim.tensor_partition_bound(nbytes, job, n, L) == b
+        job = _core.partition_bound(job_pages * 4096, L)
+        b = _core.tensor_partition_bound(nbytes, job, n, L)
+        # the simulator cuts tensors with the core's rule itself, not a copy of it
+        assert ps_sim.partition_bound is _core.partition_bound
+        assert ps_sim.tensor_partition_bound is _core.tensor_partition_bound
         assert 0 < b <= job
         if nbytes // (32 * n) >= job:
             assert b == job

@@ -59,7 +59,5 @@ def test_no_test_hooks_ship(wheel):
     assert [h.decode() for h in HOOK_NAMES if h in binary] == []
 
 
-@pytest.mark.xfail(strict=True, reason="lab data still under core/sim until the reorganisation "
-                                       "lands")
 def test_no_recorded_lab_data_ships(wheel):
     assert sorted(set(LAB_DATA) & set(wheel.namelist())) == []

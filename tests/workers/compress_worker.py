@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import byteps.basics as bps
-from byteps import _core_testing, errors
+from byteps import _core, _core_testing, errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
@@ -44,11 +44,10 @@ TENSORS = (("small", 5_000, "float32"), ("multi", 70_001, "float32"), ("wide", 9
 def partitions(nbytes: int, dtype: str):
     """The core's partitions of a tensor of ``nbytes`` in this job: (offset, length) in bytes."""
     es = np.dtype(dtype).itemsize
-    job_bound = _core_testing.partition_bound(int(os.environ["BYTEPS_PARTITION_BYTES"]),
-                                              bps.local_size())
-    bound = _core_testing.tensor_partition_bound(nbytes, job_bound,
-                                                 int(os.environ["DMLC_NUM_WORKER"]),
-                                                 bps.local_size())
+    job_bound = _core.partition_bound(int(os.environ["BYTEPS_PARTITION_BYTES"]),
+                                      bps.local_size())
+    bound = _core.tensor_partition_bound(nbytes, job_bound, int(os.environ["DMLC_NUM_WORKER"]),
+                                         bps.local_size())
     return [(off, length) for _, off, length in _core_testing.partition(nbytes, bound, es)]
 
 

@@ -28,7 +28,6 @@ void BindUnits(py::module_& m) {
       py::arg("secret"),
       "Installs the process-wide job secret ('' = none: no handshake), as init() and a "
       "P2pChannel do; tests that made channels restore the process with it.");
-  m.def("partition_bound", &PartitionBound, py::arg("partition_bytes"), py::arg("local_size"));
   m.def("partition", [](size_t nbytes, size_t bound, size_t elem_size) {
     std::vector<Partition> parts;
     Check(PartitionTensor(nbytes, bound, elem_size, &parts));
@@ -47,10 +46,6 @@ void BindUnits(py::module_& m) {
       "ps/protocol.h): (aux, wait_us, sum_us) as a worker reads them back.");
   m.def("partition_key", &PartitionKey, py::arg("declared_key"), py::arg("index"),
         py::arg("generation") = 0);
-  m.def("tensor_partition_bound", &TensorPartitionBound, py::arg("nbytes"), py::arg("job_bound"),
-        py::arg("num_worker"), py::arg("local_size"),
-        "Partition bound (bytes) of one tensor of nbytes in a distributed job "
-        "(TensorPartitionBound, scheduling/partitioner.h).");
   m.def(
       "staggered_push_order",
       [](uint32_t partitions, int worker) {

@@ -329,10 +329,16 @@ def unique_name(prefix: str = "noname") -> str:
 
 
 def _auto_declare(name: str, nbytes: int) -> None:
-    """``BYTEPS_SYNC=auto``: declare ``name`` with the cost model's scheme for ``nbytes`` before
-    its first push_pull (:func:`push_pull_async` calls this; docs/schemes.md)."""
+    """``BYTEPS_SYNC=auto``: declare ``name`` before its first push_pull with the cheapest scheme
+    it can use (:func:`push_pull_async` and :func:`engine_op` call this; docs/schemes.md): a
+    tensor the core compresses (declared with a compressor, in a distributed job, at least
+    ``BYTEPS_MIN_COMPRESS_BYTES``) can use only the summation service, ``"ps"``; any other
+    the cost model's choice for ``nbytes``."""
     if _auto_choose is not None and name not in _sync_of:
-        declare(name, sync=schemes.auto_choice(_auto_choose, name, nbytes))
+        if name in _compression_of and _core.compresses(nbytes):
+            declare(name, sync="ps")
+        else:
+            declare(name, sync=schemes.auto_choice(_auto_choose, name, nbytes))
 
 
 def push_pull_async(

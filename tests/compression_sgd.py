@@ -1,9 +1,9 @@
 """NumPy model of what a distributed optimizer step applies under two-level compression, for
 the adapters' compression tests (tests/adapter_*/workers): for one tensor that is a single
-partition (fewer than 64 KiB) in a job of ``size`` workers (one process each) and one server,
-each worker's compressor round-trips its gradient times ``scale``, the server's round-trips the
-sum, and every worker gets that: ``C_s(sum_i C_w(scale * g_i))``. The compressors are the
-NumPy reference of tests/compression_reference.py, each keeping its state across steps.
+partition (the job's partition bound at least its size) in a job of ``size`` workers (one
+process each) and one server, each worker's compressor round-trips its gradient times
+``scale``, the server's round-trips the sum, and every worker gets that:
+``C_s(sum_i C_w(scale * g_i))``. The compressors are the NumPy reference of tests/compression_reference.py, each keeping its state across steps.
 """
 
 from __future__ import annotations

@@ -134,6 +134,12 @@ class TestPartitioner:
         assert _core.tensor_partition_bound(3 << 20, 3 * 4096 * 100, 2, 3) == 5 * 3 * 4096
         assert _core.tensor_partition_bound(4 << 20, job, 4, 2) == 56 << 10
         assert _core.tensor_partition_bound(4 << 20, job, 4, 32) == 32 * 4096
+        # A compressed tensor is cut at the job's bound only (upstream compresses each
+        # BYTEPS_PARTITION_BYTES partition), however small it is.
+        assert _core.tensor_partition_bound(4 << 20, job, 4, 1, compressed=True) == job
+        assert _core.tensor_partition_bound(4096, job, 8, 1, compressed=True) == job
+        big = _core.partition_bound(2**31 - 1, 1)  # upstream's tests: one partition per tensor
+        assert _core.tensor_partition_bound(100_000, big, 1, 1, compressed=True) == big
 
     @FAST
     @given(st.integers(1, 1 << 34), st.integers(1, 64), st.sampled_from([1, 2, 3, 4, 8]),

@@ -24,7 +24,9 @@ Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`byteps_declare_tensor`, :func:`byteps_push_pull`, :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
 :func:`pull_parameters` (asynchronous training),
-:class:`Compression`. CPU NDArrays; tested with MXNet 1.9.1 (``pip install "byteps[mxnet]"``,
+:class:`Compression`. NDArrays in host memory are push_pulled in place; a GPU NDArray through a
+pinned host copy that MXNet's engine makes before and after the push_pull (three engine
+operations, not the core's device stages). Tested with MXNet 1.9.1 (``pip install "byteps[mxnet]"``,
 which pins ``numpy==1.23.5``: MXNet 1.9 uses ``np.bool``, removed in NumPy 1.24).
 """
 

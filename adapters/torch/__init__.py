@@ -18,8 +18,11 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :func:`broadcast_optimizer_state`, :func:`broadcast_object`, :func:`pull_parameters`
 (asynchronous training, ``BYTEPS_ENABLE_ASYNC=1``: the servers' parameters).
 
-This build handles CPU tensors; a CUDA tensor raises ``byteps.errors.InvalidTypeError`` (a
-``TypeError``). Requires torch >= 2.1
+CPU and CUDA tensors: a CUDA tensor goes through the core's device stages (copied to pinned
+host memory after its producer's event and back; docs/gpu.md) where CUDA support is on
+(:func:`byteps.cuda_status`), and raises ``byteps.errors.InvalidTypeError`` (a ``TypeError``)
+naming the reason where it is off; a tensor on another device raises it too. Requires
+torch >= 2.1
 (``Tensor.register_post_accumulate_grad_hook``).
 """
 

@@ -1,10 +1,13 @@
 """byteps.sim: a what-if simulator of data-parallel training iterations.
 
-A discrete-event simulation of one training iteration from a model profile (per-layer
-gradient bytes and forward / backward times), a cluster (n worker machines, k CPU machines,
-GPUs per machine, NIC bandwidth and latency, server summation rate) and a synchronisation
-scheme (the BytePS summation service, a native PS, ring / tree all-reduce, hierarchical PS;
-FIFO or priority + credit scheduling, partition size, compression ratio). It gives the
+A simulation of one training iteration from a model profile (per-layer gradient bytes and
+forward / backward times), a cluster (n worker machines, k CPU machines, GPUs per machine, NIC
+bandwidth and latency, server summation rate) and a synchronisation scheme (the BytePS
+summation service, a native PS, ring / tree all-reduce, hierarchical PS; FIFO or priority +
+credit scheduling, partition size, compression ratio). The PS schemes are simulated message by
+message, as discrete events on a network of shared ports (:mod:`byteps.sim.ps_sim`); the
+all-reduces (ring, tree, HiPS) bucket by bucket, each bucket's time in closed form from the
+α-β-γ costs of :mod:`byteps.sync.cost_formulas` (:mod:`byteps.sim.collectives`). It gives the
 iteration time, the scaling efficiency and what bounds the iteration (compute, a NIC, a
 server's CPU). docs/simulator.md describes the model and its validation against the emulated
 cluster.

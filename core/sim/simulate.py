@@ -96,7 +96,7 @@ class Scheme:
         compression (float): compression ratio (wire bytes = bytes / ratio), PS schemes.
         bucket_bytes (int): all-reduce bucket size, default 25 MiB (torch DDP).
         tree_width (int): ``tree``: FlexTree group width w (1 = binary tree).
-        hips_group (int): ``hips``: machines per group (0 = round(sqrt(n))).
+        hips_group (int): ``hips``: machines per group (0 = the core's default, ceil(sqrt(n))).
     """
 
     name: str = "byteps"

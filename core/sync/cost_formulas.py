@@ -50,6 +50,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
+from .. import _core
 from ..errors import InvalidArgumentError
 
 #: The schemes, in the order that breaks ties (the summation service first: the default path).
@@ -134,9 +135,8 @@ def tree_width(n: int, width: int) -> int:
 
 def default_tree_width(n: int) -> int:
     """The core's FlexTree width for ``n`` machines when ``BYTEPS_TREE_WIDTH`` is 0: the largest
-    divisor of n not above ceil(sqrt(n)) (``ResolveTreeWidth``)."""
-    target = math.isqrt(n - 1) + 1 if n > 1 else 1  # ceil(sqrt(n))
-    return max(d for d in range(1, target + 1) if n % d == 0)
+    divisor of n not above ceil(sqrt(n)) (``byteps._core.tree_width``, ``ResolveTreeWidth``)."""
+    return int(_core.tree_width(int(n), 0))
 
 
 def _heap_children(g: int, groups: int) -> list:
@@ -197,10 +197,10 @@ def tree(n: int, width: int = 1) -> SchemeCost:
 
 
 def hips_group(n: int, group: int = 0) -> int:
-    """The HiPS group size used for ``n`` machines: ``group`` (0: ``max(2, round(sqrt(n)))``)
-    clipped to n."""
-    g = int(group) if group else max(2, round(math.sqrt(n)))
-    return max(1, min(g, n))
+    """The HiPS group size the core uses for ``n`` machines: ``group`` (``BYTEPS_HIPS_GROUP``)
+    at most n, or for 0 ``ceil(sqrt(n))`` (``byteps._core.hips_group_size``,
+    ``HipsGroupSize``)."""
+    return int(_core.hips_group_size(int(n), int(group or 0)))
 
 
 def hips(n: int, group: int = 0) -> SchemeCost:

@@ -53,7 +53,8 @@ HIPS_GROUP_KNOB = "BYTEPS_HIPS_GROUP"
 #: FlexTree width when no knob says otherwise (0: the core's default, the largest divisor of n
 #: not above ceil(sqrt(n)), ``cost_formulas.default_tree_width``)
 DEFAULT_TREE_WIDTH = 0
-#: HiPS group size when no knob says otherwise (0: max(2, round(sqrt(n))))
+#: HiPS group size when no knob says otherwise (0: the core's default, ceil(sqrt(n)),
+#: ``cost_formulas.hips_group``)
 DEFAULT_HIPS_GROUP = 0
 #: the schemes the choice is made among, unless measure() is given others
 CANDIDATES = SCHEMES
@@ -103,7 +104,7 @@ class CostModel:
             placement, a server on every machine (:func:`~byteps.sync.cost_formulas.hips`).
         tree_width (int): FlexTree width w (``tree``), clipped to [1, n]; 0 (given) becomes
             the core's default, the largest divisor of n not above ceil(sqrt(n)).
-        hips_group (int): HiPS group size g (``hips``), 0 = ``max(2, round(sqrt(n)))``.
+        hips_group (int): HiPS group size g (``hips``), 0 = the core's default, ``ceil(sqrt(n))``.
         schemes (tuple[str, ...]): the schemes the choice is made among (default: all of
             ``ps``, ``ring``, ``tree``, ``hips``), kept in that order (the order of ties).
         sources (dict[str, str]): per parameter, ``"measured"``, the variable that set it,
@@ -471,7 +472,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
         t0 = time.perf_counter()
         mesh = sync_setting(values) in ("ring", "tree", "auto")
         if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
-            g = math.ceil(math.sqrt(n))
+            g = cost_formulas.hips_group(n)
         runs = feasible_schemes(n, total, g) if schemes is None else tuple(schemes)
         timed = () if "alpha" in over else tuple(
             s for s in runs if mesh or s not in ("ring", "tree"))
@@ -498,7 +499,7 @@ def _measure(env, tree_width, hips_group, servers, schemes) -> CostModel:
     else:
         params = over
     if g == 0 and n > 1:  # the core's default group (BYTEPS_HIPS_GROUP=0)
-        g = math.ceil(math.sqrt(n))
+        g = cost_formulas.hips_group(n)
     local = max(_knob_int(values, "BYTEPS_LOCAL_SIZE", 1), 1)
     model = CostModel(params["alpha"], params["beta"], params["gamma"], n, k, w, g, sources,
                       took, timings,

@@ -42,12 +42,17 @@ TENSORS = (("small", 5_000, "float32"), ("multi", 70_001, "float32"), ("wide", 9
 
 
 def partitions(nbytes: int, dtype: str):
-    """The core's partitions of a tensor of ``nbytes`` in this job: (offset, length) in bytes."""
+    """The core's partitions of a compressed tensor of ``nbytes`` in this job: (offset, length)
+    in bytes; a compressed tensor is cut at the job's bound only, never finer (upstream
+    compresses each ``BYTEPS_PARTITION_BYTES`` partition)."""
     es = np.dtype(dtype).itemsize
     job_bound = _core.partition_bound(int(os.environ["BYTEPS_PARTITION_BYTES"]),
                                       bps.local_size())
     bound = _core.tensor_partition_bound(nbytes, job_bound, int(os.environ["DMLC_NUM_WORKER"]),
-                                         bps.local_size())
+                                         bps.local_size(), compressed=True)
+    if bound != job_bound:
+        fail(f"a compressed tensor of {nbytes} bytes is cut at {bound}, not the job's bound "
+             f"{job_bound}")
     return [(off, length) for _, off, length in _core_testing.partition(nbytes, bound, es)]
 
 

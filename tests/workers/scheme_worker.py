@@ -17,7 +17,8 @@ Modes:
 
 * ``auto``: ``BYTEPS_SYNC=auto`` with a stand-in cost model (``byteps.sync.cost_model`` put in
   ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every tensor
-  sums exactly and is declared with the scheme the model chose.
+  sums exactly and is declared with the scheme the model chose, except a tensor the core
+  compresses, which only the summation service carries: ``ps``.
 
 * ``auto-model``: ``BYTEPS_SYNC=auto`` with the real cost model (measured through the job at
   the first push_pull, its own tensors on the summation service): every tensor sums exactly,
@@ -125,12 +126,24 @@ def stand_in_choose(nbytes: int) -> str:
 
 def mode_auto() -> int:
     cases = 0
+    # Declared with a compressor (fp16: exact for these integer values and their averages):
+    # 200 000 bytes are compressed (BYTEPS_MIN_COMPRESS_BYTES 65536), so the summation service
+    # is the only scheme that can carry it, whatever the model says (tree); 8 000 bytes are
+    # not, and take the model's choice (ring).
+    compressed = {"auto.c.50000": "ps", "auto.c.2000": "ring"}
+    for name in compressed:
+        bps.declare(name, compression={"compressor_type": "fp16"})
     for rnd in range(2):
         for n in (10, 2000, 50_000):
             check(f"auto.{n}", "float32", n, rnd, rnd == 1)
             want = stand_in_choose(n * 4)
             if bps._sync_of.get(f"auto.{n}") != want:
                 fail(f"auto.{n}: declared {bps._sync_of.get(f'auto.{n}')}, the model chose {want}")
+            cases += 1
+        for name, want in compressed.items():
+            check(name, "float32", int(name.rsplit(".", 1)[1]), rnd, rnd == 1)
+            if bps._sync_of.get(name) != want:
+                fail(f"{name}: declared {bps._sync_of.get(name)} under auto, want {want}")
             cases += 1
     return cases
 

@@ -47,6 +47,12 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // the scheduler's address book (the local root's; its other local ranks get them with READY):
   // the same on every rank. {0, 0} on a single machine.
   std::pair<int, int> ServerPlacement() const { return {num_servers_, cpu_only_servers_}; }
+  // Whether a tensor of `nbytes` declared with a compressor is compressed (upstream's rule: only
+  // a distributed job compresses, there being no wire to save on one machine, and not a tensor
+  // below BYTEPS_MIN_COMPRESS_BYTES). Only the summation service (sync=ps) carries it.
+  bool Compresses(size_t nbytes) const {
+    return cfg_.distributed && nbytes >= cfg_.min_compress_bytes;
+  }
   // The PUSH credit: (adaptive, current window bytes, mean window bytes over the pushes so
   // far, changes); a fixed credit reports its bytes as both windows and 0 changes.
   std::tuple<bool, size_t, double, uint64_t> PushCredit() const;

@@ -21,9 +21,7 @@ Status WorkerCore::DecideCompression(TensorContext* ctx) {
   if (!st.ok())
     return Status::InvalidArgument("tensor '" + ctx->name + "' (" + DTypeName(ctx->dtype) +
                                    ShapeString(ctx->shape) + "): compression: " + st.message());
-  // Upstream's rule: only a distributed job compresses (there is no wire to save on one
-  // machine), and not a tensor below BYTEPS_MIN_COMPRESS_BYTES.
-  ctx->compressed = cfg_.distributed && ctx->nbytes >= cfg_.min_compress_bytes;
+  ctx->compressed = Compresses(ctx->nbytes);
   return Status::OK();
 }
 

@@ -103,15 +103,15 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   // BYTEPS_AUTOTUNE: the bound of the point in use (docs/autotune.md).
   ctx->job_bound = tuner_ ? tuner_->bound() : cfg_.partition_bound;
   if (tuner_) ctx->tune_epoch = tuner_->epoch();
-  const size_t bound =
-      cfg_.distributed
-          ? TensorPartitionBound(a.nbytes, ctx->job_bound, cfg_.num_worker, cfg_.local_size)
-          : ctx->job_bound;
-  BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   ctx->dtype = a.dtype;
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
+  const size_t bound = cfg_.distributed
+                           ? TensorPartitionBound(a.nbytes, ctx->job_bound, cfg_.num_worker,
+                                                  cfg_.local_size, ctx->compressed)
+                           : ctx->job_bound;
+  BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   BPS_RETURN_IF_ERROR(DecideSync(ctx));
   ctx->async_param = cfg_.async_mode && a.name.rfind(kAsyncParamPrefix, 0) == 0;
   if (ctx->async_param && ctx->compressed)

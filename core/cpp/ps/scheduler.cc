@@ -396,10 +396,11 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
     std::vector<Partition> parts;
     // The workers' partitioning of the tensor (scheduling/partitioner.h), for its plan.
     const int local_size = static_cast<int>(std::max<uint32_t>(first_local_size_, 1));
-    // The bound the workers cut it with (BYTEPS_AUTOTUNE: the trial's, at most the job's).
+    // The bound the workers cut it with (BYTEPS_AUTOTUNE: the trial's, at most the job's); a
+    // compressed tensor (its declaration names the compressor) at the job's bound only.
     const size_t job_bound = pd->first.partition_bound ? pd->first.partition_bound : first_bound_;
-    const size_t bound =
-        TensorPartitionBound(pd->first.nbytes, job_bound, opts_.num_worker, local_size);
+    const size_t bound = TensorPartitionBound(pd->first.nbytes, job_bound, opts_.num_worker,
+                                              local_size, !pd->first.compression.empty());
     Status st = PartitionTensor(pd->first.nbytes, bound,
                                 DTypeSize(static_cast<DType>(pd->first.dtype)), &parts);
     if (!st.ok()) {

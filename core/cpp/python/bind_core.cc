@@ -79,6 +79,10 @@ void BindCore(py::module_& m) {
   m.def("is_distributed", []() { return Require()->config().distributed; });
   // (servers, CPU-only servers) of the job's address book: the cost model's k (docs/schemes.md).
   m.def("server_placement", []() { return Require()->ServerPlacement(); });
+  // Whether a tensor of nbytes declared with a compressor is compressed in this job (so that
+  // BYTEPS_SYNC=auto gives it the summation service, the only scheme that carries it).
+  m.def("compresses", [](size_t nbytes) { return Require()->Compresses(nbytes); },
+        py::arg("nbytes"));
   // The adaptive push window (scheduling/push_window.h): the rule the PUSH stage follows, for
   // the simulator (byteps.sim) and the tests to feed acknowledgements of their own.
   m.attr("ADAPTIVE_CREDIT_MAX_BOUNDS") = kAdaptiveCreditMaxBounds;

@@ -36,6 +36,7 @@ void BindDoctor(pybind11::module_& m);    // build and host facts for byteps.doc
 void BindDevice(pybind11::module_& m);  // device (CUDA loader, counters)
 void BindP2p(pybind11::module_& m);     // P2pChannel: worker-to-worker channel (bind_p2p.cc)
 void BindPartition(pybind11::module_& m);  // the partition rule (scheduling/partitioner.h)
+void BindSchemes(pybind11::module_& m);    // the schemes' shapes (ps/sync_scheme.h)
 
 }  // namespace python
 }  // namespace byteps

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_core, m) {
   byteps::python::BindDevice(m);
   byteps::python::BindP2p(m);
   byteps::python::BindPartition(m);
+  byteps::python::BindSchemes(m);
 }

@@ -32,7 +32,9 @@ Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vecto
   return Status::OK();
 }
 
-size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size) {
+size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size,
+                            bool compressed) {
+  if (compressed) return job_bound;
   const size_t want = nbytes / (kPipelineDepth * static_cast<size_t>(std::max(num_worker, 1)));
   if (want >= job_bound) return job_bound;
   const size_t unit = kPageBytes * static_cast<size_t>(std::max(local_size, 1));

@@ -29,20 +29,17 @@ size_t PartitionBound(int64_t partition_bytes, int local_size);
 // sent theirs, so push_pull of n bytes takes about t_opt * (1 + num_worker * bound / n). A
 // tensor with want = n / (kPipelineDepth * num_worker) below the job's bound is cut at want
 // rounded down to a multiple of kSmallPartitionBytes (at least one; then down to whole
-// local_size pages; never above the job's bound). The multiple of 60 KiB: a TCP sender cuts a
-// frame into GSO/TSO packets of at most 45 segments of 1448 bytes (65160 bytes), and a frame
-// just over a multiple of that leaves a tail packet of a few hundred bytes, which with BBR and
-// the few partitions in flight a small tensor has cost up to 3 x t_opt on the emulated cluster
-// (16 MiB at n = 4, k = 4, credit 4: partitions of 60 KiB 1.02 x t_opt, 64 KiB 3.0 x, 120 KiB
-// 1.04 x, 128 KiB 1.33 x, 256 KiB 1.17 x; docs/performance-notes.md). k x 60 KiB plus the
-// header leaves a remainder of 5 KiB or more for k <= 16. Every worker and the scheduler
-// compute the same bound from the same arguments. The depth of 32 (a small tensor's pipeline
-// fill about 1/32 of t_opt; it was 16) halved the fill where every sum goes from a CPU server
-// to all n workers (k >= n): n = 2, k = 2, 8 MiB 1.07 -> 0.99 x t_opt, n = 4, k = 4, 16 MiB
-// 1.14 -> 1.06 on the emulated cluster, k = 0 unchanged (docs/performance-notes.md).
+// local_size pages; never above the job's bound). Why a depth of 32 and a multiple of 60 KiB
+// (a TCP sender's GSO packets of 45 x 1448 bytes): docs/architecture.md §4, measured in
+// docs/performance-notes.md. A compressed tensor (`compressed`) is cut at the job's bound only,
+// as upstream compresses each BYTEPS_PARTITION_BYTES partition: a compressor acts on the
+// partitions the user asked for, and a bound as large as the tensor compresses it whole
+// (docs/compression.md). Every worker and the scheduler compute the same bound from the same
+// arguments.
 constexpr size_t kPipelineDepth = 32;
 constexpr size_t kSmallPartitionBytes = 60 << 10;
-size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size);
+size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int local_size,
+                            bool compressed = false);
 
 
 // Splits nbytes into ceil(nbytes / bound) partitions (none for nbytes == 0). Fails if the

@@ -64,20 +64,23 @@ def fail(msg: str) -> None:
 
 
 def make_net(seed: int) -> gluon.nn.HybridSequential:
-    """A tiny conv net on 1x8x8 inputs: conv (4, 1, 3, 3) + bias, dense 144 -> 16, 16 -> 10;
-    six parameter tensors of 4 to 2304 float32 elements, all initialised (no deferred init)."""
+    """A small conv net on 1x16x16 inputs: conv (4, 1, 3, 3) + bias, dense 784 -> 32, 32 -> 10;
+    six parameter tensors of 4 to 25088 float32 elements, all initialised (no deferred init).
+    The dense weight (98 KB) is larger than the small-tensor partitions (60 KiB) that a
+    distributed job cuts an uncompressed tensor into: compressed, it must stay one partition
+    (the job's bound), as upstream compresses it."""
     mx.random.seed(seed)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(4, 3, in_channels=1, activation="relu"), gluon.nn.Flatten(),
-            gluon.nn.Dense(16, in_units=144, activation="relu"), gluon.nn.Dense(10, in_units=16))
+            gluon.nn.Dense(32, in_units=784, activation="relu"), gluon.nn.Dense(10, in_units=32))
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     return net
 
 
 def fake_batch(step: int):
-    """Fake data of step ``step``: BATCH normal 1x8x8 images and labels in [0, 10)."""
+    """Fake data of step ``step``: BATCH normal 1x16x16 images and labels in [0, 10)."""
     rng = np.random.default_rng([2020, step])
-    x = rng.standard_normal((BATCH, 1, 8, 8)).astype(np.float32)
+    x = rng.standard_normal((BATCH, 1, 16, 16)).astype(np.float32)
     y = rng.integers(0, 10, BATCH).astype(np.float32)
     return mx.nd.array(x), mx.nd.array(y)
 

@@ -116,11 +116,6 @@ void BindUnits(py::module_& m) {
       py::arg("scheme"), py::arg("n"), py::arg("width"), py::arg("me"), py::arg("bytes"),
       py::arg("elem_size"));
   m.def("collective_peers", &CollectivePeers, py::arg("n"), py::arg("width"), py::arg("me"));
-  m.def("resolve_tree_width", [](int n, int requested) {
-    int w = 0;
-    Check(ResolveTreeWidth(n, requested, &w));
-    return w;
-  });
   m.def("server_shares", &ServerShares, py::arg("num_worker_machines"), py::arg("colocated"));
   m.def("optimal_comm_time", &OptimalCommTime);
   py::class_<KeyPlanner>(m, "KeyPlanner")

@@ -7,7 +7,8 @@
 
 Run it from the repository root (the ``bench`` extra gives matplotlib and tqdm; root for the
 emulated cluster). ``--out`` defaults to the repository's ``docs/performance.md``, the plots go
-to ``img/`` next to it, and the hand-written notes of ``docs/performance-notes.md`` end the page.
+to ``img/`` next to it, and the page ends with a link to the hand-written notes
+(``docs/performance-notes.md``, not copied into the page).
 
 Benchmarks (``--only``, comma-separated; default: all available):
 

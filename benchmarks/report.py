@@ -4,8 +4,8 @@ Every ``*_markdown`` function takes a benchmark's JSON-able results and returns
 ``(markdown, targets)``: the section's text and a list of target dicts (``name``, ``goal``,
 ``measured``, ``ratio``, ``threshold``, ``met`` — ``None`` for an informational row).
 :func:`render` puts the sections together under a hand-written intro and the summary of all
-targets and the hand-written notes (:func:`read_notes`: ``docs/performance-notes.md``);
-:func:`write` writes ``docs/performance.md``.
+targets, ending with a link to the hand-written notes (``docs/performance-notes.md``, a page
+of its own that is not copied); :func:`write` writes ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -523,30 +523,15 @@ def machine() -> Dict[str, str]:
     return info
 
 
-#: The hand-written notes that end ``docs/performance.md``.
+#: The hand-written notes (what was found, tried and measured by hand), a page of their own that
+#: the generated ``docs/performance.md`` links to and does not repeat.
 NOTES_PATH = os.path.join(ROOT, "docs", "performance-notes.md")
 
 
-def read_notes(path: str = NOTES_PATH) -> str:
-    """The Markdown of the notes file without its leading HTML comment (which says where the
-    text goes); '' (and a warning) when the file is missing."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        logging.getLogger(__name__).warning("no notes at %s: the report ends without them", path)
-        return ""
-    if text.lstrip().startswith("<!--") and "-->" in text:
-        text = text.split("-->", 1)[1]
-    return text.strip() + "\n"
-
-
 def render(sections: Sequence[Section], command: str, elapsed_s: Optional[float] = None,
-           info: Optional[Dict[str, str]] = None, notes: Optional[str] = None,
-           date: Optional[str] = None) -> str:
+           info: Optional[Dict[str, str]] = None, date: Optional[str] = None) -> str:
     """The whole page: header (machine, command), the targets of every section, the sections,
-    then ``notes`` (default: :func:`read_notes`)."""
-    notes = read_notes() if notes is None else notes
+    then a link to the hand-written notes (:data:`NOTES_PATH`, not copied into the page)."""
     info = info or machine()
     date = date or datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     all_targets = [t for _, ts in sections for t in ts]
@@ -573,8 +558,10 @@ def render(sections: Sequence[Section], command: str, elapsed_s: Optional[float]
                f"{met} of {judged} targets met.", "", targets_table(all_targets), ""]
     for text, _ in sections:
         md += [text.rstrip(), ""]
-    if notes:
-        md += [notes.rstrip(), ""]
+    md += ["## Notes and history", "",
+           f"What was found, tried and measured by hand while reaching these targets, with "
+           f"before/after numbers, is in [performance-notes.md]"
+           f"({os.path.basename(NOTES_PATH)}) (hand-written; this page is generated).", ""]
     return "\n".join(md)
 
 

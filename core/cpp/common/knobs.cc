@@ -69,7 +69,8 @@ std::vector<KnobSpec> BuildTable() {
           "tensor that this bound would cut into fewer than 32 * DMLC_NUM_WORKER partitions at "
           "1/(32 * DMLC_NUM_WORKER) of it rounded down to a multiple of 61440 bytes (at least "
           "one; whole BYTEPS_LOCAL_SIZE pages), so the pipeline stays full and no frame leaves "
-          "a tiny TCP segmentation tail. Default chosen by the "
+          "a tiny TCP segmentation tail; a compressed tensor is cut at this bound only, so the "
+          "compressor acts on the partitions asked for. Default chosen by the "
           "scheduling sweep of docs/performance.md (upstream: 4096000). A single-machine job "
           "(no servers) that leaves it unset uses 4194304: with no network to preempt, "
           "smaller partitions only add hand-offs between the local processes."),
@@ -178,8 +179,7 @@ std::vector<KnobSpec> BuildTable() {
             "work, before it sleeps on UCX's event file descriptor. Polling saves the wake-up "
             "where every process has a core of its own (RDMA hosts: try 10-50); where processes "
             "share cores it takes their CPU, and over UCX's TCP transport each poll is a system "
-            "call (2 workers + 1 server on 2 cores, 4 KiB push_pull: 0.18-0.24 ms at 0, "
-            "0.29-0.35 ms at 13 over shared memory, 0.42 ms polling 256 rounds over TCP)."),
+            "call (measured in docs/performance-notes.md)."),
       Choice("BYTEPS_UCX_ONE_WAY", "auto", {"auto", "1", "0"}, "all",
              "One-way writes over the UCX van: a push larger than UCX's eager limit is written "
              "straight into the server's fixed slot for its key (whose remote key came once, "

@@ -83,7 +83,8 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->rank = global >= 0 ? static_cast<int>(global)
                           : cfg->worker_id * cfg->local_size + cfg->local_rank;
   // Partitions exist for the network (priority preemption, credit); a single-machine job only
-  // pays their per-partition hand-offs, so unless set it uses larger ones (docs/performance.md).
+  // pays their per-partition hand-offs, so unless set it uses larger ones
+  // (kSingleMachinePartitionBytes; docs/performance-notes.md).
   const int64_t partition_bytes = cfg->distributed || k.IsSet("BYTEPS_PARTITION_BYTES")
                                       ? k.Int("BYTEPS_PARTITION_BYTES")
                                       : kSingleMachinePartitionBytes;

@@ -17,7 +17,7 @@ namespace byteps {
 
 // BYTEPS_PARTITION_BYTES of a single-machine job when the variable is not set: with no network
 // there is nothing to preempt, and every partition costs signals and thread hand-offs between
-// the local processes (2 local workers, 64 MiB: ~29 ms at 512 KiB, ~23 ms at 2-4 MiB here).
+// the local processes (measured: docs/performance-notes.md, "Single-machine partitions").
 constexpr int64_t kSingleMachinePartitionBytes = 4 << 20;
 
 // Tensors whose name starts with this are asynchronous parameters when BYTEPS_ENABLE_ASYNC=1

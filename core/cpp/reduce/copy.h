@@ -16,8 +16,7 @@ namespace reduce {
 // COPY_OUT, distributed pull responses). Below it the working set of a push_pull (input, slots,
 // aggregate) can stay in a 32 MiB last-level cache, which streaming stores would bypass for
 // nothing (a threshold chosen from that, not swept); above it plain stores cost a
-// read-for-ownership per line (2 local processes, 64 MiB: ~29 -> ~22 ms with the larger
-// single-machine partitions; docs/performance.md, notes).
+// read-for-ownership per line (measured: docs/performance-notes.md, "Local path").
 constexpr size_t kStreamingMinBytes = 8u << 20;
 
 inline bool ShouldStream(size_t tensor_bytes) { return tensor_bytes >= kStreamingMinBytes; }

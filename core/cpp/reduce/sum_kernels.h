@@ -82,9 +82,9 @@ inline void Map2(T* __restrict d, const T* __restrict s, size_t n, Op op) {
 
 // dst[i] += src[i] for the plain-add types (floats, unsigned integers), in blocks of four
 // 32-byte vectors (GCC vector extensions: ymm registers in the AVX2/AVX-512 files, pairs of xmm
-// in the scalar one): the four loads of each operand first, then the adds and stores. This kept
-// more loads in flight than the auto-vectorised one-vector loop (64 MiB float32, 1 thread:
-// 24.6-27.3 -> 27.2-28.7 GB/s in a standalone test on the benchmark machine).
+// in the scalar one): the four loads of each operand first, then the adds and stores. This keeps
+// more loads in flight than the auto-vectorised one-vector loop (measured in
+// docs/performance-notes.md, "Summation kernel: four vectors per step").
 template <typename T>
 inline void Add2Blocked(T* __restrict d, const T* __restrict s, size_t n) {
   typedef T V __attribute__((vector_size(32), aligned(alignof(T)), may_alias));

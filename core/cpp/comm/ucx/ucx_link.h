@@ -28,7 +28,8 @@
 // what is issued after), then its header goes as an active message without payload and with
 // `written` set: no rendezvous per frame, and the link's order holds. Smaller frames
 // and frames without a window travel as above. A link whose active messages go over TCP offers
-// no one-way writes (a put there cost 1.5 ms per MiB against an eager frame's copy).
+// no one-way writes (a put there costs more than an eager frame's copy: docs/performance-notes.md,
+// the one-way write measurements).
 //
 // Bounds. Every size from a peer is checked before use: ValidateFrame and the handler's
 // ValidateHeader, the active message's length must equal the header's payload_len, a null
@@ -129,13 +130,11 @@ class UcxLink : public std::enable_shared_from_this<UcxLink> {
   // rendezvous threshold says (UcxEagerMax, ucx_util.h; 0: UCX chooses). Over TCP up to
   // kTcpEagerMax: UCX's TCP transport has no zero-copy rendezvous (its fragments are copied
   // either way), so a rendezvous there only adds a round trip whose reply waits behind the
-  // bulk data queued in the other direction: on the emulated cluster it cost 1.1-1.5x the TCP
-  // van's time at 16 MiB; eager matches it. Over shared memory up to kShmEagerMax: UCX's
-  // threshold there (auto) put the 60 KiB partitions of small tensors on rendezvous, a round
-  // trip more per partition; eager copies them through the shared segment instead: 2 workers
-  // + 1 server on one host, 256 KiB 0.31-0.34 ms against 0.38-0.78, 64 KiB 0.23-0.28 against
-  // 0.29-0.42, 64 MiB (256 KiB partitions, still rendezvous) unchanged. Set once the endpoint
-  // exists (progress thread).
+  // bulk data queued in the other direction; eager matches the TCP van. Over shared memory up
+  // to kShmEagerMax: UCX's threshold there (auto) put the small partitions of small tensors on
+  // rendezvous, a round trip more per partition; eager copies them through the shared segment
+  // instead (both measured in docs/performance-notes.md, "rendezvous -> eager"). Set once the
+  // endpoint exists (progress thread).
   size_t eager_max() const { return eager_max_; }
   // The lifeline socket this link owns (-1: none; UcxContext::Connect says what it does).
   int lifeline_fd() const { return lifeline_fd_; }

@@ -13,6 +13,7 @@ waited on.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import itertools
 import math
 import numbers
@@ -38,6 +39,10 @@ SUPPORTED_DTYPES = (
     "int32",
     "int64",
 )
+
+#: How push_pull combines the ranks' values (docs/collectives.md "Reduction ops"): the servers,
+#: the local reduce and the all-reduce schemes run the same SIMD kernels for each.
+REDUCE_OPS = ("sum", "min", "max", "product")
 
 _lock = threading.Lock()
 _atexit_registered = False
@@ -355,8 +360,10 @@ def push_pull_async(
     device: str = "cpu",
     device_id: int = 0,
     ready_event: int = 0,
+    op: str = "sum",
 ) -> int:
-    """Start summing ``nbytes`` at ``input_ptr`` across all worker processes into ``output_ptr``.
+    """Start summing ``nbytes`` at ``input_ptr`` across all worker processes into ``output_ptr``
+    (or reducing them with ``op``).
 
     With ``BYTEPS_SYNC=auto``, a name's first push_pull declares it with the cost model's
     scheme for ``nbytes`` first (docs/schemes.md).
@@ -379,6 +386,12 @@ def push_pull_async(
         ready_event: address of an event (a ``cudaEvent_t``) recorded after the producer's
             work on the buffer: the core's first copy waits for it (default 0: none, the
             buffer is ready now).
+        op: how the ranks' values combine (docs/collectives.md), one of :data:`REDUCE_OPS`:
+            ``"sum"`` (default; ``average`` divides it), ``"min"``, ``"max"`` (elementwise;
+            a NaN wins, as ``torch.minimum``) or ``"product"`` (integers wrap), each with
+            ``average=False`` (Horovod's Sum, Min, Max, Product). Fixed by the name's first
+            push_pull, and must be the same on every rank. A compressed or asynchronous
+            tensor only sums.
 
     Returns:
         an integer handle for :func:`poll` / :func:`wait`.
@@ -390,7 +403,9 @@ def push_pull_async(
         byteps.errors.InvalidArgumentError (a ``ValueError``): an empty name, a negative size,
             dimension or device id, ``nbytes`` not matching ``shape`` and ``dtype``, a null
             buffer, or an operation with this name already in flight; a name first used with
-            another dtype or shape; ``"cuda"`` while CUDA support is off.
+            another dtype, shape or op; ``average`` with an op other than sum; an op other than
+            sum on a compressed or asynchronous tensor; ``"cuda"`` while CUDA support is off.
+            Ranks that use different ops for one name fail the operation on every rank.
         byteps.errors.NotInitializedError: before ``init()``.
     """
     fn = "push_pull_async"
@@ -415,11 +430,14 @@ def push_pull_async(
         raise InvalidTypeError(f"{fn}: device must be a str, got {type(device).__name__}")
     device_id = _as_int(device_id, "device_id", fn, 0, 1 << 31)
     ready_event = _as_int(ready_event, "ready_event", fn, 0, 1 << 64)
+    if op not in REDUCE_OPS:
+        raise InvalidArgumentError(f"{fn}: op must be one of {', '.join(REDUCE_OPS)}, "
+                                   f"got {op!r}")
     _require_init()
     _auto_declare(name, nbytes)
     return int(_core.push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, dims,
                                      bool(average), priority, version, device=device,
-                                     device_id=device_id, ready_event=ready_event))
+                                     device_id=device_id, ready_event=ready_event, op=op))
 
 
 def copy_stream(device: str, device_id: int) -> int:
@@ -445,7 +463,7 @@ def copy_stream(device: str, device_id: int) -> int:
 
 def engine_op(name: str, nbytes: int, dtype: str, shape: Sequence[int], average: bool,
               priority: Optional[int] = None, *, ndarray: int = 0,
-              mxnet_api: Sequence[int] = ()) -> int:
+              mxnet_api: Sequence[int] = (), op: str = "sum") -> int:
     """A push_pull for a framework's dependency engine (MXNet's, docs/mxnet.md;
     ``core/cpp/pipeline/engine_bridge.h``): a new operation record that the engine runs
     through :func:`engine_entry_points`' ``byteps_engine_push_pull`` (on its own thread, no
@@ -466,6 +484,8 @@ def engine_op(name: str, nbytes: int, dtype: str, shape: Sequence[int], average:
             array's storage lazily on the engine thread). 0 (default): none.
         mxnet_api: with ``ndarray``, the addresses of libmxnet's ``MXNDArrayToDLPack``,
             ``MXNDArrayCallDLPackDeleter``, ``MXNDArrayFree`` and ``MXGetLastError``.
+        op: how the ranks' values combine, as :func:`push_pull_async`'s ``op`` (default
+            ``"sum"``).
 
     Returns:
         int: the address of the record, freed by the engine through
@@ -473,16 +493,20 @@ def engine_op(name: str, nbytes: int, dtype: str, shape: Sequence[int], average:
 
     Raises:
         byteps.errors.InvalidTypeError, InvalidArgumentError: as :func:`push_pull_async` for
-            the tensor's description; ``ndarray`` without the four ``mxnet_api`` addresses.
+            the tensor's description; ``ndarray`` without the four ``mxnet_api`` addresses;
+            an unknown ``op`` (the core's checks of the op run when the engine runs it).
         byteps.errors.NotInitializedError: before ``init()``.
     """
     fn = "engine_op"
     _check_name(name, fn)
     nbytes = _as_int(nbytes, "nbytes", fn, 0, 1 << 63)
+    if op not in REDUCE_OPS:
+        raise InvalidArgumentError(f"{fn}: op must be one of {', '.join(REDUCE_OPS)}, "
+                                   f"got {op!r}")
     _require_init()
     _auto_declare(name, nbytes)
     return int(_core.engine_op(name, 0, 0, nbytes, dtype, list(shape), bool(average), priority,
-                               ndarray=ndarray, mxnet_api=list(mxnet_api)))
+                               ndarray=ndarray, mxnet_api=list(mxnet_api), op=op))
 
 
 def engine_entry_points() -> tuple:
@@ -527,3 +551,31 @@ def wait(handle: int, timeout: Optional[float] = None) -> None:
         raise InvalidTypeError(f"wait: timeout must be a number of seconds or None, got "
                                f"{type(timeout).__name__}")
     _core.wait(handle, seconds)
+
+
+#: The tensor name every barrier pushes.
+BARRIER_NAME = "byteps.barrier"
+_barrier_lock = threading.Lock()  # one barrier at a time per process, so one buffer suffices
+_barrier_count = (ctypes.c_int32 * 1)()  # module-level: the core may write it until it is done
+
+
+def barrier() -> None:
+    """Block until every worker process has called :func:`barrier` (Horovod's ``barrier``):
+    a push_pull of one int32 under :data:`BARRIER_NAME`, whose round no rank can complete
+    before every rank has pushed it. Costs one round trip through the summation service (no
+    communication in a job of one process). Threads of one process take turns.
+
+    Raises:
+        byteps.errors.BytePSTimeoutError: a rank did not come within ``BYTEPS_TIMEOUT`` (on
+            every rank, naming the missing ones).
+        byteps.errors.PeerLostError: a rank or a server died meanwhile.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    with _barrier_lock:
+        _barrier_count[0] = 1
+        address = ctypes.addressof(_barrier_count)
+        wait(push_pull_async(BARRIER_NAME, address, address, 4, "int32", (1,), False))
+        if _barrier_count[0] != size():
+            raise InvalidArgumentError(f"barrier: {_barrier_count[0]} of {size()} ranks "
+                                       f"counted; '{BARRIER_NAME}' was used by another "
+                                       "push_pull")

@@ -153,6 +153,15 @@ def test_one_rank_collective_calls_copy(dtype):
         assert np.array_equal(dst, src), (call, dst[:8])
 
 
+@pytest.mark.parametrize("layout", ["local-group-3", "distributed-local"])
+def test_nccl_min_max_product_take_the_host_path(layout):
+    """BYTEPS_NCCL=1 and device tensors reduced with min, max, product: NCCL's stages sum, so
+    these tensors take the host path (the local reduce combines with the op), exact."""
+    cfg, size = LAYOUTS[layout]
+    rc, out, _ = run_job(cfg, "ops", env=NCCL, timeout=180, script=WORKER)
+    assert_ok(rc, out, size, min_cases=24)
+
+
 def test_nccl_tensors_of_the_other_plans():
     """A compressed (fp16) and a ring all-reduce device tensor beside a summation-service one,
     in flight at once, 2 machines of 3 processes: the NCCL plans with COMPRESS/DECOMPRESS and

@@ -484,3 +484,22 @@ class TestSingleMachinePushPull:
         k2 = single_worker.declare("declare.b")
         assert k2 == k1 + 1
         assert single_worker.declare("declare.a") == k1
+
+
+# ---------------------------------------------------------------------------- capabilities
+
+
+def test_build_queries_answer_for_this_process():
+    """Horovod's build queries: no MPI, Gloo, oneCCL, DDL or ROCm; CUDA and NCCL as this
+    process can use them (byteps.cuda)."""
+    from byteps import capabilities, cuda
+
+    for name in ("mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built",
+                 "gloo_enabled", "ccl_built", "ddl_built", "rocm_built"):
+        assert getattr(capabilities, name)() is False, name
+    assert capabilities.cuda_built() == cuda.cuda_available()
+    status = cuda.nccl_status()
+    want = int(status["version"] or 0) if status.get("stages_supported") else 0
+    assert capabilities.nccl_built() == want
+    assert set(capabilities.__all__) == {n for n in dir(capabilities) if n.endswith(
+        ("_built", "_enabled", "_supported"))}

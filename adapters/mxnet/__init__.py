@@ -21,7 +21,9 @@ Run under the launcher: ``bpslaunch --workers 2 --servers 1 python train.py``.
 
 Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
-:func:`byteps_declare_tensor`, :func:`byteps_push_pull`, :class:`DistributedOptimizer`,
+:func:`byteps_declare_tensor`, :func:`byteps_push_pull`, Horovod's :func:`allreduce` and
+:func:`allreduce_` with its ops (docs/collectives.md), :func:`barrier`, Horovod's build queries
+(:mod:`byteps.capabilities`), :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
 :func:`pull_parameters` (asynchronous training),
 :class:`Compression`. NDArrays in host memory are push_pulled in place; a GPU NDArray through a
@@ -42,11 +44,14 @@ except (ImportError, AttributeError) as exc:
         "numpy==1.23.5), in its own virtual environment: newer NumPy breaks `import mxnet`."
     ) from exc
 
-from byteps.basics import resume, suspend
+from byteps import capabilities as _capabilities
+from byteps.basics import barrier, resume, suspend
+from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
 from byteps.naming import broadcast_object
 from byteps.telemetry import get_pushpull_speed, get_telemetry
 
 from ._async import pull_parameters
+from .collectives import Adasum, Average, Max, Min, Product, Sum, allreduce, allreduce_
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .ops import (
     SUPPORTED_DTYPES,
@@ -77,6 +82,15 @@ __all__ = [
     "get_telemetry",
     "byteps_declare_tensor",
     "byteps_push_pull",
+    "allreduce",
+    "allreduce_",
+    "barrier",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
     "DistributedOptimizer",
     "DistributedTrainer",
     "broadcast_parameters",
@@ -88,3 +102,4 @@ __all__ = [
     "FP16Compressor",
     "SUPPORTED_DTYPES",
 ]
+__all__ += _capabilities.__all__

@@ -299,24 +299,31 @@ def byteps_push_pull(tensor: mx.nd.NDArray, version: int = 0, priority: int = 0,
     name = resolve_name(name, "byteps_push_pull")
     prio = resolve_priority(priority, "byteps_push_pull")
     _b.declare(name)  # here, in program order: keys must agree across ranks
+    _reduce_in_place(tensor, name, prio, dtype, is_average, "sum")
+
+
+def _reduce_in_place(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str, is_average: bool,
+                     op: str) -> None:
+    """The engine operations of one in-place push_pull of a declared ``name`` (``op``: the
+    core's, byteps.basics.REDUCE_OPS)."""
     if _on_device(tensor):
-        _push_pull_through_host(tensor, name, prio, dtype, is_average)
+        _push_pull_through_host(tensor, name, prio, dtype, is_average, op)
     else:
-        _push_engine_op(tensor, name, prio, dtype, is_average)
+        _push_engine_op(tensor, name, prio, dtype, is_average, op)
 
 
 def _push_pull_through_host(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
-                            is_average: bool) -> None:
+                            is_average: bool, op: str = "sum") -> None:
     """A device tensor's push_pull: three engine operations, ``tensor`` into its pinned host
     copy, the push_pull of the copy, the copy back into ``tensor``."""
     host = _host_copy(name, tensor)
     tensor.copyto(host)
-    _push_engine_op(host, name, prio, dtype, is_average)
+    _push_engine_op(host, name, prio, dtype, is_average, op)
     host.copyto(tensor)
 
 
 def _push_engine_op(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
-                    is_average: bool) -> None:
+                    is_average: bool, op: str = "sum") -> None:
     """Pushes the push_pull of the host NDArray ``tensor`` (declared as ``name``) to MXNet's
     engine, writing ``tensor`` and the name's ordering variable."""
     shape = tuple(int(s) for s in tensor.shape)
@@ -324,19 +331,19 @@ def _push_engine_op(tensor: mx.nd.NDArray, name: str, prio: int, dtype: str,
     if nbytes:
         handle = _shallow_copy(tensor)
         try:
-            op = _b.engine_op(name, nbytes, dtype, shape, bool(is_average), prio,
-                              ndarray=handle, mxnet_api=_MXNET_API)
+            record = _b.engine_op(name, nbytes, dtype, shape, bool(is_average), prio,
+                                  ndarray=handle, mxnet_api=_MXNET_API, op=op)
         except BaseException:
             check_call(_LIB.MXNDArrayFree(ctypes.c_void_p(handle)))
             raise
     else:
-        op = _b.engine_op(name, 0, dtype, shape, bool(is_average), prio)
+        record = _b.engine_op(name, 0, dtype, shape, bool(is_average), prio, op=op)
     mutable = (ctypes.c_void_p * 2)(tensor.handle.value, _name_var(name).handle.value)
     push_pull_fn, op_delete_fn = _ENTRY_POINTS
-    rc = _PUSH_ASYNC_ND(push_pull_fn, op, op_delete_fn, ctypes.addressof(_CPU_CONTEXT), None, 0,
+    rc = _PUSH_ASYNC_ND(push_pull_fn, record, op_delete_fn, ctypes.addressof(_CPU_CONTEXT), None, 0,
                         mutable, 2, ctypes.addressof(_CPU_PRIORITIZED), 0, _OP_NAME, False)
     if rc != 0:
-        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(op_delete_fn)(op)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(op_delete_fn)(record)
         check_call(rc)
 
 

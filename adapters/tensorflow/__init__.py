@@ -18,10 +18,12 @@ Keras users: :mod:`byteps.tensorflow.keras` (``tf.keras``) or :mod:`byteps.keras
 
 Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
 :func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
-:func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
+:func:`allreduce` (Horovod's, with its scale factors), :func:`barrier`, Horovod's build
+queries (:mod:`byteps.capabilities`), :func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
 :func:`DistributedOptimizer`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
-:data:`Sum`, :data:`Adasum` (Adasum raises
+:data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product` (push_pull and allreduce;
+docs/collectives.md), :data:`Adasum` (Adasum raises
 ``byteps.errors.InvalidArgumentError``, a ``ValueError``, wherever an op is taken).
 
 The adapter is Python over the core (no TensorFlow custom op is compiled): tensors pass
@@ -37,16 +39,21 @@ import tensorflow as tf
 if not tf.__version__.startswith("2."):
     raise ImportError(f"byteps.tensorflow needs TensorFlow 2.x; found {tf.__version__}")
 
-from byteps.basics import resume, suspend
+from byteps import capabilities as _capabilities
+from byteps.basics import barrier, resume, suspend
+from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
 from byteps.telemetry import get_pushpull_speed, get_telemetry
 
 from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
-from .functions import broadcast, broadcast_object, broadcast_variables, push_pull
+from .functions import allreduce, broadcast, broadcast_object, broadcast_variables, push_pull
 from .ops import (
     SUPPORTED_DTYPES,
     Adasum,
     Average,
+    Max,
+    Min,
+    Product,
     Sum,
     declare,
     init,
@@ -74,6 +81,8 @@ __all__ = [
     "get_telemetry",
     "declare",
     "push_pull",
+    "allreduce",
+    "barrier",
     "broadcast",
     "broadcast_variables",
     "broadcast_object",
@@ -87,5 +96,9 @@ __all__ = [
     "Average",
     "Sum",
     "Adasum",
+    "Min",
+    "Max",
+    "Product",
     "SUPPORTED_DTYPES",
 ]
+__all__ += _capabilities.__all__

@@ -14,7 +14,7 @@ from byteps.naming import broadcast_object
 from . import ops
 from .compression import Compression
 
-__all__ = ["push_pull", "broadcast", "broadcast_variables", "broadcast_object"]
+__all__ = ["push_pull", "allreduce", "broadcast", "broadcast_variables", "broadcast_object"]
 
 
 def _base(tensor: Any, scope: str, name: Optional[str], prefix: str, fn: str) -> str:
@@ -49,8 +49,10 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
         device_dense, device_sparse: accepted for compatibility; tensors pass through host
             memory in this build.
         compression: :class:`Compression` member applied around the reduction.
-        op: :data:`Average` (the default when neither ``op`` nor ``average`` is given) or
-            :data:`Sum`. Averaging of integer tensors is floor division.
+        op: :data:`Average` (the default when neither ``op`` nor ``average`` is given),
+            :data:`Sum`, :data:`Min`, :data:`Max` (elementwise; a NaN wins) or :data:`Product`
+            (integers wrap; docs/collectives.md). Averaging of integer tensors is floor
+            division. A name keeps its op.
         name: the name, the same on every rank (with ``scope`` prepended). Default: upstream's
             ``"BytePSPushPull_" + normalised tensor.name`` in graph mode, the variable's name
             for a variable, ``"BytePSPushPull.eager"`` for an eager tensor (eager calls are
@@ -68,12 +70,53 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
         byteps.errors.NotInitializedError: before :func:`init`.
         byteps.errors.MismatchError: ranks disagree on the dtype or shape for this name.
     """
-    avg = ops._resolve_op(op, average, "push_pull")
+    core_op, avg = ops._resolve_reduce(op, average, "push_pull")
     base = _base(tensor, scope, name, "BytePSPushPull", "push_pull")
     dense = ops._as_dense(tensor, "push_pull")
     compressed, ctx = compression.compress(dense)
-    out = ops._push_pull_one(compressed, base, avg)
+    out = ops._push_pull_one(compressed, base, avg, core_op)
     return compression.decompress(out, ctx)
+
+
+def _scale(tensor, factor, what: str) -> Optional[float]:
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise InvalidTypeError(f"allreduce: {what} must be a number, got {type(factor).__name__}")
+    if float(factor) == 1.0:
+        return None
+    if not tf.as_dtype(tensor.dtype).is_floating:
+        raise InvalidTypeError(f"allreduce: {what}={factor} needs a floating-point tensor, got "
+                               f"{tensor.dtype.name}")
+    return float(factor)
+
+
+@tf.autograph.experimental.do_not_convert
+def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
+              device_sparse: str = "", compression=Compression.none, op: Optional[str] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              name: Optional[str] = None) -> tf.Tensor:
+    """Horovod's ``allreduce``: ``postscale_factor * reduce(prescale_factor * tensor)`` over
+    all ranks, with :func:`push_pull`'s ops, naming and gradient (eager and in
+    ``tf.function``). The factors are applied by TensorFlow around the push_pull (one pass
+    each when not 1.0) and only to floating-point tensors.
+
+    Args: as :func:`push_pull` (no ``scope``), plus ``prescale_factor`` and
+        ``postscale_factor`` (numbers, default 1.0).
+
+    Returns:
+        a ``tf.Tensor`` with the input's shape and dtype.
+
+    Raises:
+        the errors of :func:`push_pull`; InvalidTypeError (a TypeError): a factor that is not a
+        number, or not 1.0 on an integer tensor.
+    """
+    base = _base(tensor, "", name, "BytePSPushPull", "allreduce")  # the input's, not the scaled
+    dense = ops._as_dense(tensor, "allreduce")
+    pre = _scale(dense, prescale_factor, "prescale_factor")
+    post = _scale(dense, postscale_factor, "postscale_factor")
+    if pre is not None:
+        dense = dense * tf.cast(pre, dense.dtype)
+    out = push_pull(dense, "", average, device_dense, device_sparse, compression, op, base)
+    return out if post is None else out * tf.cast(post, out.dtype)
 
 
 @tf.autograph.experimental.do_not_convert

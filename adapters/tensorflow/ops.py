@@ -54,13 +54,21 @@ __all__ = [
     "Average",
     "Sum",
     "Adasum",
+    "Min",
+    "Max",
+    "Product",
     "SUPPORTED_DTYPES",
 ]
 
-#: Reduction operations (upstream / Horovod constants).
+#: Reduction operations (upstream / Horovod constants; docs/collectives.md).
 Average = "Average"
 Sum = "Sum"
 Adasum = "Adasum"
+Min = "Min"
+Max = "Max"
+Product = "Product"
+#: Horovod op -> the core's op (byteps.basics.REDUCE_OPS) for the ops besides Average / Sum.
+_CORE_OPS = {Min: "min", Max: "max", Product: "product"}
 
 #: TensorFlow dtypes the core can sum, with the core's name for each.
 _DTYPE_NAMES: Dict[tf.DType, str] = {
@@ -131,6 +139,19 @@ def _resolve_op(op: Optional[str], average: Optional[bool], fn: str = "push_pull
         f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average or Sum")
 
 
+def _resolve_reduce(op: Optional[str], average: Optional[bool], fn: str) -> Tuple[str, bool]:
+    """``op``/``average`` -> (the core's op, average): Average and Sum as :func:`_resolve_op`,
+    :data:`Min`, :data:`Max`, :data:`Product` as the core's min, max, product (Horovod)."""
+    if op in _CORE_OPS:
+        if average is not None:
+            raise InvalidArgumentError(f"{fn}: pass either op or the deprecated average, not both")
+        return _CORE_OPS[op], False
+    if op in (None, Average, Sum, Adasum):
+        return "sum", _resolve_op(op, average, fn)
+    raise InvalidArgumentError(f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average, "
+                               "Sum, Min, Max or Product")
+
+
 def _dtype_name(dtype: tf.DType, fn: str) -> str:
     try:
         return _DTYPE_NAMES[dtype]
@@ -195,13 +216,15 @@ _name_for = name_for
 # --------------------------------------------------------------------------------------------
 def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Optional[str]],
          dtypes: Sequence[str], average: bool, priorities: Sequence[Optional[int]],
-         zero: Sequence[bool], plan=None, lr: Optional[float] = None) -> List[np.ndarray]:
+         zero: Sequence[bool], plan=None, lr: Optional[float] = None,
+         op: str = "sum") -> List[np.ndarray]:
     """Start a push_pull for every array, then wait for all; return the results (new arrays).
 
     ``names[i]`` is None when the name is resolved here from the runtime shape. ``zero[i]``
     sends zeros instead of the array (the non-root side of a broadcast). ``plan``: the
     optimizer's :class:`~byteps.tensorflow._compress_plan.CompressionPlan` (gets ``lr`` before
-    the first push_pull, declares runtime names, finishes every result)."""
+    the first push_pull, declares runtime names, finishes every result). ``op``: how the ranks'
+    values combine (byteps.basics.REDUCE_OPS)."""
     if plan is not None:
         plan.set_learning_rate(lr)
     started = []  # (handle, input, output, name): keeps every buffer alive until waited
@@ -215,7 +238,7 @@ def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Opt
                 if plan is not None:
                     plan.declare(name, dtype, a.nbytes)
             h = _b.push_pull_async(name, a.ctypes.data, out.ctypes.data, a.nbytes, dtype,
-                                   a.shape, average, priority=prio)
+                                   a.shape, average, priority=prio, op=op)
             started.append((h, a, out, name))
     except BaseException:
         _drain(started)
@@ -244,7 +267,7 @@ def _drain(started) -> list:
 def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average: bool,
                     priorities: Optional[Sequence[Optional[int]]] = None,
                     zero: Optional[Sequence[bool]] = None, plan=None,
-                    lr: Any = None) -> List[tf.Tensor]:
+                    lr: Any = None, op: str = "sum") -> List[tf.Tensor]:
     """push_pull dense, validated tensors under the names derived from ``bases``, in ONE
     operation: called directly when executing eagerly, else as one ``tf.numpy_function``
     whose outputs get the inputs' static shapes. Not differentiable by itself.
@@ -281,7 +304,7 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
         rate = None
         if with_lr:
             rate, arrays = float(arrays[-1]), arrays[:-1]
-        return _run(arrays, bases, names, dtypes, average, priorities, zero, plan, rate)
+        return _run(arrays, bases, names, dtypes, average, priorities, zero, plan, rate, op)
 
     extra = [tf.cast(tf.convert_to_tensor(lr), tf.float64)] if with_lr else []
     if tf.executing_eagerly():
@@ -294,19 +317,20 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
     return list(outs)
 
 
-def _push_pull_one(tensor: tf.Tensor, base: str, average: bool) -> tf.Tensor:
+def _push_pull_one(tensor: tf.Tensor, base: str, average: bool, op: str = "sum") -> tf.Tensor:
     """Differentiable push_pull of one tensor: the gradient is the push_pull (same
-    ``average``) of the upstream gradient under ``name + ".grad"`` (as upstream/Horovod)."""
+    ``average`` and ``op``) of the upstream gradient under ``name + ".grad"`` (as
+    upstream/Horovod)."""
     if not tensor.dtype.is_floating:
-        return _push_pull_many([tensor], [base], average)[0]
+        return _push_pull_many([tensor], [base], average, op=op)[0]
 
     @tf.custom_gradient
     def _pp(x):
-        y = _push_pull_many([x], [base], average)[0]
+        y = _push_pull_many([x], [base], average, op=op)[0]
 
         def grad(dy):
             dy = _as_dense(dy, "push_pull gradient")
-            return _push_pull_many([dy], [base + ".grad"], average)[0]
+            return _push_pull_many([dy], [base + ".grad"], average, op=op)[0]
 
         return y, grad
 

@@ -16,7 +16,12 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :func:`byteps_push_pull`, :func:`poll`, :func:`synchronize`, :class:`Compression`,
 :class:`DistributedOptimizer`, :func:`broadcast_parameters`,
 :func:`broadcast_optimizer_state`, :func:`broadcast_object`, :func:`pull_parameters`
-(asynchronous training, ``BYTEPS_ENABLE_ASYNC=1``: the servers' parameters).
+(asynchronous training, ``BYTEPS_ENABLE_ASYNC=1``: the servers' parameters), and Horovod's
+:func:`allreduce`, :func:`allreduce_async`, :func:`allreduce_`, :func:`allreduce_async_` with
+its ops :data:`Average`, :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product`
+(:data:`Adasum` is refused; docs/collectives.md), :func:`barrier`, and Horovod's build queries
+(:func:`mpi_built`, :func:`nccl_built`, :func:`cuda_built`... : :mod:`byteps.capabilities`),
+:class:`SyncBatchNorm` (batch statistics over every rank).
 
 CPU and CUDA tensors: a CUDA tensor goes through the core's device stages (copied to pinned
 host memory after its producer's event and back; docs/gpu.md) where CUDA support is on
@@ -50,7 +55,9 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
         f"Tensor.register_post_accumulate_grad_hook); found torch {torch.__version__}"
     )
 
-from byteps.basics import resume, suspend  # noqa: E402  (elastic restart, as upstream)
+from byteps import capabilities as _capabilities  # noqa: E402
+from byteps.basics import barrier, resume, suspend  # noqa: E402  (resume: elastic restart)
+from byteps.capabilities import *  # noqa: E402, F403  (Horovod's build queries)
 from byteps.telemetry import get_pushpull_speed, get_telemetry  # noqa: E402
 
 from ._async import pull_parameters  # noqa: E402
@@ -58,6 +65,19 @@ from .broadcast import (  # noqa: E402
     broadcast_object,
     broadcast_optimizer_state,
     broadcast_parameters,
+)
+from .collectives import (  # noqa: E402
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Sum,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
 )
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
 from .ops import (  # noqa: E402
@@ -80,6 +100,7 @@ from .ops import (  # noqa: E402
     synchronize,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: E402
+from .sync_batch_norm import SyncBatchNorm  # noqa: E402
 
 __all__ = [
     "init",
@@ -101,6 +122,19 @@ __all__ = [
     "byteps_push_pull",
     "poll",
     "synchronize",
+    "barrier",
+    "SyncBatchNorm",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "ReduceOp",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
     "Compression",
     "Compressor",
     "NoneCompressor",
@@ -113,6 +147,7 @@ __all__ = [
     "pull_parameters",
     "SUPPORTED_DTYPES",
 ]
+__all__ += _capabilities.__all__
 
 
 class _PushPull(torch.autograd.Function):

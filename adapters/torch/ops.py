@@ -122,17 +122,20 @@ def declare(name: str) -> int:
 # --------------------------------------------------------------------------------------------
 class _Op:
     """What one in-flight operation needs: the result to hand back, buffers to keep alive,
-    and an optional (destination, source) pair to copy back when it completes."""
+    an optional (destination, source) pair to copy back when it completes, and the factor the
+    result is multiplied by then (Horovod's ``postscale_factor``; 1.0: none)."""
 
-    __slots__ = ("name", "output", "keep", "writeback", "inplace")
+    __slots__ = ("name", "output", "keep", "writeback", "inplace", "postscale")
 
     def __init__(self, name: str, output: torch.Tensor, keep: Tuple[Any, ...],
-                 writeback: Optional[Tuple[torch.Tensor, torch.Tensor]], inplace: bool):
+                 writeback: Optional[Tuple[torch.Tensor, torch.Tensor]], inplace: bool,
+                 postscale: float = 1.0):
         self.name = name
         self.output = output
         self.keep = keep
         self.writeback = writeback
         self.inplace = inplace
+        self.postscale = postscale
 
 
 _ops_lock = threading.Lock()
@@ -183,7 +186,10 @@ def _resolve_name(name: Optional[str]) -> str:
 
 
 def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: int,
-           priority: Optional[int], inplace: bool, fn: str) -> int:
+           priority: Optional[int], inplace: bool, fn: str, op: str = "sum",
+           postscale: float = 1.0) -> int:
+    """Start one push_pull of ``tensor`` (``op``: :data:`byteps.basics.REDUCE_OPS`); the
+    result is multiplied by ``postscale`` when :func:`synchronize` takes it (1.0: not)."""
     dtype = _check_tensor(tensor, fn)
     name = _resolve_name(name)
     # 0 (the upstream default) and None both mean: let the core order by declaration
@@ -212,19 +218,20 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
         keep = (tensor, inp, out)
     nbytes = inp.numel() * inp.element_size()
     if src.device.type == "cuda":
-        handle, event = _start_cuda(name, inp, out, nbytes, dtype, shape, average, prio, version)
+        handle, event = _start_cuda(name, inp, out, nbytes, dtype, shape, average, prio, version,
+                                    op)
         keep = keep + (event,)
     else:
         handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, shape,
-                                    bool(average), priority=prio, version=version)
+                                    bool(average), priority=prio, version=version, op=op)
     # Nobody else knows the handle before we return it, so registering afterwards is race-free.
     with _ops_lock:
-        _ops[handle] = _Op(name, result, keep, writeback, inplace)
+        _ops[handle] = _Op(name, result, keep, writeback, inplace, postscale)
     return handle
 
 
 def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dtype: str,
-                shape, average: bool, prio: Optional[int], version: int):
+                shape, average: bool, prio: Optional[int], version: int, op: str = "sum"):
     """Start a CUDA tensor's push_pull on the core's device stages: the core's first copy
     waits for an event recorded now on the tensor's current stream (after its producer's
     kernels and the contiguous copy, if any). Returns (handle, the event: kept alive until
@@ -234,7 +241,7 @@ def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dt
     event.record(stream)
     handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, list(shape),
                                 bool(average), prio, version, device="cuda",
-                                device_id=inp.device.index, ready_event=event.cuda_event)
+                                device_id=inp.device.index, ready_event=event.cuda_event, op=op)
     return handle, event
 
 
@@ -356,6 +363,9 @@ def synchronize(handle: int) -> torch.Tensor:
     # (On KeyboardInterrupt the record stays, so the buffers outlive the core's use of them.)
     with _ops_lock:
         _ops.pop(handle, None)
+    if op.postscale != 1.0:
+        with torch.no_grad():
+            (op.writeback[1] if op.writeback is not None else op.output).mul_(op.postscale)
     if op.writeback is not None:
         dst, src = op.writeback
         with torch.no_grad():

@@ -57,6 +57,18 @@ def test_module_api(config, through_host):
     jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=3)
 
 
+@pytest.mark.parametrize("config, through_host", [("2w1s", False), ("3w2s", False),
+                                                  ("2w1s_local2", False), ("2w1s", True)])
+def test_horovod_allreduce_ops(config, through_host):
+    """bps.allreduce / allreduce_ with Average, Sum, Min, Max, Product on every dtype (the
+    servers and the local reduce combine with the op), the scale factors, Horovod's errors;
+    through_host: the GPU NDArray's way, through a pinned host copy."""
+    cfg = jobs.CONFIGS[config]
+    rc, out, _ = _run(cfg, "allreduce",
+                      env=["MXNET_WORKER_THROUGH_HOST=1"] if through_host else ())
+    jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=37)
+
+
 @pytest.mark.parametrize("through_host", [False, True])
 def test_auto_declares_with_the_cost_models_choice(through_host):
     """BYTEPS_SYNC=auto with a stand-in cost model, 2 workers + 1 server: each name's first

@@ -37,6 +37,7 @@ def _make_fake_basics(size=1):
     m.init = lambda lazy=True: m.state.update(init=True)
     m.shutdown = lambda: m.state.update(init=False)
     m.suspend = m.shutdown
+    m.barrier = lambda: _req()  # one process: nobody to wait for
     m.resume = lambda num_workers, num_servers, global_rank, context=None: m.state.update(
         init=True)
     m.is_initialized = lambda: m.state["init"]
@@ -65,7 +66,8 @@ def _make_fake_basics(size=1):
     m.unique_name = lambda prefix="noname": f"{prefix}.{next(counter)}"
 
     def push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, shape, average,
-                        priority=None, version=0):
+                        priority=None, version=0, op="sum"):
+        # one rank: every op's result is the input itself (a copy)
         if dtype not in m.SUPPORTED_DTYPES:
             raise InvalidTypeError(f"unsupported dtype {dtype!r}")
         _req()
@@ -77,7 +79,7 @@ def _make_fake_basics(size=1):
         h = next(handles)
         m.state["inflight"][h] = name
         m.state["calls"].append(dict(name=name, nbytes=nbytes, dtype=dtype, shape=list(shape),
-                                     average=average, priority=priority,
+                                     average=average, priority=priority, op=op,
                                      inplace=input_ptr == output_ptr))
         return h
 

@@ -126,3 +126,22 @@ def test_compression_params_two_level():
                      job_env=framework_env({"BYTEPS_MIN_COMPRESS_BYTES": "4096"}))
     assert_marker(job, "TORCH_COMPRESS_OK", 2)
     assert job.output.count("TORCH_COMPRESS_MISMATCH_RAISED") == 2, job.output[-6000:]
+
+
+@pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (3, 2, None), (2, 1, 2)],
+                         ids=["2w1s", "3w2s", "2wx2local1s"])
+def test_horovod_allreduce_ops(workers, servers, local_size):
+    """hvd.allreduce / allreduce_ / allreduce_async / allreduce_async_ with every Horovod op
+    and dtype, the scale factors, gradients and Horovod's errors."""
+    job = launch(WORKERS / "allreduce_worker.py", workers, servers, local_size, timeout=300)
+    assert_marker(job, "TORCH_ALLREDUCE_OK", workers * (local_size or 1))
+
+
+@pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (3, 1, None), (2, 1, 2)],
+                         ids=["2w1s", "3w1s", "2wx2local1s"])
+def test_sync_batch_norm_equals_batch_norm_on_the_whole_batch(workers, servers, local_size):
+    """SyncBatchNorm on every rank's batch (different sizes) against torch.nn.BatchNorm on
+    their concatenation: outputs, gradients and running statistics over three steps."""
+    job = launch(WORKERS / "sync_batch_norm_worker.py", workers, servers, local_size,
+                 timeout=240)
+    assert_marker(job, "TORCH_SYNCBN_OK", workers * (local_size or 1))

@@ -145,8 +145,9 @@ def test_non_contiguous_inplace_writes_back(fake_bps, monkeypatch):
     fake = fake_bps._fake
     orig = fake.push_pull_async
 
-    def doubling(name, inp, out, nbytes, dtype, shape, average, priority=None, version=0):
-        h = orig(name, inp, out, nbytes, dtype, shape, average, priority, version)
+    def doubling(name, inp, out, nbytes, dtype, shape, average, priority=None, version=0,
+                 op="sum"):
+        h = orig(name, inp, out, nbytes, dtype, shape, average, priority, version, op)
         # simulate a 2-rank sum of identical inputs: the core writes 2*x into the buffer
         n = nbytes // 4
         buf = (ctypes.c_float * n).from_address(out)

@@ -20,6 +20,8 @@ tensors on ``cuda:<local_rank % device_count>``). Modes:
   of several partitions into another (out of place: a one-process job copies within the
   device); prints ``TIMED <json>``: the backend's counters and the rounds' wall time
   (seconds).
+* ``ops``: device tensors reduced with min, max and product (the host path under
+  BYTEPS_NCCL=1), float32 and int32, sizes around the bound, exact.
 * ``dlpack``: ``byteps.push_pull`` of NumPy arrays (the DLPack front), every dtype NumPy has
   (not bfloat16), in place and with ``out=``, sum and average, sizes around the bound.
 * ``orders ROUNDS``: 12 tensors in flight at once, started in another order and with other
@@ -89,7 +91,7 @@ _events = []  # the last CUDA events passed to the core (alive until their opera
 
 
 def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=None,
-             priority=None):
+             priority=None, op="sum"):
     """Start the push_pull of a device tensor. ``ready_event``: the producer's event; None:
     on CUDA, an event recorded now on the current stream (the tensors were filled there, as
     byteps.torch does), on the fake device none (its buffers are written by the host)."""
@@ -106,7 +108,7 @@ def start_op(name, inp: Buffers, out: Buffers, dtype, average, ready_event=None,
     nbytes = int(np.prod(inp.shape)) * inp.host_dtype.itemsize
     return _core.push_pull_async(name, inp.ptr, out.ptr, nbytes, dtype, list(inp.shape), average,
                                  priority, 0, device=KIND, device_id=inp.device_id,
-                                 ready_event=ready_event)
+                                 ready_event=ready_event, op=op)
 
 
 def sizes(dtype: str):
@@ -165,6 +167,29 @@ def mode_sums(args) -> int:
                         if not inplace and not np.array_equal(inp.read(), host):
                             fail(f"{what}: the input was modified by an out-of-place push_pull")
                         count += 1
+    return count
+
+
+def mode_ops(args) -> int:
+    """Device tensors with op min, max, product (BYTEPS_NCCL=1: the host path, NCCL sums):
+    float32 and int32 around the partition bound, exact against the fold of every rank's
+    small-integer inputs."""
+    fold = {"min": np.minimum, "max": np.maximum, "product": np.multiply}
+    count = 0
+    for op, np_op in fold.items():
+        for dtype in ("float32", "int32"):
+            for n in sizes(dtype)[1:]:
+                def vals(r, n=n, dtype=dtype):
+                    return ((np.arange(n) * 3 + r * 7) % 5 - 2).astype(dtype)
+                want = vals(0)
+                for r in range(1, bps.size()):
+                    want = np_op(want, vals(r))
+                inp = Buffers(vals(w.RANK))
+                out = Buffers(np.zeros(n, dtype=dtype))
+                bps.wait(start_op(f"op.{op}.{dtype}.{n}", inp, out, dtype, False, op=op))
+                if not np.array_equal(out.read(), want):
+                    fail(f"device {op} {dtype} n={n}: {out.read()[:6]} vs {want[:6]}")
+                count += 1
     return count
 
 
@@ -435,4 +460,4 @@ if __name__ == "__main__":
     w.main({"sums": mode_sums, "producer": mode_producer, "steady": mode_steady,
             "loop": mode_loop, "dlpack": mode_dlpack, "timed": mode_timed, "orders": mode_orders,
             "schemes": mode_schemes, "alone": mode_alone, "stuck": mode_stuck,
-            "large": mode_large})
+            "large": mode_large, "ops": mode_ops})

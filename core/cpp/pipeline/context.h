@@ -20,6 +20,7 @@
 #include "pipeline/timeline.h"
 #include "ps/ps_client.h"
 #include "ps/sync_scheme.h"
+#include "reduce/sum.h"
 #include "scheduling/partitioner.h"
 
 namespace byteps {
@@ -132,6 +133,9 @@ struct TensorContext {
   // An asynchronous parameter (BYTEPS_ENABLE_ASYNC and a name starting with kAsyncParamPrefix,
   // docs/async.md): pushed with kPushFlagAsync, summed (never averaged), never compressed.
   bool async_param = false;
+  // How the ranks' values combine (reduce::ReduceOp; docs/collectives.md), fixed by the first
+  // push_pull: sum (average divides it), min, max or product.
+  reduce::ReduceOp op = reduce::ReduceOp::kSum;
   std::vector<std::unique_ptr<PartTask>> parts;
   // BYTEPS_AUTOTUNE (docs/autotune.md): the job-level bound the tensor is cut with, the
   // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of

@@ -17,7 +17,9 @@ NcclSequencer::NcclSequencer(const WorkerConfig& cfg, Hooks hooks)
     : cfg_(cfg), hooks_(std::move(hooks)) {}
 
 Status NcclSequencer::Decide(TensorContext* ctx) {
-  if (!cfg_.nccl || cfg_.local_size < 2 || ctx->nbytes == 0) return Status::OK();
+  // NCCL's stages sum; another op is reduced in host memory (the local reduce).
+  if (!cfg_.nccl || cfg_.local_size < 2 || ctx->nbytes == 0 || ctx->op != reduce::ReduceOp::kSum)
+    return Status::OK();
   if (!device::CollectiveSupports(ctx->device_kind, ctx->dtype))
     return Status::InvalidArgument("tensor '" + ctx->name + "': NCCL does not sum " +
                                    DTypeName(ctx->dtype) +

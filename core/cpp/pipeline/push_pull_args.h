@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "device/device.h"
 #include "pipeline/handles.h"
+#include "reduce/sum.h"
 
 namespace byteps {
 
@@ -20,6 +21,9 @@ struct PushPullArgs {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   bool average = true;
+  // How the ranks' values combine (docs/collectives.md): kSum (average divides it by the
+  // ranks), kMin, kMax or kProduct (average must be false). Fixed by the name's first use.
+  reduce::ReduceOp op = reduce::ReduceOp::kSum;
   bool has_priority = false;
   int64_t priority = 0;
   // A device tensor (docs/gpu.md): input and output are device memory of `device_kind`

@@ -206,8 +206,8 @@ void WorkerCore::CollAdvance(PartTask* t) {
           char* dst = data + op.offset;
           const char* a = op.from_input ? in + op.offset : dst;
           const char* b = c->scratch_of(r) + op.scratch;
-          if (a == dst) reduce::SumInto(dst, b, op.length / es, ctx->dtype);
-          else reduce::Sum3(dst, a, b, op.length / es, ctx->dtype);
+          if (a == dst) reduce::ReduceInto(dst, b, op.length / es, ctx->dtype, ctx->op);
+          else reduce::Reduce3(dst, a, b, op.length / es, ctx->dtype, ctx->op);
         }
         c->pc++;
       }

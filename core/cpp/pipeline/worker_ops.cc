@@ -106,7 +106,12 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->dtype = a.dtype;
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
+  ctx->op = a.op;
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
+  if (ctx->compressed && ctx->op != reduce::ReduceOp::kSum)
+    return Status::InvalidArgument("tensor '" + a.name + "' is compressed ('" +
+                                   ctx->compression + "'): compressors sum or average, not " +
+                                   reduce::ReduceOpName(ctx->op));
   const size_t bound = cfg_.distributed
                            ? TensorPartitionBound(a.nbytes, ctx->job_bound, cfg_.num_worker,
                                                   cfg_.local_size, ctx->compressed)
@@ -114,6 +119,10 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   BPS_RETURN_IF_ERROR(DecideSync(ctx));
   ctx->async_param = cfg_.async_mode && a.name.rfind(kAsyncParamPrefix, 0) == 0;
+  if (ctx->async_param && ctx->op != reduce::ReduceOp::kSum)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): the servers add deltas, so op " +
+                                   reduce::ReduceOpName(ctx->op) + " is refused");
   if (ctx->async_param && ctx->compressed)
     return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
                                    "(BYTEPS_ENABLE_ASYNC=1): it cannot be compressed");
@@ -135,6 +144,11 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   if (ctx->sync != SyncScheme::kPs) {
     const uint8_t sync = static_cast<uint8_t>(ctx->sync);
     h = Fnv1a(h, &sync, 1);
+  }
+  // ... and on how it is reduced.
+  if (ctx->op != reduce::ReduceOp::kSum) {
+    const uint8_t op = static_cast<uint8_t>(ctx->op);
+    h = Fnv1a(h, &op, 1);
   }
   // ... and on where it is summed (NCCL or host memory).
   if (ctx->nccl) h = Fnv1a(h, "nccl", 4);
@@ -225,6 +239,9 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    DTypeName(a.dtype));
   if (a.nbytes > 0 && (!a.input || !a.output))
     return Status::InvalidArgument("tensor '" + a.name + "': null buffer");
+  if (a.op != reduce::ReduceOp::kSum && a.average)
+    return Status::InvalidArgument("tensor '" + a.name + "': average applies to op sum only, "
+                                   "not " + reduce::ReduceOpName(a.op));
   TensorContext* ctx;
   {
     std::lock_guard<std::mutex> lk(ctx_mu_);
@@ -256,6 +273,11 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    DTypeName(ctx->dtype) + ShapeString(ctx->shape) +
                                    " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
   }
+  if (ctx->op != a.op)
+    return Status::InvalidArgument("tensor '" + a.name + "' was first reduced with op " +
+                                   reduce::ReduceOpName(ctx->op) + " and now with op " +
+                                   reduce::ReduceOpName(a.op) +
+                                   "; a tensor name keeps one op (use another name)");
   if (ctx->async_param && a.average)
     return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
                                    "(BYTEPS_ENABLE_ASYNC=1): the servers add every worker's "

@@ -20,6 +20,7 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   m.partition_bound = ctx->job_bound;  // as cut here (BYTEPS_AUTOTUNE may change it)
   m.generation = ctx->key_gen;
   m.sync = static_cast<uint8_t>(ctx->sync);
+  m.op = static_cast<uint8_t>(ctx->op);
   m.sync_param = ctx->sync == SyncScheme::kTree   ? static_cast<uint32_t>(cfg_.tree_width)
                  : ctx->sync == SyncScheme::kHips ? static_cast<uint32_t>(cfg_.hips_group)
                                                   : 0;
@@ -97,7 +98,7 @@ void WorkerCore::RunPush(PartTask* t) {
   if (ctx->sync == SyncScheme::kHips)  // aux: the top-level server (docs/schemes.md)
     return ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
                      &t->push_item, &WorkerCore::PushSentThunk, t,
-                     static_cast<uint64_t>(t->upper), 0, kPushFlagHips);
+                     static_cast<uint64_t>(t->upper), 0, kPushFlagHips | PushOpFlags(ctx->op));
   // The local root takes the sum into the aggregates, the same two places every round, and a
   // lone process the sum of a device tensor into its pinned buffer, the same place every
   // round: the server may write it there one-way (docs/rdma.md).
@@ -112,7 +113,7 @@ void WorkerCore::RunPush(PartTask* t) {
   }
   ps_->Push(t->server, t->key, ctx->round, ctx->dtype, src, t->part.length, &t->pull,
             &t->push_item, &WorkerCore::PushSentThunk, t, 0, 0,
-            ctx->async_param ? kPushFlagAsync : 0);
+            ctx->async_param ? kPushFlagAsync : PushOpFlags(ctx->op));
 }
 
 void WorkerCore::OnPushSent(PartTask* t, const Status& st) {

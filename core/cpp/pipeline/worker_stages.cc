@@ -61,13 +61,13 @@ void WorkerCore::RunLocalReduce(PartTask* t) {
   if (end > begin) {
     size_t off = t->part.offset + begin * es, n = end - begin;
     char* dst = ctx->aggregate(L) + off;
-    // Sum in local-rank order (the same order for every shard); my own part comes straight
+    // Reduce (ctx->op) in local-rank order (the same order for every shard); my own part comes straight
     // from my input.
     auto src = [&](int j) -> const char* {
       return (j == cfg_.local_rank ? ctx->input : ctx->slot(j)) + off;
     };
-    reduce::Sum3(dst, src(0), src(1), n, ctx->dtype);
-    for (int j = 2; j < L; ++j) reduce::SumInto(dst, src(j), n, ctx->dtype);
+    reduce::Reduce3(dst, src(0), src(1), n, ctx->dtype, ctx->op);
+    for (int j = 2; j < L; ++j) reduce::ReduceInto(dst, src(j), n, ctx->dtype, ctx->op);
     // Single machine: the aggregate is final, so average it here, shard by shard in parallel,
     // instead of every process dividing the whole tensor after copying it out.
     if (!cfg_.distributed && ctx->average) reduce::DivideInPlace(dst, n, ctx->dtype, cfg_.size);

@@ -5,6 +5,7 @@
 
 #include "comm/frame.h"
 #include "common/dtype.h"
+#include "reduce/sum.h"
 
 namespace byteps {
 
@@ -83,7 +84,7 @@ Status Decode(const void* data, size_t len, AddressBook* m) {
 std::string Encode(const DeclareMsg& m) {
   WireWriter w;
   w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
-  w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.sync_param);
+  w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.sync_param).U8(m.op);
   return w.Take();
 }
 
@@ -115,7 +116,8 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->generation = r.U32();
   m->sync = r.U8();
   m->sync_param = r.U32();
-  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4)
+  m->op = r.U8();
+  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4 || m->op >= reduce::kReduceOpCount)
     return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }

@@ -73,6 +73,9 @@ struct DeclareMsg {
   // workers (docs/schemes.md).
   uint8_t sync = 0;
   uint32_t sync_param = 0;
+  // How the tensor's values combine (reduce::ReduceOp: sum, min, max, product;
+  // docs/collectives.md): must agree across workers.
+  uint8_t op = 0;
 };
 
 // KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.

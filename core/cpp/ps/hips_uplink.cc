@@ -70,7 +70,7 @@ void SummationServer::Forward(RoundKey& k, int parity) {
   if (k.upper < first || up >= uplinks_.size()) return;
   SendItem& item = static_cast<Replies*>(k.attachment.get())->forward[parity];
   item.hdr = KeyFrame(MsgType::kPush, k, k.round[parity]);
-  item.hdr.flags = kPushFlagPull | kPushFlagHipsUp;
+  item.hdr.flags = kPushFlagPull | kPushFlagHipsUp | PushOpFlags(k.op);
   item.payload = k.sum[parity];
   item.len = k.len;
   uplinks_[up]->Send(&item);

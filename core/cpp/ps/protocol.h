@@ -8,6 +8,7 @@
 
 #include "comm/connection.h"
 #include "comm/frame.h"
+#include "reduce/sum.h"
 
 namespace byteps {
 
@@ -92,6 +93,17 @@ constexpr uint64_t kHelloFromServer = 1;
 // (rank 0's becomes the key's), every later one a delta added to it, and the reply is the
 // value, whatever the other workers do.
 constexpr uint8_t kPushFlagAsync = 8;
+// FrameHeader::flags of a PUSH, bits 4-5: how the key's pushes are combined (reduce::ReduceOp:
+// sum, min, max, product; docs/collectives.md). Fixed by the push that makes the key; a push
+// with another op is an error to its worker.
+constexpr int kPushOpShift = 4;
+constexpr uint8_t kPushOpMask = 0x30;
+inline uint8_t PushOpFlags(reduce::ReduceOp op) {
+  return static_cast<uint8_t>(static_cast<uint8_t>(op) << kPushOpShift);
+}
+inline reduce::ReduceOp PushOpOf(uint8_t flags) {
+  return static_cast<reduce::ReduceOp>((flags & kPushOpMask) >> kPushOpShift);
+}
 
 // FrameHeader::aux of a DECLARE_REPLY.
 enum class DeclareReply : uint64_t {

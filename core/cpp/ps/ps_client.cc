@@ -104,7 +104,7 @@ void PsClient::Push(int server, uint64_t key, uint32_t round, DType dtype, const
   uint32_t window = 0;
   if (pull) {
     std::lock_guard<std::mutex> lk(pull_mu_);
-    if (!windows_.empty() && aux == 0 && pull_up_to == 0 && flags == 0) {
+    if (!windows_.empty() && aux == 0 && pull_up_to == 0 && (flags & ~kPushOpMask) == 0) {
       auto it = windows_.find(key);
       if (it != windows_.end() && it->second.first == server) window = it->second.second;
     }

@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "ps/sync_scheme.h"
+#include "reduce/sum.h"
 #include "scheduling/partitioner.h"
 
 namespace byteps {
@@ -333,6 +334,14 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                " (BYTEPS_SYNC, BYTEPS_TREE_WIDTH, BYTEPS_HIPS_GROUP and a declaration's sync must "
                "agree on every worker)";
   }
+  if (pd.error.empty() && m.op != f.op)
+    pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +
+               ") is reduced differently across workers: worker " +
+               std::to_string(pd.first_worker) + " uses op " +
+               reduce::ReduceOpName(static_cast<reduce::ReduceOp>(f.op)) + ", worker " +
+               std::to_string(node->rank) + " op " +
+               reduce::ReduceOpName(static_cast<reduce::ReduceOp>(m.op)) +
+               " (a tensor name is reduced with one op on every worker)";
   if (pd.error.empty() && (m.name != f.name || m.dtype != f.dtype || m.shape != f.shape ||
                            m.nbytes != f.nbytes || m.compression != f.compression)) {
     pd.error = "tensor mismatch across workers for key " + std::to_string(m.declared_key) +

@@ -195,7 +195,8 @@ Status SummationServer::OnHeader(Connection* c, const FrameHeader& h, void** des
   // Bounded by the partition bound before anything is allocated; a refused push is read past.
   char* buf = nullptr;
   BPS_RETURN_IF_ERROR(rounds_.PushBuffer(h.key, static_cast<DType>(h.dtype), DataBytes(h),
-                                         sender, &buf, role, (h.flags & kPushFlagAsync) != 0));
+                                         sender, &buf, role, (h.flags & kPushFlagAsync) != 0,
+                                         PushOpOf(h.flags)));
   *dest = buf && !h.written ? static_cast<void*>(buf) : Connection::kDiscard;
   return Status::OK();
 }
@@ -204,7 +205,8 @@ Status SummationServer::CheckWritten(Connection* c, const FrameHeader& h) {
   // Only a worker the window went to writes into it; the van checked the write stayed in it.
   const bool worker = c->tag >= 0 && c->tag < opts_.num_worker;
   auto it = worker ? windows_[c->tag].find(h.key) : windows_[0].end();
-  if (!worker || it == windows_[c->tag].end() || !it->second || h.flags != kPushFlagPull)
+  if (!worker || it == windows_[c->tag].end() || !it->second ||
+      (h.flags & ~kPushOpMask) != kPushFlagPull)
     return Status::InvalidArgument("a one-way push of key " + std::to_string(h.key) + " from " +
                                    c->peer_name() + ", which has no window for it");
   return Status::OK();
@@ -213,7 +215,8 @@ Status SummationServer::CheckWritten(Connection* c, const FrameHeader& h) {
 std::string SummationServer::WindowFor(Connection* c, const FrameHeader& h, void* slot) {
   // A plain synchronous push that also pulls (the worker's next push of the key then waits for
   // this round's sum, which frees the slot), received into its fixed slot, once per key.
-  if (h.written || h.flags != kPushFlagPull || !slot || slot == Connection::kDiscard ||
+  if (h.written || (h.flags & ~kPushOpMask) != kPushFlagPull || !slot ||
+      slot == Connection::kDiscard ||
       c->tag < 0 || c->tag >= opts_.num_worker || !van_->one_way_writes())
     return std::string();
   auto& sent = windows_[c->tag];

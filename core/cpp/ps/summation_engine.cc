@@ -123,13 +123,14 @@ size_t SummationEngine::num_keys() {
 Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
                                   std::unique_ptr<compress::Compressor> codec,
                                   const std::string& compression, const KeyRole* role,
-                                  bool async_key) {
+                                  bool async_key, reduce::ReduceOp op) {
   // Built outside the key table's lock: the sink's Attach may wait for a van's thread (memory
   // registration), which may itself be waiting for the lock in another receiver's PushBuffer.
   auto ks = std::make_unique<RoundKey>();
   ks->key = key;
   ks->dtype = dtype;
   ks->len = len;
+  ks->op = op;
   if (role) {
     ks->level = role->level;
     ks->senders = role->senders;
@@ -207,9 +208,18 @@ Status SummationEngine::CreateKey(uint64_t key, DType dtype, size_t len, RoundKe
 }
 
 Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker,
-                                   char** dest, const KeyRole* role, bool async_key) {
+                                   char** dest, const KeyRole* role, bool async_key,
+                                   reduce::ReduceOp op) {
   *dest = nullptr;
   RoundKey* ks = FindKey(key);
+  if (op != reduce::ReduceOp::kSum && (async_key || (ks && ks->compressed()))) {
+    if (worker >= 0 && worker < num_worker_)
+      sink_->SendError(worker, Name() + ": push of key " + std::to_string(key) + " from worker " +
+                                   std::to_string(worker) + " with op " + reduce::ReduceOpName(op) +
+                                   " to a " + (async_key ? "asynchronous" : "compressed") +
+                                   " key, which only sums");
+    return Status::OK();
+  }
   if (async_key && (!async_ || (ks && !ks->async))) {
     if (worker >= 0 && worker < num_worker_)
       sink_->SendError(worker, Name() + ": asynchronous push of key " + std::to_string(key) +
@@ -258,11 +268,18 @@ Status SummationEngine::PushBuffer(uint64_t key, DType dtype, uint64_t len, int 
                                    DTypeName(dtype));
       return Status::OK();
     }
-    Status st = CreateKey(key, dtype, len, &ks, nullptr, std::string(), role, async_key);
+    Status st = CreateKey(key, dtype, len, &ks, nullptr, std::string(), role, async_key, op);
     if (!st.ok()) {
       sink_->SendError(worker, st.message());
       return Status::OK();
     }
+  }
+  if (ks->op != op) {
+    sink_->SendError(worker, Name() + ": push of key " + std::to_string(key) + " from worker " +
+                                 std::to_string(worker) + " with op " + reduce::ReduceOpName(op) +
+                                 ", but the key combines with op " + reduce::ReduceOpName(ks->op) +
+                                 " (every worker must use the same op for a tensor)");
+    return Status::OK();
   }
   const KeyLevel level = role ? role->level : KeyLevel::kPlain;
   if (ks->level != level ||
@@ -418,11 +435,12 @@ void SummationEngine::HandlePush(const Event& ev) {
     if (ks->compressed()) {
       if (!DecodePush(ks, ev, p, /*first=*/false)) return;
     } else if (ks->fixed_staging && ks->count[p] == 1) {
-      reduce::Sum3(ks->sum[p], ks->staging[ks->first[p]].load(std::memory_order_acquire),
-                   ks->staging[ev.worker].load(std::memory_order_acquire), count, ks->dtype);
+      reduce::Reduce3(ks->sum[p], ks->staging[ks->first[p]].load(std::memory_order_acquire),
+                      ks->staging[ev.worker].load(std::memory_order_acquire), count, ks->dtype,
+                      ks->op);
     } else {
-      reduce::SumInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire), count,
-                      ks->dtype);
+      reduce::ReduceInto(ks->sum[p], ks->staging[ev.worker].load(std::memory_order_acquire),
+                         count, ks->dtype, ks->op);
     }
   }
   ks->pushed[p][ev.worker] = 1;

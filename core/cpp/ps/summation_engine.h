@@ -39,6 +39,7 @@
 #include "ps/control_msgs.h"
 #include "common/ring_queue.h"
 #include "common/status.h"
+#include "reduce/sum.h"
 
 namespace byteps {
 
@@ -64,6 +65,8 @@ struct RoundKey {
   uint64_t key = 0;
   DType dtype = DType::kFloat32;
   size_t len = 0;  // bytes of one push and of the sum
+  // How the pushes combine (kPushOpMask of the push that made the key): sum, min, max, product.
+  reduce::ReduceOp op = reduce::ReduceOp::kSum;
   int engine = 0;
   char* sum[2] = {nullptr, nullptr};        // [parity]
   std::vector<std::atomic<char*>> staging;  // [worker]: where its next push is received
@@ -191,9 +194,12 @@ class SummationEngine {
   // an error through the sink and the payload must be read past. Never aborts.
   // `role`: the key's level and pushers, used when the push makes the key (null: plain); a
   // key made with another level refuses the push. async_key: the push carries kPushFlagAsync
-  // (refused unless SetAsync(true), and on a key made otherwise).
+  // (refused unless SetAsync(true), and on a key made otherwise). op: how the key's pushes
+  // combine, fixed by the push that makes the key (another op is refused; a compressed or
+  // asynchronous key sums).
   Status PushBuffer(uint64_t key, DType dtype, uint64_t len, int worker, char** dest,
-                    const KeyRole* role = nullptr, bool async_key = false);
+                    const KeyRole* role = nullptr, bool async_key = false,
+                    reduce::ReduceOp op = reduce::ReduceOp::kSum);
   // The push whose payload has been received at PushBuffer's destination; pull_too also asks
   // for the round's sum; lr: the pushing worker's learning rate (compressed keys). Ignored when
   // PushBuffer refused it (unknown key, other size or dtype).
@@ -269,7 +275,8 @@ class SummationEngine {
   Status CreateKey(uint64_t key, DType dtype, size_t len, RoundKey** out,
                    std::unique_ptr<compress::Compressor> codec = nullptr,
                    const std::string& compression = std::string(),
-                   const KeyRole* role = nullptr, bool async_key = false);
+                   const KeyRole* role = nullptr, bool async_key = false,
+                   reduce::ReduceOp op = reduce::ReduceOp::kSum);
   // Compressed keys (compressed_rounds.cc): decode worker ev.worker's push into the round's
   // sum (overwrite when `first`, else add); false (and an error to the worker) on a malformed
   // encoding. EncodeSum: the complete sum's encoding for the pulls.

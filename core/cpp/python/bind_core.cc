@@ -11,6 +11,7 @@
 #include "compress/compressor.h"
 #include "pipeline/api.h"
 #include "pipeline/engine_bridge.h"
+#include "reduce/sum.h"
 #include "scheduling/autotune_search.h"
 #include "scheduling/partitioner.h"
 #include "scheduling/push_window.h"
@@ -29,10 +30,12 @@ std::shared_ptr<WorkerCore> Require() {
 
 PushPullArgs ParseArgs(const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
                        const std::string& dtype, std::vector<int64_t> shape, bool average,
-                       const py::object& priority) {
+                       const py::object& priority, const std::string& op) {
   PushPullArgs a;
   if (!ParseDType(dtype, &a.dtype))
     ThrowInvalidType("unsupported dtype '" + dtype + "'; supported: " + SupportedDTypeNames());
+  if (!reduce::ParseReduceOp(op, &a.op))
+    ThrowInvalidArgument("unsupported op '" + op + "' (sum, min, max, product)");
   a.name = name;
   a.input = reinterpret_cast<char*>(input);
   a.output = reinterpret_cast<char*>(output);
@@ -182,9 +185,10 @@ void BindCore(py::module_& m) {
       "push_pull_async",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
          const std::string& dtype, std::vector<int64_t> shape, bool average, py::object priority,
-         int version, const std::string& device, int device_id, uintptr_t ready_event) {
+         int version, const std::string& device, int device_id, uintptr_t ready_event,
+         const std::string& op) {
         PushPullArgs a = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
-                                   priority);
+                                   priority, op);
         (void)version;
         // A device tensor (docs/gpu.md): "cuda", or "fake" (the tests' fake device).
         if (!device::ParseKind(device, &a.device_kind))
@@ -198,16 +202,17 @@ void BindCore(py::module_& m) {
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
       py::arg("version") = 0, py::arg("device") = "cpu", py::arg("device_id") = 0,
-      py::arg("ready_event") = 0);
+      py::arg("ready_event") = 0, py::arg("op") = "sum");
   m.def(
       "engine_op",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
          const std::string& dtype, std::vector<int64_t> shape, bool average,
-         py::object priority, uintptr_t ndarray, std::vector<uintptr_t> mxnet_api) {
+         py::object priority, uintptr_t ndarray, std::vector<uintptr_t> mxnet_api,
+         const std::string& reduce_op) {
         Require();
         auto op = std::make_unique<EngineOp>();
         op->args = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
-                             priority);
+                             priority, reduce_op);
         if (ndarray) {
           if (mxnet_api.size() != 4 || !mxnet_api[0] || !mxnet_api[1] || !mxnet_api[2] ||
               !mxnet_api[3])
@@ -224,6 +229,7 @@ void BindCore(py::module_& m) {
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
       py::arg("ndarray") = 0, py::arg("mxnet_api") = std::vector<uintptr_t>{},
+      py::arg("op") = "sum",
       "A push_pull for a framework engine (engine_bridge.h): returns the address of a new "
       "operation record for byteps_engine_push_pull, freed by byteps_engine_op_delete. With "
       "`ndarray` (an MXNet NDArray handle the record then owns) the buffer is looked up when "

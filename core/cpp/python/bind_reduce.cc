@@ -158,8 +158,9 @@ void SumIntoPy(const py::object& dst_o, const py::object& src_o, const py::objec
   reduce::SumInto(d, s, ops.count, ops.dtype);
 }
 
-void Sum3Py(const py::object& dst_o, const py::object& a_o, const py::object& b_o,
-            const py::object& dtype_o) {
+// dst = a op b (reduce::Reduce3; kSum is reduce::Sum3).
+void Reduce3With(const py::object& dst_o, const py::object& a_o, const py::object& b_o,
+                 reduce::ReduceOp op, const py::object& dtype_o) {
   py::array dst = AsArray(dst_o, "dst");
   py::array a = AsArray(a_o, "a");
   py::array b = AsArray(b_o, "b");
@@ -168,7 +169,20 @@ void Sum3Py(const py::object& dst_o, const py::object& a_o, const py::object& b_
   const void* pa = a.data();
   const void* pb = b.data();
   py::gil_scoped_release release;
-  reduce::Sum3(d, pa, pb, ops.count, ops.dtype);
+  reduce::Reduce3(d, pa, pb, ops.count, ops.dtype, op);
+}
+
+void Sum3Py(const py::object& dst_o, const py::object& a_o, const py::object& b_o,
+            const py::object& dtype_o) {
+  Reduce3With(dst_o, a_o, b_o, reduce::ReduceOp::kSum, dtype_o);
+}
+
+void Reduce3Py(const py::object& dst_o, const py::object& a_o, const py::object& b_o,
+               const std::string& op_name, const py::object& dtype_o) {
+  reduce::ReduceOp op;
+  if (!reduce::ParseReduceOp(op_name, &op))
+    ThrowInvalidArgument("unsupported op '" + op_name + "' (sum, min, max, product)");
+  Reduce3With(dst_o, a_o, b_o, op, dtype_o);
 }
 
 void DividePy(const py::object& dst_o, const py::object& divisor_o, const py::object& dtype_o) {
@@ -233,6 +247,10 @@ void BindReduce(py::module_& m) {
   r.def("sum3", &Sum3Py, py::arg("dst"), py::arg("a"), py::arg("b"),
         py::arg("dtype") = py::none(),
         "dst = a + b (dst may be a or b).");
+  r.def("reduce3", &Reduce3Py, py::arg("dst"), py::arg("a"), py::arg("b"), py::arg("op"),
+        py::arg("dtype") = py::none(),
+        "dst = a op b for op 'sum', 'min', 'max' or 'product' (dst may be a or b): the kernels "
+        "the local reduce, the collectives and the servers combine values with.");
   r.def("divide", &DividePy, py::arg("dst"), py::arg("divisor"),
         py::arg("dtype") = py::none(),
         "dst /= divisor in place: true division for floating types (float16/bfloat16 via "

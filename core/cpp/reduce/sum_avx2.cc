@@ -46,6 +46,16 @@ struct Fp16Avx2 {
     for (; i + 8 <= n; i += 8) Store8(d + i, _mm256_div_ps(Load8(d + i), dv));
     DivideHalfScalar(d + i, n - i, divisor);
   }
+  static void ToFloat(const uint16_t* s, float* f, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, Load8(s + i));
+    Fp16Scalar::ToFloat(s + i, f + i, n - i);
+  }
+  static void FromFloat(const float* f, uint16_t* d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) Store8(d + i, _mm256_loadu_ps(f + i));
+    Fp16Scalar::FromFloat(f + i, d + i, n - i);
+  }
 };
 
 }  // namespace

@@ -51,6 +51,16 @@ struct Fp16Avx512 {
     for (; i + 16 <= n; i += 16) Store16(d + i, _mm512_div_ps(Load16(d + i), dv));
     DivideHalfScalar(d + i, n - i, divisor);
   }
+  static void ToFloat(const uint16_t* s, float* f, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(f + i, Load16(s + i));
+    Fp16Scalar::ToFloat(s + i, f + i, n - i);
+  }
+  static void FromFloat(const float* f, uint16_t* d, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) Store16(d + i, _mm512_loadu_ps(f + i));
+    Fp16Scalar::FromFloat(f + i, d + i, n - i);
+  }
 };
 
 }  // namespace

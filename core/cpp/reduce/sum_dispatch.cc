@@ -83,6 +83,37 @@ void DivideInPlace(void* dst, size_t count, DType dtype, int64_t divisor) {
   Active()->divide(dst, count, dtype, divisor);
 }
 
+void ReduceInto(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) {
+  if (op == ReduceOp::kSum) return SumInto(dst, src, count, dtype);
+  if (count == 0) return;
+  Active()->op3(dst, dst, src, count, dtype, op);
+}
+
+void Reduce3(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {
+  if (op == ReduceOp::kSum) return Sum3(dst, a, b, count, dtype);
+  if (count == 0) return;
+  Active()->op3(dst, a, b, count, dtype, op);
+}
+
+namespace {
+constexpr const char* kReduceOpNames[kReduceOpCount] = {"sum", "min", "max", "product"};
+}  // namespace
+
+const char* ReduceOpName(ReduceOp op) {
+  const int i = static_cast<int>(op);
+  return i < kReduceOpCount ? kReduceOpNames[i] : "unknown";
+}
+
+bool ParseReduceOp(const std::string& name, ReduceOp* out) {
+  for (int i = 0; i < kReduceOpCount; ++i) {
+    if (name == kReduceOpNames[i]) {
+      *out = static_cast<ReduceOp>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* ActiveIsa() { return Active()->name; }
 
 const char* AvailableIsas() { return Reg().available.c_str(); }

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "half.h"
+#include "op_kernels.h"
 #include "sum.h"
 
 namespace byteps {
@@ -201,6 +202,8 @@ inline void FloorDivideUnsigned(T* __restrict d, size_t n, int64_t divisor) {
 //   static void SumInto(uint16_t* d, const uint16_t* s, size_t n);
 //   static void Sum3(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n);
 //   static void Divide(uint16_t* d, size_t n, float divisor);
+//   static void ToFloat(const uint16_t* s, float* f, size_t n);    (op_kernels.h)
+//   static void FromFloat(const float* f, uint16_t* d, size_t n);  (round to nearest-even)
 template <class Fp16>
 struct KernelsFor {
   static void SumInto(void* dst, const void* src, size_t n, DType t) {
@@ -302,7 +305,9 @@ struct KernelsFor {
     }
   }
 
-  static KernelTable Make(const char* name) { return KernelTable{name, &SumInto, &Sum3, &Divide}; }
+  static KernelTable Make(const char* name) {
+    return KernelTable{name, &SumInto, &Sum3, &Divide, &Op3<Fp16>};
+  }
 };
 
 // Scalar float16 policy (also the tail handler of the SIMD policies).
@@ -312,6 +317,12 @@ struct Fp16Scalar {
     Map3(d, a, b, n, HalfAddOp{});
   }
   static void Divide(uint16_t* d, size_t n, float divisor) { DivideHalfScalar(d, n, divisor); }
+  static void ToFloat(const uint16_t* s, float* f, size_t n) {
+    for (size_t i = 0; i < n; ++i) f[i] = half::HalfToFloat(s[i]);
+  }
+  static void FromFloat(const float* f, uint16_t* d, size_t n) {
+    for (size_t i = 0; i < n; ++i) d[i] = half::FloatToHalf(f[i]);
+  }
 };
 
 }  // namespace

@@ -17,6 +17,9 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
   ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every
   ``byteps_push_pull`` (the engine's path) declares its name with the model's choice for its
   size at the first call and sums exactly, on the CPU path and through a host copy.
+* ``allreduce``: Horovod's ``allreduce`` / ``allreduce_`` with every op (Average, Sum, Min,
+  Max, Product) on every dtype against the fold of every rank's inputs, the scale factors, and
+  Horovod's errors (op with average, Adasum).
 * ``loop``: push_pull until a peer is lost; prints ``READY`` after the first round and
   ``CAUGHT-PEERLOST <time.time()> <message>`` when ``wait_to_read`` raises PeerLostError.
 
@@ -197,6 +200,42 @@ def mode_auto() -> None:
             ok(f"auto {name} round {rnd} sync={declared}")
 
 
+# ------------------------------------------------------------------------------ allreduce --
+def mode_allreduce() -> None:
+    rank, size = bps.rank(), bps.size()
+    fold = {bps.Sum: np.add, bps.Average: np.add, bps.Min: np.minimum, bps.Max: np.maximum,
+            bps.Product: np.multiply}
+    for op, np_op in fold.items():
+        for dtype in ("float16", "float32", "float64", "uint8", "int8", "int32", "int64"):
+            def vals(r, dtype=dtype):
+                v = (np.arange(1031) * 3 + r * 7) % 5
+                return (v if dtype == "uint8" else v - 2).astype(np.float64)
+            want = vals(0)
+            for r in range(1, size):
+                want = np_op(want, vals(r))
+            if op == bps.Average:
+                want = want / size if dtype.startswith("float") else np.floor(want / size)
+            x = mx.nd.array(vals(rank), dtype=dtype)
+            out = bps.allreduce(x, name=f"ar.{op}.{dtype}", op=op)
+            inplace = mx.nd.array(vals(rank), dtype=dtype)
+            bps.allreduce_(inplace, name=f"ar_.{op}.{dtype}", op=op)
+            for label, got in (("allreduce", out), ("allreduce_", inplace)):
+                if not np.allclose(got.asnumpy().astype(np.float64), want, rtol=1e-2, atol=1e-2):
+                    fail(f"{label} {op} {dtype}: {got.asnumpy()[:6]} vs {want[:6]}")
+            if not np.array_equal(x.asnumpy().astype(np.float64), vals(rank)):
+                fail(f"allreduce {op} {dtype} changed its input")
+            ok(f"allreduce {op} {dtype}")
+    y = mx.nd.full((4,), rank + 1.0)
+    bps.allreduce_(y, name="ar.scaled", op=bps.Sum, prescale_factor=0.5, postscale_factor=4.0)
+    if not np.allclose(y.asnumpy(), 2.0 * size * (size + 1) / 2):
+        fail(f"allreduce_ scale factors: {y.asnumpy()}")
+    ok("allreduce scale factors")
+    expect("allreduce op and average", errors.InvalidArgumentError,
+           lambda: bps.allreduce(y, average=True, op=bps.Max), ["supersedes"])
+    expect("allreduce Adasum", errors.InvalidArgumentError,
+           lambda: bps.allreduce(y, op=bps.Adasum), ["Adasum"])
+
+
 # ------------------------------------------------------------------------------ bad input --
 def expect(case: str, exc_type, fn, words=()) -> None:
     """``fn()`` raises ``exc_type`` (which must also be a byteps.errors.BytePSError)."""
@@ -310,7 +349,8 @@ def main(argv) -> int:
         mode_badinput()
     else:
         bps.init()
-        {"module": mode_module, "upstream": mode_upstream, "auto": mode_auto}[mode]()
+        {"module": mode_module, "upstream": mode_upstream, "auto": mode_auto,
+         "allreduce": mode_allreduce}[mode]()
     if through_host:
         if not bps.ops._host_copies:
             fail("MXNET_WORKER_THROUGH_HOST=1, but no array went through a host copy")

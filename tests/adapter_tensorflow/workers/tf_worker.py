@@ -85,6 +85,40 @@ def t_push_pull():
                   f"{label} average {dt.name}: {a.numpy()} vs {expect}")
 
 
+def t_allreduce_ops():
+    """Horovod's allreduce with Min, Max, Product (every dtype, eager and in tf.function),
+    the scale factors, and its errors."""
+    fold = {bps.Min: np.minimum, bps.Max: np.maximum, bps.Product: np.multiply}
+    graph = {op: tf.function(lambda t, o=op: bps.allreduce(t, op=o)) for op in fold}
+    for op, np_op in fold.items():
+        for dt in DTYPES:
+            def vals(r, dt=dt):
+                v = (np.arange(12) * 3 + r * 7) % 5
+                return v if dt == tf.uint8 else v - 2
+            want = vals(0).astype(np.float64)
+            for r in range(1, N):
+                want = np_op(want, vals(r))
+            x = tf.cast(vals(R), dt)
+            eager = bps.allreduce(x, op=op, name=f"ar.{op}.{dt.name}")
+            check(eager.dtype == dt and np.array_equal(eager.numpy().astype(np.float64), want),
+                  f"eager allreduce {op} {dt.name}: {eager.numpy()} vs {want}")
+            g = graph[op](x)
+            check(np.array_equal(g.numpy().astype(np.float64), want),
+                  f"graph allreduce {op} {dt.name}: {g.numpy()} vs {want}")
+    x = tf.fill([4], float(R + 1))
+    got = bps.allreduce(x, op=bps.Sum, prescale_factor=0.5, postscale_factor=4.0, name="ar.sc")
+    check(close(got.numpy(), 2.0 * float(expected_sum(lambda r: r + 1, N))),
+          f"allreduce scale factors: {got.numpy()}")
+    for what, fn in (("op and average", lambda: bps.allreduce(x, average=True, op=bps.Max)),
+                     ("unknown op", lambda: bps.allreduce(x, op="Mean")),
+                     ("Adasum", lambda: bps.allreduce(x, op=bps.Adasum))):
+        try:
+            fn()
+            check(False, f"allreduce {what}: no error")
+        except ValueError:
+            check(True, what)
+
+
 def t_broadcast():
     f = tf.function(lambda t, root: bps.broadcast(t, root), reduce_retracing=False)
     for root in range(N):
@@ -284,6 +318,7 @@ def main():
     bps.init()
     R, N = bps.rank(), bps.size()
     run("push_pull", t_push_pull)
+    run("allreduce ops", t_allreduce_ops)
     run("broadcast", t_broadcast)
     run("push_pull gradient", t_push_pull_gradient)
     run("tape", t_tape)

@@ -1,0 +1,194 @@
+"""Horovod's allreduce family for PyTorch (``hvd.allreduce``, ``allreduce_async``,
+``allreduce_``, ``allreduce_async_``) and its reduction ops, over the core's push_pull.
+
+Semantics are Horovod's (``horovod/torch/mpi_ops.py``, docs "API"): ``op`` is one of
+:data:`Average` (default), :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product`; the old
+``average=`` flag maps to Average / Sum and giving both is a ``ValueError``; the result is
+``postscale_factor * reduce(prescale_factor * tensor)``; the synchronous forms are
+differentiable (the gradient is allreduced with the same op and factors, as Horovod's
+``HorovodAllreduce``). Min, max and product are combined by the core's kernels on the servers,
+in the local reduce and in the all-reduce schemes (docs/collectives.md "Reduction ops").
+
+Not here yet: ``process_set=`` (only the global set exists; the argument is not accepted) and
+:data:`Adasum`, which is refused with an error naming it. The scale factors are applied by
+torch around the push_pull (one extra pass over the tensor each, when not 1.0).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+import torch
+
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+
+from .ops import _check_tensor, _resolve_name, _start, declare, synchronize
+
+
+class ReduceOp(enum.IntEnum):
+    """Horovod's reduction ops (the same values as ``horovod.common.basics``)."""
+
+    AVERAGE = 0
+    SUM = 1
+    ADASUM = 2
+    MIN = 3
+    MAX = 4
+    PRODUCT = 5
+
+
+Average = ReduceOp.AVERAGE
+Sum = ReduceOp.SUM
+Adasum = ReduceOp.ADASUM
+Min = ReduceOp.MIN
+Max = ReduceOp.MAX
+Product = ReduceOp.PRODUCT
+
+#: Horovod op -> (the core's op, average).
+_CORE_OP = {
+    ReduceOp.AVERAGE: ("sum", True),
+    ReduceOp.SUM: ("sum", False),
+    ReduceOp.MIN: ("min", False),
+    ReduceOp.MAX: ("max", False),
+    ReduceOp.PRODUCT: ("product", False),
+}
+
+
+def _resolve_op(op, average: Optional[bool], fn: str) -> ReduceOp:
+    """Horovod's ``handle_average_backwards_compatibility``: ``op`` wins, ``average`` maps to
+    Average / Sum, neither means Average; both is an error."""
+    if op is not None and average is not None:
+        raise InvalidArgumentError(f"{fn}: the op parameter supersedes average; give only one "
+                                   "of them")
+    if op is None:
+        return ReduceOp.AVERAGE if average is None or average else ReduceOp.SUM
+    try:
+        op = ReduceOp(op)
+    except ValueError:
+        raise InvalidArgumentError(f"{fn}: op must be one of Average, Sum, Min, Max, Product "
+                                   f"(byteps.torch), got {op!r}") from None
+    if op == ReduceOp.ADASUM:
+        raise InvalidArgumentError(f"{fn}: op=Adasum is not supported by byteps; use Average "
+                                   "or Sum")
+    return op
+
+
+def _factor(value, what: str, fn: str, tensor: torch.Tensor) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{fn}: {what} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if value != 1.0 and not (tensor.is_floating_point()):
+        raise InvalidTypeError(f"{fn}: {what}={value} needs a floating-point tensor, got "
+                               f"{tensor.dtype}")
+    return value
+
+
+def _allreduce_start(tensor, average, name, op, prescale_factor, postscale_factor, inplace,
+                     fn: str) -> int:
+    _check_tensor(tensor, fn)
+    hvd_op = _resolve_op(op, average, fn)
+    core_op, avg = _CORE_OP[hvd_op]
+    pre = _factor(prescale_factor, "prescale_factor", fn, tensor)
+    post = _factor(postscale_factor, "postscale_factor", fn, tensor)
+    if pre != 1.0:
+        if inplace:
+            with torch.no_grad():
+                tensor.mul_(pre)
+        else:
+            tensor = tensor.detach() * pre
+    return _start(tensor, avg, name, 0, None, inplace, fn, op=core_op, postscale=post)
+
+
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
+                    name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0) -> int:
+    """Start reducing ``tensor`` over all ranks into a new tensor (Horovod's
+    ``allreduce_async``); :func:`synchronize` returns the result.
+
+    Args:
+        tensor: a CPU or CUDA tensor, any shape, a dtype of ``byteps.torch.SUPPORTED_DTYPES``;
+            not modified.
+        average: deprecated (Horovod): True = Average, False = Sum; give ``op`` instead.
+        name: the same name on every rank (``None``: a generated one; every rank must then
+            make its unnamed calls in the same order). A name keeps its op.
+        op: :data:`Average` (default: the sum divided by ``size()``, floor division for
+            integer dtypes), :data:`Sum`, :data:`Min`, :data:`Max` (elementwise; a NaN wins),
+            :data:`Product` (integers wrap).
+        prescale_factor, postscale_factor: the result is ``postscale_factor *
+            reduce(prescale_factor * tensor)``; not 1.0 only for floating-point tensors.
+
+    Returns:
+        an integer handle for :func:`poll` and :func:`synchronize`.
+
+    Raises:
+        byteps.errors.InvalidArgumentError (a ``ValueError``): both ``op`` and ``average``,
+            an unknown op, :data:`Adasum`, a name in flight or first reduced with another op.
+        byteps.errors.InvalidTypeError (a ``TypeError``): not a tensor, an unsupported dtype
+            or device, a scale factor that is not a number or not 1.0 on an integer tensor.
+        byteps.errors.MismatchError: ranks disagree on the name's dtype, shape or op (at
+            :func:`synchronize`, on every rank).
+    """
+    return _allreduce_start(tensor, average, name, op, prescale_factor, postscale_factor,
+                            False, "allreduce_async")
+
+
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
+                     name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0) -> int:
+    """In-place :func:`allreduce_async`: the result is written into ``tensor``, which must not
+    be read or written until :func:`synchronize` returns it. Errors: as
+    :func:`allreduce_async`."""
+    return _allreduce_start(tensor, average, name, op, prescale_factor, postscale_factor,
+                            True, "allreduce_async_")
+
+
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
+               name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0) -> torch.Tensor:
+    """Synchronous in-place allreduce: returns ``tensor`` holding the result. Errors: as
+    :func:`allreduce_async`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor))
+
+
+class _Allreduce(torch.autograd.Function):
+    """Forward: allreduce; backward: the gradient allreduced with the same op and factors
+    under ``name + ".grad"`` (Horovod's ``HorovodAllreduce``)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.args = (name, op, prescale_factor, postscale_factor)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        name, op, pre, post = ctx.args
+        grad = synchronize(allreduce_async(grad_output.contiguous(), None, name + ".grad", op,
+                                           pre, post))
+        return grad, None, None, None, None
+
+
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None,
+              name: Optional[str] = None, compression=None, op=None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Synchronous, differentiable allreduce (Horovod's ``allreduce``): a new tensor holding
+    ``postscale_factor * reduce(prescale_factor * tensor)`` over all ranks.
+
+    Args: as :func:`allreduce_async`, plus ``compression``: a ``byteps.torch.Compression``
+        member applied around the reduction (``None``: none).
+
+    Raises: as :func:`allreduce_async`, and the operation's error on every rank.
+    """
+    fn = "allreduce"
+    _check_tensor(tensor, fn)
+    hvd_op = _resolve_op(op, average, fn)
+    name = _resolve_name(name)
+    if tensor.requires_grad:  # the gradient's key, in forward order on every rank
+        declare(name)
+        declare(name + ".grad")
+    if compression is None:
+        return _Allreduce.apply(tensor, name, hvd_op, prescale_factor, postscale_factor)
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, name, hvd_op, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)

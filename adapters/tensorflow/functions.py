@@ -56,7 +56,8 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
         name: the name, the same on every rank (with ``scope`` prepended). Default: upstream's
             ``"BytePSPushPull_" + normalised tensor.name`` in graph mode, the variable's name
             for a variable, ``"BytePSPushPull.eager"`` for an eager tensor (eager calls are
-            synchronous, so one name per dtype/shape is reused).
+            synchronous, so one name per dtype/shape is reused); with op Min, Max or Product
+            the default ends in ``.min``, ``.max`` or ``.product`` (a name keeps its op).
 
     Returns:
         a ``tf.Tensor`` with the input's shape and dtype.
@@ -72,6 +73,8 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
     """
     core_op, avg = ops._resolve_reduce(op, average, "push_pull")
     base = _base(tensor, scope, name, "BytePSPushPull", "push_pull")
+    if name is None and core_op != "sum":  # a name keeps its op: defaults differ per op
+        base += "." + core_op
     dense = ops._as_dense(tensor, "push_pull")
     compressed, ctx = compression.compress(dense)
     out = ops._push_pull_one(compressed, base, avg, core_op)
@@ -109,7 +112,10 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
         the errors of :func:`push_pull`; InvalidTypeError (a TypeError): a factor that is not a
         number, or not 1.0 on an integer tensor.
     """
-    base = _base(tensor, "", name, "BytePSPushPull", "allreduce")  # the input's, not the scaled
+    # the input's name, not the scaled tensor's; a name keeps its op, so defaults differ per op
+    base = _base(tensor, "", name, "BytePSPushPull", "allreduce")
+    if name is None and op in ops._CORE_OPS:
+        base += "." + ops._CORE_OPS[op]
     dense = ops._as_dense(tensor, "allreduce")
     pre = _scale(dense, prescale_factor, "prescale_factor")
     post = _scale(dense, postscale_factor, "postscale_factor")

@@ -61,7 +61,7 @@ CASES = [
     ("op-and-average", lambda: bps.push_pull(tf.constant(X), average=True, op=bps.Sum),
      ValueError),
     ("op-adasum", lambda: bps.push_pull(tf.constant(X), op=bps.Adasum), ValueError),
-    ("op-unknown", lambda: bps.push_pull(tf.constant(X), op="Max"), ValueError),
+    ("op-unknown", lambda: bps.push_pull(tf.constant(X), op="Mean"), ValueError),
     ("name-empty", lambda: bps.push_pull(tf.ones([1]), name=""), ValueError),
     ("scope-int", lambda: bps.push_pull(tf.ones([1]), scope=3), TypeError),
     ("declare-int", lambda: bps.declare(3), TypeError),

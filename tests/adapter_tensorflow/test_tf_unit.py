@@ -77,7 +77,7 @@ def test_op_average_resolution():
     with pytest.raises(ValueError, match="Adasum"):
         bps.push_pull(x, op=bps.Adasum)
     with pytest.raises(ValueError, match="unknown op"):
-        bps.push_pull(x, op="Max")
+        bps.push_pull(x, op="Mean")  # Max, Min, Product are ops now (docs/collectives.md)
     with pytest.raises(ValueError, match="Adasum"):
         bps.DistributedGradientTape(tf.GradientTape(), op=bps.Adasum)
     with pytest.raises(ValueError, match="Adasum"):

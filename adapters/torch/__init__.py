@@ -17,7 +17,8 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :class:`DistributedOptimizer`, :func:`broadcast_parameters`,
 :func:`broadcast_optimizer_state`, :func:`broadcast_object`, :func:`pull_parameters`
 (asynchronous training, ``BYTEPS_ENABLE_ASYNC=1``: the servers' parameters), and Horovod's
-:func:`allreduce`, :func:`allreduce_async`, :func:`allreduce_`, :func:`allreduce_async_` with
+:func:`allreduce`, :func:`allreduce_async`, :func:`allreduce_`, :func:`allreduce_async_`, the
+``grouped_allreduce`` forms, with
 its ops :data:`Average`, :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product`
 (:data:`Adasum` is refused; docs/collectives.md), :func:`barrier`, and Horovod's build queries
 (:func:`mpi_built`, :func:`nccl_built`, :func:`cuda_built`... : :mod:`byteps.capabilities`),
@@ -78,6 +79,10 @@ from .collectives import (  # noqa: E402
     allreduce_,
     allreduce_async,
     allreduce_async_,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
 )
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
 from .ops import (  # noqa: E402
@@ -128,6 +133,10 @@ __all__ = [
     "allreduce_",
     "allreduce_async",
     "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
     "ReduceOp",
     "Average",
     "Sum",

@@ -1,6 +1,10 @@
 """Horovod's allreduce family for PyTorch (``hvd.allreduce``, ``allreduce_async``,
 ``allreduce_``, ``allreduce_async_``) and its reduction ops, over the core's push_pull.
 
+The grouped forms (``grouped_allreduce``, ``grouped_allreduce_async``, ``grouped_allreduce_``,
+``grouped_allreduce_async_``) start one push_pull per tensor, all before any is waited for, under
+one handle that :func:`synchronize` completes together (returning the list).
+
 Semantics are Horovod's (``horovod/torch/mpi_ops.py``, docs "API"): ``op`` is one of
 :data:`Average` (default), :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product`; the old
 ``average=`` flag maps to Average / Sum and giving both is a ``ValueError``; the result is
@@ -23,7 +27,7 @@ import torch
 
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
-from .ops import _check_tensor, _resolve_name, _start, declare, synchronize
+from .ops import _check_tensor, _group, _resolve_name, _start, declare, synchronize
 
 
 class ReduceOp(enum.IntEnum):
@@ -192,3 +196,93 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None,
     compressed, ctx = compression.compress(tensor)
     reduced = _Allreduce.apply(compressed, name, hvd_op, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
+
+
+def _group_start(tensors, average, name, op, prescale_factor, postscale_factor, inplace,
+                 fn: str) -> int:
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
+                               f"{type(tensors).__name__}")
+    for t in tensors:
+        _check_tensor(t, fn)
+    _resolve_op(op, average, fn)  # its errors before anything starts
+    base = _resolve_name(name)
+    handles = []
+    try:
+        for i, t in enumerate(tensors):
+            handles.append(_allreduce_start(t, average, f"{base}.{i}", op, prescale_factor,
+                                            postscale_factor, inplace, fn))
+    except BaseException:
+        if handles:  # wait for what started, so no buffer is freed under the core
+            try:
+                synchronize(_group(handles))
+            except Exception:
+                pass
+        raise
+    return _group(handles)
+
+
+def grouped_allreduce_async(tensors, average: Optional[bool] = None,
+                            name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0) -> int:
+    """Horovod's ``grouped_allreduce_async``: :func:`allreduce_async` of every tensor of the
+    list (names ``<name>.<i>``), all started before this returns, under one handle;
+    :func:`synchronize` returns the list of results. Errors: as :func:`allreduce_async`, and
+    ``InvalidTypeError`` for ``tensors`` that is not a list or tuple."""
+    return _group_start(tensors, average, name, op, prescale_factor, postscale_factor, False,
+                        "grouped_allreduce_async")
+
+
+def grouped_allreduce_async_(tensors, average: Optional[bool] = None,
+                             name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0) -> int:
+    """In-place :func:`grouped_allreduce_async`: each tensor receives its result."""
+    return _group_start(tensors, average, name, op, prescale_factor, postscale_factor, True,
+                        "grouped_allreduce_async_")
+
+
+def grouped_allreduce_(tensors, average: Optional[bool] = None, name: Optional[str] = None,
+                       op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0):
+    """Synchronous in-place grouped allreduce: returns the list of ``tensors``."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor))
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    """Forward: one grouped allreduce; backward: the gradients grouped-allreduced with the same
+    op and factors under ``name + ".grad"`` (Horovod's ``HorovodGroupedAllreduce``)."""
+
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.args = (name, op, prescale_factor, postscale_factor)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op,
+                                                         prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        name, op, pre, post = ctx.args
+        reduced = synchronize(grouped_allreduce_async([g.contiguous() for g in grads], None,
+                                                      name + ".grad", op, pre, post))
+        return (None, None, None, None, *reduced)
+
+
+def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[str] = None,
+                      op=None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0) -> list:
+    """Horovod's ``grouped_allreduce``: new tensors, each ``postscale_factor *
+    reduce(prescale_factor * tensor)``, reduced together; differentiable. Errors: as
+    :func:`grouped_allreduce_async`."""
+    fn = "grouped_allreduce"
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
+                               f"{type(tensors).__name__}")
+    hvd_op = _resolve_op(op, average, fn)
+    name = _resolve_name(name)
+    if not tensors:
+        return []
+    if any(getattr(t, "requires_grad", False) for t in tensors):
+        for i in range(len(tensors)):  # the gradients' keys, in forward order on every rank
+            declare(f"{name}.{i}")
+            declare(f"{name}.grad.{i}")
+    return list(_GroupedAllreduce.apply(name, hvd_op, prescale_factor, postscale_factor,
+                                        *tensors))

@@ -28,8 +28,9 @@ Differences from upstream (fixes):
 
 from __future__ import annotations
 
+import itertools
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -140,6 +141,19 @@ class _Op:
 
 _ops_lock = threading.Lock()
 _ops: Dict[int, _Op] = {}
+# A group handle (negative, never a core handle) -> the handles of its operations, in order:
+# Horovod's grouped operations, completed together by one synchronize.
+_groups: Dict[int, List[int]] = {}
+_group_ids = itertools.count(-1, -1)
+
+
+def _group(handles: List[int]) -> int:
+    """One handle for ``handles`` (each from :func:`_start`): :func:`poll` is True when all
+    finished, :func:`synchronize` waits for all and returns their results as a list."""
+    gid = next(_group_ids)
+    with _ops_lock:
+        _groups[gid] = list(handles)
+    return gid
 
 
 def _dtype_name(tensor: torch.Tensor) -> str:
@@ -328,13 +342,18 @@ def poll(handle: int) -> bool:
         InvalidArgumentError (a ValueError): unknown handle (never issued, or already synchronised).
     """
     with _ops_lock:
-        if handle not in _ops:
+        members = _groups.get(handle)
+        if members is None and handle not in _ops:
             raise InvalidArgumentError(f"poll: unknown or already synchronized handle {handle!r}")
+    if members is not None:
+        return all(_b.poll(h) for h in members)
     return _b.poll(handle)
 
 
-def synchronize(handle: int) -> torch.Tensor:
-    """Wait for the operation behind ``handle`` and return its output tensor.
+def synchronize(handle: int):
+    """Wait for the operation behind ``handle`` and return its output tensor; for the handle of
+    a grouped operation (``grouped_allreduce_async``) wait for all of its tensors and return
+    them as a list (the first error is raised after every member has finished).
 
     For out-of-place operations that is the new tensor; for in-place ones the input tensor
     (for a non-contiguous input the result is first copied back into it). The handle is
@@ -348,6 +367,22 @@ def synchronize(handle: int) -> torch.Tensor:
         byteps.errors.PeerLostError, byteps.errors.BytePSTimeoutError, ...: the operation's
             error, raised on every rank taking part.
     """
+    with _ops_lock:
+        members = _groups.pop(handle, None)
+    if members is not None:
+        results, first_error = [], None
+        for h in members:  # every member is waited for, so no buffer outlives its operation
+            try:
+                results.append(_synchronize_one(h))
+            except Exception as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return results
+    return _synchronize_one(handle)
+
+
+def _synchronize_one(handle: int) -> torch.Tensor:
     with _ops_lock:
         op = _ops.get(handle)
     if op is None:

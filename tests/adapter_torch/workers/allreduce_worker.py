@@ -96,6 +96,37 @@ def gradients(ck: Checker) -> None:
                  f"gradient through {op.name}: {w.grad.tolist()}")
 
 
+def grouped(ck: Checker) -> None:
+    size, r = hvd.size(), hvd.rank()
+    shapes = ((5, torch.float32), (37, torch.int32), (1031, torch.float64))
+    for op in (hvd.Sum, hvd.Max, hvd.Average):
+        ts = [data(r, n, dt) for n, dt in shapes]
+        wants = [fold(op, n, dt, size) for n, dt in shapes]
+        outs = hvd.grouped_allreduce(ts, name=f"g.{op.name}", op=op)
+        ck.check(len(outs) == 3 and all(close(o, w) for o, w in zip(outs, wants)),
+                 f"grouped_allreduce {op.name}")
+        h = hvd.grouped_allreduce_async(ts, name=f"ga.{op.name}", op=op)
+        while not hvd.poll(h):
+            pass
+        ck.check(all(close(o, w) for o, w in zip(hvd.synchronize(h), wants)),
+                 f"grouped_allreduce_async {op.name}")
+        got = hvd.grouped_allreduce_(ts, name=f"g_.{op.name}", op=op)
+        ck.check(all(g is t and close(t, w) for g, t, w in zip(got, ts, wants)),
+                 f"grouped_allreduce_ {op.name}")
+    w = torch.ones(6, requires_grad=True)
+    v = torch.ones(3, requires_grad=True)
+    a, b = hvd.grouped_allreduce([w * 2.0, v * 3.0], name="g.grad", op=hvd.Sum)
+    (a.sum() + b.sum()).backward()
+    ck.check(torch.allclose(w.grad, torch.full((6,), 2.0 * size)) and
+             torch.allclose(v.grad, torch.full((3,), 3.0 * size)), "grouped gradient")
+    ck.check(hvd.grouped_allreduce([], name="g.empty") == [], "empty group")
+    try:
+        hvd.grouped_allreduce(w, name="g.bad")
+        ck.check(False, "grouped_allreduce of a tensor: no error")
+    except InvalidTypeError:
+        ck.check(True, "grouped_allreduce of a tensor")
+
+
 def horovod_extras(ck: Checker) -> None:
     hvd.barrier()
     ck.check(hvd.mpi_built() is False and hvd.gloo_built() is False, "build queries")
@@ -108,6 +139,7 @@ def main() -> None:
     hvd.init()
     ck = Checker("TORCH_ALLREDUCE")
     ck.run("horovod extras", horovod_extras, ck)
+    ck.run("grouped", grouped, ck)
     ck.run("ops and forms", ops_and_forms, ck)
     ck.run("flags and scales", flags_and_scales, ck)
     ck.run("gradients", gradients, ck)

@@ -16,35 +16,15 @@ from typing import Optional
 import mxnet as mx
 
 from byteps import basics as _b
-from byteps.errors import InvalidArgumentError, InvalidTypeError
+from byteps import reduce_ops
+from byteps.errors import InvalidTypeError
 from byteps.naming import resolve_priority
 
 from .ops import _reduce_in_place, check_tensor, resolve_name
 
-#: Horovod's reduction ops.
-Average = "Average"
-Sum = "Sum"
-Adasum = "Adasum"
-Min = "Min"
-Max = "Max"
-Product = "Product"
-#: Horovod op -> (the core's op, average).
-_CORE_OP = {Average: ("sum", True), Sum: ("sum", False), Min: ("min", False),
-            Max: ("max", False), Product: ("product", False)}
-
-
-def _resolve(op, average: Optional[bool], fn: str):
-    if op is not None and average is not None:
-        raise InvalidArgumentError(f"{fn}: the op parameter supersedes average; give only one")
-    if op is None:
-        op = Average if average is None or average else Sum
-    if op == Adasum:
-        raise InvalidArgumentError(f"{fn}: op=Adasum is not supported by byteps; use Average "
-                                   "or Sum")
-    if op not in _CORE_OP:
-        raise InvalidArgumentError(f"{fn}: unknown op {op!r}; expected byteps.mxnet.Average, "
-                                   "Sum, Min, Max or Product")
-    return _CORE_OP[op]
+#: Horovod's reduction ops (byteps.reduce_ops).
+Average, Sum, Adasum = reduce_ops.AVERAGE, reduce_ops.SUM, reduce_ops.ADASUM
+Min, Max, Product = reduce_ops.MIN, reduce_ops.MAX, reduce_ops.PRODUCT
 
 
 def _factor(value, what: str, fn: str, dtype: str) -> float:
@@ -83,7 +63,7 @@ def allreduce_(tensor: mx.nd.NDArray, average: Optional[bool] = None,
     """
     fn = "allreduce_"
     dtype = check_tensor(tensor, fn)
-    core_op, avg = _resolve(op, average, fn)
+    core_op, avg = reduce_ops.resolve(op, average, fn)
     pre = _factor(prescale_factor, "prescale_factor", fn, dtype)
     post = _factor(postscale_factor, "postscale_factor", fn, dtype)
     name = resolve_name(name, fn)

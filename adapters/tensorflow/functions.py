@@ -114,8 +114,9 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
     """
     # the input's name, not the scaled tensor's; a name keeps its op, so defaults differ per op
     base = _base(tensor, "", name, "BytePSPushPull", "allreduce")
-    if name is None and op in ops._CORE_OPS:
-        base += "." + ops._CORE_OPS[op]
+    core_op = ops._resolve_reduce(op, average, "allreduce")[0]
+    if name is None and core_op != "sum":
+        base += "." + core_op
     dense = ops._as_dense(tensor, "allreduce")
     pre = _scale(dense, prescale_factor, "prescale_factor")
     post = _scale(dense, postscale_factor, "postscale_factor")

@@ -30,6 +30,7 @@ import numpy as np
 
 import tensorflow as tf
 from byteps import basics as _b
+from byteps import reduce_ops
 from byteps.basics import (  # re-exported as-is
     is_initialized,
     local_rank,
@@ -60,15 +61,9 @@ __all__ = [
     "SUPPORTED_DTYPES",
 ]
 
-#: Reduction operations (upstream / Horovod constants; docs/collectives.md).
-Average = "Average"
-Sum = "Sum"
-Adasum = "Adasum"
-Min = "Min"
-Max = "Max"
-Product = "Product"
-#: Horovod op -> the core's op (byteps.basics.REDUCE_OPS) for the ops besides Average / Sum.
-_CORE_OPS = {Min: "min", Max: "max", Product: "product"}
+#: Reduction operations (upstream / Horovod constants: byteps.reduce_ops; docs/collectives.md).
+Average, Sum, Adasum = reduce_ops.AVERAGE, reduce_ops.SUM, reduce_ops.ADASUM
+Min, Max, Product = reduce_ops.MIN, reduce_ops.MAX, reduce_ops.PRODUCT
 
 #: TensorFlow dtypes the core can sum, with the core's name for each.
 _DTYPE_NAMES: Dict[tf.DType, str] = {
@@ -123,33 +118,18 @@ def declare(name: str) -> int:
 # argument handling
 # --------------------------------------------------------------------------------------------
 def _resolve_op(op: Optional[str], average: Optional[bool], fn: str = "push_pull") -> bool:
-    """``op``/``average`` -> average flag. ``op`` wins; both given is an error (as upstream)."""
-    if op is not None and average is not None:
-        raise InvalidArgumentError(f"{fn}: pass either op or the deprecated average, not both")
-    if op is None:
-        return True if average is None else bool(average)
-    if op == Average:
-        return True
-    if op == Sum:
-        return False
-    if op == Adasum:
-        raise InvalidArgumentError(
-            f"{fn}: op=Adasum is not supported by byteps (use Average or Sum)")
-    raise InvalidArgumentError(
-        f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average or Sum")
+    """``op``/``average`` -> average flag, for what sums gradients (Average or Sum only);
+    Horovod's rules: :func:`byteps.reduce_ops.resolve`."""
+    core_op, avg = reduce_ops.resolve(op, average, fn)
+    if core_op != "sum":
+        raise InvalidArgumentError(f"{fn}: gradients are averaged or summed: op must be "
+                                   f"Average or Sum, got {op!r}")
+    return avg
 
 
 def _resolve_reduce(op: Optional[str], average: Optional[bool], fn: str) -> Tuple[str, bool]:
-    """``op``/``average`` -> (the core's op, average): Average and Sum as :func:`_resolve_op`,
-    :data:`Min`, :data:`Max`, :data:`Product` as the core's min, max, product (Horovod)."""
-    if op in _CORE_OPS:
-        if average is not None:
-            raise InvalidArgumentError(f"{fn}: pass either op or the deprecated average, not both")
-        return _CORE_OPS[op], False
-    if op in (None, Average, Sum, Adasum):
-        return "sum", _resolve_op(op, average, fn)
-    raise InvalidArgumentError(f"{fn}: unknown op {op!r}; expected byteps.tensorflow.Average, "
-                               "Sum, Min, Max or Product")
+    """``op``/``average`` -> (the core's op, average): :func:`byteps.reduce_ops.resolve`."""
+    return reduce_ops.resolve(op, average, fn)
 
 
 def _dtype_name(dtype: tf.DType, fn: str) -> str:

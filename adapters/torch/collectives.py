@@ -21,10 +21,11 @@ torch around the push_pull (one extra pass over the tensor each, when not 1.0).
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
+from byteps import reduce_ops
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from .ops import _check_tensor, _group, _resolve_name, _start, declare, synchronize
@@ -48,33 +49,24 @@ Min = ReduceOp.MIN
 Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
 
-#: Horovod op -> (the core's op, average).
-_CORE_OP = {
-    ReduceOp.AVERAGE: ("sum", True),
-    ReduceOp.SUM: ("sum", False),
-    ReduceOp.MIN: ("min", False),
-    ReduceOp.MAX: ("max", False),
-    ReduceOp.PRODUCT: ("product", False),
-}
-
-
 def _resolve_op(op, average: Optional[bool], fn: str) -> ReduceOp:
-    """Horovod's ``handle_average_backwards_compatibility``: ``op`` wins, ``average`` maps to
-    Average / Sum, neither means Average; both is an error."""
-    if op is not None and average is not None:
-        raise InvalidArgumentError(f"{fn}: the op parameter supersedes average; give only one "
-                                   "of them")
-    if op is None:
-        return ReduceOp.AVERAGE if average is None or average else ReduceOp.SUM
-    try:
-        op = ReduceOp(op)
-    except ValueError:
-        raise InvalidArgumentError(f"{fn}: op must be one of Average, Sum, Min, Max, Product "
-                                   f"(byteps.torch), got {op!r}") from None
-    if op == ReduceOp.ADASUM:
-        raise InvalidArgumentError(f"{fn}: op=Adasum is not supported by byteps; use Average "
-                                   "or Sum")
-    return op
+    """Horovod's ``handle_average_backwards_compatibility`` (:func:`byteps.reduce_ops.resolve`):
+    ``op`` wins, ``average`` maps to Average / Sum, neither means Average; both is an error,
+    and so are Adasum and an unknown op."""
+    name = None
+    if op is not None:
+        try:
+            name = ReduceOp(op).name.capitalize()  # AVERAGE -> "Average", Horovod's names
+        except ValueError:
+            raise InvalidArgumentError(f"{fn}: op must be one of Average, Sum, Min, Max, "
+                                       f"Product (byteps.torch), got {op!r}") from None
+    core_op, avg = reduce_ops.resolve(name, average, fn)
+    return ReduceOp.AVERAGE if avg else ReduceOp[core_op.upper()]
+
+
+def _core_op(op: ReduceOp) -> Tuple[str, bool]:
+    """(push_pull's op, average) of a resolved op."""
+    return reduce_ops.CORE_OPS[op.name.capitalize()]
 
 
 def _factor(value, what: str, fn: str, tensor: torch.Tensor) -> float:
@@ -91,7 +83,7 @@ def _allreduce_start(tensor, average, name, op, prescale_factor, postscale_facto
                      fn: str) -> int:
     _check_tensor(tensor, fn)
     hvd_op = _resolve_op(op, average, fn)
-    core_op, avg = _CORE_OP[hvd_op]
+    core_op, avg = _core_op(hvd_op)
     pre = _factor(prescale_factor, "prescale_factor", fn, tensor)
     post = _factor(postscale_factor, "postscale_factor", fn, tensor)
     if pre != 1.0:

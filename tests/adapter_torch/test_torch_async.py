@@ -189,6 +189,9 @@ def test_dead_server_fails_every_worker_and_resume_keeps_the_parameters(tmp_path
         restart.write_text(json.dumps({"num_workers": 2, "num_servers": 1,
                                        "ranks": {"0": 0, "1": 1}}))
         for w in workers:
+            w.wait_line("RESUMED", 90)
+        Path(f"{restart}.go").write_text("")
+        for w in workers:
             assert w.wait(90) == 0, "\n".join(w.lines[-40:])
     root = workers[0].wait_line("CHECKPOINT", 1).split()[1]
     for w in workers:

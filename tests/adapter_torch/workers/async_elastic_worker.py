@@ -7,7 +7,9 @@ the server): ``SUSPENDED <error class>``, ``suspend()``, wait for RESTART_FILE (
 ``{"num_workers", "num_servers", "ranks": {old rank: new rank}}``), ``resume()``, load its
 checkpoint into a new model and optimizer, and read the new servers' parameters:
 ``RESUMED <digest>`` (rank 0's checkpoint: the new servers start from rank 0's first push).
-Then 5 more steps; last line ``OK``.
+Then, once RESTART_FILE + ``.go`` exists (the test writes it after every worker resumed: a
+worker whose first push arrives after another's deltas gets the store with those deltas, as
+asynchronous training defines), 5 more steps; last line ``OK``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def step(model, opt, k):
     opt.step()
 
 
+def wait_for(path):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"no {path} within 120 s"
+        time.sleep(0.05)
+
+
 def main():
     restart_file = sys.argv[1]
     torch.set_num_threads(1)
@@ -70,10 +79,7 @@ def main():
         print(f"SUSPENDED {type(exc).__name__}", flush=True)
     old_rank = bps.rank()
     bps.suspend()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(restart_file):
-        assert time.monotonic() < deadline, "no restart within 120 s"
-        time.sleep(0.05)
+    wait_for(restart_file)
     with open(restart_file) as f:
         plan = json.load(f)
     bps.resume(plan["num_workers"], plan["num_servers"], plan["ranks"][str(old_rank)])
@@ -81,6 +87,7 @@ def main():
     model.load_state_dict(checkpoint)
     bps.pull_parameters(opt)
     print(f"RESUMED {digest(model)}", flush=True)
+    wait_for(restart_file + ".go")
     for _ in range(5):
         step(model, opt, k)
         k += 1

@@ -18,6 +18,7 @@
 #include "pipeline/local_channel.h"
 #include "pipeline/stage_table.h"
 #include "pipeline/timeline.h"
+#include "ps/collective_programs.h"
 #include "ps/ps_client.h"
 #include "ps/sync_scheme.h"
 #include "reduce/sum.h"
@@ -57,6 +58,8 @@ struct CollTask {
   // The round whose message has arrived, per receive op and round parity ([parity][op]): a
   // peer may send the next round's first steps before this machine finished the current one.
   std::vector<uint32_t> arrived;
+  // [parity][op]: a kRecvPlace message of that round landed in scratch (it came early).
+  std::vector<uint8_t> staged;
   uint32_t round = 0;   // the round being walked
   size_t pc = 0;        // the next op
   bool active = false;  // walking (false once finished or given up)
@@ -136,6 +139,9 @@ struct TensorContext {
   // How the ranks' values combine (reduce::ReduceOp; docs/collectives.md), fixed by the first
   // push_pull: sum (average divides it), min, max or product.
   reduce::ReduceOp op = reduce::ReduceOp::kSum;
+  // The collective (ps/collective_programs.h; docs/collectives.md) and its layout, fixed by the
+  // first use: allreduce (push_pull), or allgather, broadcast, reducescatter over the mesh.
+  CollLayout layout;
   std::vector<std::unique_ptr<PartTask>> parts;
   // BYTEPS_AUTOTUNE (docs/autotune.md): the job-level bound the tensor is cut with, the
   // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of

@@ -18,7 +18,8 @@ NcclSequencer::NcclSequencer(const WorkerConfig& cfg, Hooks hooks)
 
 Status NcclSequencer::Decide(TensorContext* ctx) {
   // NCCL's stages sum; another op is reduced in host memory (the local reduce).
-  if (!cfg_.nccl || cfg_.local_size < 2 || ctx->nbytes == 0 || ctx->op != reduce::ReduceOp::kSum)
+  if (!cfg_.nccl || cfg_.local_size < 2 || ctx->nbytes == 0 || ctx->op != reduce::ReduceOp::kSum ||
+      ctx->layout.kind != Collective::kAllreduce)
     return Status::OK();
   if (!device::CollectiveSupports(ctx->device_kind, ctx->dtype))
     return Status::InvalidArgument("tensor '" + ctx->name + "': NCCL does not sum " +

@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "device/device.h"
 #include "pipeline/handles.h"
+#include "ps/collective_programs.h"
 #include "reduce/sum.h"
 
 namespace byteps {
@@ -24,6 +25,9 @@ struct PushPullArgs {
   // How the ranks' values combine (docs/collectives.md): kSum (average divides it by the
   // ranks), kMin, kMax or kProduct (average must be false). Fixed by the name's first use.
   reduce::ReduceOp op = reduce::ReduceOp::kSum;
+  // allreduce (the default), or allgather, broadcast, reducescatter with their layout
+  // (ps/collective_programs.h; docs/collectives.md). Fixed by the name's first use.
+  CollLayout layout;
   bool has_priority = false;
   int64_t priority = 0;
   // A device tensor (docs/gpu.md): input and output are device memory of `device_kind`

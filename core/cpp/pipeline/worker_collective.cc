@@ -32,7 +32,9 @@ const char* InputOf(const PartTask* t, int local_size) {
 size_t RecvIndex(const CollProgram& prog, int peer, uint64_t tag) {
   for (size_t i = 0; i < prog.ops.size(); ++i) {
     const CollOp& op = prog.ops[i];
-    if (op.kind != CollOp::kSend && op.peer == peer && op.tag == tag) return i;
+    if (op.kind != CollOp::kSend && op.kind != CollOp::kCopyInput && op.peer == peer &&
+        op.tag == tag)
+      return i;
   }
   return prog.ops.size();
 }
@@ -40,6 +42,20 @@ size_t RecvIndex(const CollProgram& prog, int peer, uint64_t tag) {
 }  // namespace
 
 Status WorkerCore::DecideSync(TensorContext* ctx) {
+  if (ctx->layout.kind != Collective::kAllreduce) {
+    // allgather, broadcast, reducescatter: the worker mesh, whatever the scheme.
+    ctx->all_reduce = cfg_.distributed;
+    if (!cfg_.distributed) return Status::OK();
+    const std::string what =
+        "tensor '" + ctx->name + "' (" + CollectiveName(ctx->layout.kind) + ")";
+    if (ctx->compressed)
+      return Status::InvalidArgument(what + " is declared with compression: only allreduce "
+                                     "(push_pull) compresses");
+    if (!cfg_.mesh)
+      return Status::Config(what + " needs the worker mesh, which asynchronous training "
+                            "(BYTEPS_ENABLE_ASYNC=1) does not set up");
+    return Status::OK();
+  }
   if (!ctx->sync_declared) {
     if (cfg_.sync_auto)
       return Status::Config(
@@ -87,8 +103,11 @@ void WorkerCore::SetUpCollective(TensorContext* ctx) {
   const size_t es = DTypeSize(ctx->dtype);
   for (auto& t : ctx->parts) {
     auto c = std::make_unique<CollTask>();
-    c->prog = BuildCollProgram(ctx->sync, cfg_.num_worker, cfg_.tree_width, cfg_.worker_id,
-                               t->part.length, es);
+    c->prog = ctx->layout.kind == Collective::kAllreduce
+                  ? BuildCollProgram(ctx->sync, cfg_.num_worker, cfg_.tree_width,
+                                     cfg_.worker_id, t->part.length, es)
+                  : BuildLayoutProgram(ctx->layout, cfg_.num_worker, cfg_.worker_id,
+                                       t->part.offset, t->part.length);
     c->sends.resize(c->prog.ops.size());
     for (size_t i = 0; i < c->sends.size(); ++i) {
       c->sends[i].task = t.get();
@@ -96,6 +115,7 @@ void WorkerCore::SetUpCollective(TensorContext* ctx) {
     }
     c->scratch.assign(2 * c->prog.scratch_bytes, 0);
     c->arrived.assign(2 * c->prog.ops.size(), 0);
+    c->staged.assign(2 * c->prog.ops.size(), 0);
     c->counted.assign(c->prog.ops.size(), 0);
     t->coll = std::move(c);
   }
@@ -168,6 +188,11 @@ void WorkerCore::CollAdvance(PartTask* t) {
         }
         if (c->pc >= n) break;
         const CollOp& op = c->prog.ops[c->pc];
+        if (op.kind == CollOp::kCopyInput) {
+          if (in != data && op.length > 0) memcpy(data + op.offset, in + op.offset, op.length);
+          c->pc++;
+          continue;
+        }
         if (op.kind == CollOp::kSend) {
           if (nout == kBatch) {
             more = true;
@@ -208,6 +233,9 @@ void WorkerCore::CollAdvance(PartTask* t) {
           const char* b = c->scratch_of(r) + op.scratch;
           if (a == dst) reduce::ReduceInto(dst, b, op.length / es, ctx->dtype, ctx->op);
           else reduce::Reduce3(dst, a, b, op.length / es, ctx->dtype, ctx->op);
+        } else if (op.kind == CollOp::kRecvPlace && c->staged[base + c->pc]) {
+          c->staged[base + c->pc] = 0;  // it came before this round began here
+          if (op.length > 0) memcpy(data + op.offset, c->scratch_of(r) + op.scratch, op.length);
         }
         c->pc++;
       }
@@ -281,7 +309,9 @@ Status WorkerCore::CollectiveDestination(int peer, const FrameHeader& h, void** 
                                    std::to_string(h.payload_len) +
                                    " bytes does not match this machine's program");
   const CollOp& op = c->prog.ops[i];
-  if (op.kind == CollOp::kRecvSum) {
+  const bool early = !c->active || c->round != h.round;
+  if (op.kind == CollOp::kRecvSum || (op.kind == CollOp::kRecvPlace && early)) {
+    if (op.kind == CollOp::kRecvPlace) c->staged[(h.round & 1) * c->prog.ops.size() + i] = 1;
     *dest = c->scratch_of(h.round) + op.scratch;
     return Status::OK();
   }
@@ -303,11 +333,14 @@ void WorkerCore::OnCollective(int peer, const FrameHeader& h) {
     std::lock_guard<std::mutex> lk(c->mu);
     const size_t i = RecvIndex(c->prog, peer, h.aux);
     if (i == c->prog.ops.size()) return;
-    if (c->counted[i]) {  // a final result received into place: no longer under way
+    const bool into_place = c->counted[i];
+    if (into_place) {  // a final result received into place: no longer under way
       c->counted[i] = 0;
       if (--c->receiving == 0) c->cv.notify_all();
     }
-    if (c->prog.ops[i].kind == CollOp::kRecvCopy && (!c->active || c->round != h.round))
+    const CollOp::Kind kind = c->prog.ops[i].kind;
+    if ((kind == CollOp::kRecvCopy || (kind == CollOp::kRecvPlace && into_place)) &&
+        (!c->active || c->round != h.round))
       return;  // read past: the operation failed meanwhile
     c->arrived[(h.round & 1) * c->prog.ops.size() + i] = h.round;
   }

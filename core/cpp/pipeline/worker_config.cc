@@ -66,7 +66,10 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
     return Status::Config("BYTEPS_ENABLE_ASYNC=1 needs BYTEPS_SYNC=ps (got " + sync +
                           "): the summation service's servers keep the parameters");
   const bool all_reduce_only = !cfg->sync_auto && IsCollective(cfg->sync);
-  cfg->mesh = cfg->distributed && (cfg->sync_auto || IsCollective(cfg->sync));
+  // The worker mesh carries the ring and tree all-reduces and the collectives beside
+  // allreduce (allgather, broadcast, reducescatter: docs/collectives.md), so every distributed
+  // job has it, except asynchronous training, whose workers may leave without failing the job.
+  cfg->mesh = cfg->distributed && !cfg->async_mode;
   if (cfg->distributed && cfg->num_server < 1 && (!all_reduce_only || cfg->async_mode))
     return Status::Config(
         "DMLC_NUM_SERVER=" + std::to_string(cfg->num_server) +

@@ -107,6 +107,9 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->shape = a.shape;
   ctx->nbytes = a.nbytes;
   ctx->op = a.op;
+  ctx->layout = a.layout;
+  BPS_RETURN_IF_ERROR(ValidateLayout(a.layout, cfg_.num_worker, a.nbytes, DTypeSize(a.dtype),
+                                     a.name));
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
   if (ctx->compressed && ctx->op != reduce::ReduceOp::kSum)
     return Status::InvalidArgument("tensor '" + a.name + "' is compressed ('" +
@@ -119,6 +122,10 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   BPS_RETURN_IF_ERROR(PartitionTensor(a.nbytes, bound, DTypeSize(a.dtype), &parts));
   BPS_RETURN_IF_ERROR(DecideSync(ctx));
   ctx->async_param = cfg_.async_mode && a.name.rfind(kAsyncParamPrefix, 0) == 0;
+  if (ctx->async_param && ctx->layout.kind != Collective::kAllreduce)
+    return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
+                                   "(BYTEPS_ENABLE_ASYNC=1): only push_pull adds deltas, not " +
+                                   CollectiveName(ctx->layout.kind));
   if (ctx->async_param && ctx->op != reduce::ReduceOp::kSum)
     return Status::InvalidArgument("tensor '" + a.name + "' is an asynchronous parameter "
                                    "(BYTEPS_ENABLE_ASYNC=1): the servers add deltas, so op " +
@@ -149,6 +156,14 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   if (ctx->op != reduce::ReduceOp::kSum) {
     const uint8_t op = static_cast<uint8_t>(ctx->op);
     h = Fnv1a(h, &op, 1);
+  }
+  // ... and on which collective it is, and its layout.
+  if (ctx->layout.kind != Collective::kAllreduce) {
+    const uint8_t kind = static_cast<uint8_t>(ctx->layout.kind);
+    h = Fnv1a(h, &kind, 1);
+    h = Fnv1a(h, &ctx->layout.root, sizeof(ctx->layout.root));
+    h = Fnv1a(h, &ctx->layout.root_rank, sizeof(ctx->layout.root_rank));
+    h = Fnv1a(h, ctx->layout.blocks.data(), ctx->layout.blocks.size() * sizeof(uint64_t));
   }
   // ... and on where it is summed (NCCL or host memory).
   if (ctx->nccl) h = Fnv1a(h, "nccl", 4);
@@ -197,7 +212,8 @@ Status WorkerCore::Repartition(TensorContext* ctx) {
   ctx->tune_epoch = tuner_->epoch();
   // A compressed tensor keeps its cut (its partitions' compressors carry state across rounds);
   // the measurement's tensor too.
-  if (ctx->compressed || !cfg_.distributed || !cfg_.is_root() || ctx->name == kAutotuneTensor)
+  if (ctx->compressed || !cfg_.distributed || !cfg_.is_root() || ctx->name == kAutotuneTensor ||
+      ctx->layout.kind != Collective::kAllreduce)
     return Status::OK();
   const size_t job_bound = tuner_->bound();
   std::vector<Partition> parts;
@@ -242,6 +258,11 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   if (a.op != reduce::ReduceOp::kSum && a.average)
     return Status::InvalidArgument("tensor '" + a.name + "': average applies to op sum only, "
                                    "not " + reduce::ReduceOpName(a.op));
+  const Collective kind = a.layout.kind;
+  if ((kind == Collective::kAllgather || kind == Collective::kBroadcast) &&
+      (a.average || a.op != reduce::ReduceOp::kSum))
+    return Status::InvalidArgument("tensor '" + a.name + "': " + CollectiveName(kind) +
+                                   " combines nothing: average=False and op sum");
   TensorContext* ctx;
   {
     std::lock_guard<std::mutex> lk(ctx_mu_);
@@ -273,6 +294,13 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
                                    DTypeName(ctx->dtype) + ShapeString(ctx->shape) +
                                    " and is now " + DTypeName(a.dtype) + ShapeString(a.shape));
   }
+  if (ctx->layout.kind != a.layout.kind || ctx->layout.blocks != a.layout.blocks ||
+      ctx->layout.root != a.layout.root || ctx->layout.root_rank != a.layout.root_rank)
+    return Status::InvalidArgument(
+        "tensor '" + a.name + "' was first used as " + CollectiveName(ctx->layout.kind) +
+        (ctx->layout.kind == a.layout.kind ? " with another layout (blocks or root)" : "") +
+        " and now as " + CollectiveName(a.layout.kind) +
+        "; a name keeps one collective and layout (use another name)");
   if (ctx->op != a.op)
     return Status::InvalidArgument("tensor '" + a.name + "' was first reduced with op " +
                                    reduce::ReduceOpName(ctx->op) + " and now with op " +

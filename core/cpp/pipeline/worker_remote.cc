@@ -21,6 +21,10 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   m.generation = ctx->key_gen;
   m.sync = static_cast<uint8_t>(ctx->sync);
   m.op = static_cast<uint8_t>(ctx->op);
+  m.collective = static_cast<uint8_t>(ctx->layout.kind);
+  m.root = ctx->layout.root;
+  m.root_rank = ctx->layout.root_rank;
+  m.blocks = ctx->layout.blocks;
   m.sync_param = ctx->sync == SyncScheme::kTree   ? static_cast<uint32_t>(cfg_.tree_width)
                  : ctx->sync == SyncScheme::kHips ? static_cast<uint32_t>(cfg_.hips_group)
                                                   : 0;

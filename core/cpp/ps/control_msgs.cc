@@ -5,6 +5,7 @@
 
 #include "comm/frame.h"
 #include "common/dtype.h"
+#include "ps/collective_programs.h"
 #include "reduce/sum.h"
 
 namespace byteps {
@@ -85,6 +86,7 @@ std::string Encode(const DeclareMsg& m) {
   WireWriter w;
   w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
   w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.sync_param).U8(m.op);
+  w.U8(m.collective).I32(m.root).I32(m.root_rank).I64s(std::vector<int64_t>(m.blocks.begin(), m.blocks.end()));
   return w.Take();
 }
 
@@ -117,7 +119,13 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->sync = r.U8();
   m->sync_param = r.U32();
   m->op = r.U8();
-  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4 || m->op >= reduce::kReduceOpCount)
+  m->collective = r.U8();
+  m->root = r.I32();
+  m->root_rank = r.I32();
+  const std::vector<int64_t> blocks = r.I64s(1 << 16);
+  m->blocks.assign(blocks.begin(), blocks.end());
+  if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4 || m->op >= reduce::kReduceOpCount ||
+      m->collective >= kCollectiveCount)
     return Status::InvalidArgument("malformed DECLARE message");
   return Status::OK();
 }

@@ -76,6 +76,13 @@ struct DeclareMsg {
   // How the tensor's values combine (reduce::ReduceOp: sum, min, max, product;
   // docs/collectives.md): must agree across workers.
   uint8_t op = 0;
+  // Which collective (Collective, ps/collective_programs.h) and its layout: the blocks'
+  // offsets (allgather, reducescatter) or the root machine (broadcast; -1 otherwise). All must
+  // agree across workers (docs/collectives.md).
+  uint8_t collective = 0;
+  int32_t root = -1;
+  int32_t root_rank = -1;
+  std::vector<uint64_t> blocks;
 };
 
 // KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.

@@ -10,6 +10,7 @@
 
 #include "common/dtype.h"
 #include "common/logging.h"
+#include "ps/collective_programs.h"
 #include "ps/sync_scheme.h"
 #include "reduce/sum.h"
 #include "scheduling/partitioner.h"
@@ -333,6 +334,25 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                std::to_string(node->rank) + " " + scheme(m) +
                " (BYTEPS_SYNC, BYTEPS_TREE_WIDTH, BYTEPS_HIPS_GROUP and a declaration's sync must "
                "agree on every worker)";
+  }
+  if (pd.error.empty() && (m.collective != f.collective || m.root != f.root || m.root_rank != f.root_rank ||
+                           m.blocks != f.blocks)) {
+    auto layout = [](const DeclareMsg& d) {
+      std::string s = CollectiveName(static_cast<Collective>(d.collective));
+      if (d.root >= 0)
+        s += " from rank " + std::to_string(d.root_rank) + " (worker machine " +
+             std::to_string(d.root) + ")";
+      if (!d.blocks.empty()) {
+        s += " with blocks at bytes";
+        for (uint64_t b : d.blocks) s += " " + std::to_string(b);
+      }
+      return s;
+    };
+    pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +
+               ") is a different collective across workers: worker " +
+               std::to_string(pd.first_worker) + " calls " + layout(f) + ", worker " +
+               std::to_string(node->rank) + " " + layout(m) +
+               " (every rank calls the same collective, with the same root, in the same order)";
   }
   if (pd.error.empty() && m.op != f.op)
     pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +

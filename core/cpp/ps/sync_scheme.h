@@ -47,7 +47,13 @@ struct CollOp {
   enum Kind : uint8_t {
     kSend,     // send bytes [offset, offset + length) of the partition to `peer`
     kRecvSum,  // receive them from `peer` (into scratch at `scratch`), add into the partition
-    kRecvCopy  // receive them from `peer` straight into the partition (a final result)
+    kRecvCopy,  // receive them from `peer` straight into the partition (a final result)
+    // The collectives' (ps/collective_programs.h) receive of a final result that may arrive
+    // before this machine's round begins (nothing this machine sent is in it): straight into
+    // the partition when the round is under way here, else into scratch at `scratch`, copied
+    // into place when the walk reaches it.
+    kRecvPlace,
+    kCopyInput  // copy bytes [offset, offset + length) of the input into the partition (no peer)
   };
   Kind kind = kSend;
   // The range is read from the worker's input (not yet written to the output by an earlier

@@ -79,6 +79,7 @@ void BindCore(py::module_& m) {
   m.def("local_rank", []() { return Require()->config().local_rank; });
   m.def("local_size", []() { return Require()->config().local_size; });
   m.def("num_worker", []() { return Require()->config().num_worker; });
+  m.def("worker_id", []() { return Require()->config().worker_id; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
   // (servers, CPU-only servers) of the job's address book: the cost model's k (docs/schemes.md).
   m.def("server_placement", []() { return Require()->ServerPlacement(); });
@@ -186,10 +187,18 @@ void BindCore(py::module_& m) {
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,
          const std::string& dtype, std::vector<int64_t> shape, bool average, py::object priority,
          int version, const std::string& device, int device_id, uintptr_t ready_event,
-         const std::string& op) {
+         const std::string& op, const std::string& collective, std::vector<uint64_t> blocks,
+         int root, int root_rank) {
         PushPullArgs a = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
                                    priority, op);
         (void)version;
+        // allgather, broadcast, reducescatter (docs/collectives.md): their layout.
+        if (!ParseCollective(collective, &a.layout.kind))
+          ThrowInvalidArgument("unsupported collective '" + collective +
+                               "' (allreduce, allgather, broadcast, reducescatter)");
+        a.layout.blocks = std::move(blocks);
+        a.layout.root = root;
+        a.layout.root_rank = root_rank;
         // A device tensor (docs/gpu.md): "cuda", or "fake" (the tests' fake device).
         if (!device::ParseKind(device, &a.device_kind))
           ThrowInvalidType("unsupported device '" + device + "' (cpu, cuda, fake)");
@@ -202,7 +211,9 @@ void BindCore(py::module_& m) {
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("shape"), py::arg("average"), py::arg("priority") = py::none(),
       py::arg("version") = 0, py::arg("device") = "cpu", py::arg("device_id") = 0,
-      py::arg("ready_event") = 0, py::arg("op") = "sum");
+      py::arg("ready_event") = 0, py::arg("op") = "sum", py::arg("collective") = "allreduce",
+      py::arg("blocks") = std::vector<uint64_t>{}, py::arg("root") = -1,
+      py::arg("root_rank") = -1);
   m.def(
       "engine_op",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,

@@ -1,0 +1,275 @@
+"""Allgather, broadcast and reducescatter on NumPy arrays, with Horovod's semantics
+(docs/collectives.md): the framework-independent half every adapter builds on.
+
+The core runs each as a program over the worker mesh (``core/cpp/ps/collective_programs.h``),
+scheduled and partitioned like push_pull, on one buffer of the same size on every worker
+machine. This module plans that buffer's *layout* from what the ranks agree on, starts the
+operation (:func:`collective_async`) and cuts the result back into what Horovod returns:
+
+* **allgather**: ranks may contribute different first-dimension sizes. The sizes (and each
+  rank's worker machine) are agreed first, in a push_pull of ``2 * size()`` int64s; then every
+  rank's rows get a slot of the buffer, machine by machine (a machine's slots are one block the
+  mesh's ring passes on), and the result is the concatenation in rank order.
+* **broadcast**: the root rank's buffer reaches every rank (a chain from the root's machine).
+* **reducescatter**: the first dimension is split as Horovod splits it (``rows // size`` per
+  rank, the first ``rows % size`` ranks one more); each rank gets its shard combined with
+  ``op`` over every rank (``average``: divided by ``size()``).
+
+On a machine with several worker processes the machine's processes first combine their
+buffers with a sum (the core's local reduce): a process writes its own rows and zeros
+elsewhere, so the sum is the machine's part of the layout.
+
+A name keeps one layout in the core: each distinct layout (sizes, root, dtype, shape) of a name
+is a tensor of its own there, named ``<name>#<digest>`` (at most 65535 tensors per job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Callable, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from . import _core, basics
+from .errors import InvalidArgumentError, InvalidTypeError
+
+#: The collectives this module runs beside push_pull (the core's allreduce).
+COLLECTIVES = ("allgather", "broadcast", "reducescatter")
+
+
+def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nbytes: int,
+                     dtype: str, shape: Sequence[int], *, blocks: Sequence[int] = (),
+                     root: int = -1, root_rank: int = -1, op: str = "sum",
+                     average: bool = False, priority: Optional[int] = None) -> int:
+    """Start collective ``kind`` on a buffer laid out for it (the core's entry point).
+
+    Args:
+        kind: one of :data:`COLLECTIVES`.
+        name: the tensor's name in the core; the same on every rank, one layout per name.
+        buffer_ptr, output_ptr: addresses of C-contiguous host buffers of ``nbytes`` bytes
+            (the input, read only where this machine's data is; the output); may be equal.
+        dtype: one of ``byteps.basics.SUPPORTED_DTYPES``; ``shape`` the buffer's shape.
+        blocks: allgather, reducescatter: ``n + 1`` byte offsets, worker machine ``m``'s block
+            is ``[blocks[m], blocks[m + 1])`` (n = the job's worker machines).
+        root, root_rank: broadcast: the worker machine whose buffer every machine receives,
+            and the rank on it that sends (its machine's other processes pass zeros).
+        op, average: reducescatter's combination (``byteps.basics.REDUCE_OPS``; ``average``
+            divides a sum by ``size()``); allgather and broadcast take ``"sum"``, ``False``.
+        priority: larger runs first (default: by first use).
+
+    Returns:
+        a handle for ``byteps.basics.poll`` / ``byteps.basics.wait``.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: an unknown kind, a layout that does not fit the
+            job or the buffer, a name first used with another collective or layout. Ranks that
+            disagree on the collective or its layout fail it on every rank (MismatchError).
+        byteps.errors.InvalidTypeError: a dtype the core does not move.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    if kind not in COLLECTIVES:
+        raise InvalidArgumentError(f"collective_async: kind must be one of "
+                                   f"{', '.join(COLLECTIVES)}, got {kind!r}")
+    if dtype not in basics.SUPPORTED_DTYPES:
+        raise InvalidTypeError(f"{kind}: unsupported dtype {dtype!r}; supported: "
+                               f"{', '.join(basics.SUPPORTED_DTYPES)}")
+    basics._require_init()
+    return int(_core.push_pull_async(name, int(buffer_ptr), int(output_ptr), int(nbytes),
+                                     dtype, [int(d) for d in shape], bool(average), priority,
+                                     0, op=op, collective=kind,
+                                     blocks=[int(b) for b in blocks], root=int(root),
+                                     root_rank=int(root_rank)))
+
+
+class Pending(NamedTuple):
+    """A collective in flight: :meth:`wait` returns its result (a new array)."""
+
+    handle: int
+    keep: tuple  # the buffers the core reads and writes until it is done
+    finish: Callable[[], np.ndarray]
+
+    def poll(self) -> bool:
+        return basics.poll(self.handle)
+
+    def wait(self, timeout: Optional[float] = None) -> np.ndarray:
+        basics.wait(self.handle, timeout)
+        return self.finish()
+
+
+def _machine_major() -> bool:
+    """Ranks are numbered machine by machine (``worker_id * local_size + local_rank``) unless
+    the launcher gave each process its global rank (``BYTEPS_GLOBAL_RANK``)."""
+    return int(os.environ.get("BYTEPS_GLOBAL_RANK", "-1") or "-1") < 0
+
+
+def _exchange(name: str, mine: Sequence[int]) -> np.ndarray:
+    """Every rank's ``mine`` (k int64s), as a ``size() x k`` array: a push_pull in which each
+    rank fills its own row and zeros the others."""
+    k = len(mine)
+    table = np.zeros((basics.size(), k), dtype=np.int64)
+    table[basics.rank()] = mine
+    ptr = table.ctypes.data
+    basics.wait(basics.push_pull_async(name, ptr, ptr, table.nbytes, "int64", table.shape,
+                                       False))
+    return table
+
+
+def rank_machines(name: str) -> list:
+    """The worker machine of every rank, by rank (from the rank numbering, or agreed in a
+    push_pull under ``<name>.machines`` when the launcher numbered the ranks)."""
+    if _machine_major():
+        return [r // basics.local_size() for r in range(basics.size())]
+    return [int(m) for m in _exchange(f"{name}.machines", [_core.worker_id()])[:, 0]]
+
+
+class Layout(NamedTuple):
+    """Where each rank's rows are in a collective's buffer."""
+
+    order: list  # the ranks in buffer order (machine by machine, by rank within a machine)
+    start: list  # by rank: its first row in the buffer
+    counts: list  # by rank: its rows
+    blocks: list  # by worker machine: the byte offsets of its block (n + 1 values)
+    rows: int  # the buffer's rows
+
+
+def plan_layout(counts: Sequence[int], machines: Sequence[int], row_bytes: int) -> Layout:
+    """The buffer layout of ranks with ``counts`` rows of ``row_bytes`` bytes each on worker
+    ``machines`` (by rank)."""
+    n = _core.num_worker()
+    order = sorted(range(len(counts)), key=lambda r: (machines[r], r))
+    start = [0] * len(counts)
+    blocks = [0] * (n + 1)
+    row = 0
+    for r in order:
+        start[r] = row
+        row += int(counts[r])
+        blocks[machines[r] + 1] = row * row_bytes
+    for m in range(1, n + 1):  # a machine without rows: an empty block where the last ended
+        blocks[m] = max(blocks[m], blocks[m - 1])
+    return Layout(order, start, [int(c) for c in counts], blocks, row)
+
+
+def shard_counts(rows: int, ranks: int) -> list:
+    """Horovod's split of ``rows`` over ``ranks``: ``rows // ranks`` each, the first
+    ``rows % ranks`` one more."""
+    return [rows // ranks + (1 if r < rows % ranks else 0) for r in range(ranks)]
+
+
+def _core_name(kind: str, name: str, *parts) -> str:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=6).hexdigest()
+    return f"{kind}.{name}#{digest}"
+
+
+def _wire_dtype(a: np.ndarray, kind: str) -> tuple:
+    """allgather and broadcast move bytes: any dtype, viewed as uint8 rows."""
+    if a.dtype.hasobject:
+        raise InvalidTypeError(f"{kind}: arrays of Python objects cannot be sent "
+                               "(allgather_object / broadcast_object pickle them)")
+    return "uint8", a.dtype.itemsize
+
+
+def _contiguous(a) -> np.ndarray:
+    a = np.asarray(a)  # (np.ascontiguousarray would make a 0-d array 1-d)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _rows_of(a: np.ndarray, kind: str) -> np.ndarray:
+    a = _contiguous(a)
+    if a.ndim == 0:
+        raise InvalidArgumentError(f"{kind}: a 0-d tensor has no first dimension to "
+                                   "concatenate or split along")
+    return a
+
+
+def allgather_start(a: np.ndarray, name: str, priority: Optional[int] = None) -> Pending:
+    """Start Horovod's allgather of ``a`` (any dtype, at least 1-d): the result is every
+    rank's array concatenated along the first dimension, in rank order. Ranks may differ in
+    the first dimension only (else ``InvalidArgumentError`` naming the ranks' shapes, on every
+    rank). Blocks for one small push_pull (the sizes) before it returns."""
+    a = _rows_of(a, "allgather")
+    rest = a.shape[1:]
+    row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
+    table = _exchange(f"allgather.{name}.sizes",
+                      [a.shape[0], _core.worker_id(), row_bytes, a.dtype.itemsize])
+    if len(set(map(tuple, table[:, 2:].tolist()))) != 1:
+        raise InvalidArgumentError(
+            f"allgather '{name}': the ranks' tensors differ beyond the first dimension "
+            f"(bytes per row and element size by rank: {table[:, 2:].tolist()}); this rank "
+            f"has shape {tuple(a.shape)} of {a.dtype}")
+    counts, machines = table[:, 0].tolist(), table[:, 1].tolist()
+    lay = plan_layout(counts, machines, row_bytes)
+    me = basics.rank()
+    buf = (np.zeros if basics.local_size() > 1 else np.empty)((lay.rows * row_bytes,), np.uint8)
+    begin = lay.start[me] * row_bytes
+    buf[begin:begin + a.nbytes] = a.reshape(-1).view(np.uint8)
+    wire, _ = _wire_dtype(a, "allgather")
+    core = _core_name("allgather", name, lay.blocks, str(a.dtype), rest)
+    handle = collective_async("allgather", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
+                              wire, (buf.nbytes,), blocks=lay.blocks, priority=priority)
+
+    def finish() -> np.ndarray:
+        out = buf.view(a.dtype).reshape((lay.rows,) + rest)
+        if lay.order == sorted(lay.order):
+            return out
+        return np.concatenate([out[lay.start[r]:lay.start[r] + lay.counts[r]]
+                               for r in range(len(counts))])
+
+    return Pending(handle, (buf,), finish)
+
+
+def broadcast_start(a: np.ndarray, root_rank: int, name: str,
+                    priority: Optional[int] = None) -> Pending:
+    """Start Horovod's broadcast: every rank's result is ``root_rank``'s ``a`` (any dtype; the
+    same shape and dtype on every rank, else the core's MismatchError on every rank)."""
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool):
+        raise InvalidTypeError(f"broadcast: root_rank must be an int, got "
+                               f"{type(root_rank).__name__}")
+    if not 0 <= root_rank < basics.size():
+        raise InvalidArgumentError(f"broadcast: root_rank {root_rank} is not a rank of this "
+                                   f"job of {basics.size()}")
+    a = _contiguous(a)
+    _wire_dtype(a, "broadcast")
+    root_machine = rank_machines(f"broadcast.{name}")[root_rank]
+    me = basics.rank()
+    if me == root_rank:
+        buf = a.reshape(-1).view(np.uint8).copy()
+    elif basics.local_size() > 1 and _core.worker_id() == root_machine:
+        buf = np.zeros(a.nbytes, np.uint8)  # the root's machine sums its processes' buffers
+    else:
+        buf = np.empty(a.nbytes, np.uint8)
+    core = _core_name("broadcast", name, root_rank, str(a.dtype), a.shape)
+    handle = collective_async("broadcast", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
+                              "uint8", (buf.nbytes,), root=root_machine, root_rank=root_rank,
+                              priority=priority)
+    return Pending(handle, (buf,), lambda: buf.view(a.dtype).reshape(a.shape))
+
+
+def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool = False,
+                        priority: Optional[int] = None) -> Pending:
+    """Start Horovod's reducescatter: ``a`` (a dtype of ``byteps.basics.SUPPORTED_DTYPES``,
+    the same shape on every rank) combined with ``op`` over the ranks (``average``: the sum
+    divided by ``size()``), split along the first dimension as :func:`shard_counts`; the
+    result is this rank's shard."""
+    a = _rows_of(a, "reducescatter")
+    dtype = str(a.dtype)
+    if dtype not in basics.SUPPORTED_DTYPES:
+        raise InvalidTypeError(f"reducescatter: unsupported dtype {dtype}; supported: "
+                               f"{', '.join(basics.SUPPORTED_DTYPES)}")
+    rest = a.shape[1:]
+    row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
+    counts = shard_counts(a.shape[0], basics.size())
+    lay = plan_layout(counts, rank_machines(f"reducescatter.{name}"), row_bytes)
+    if lay.order == sorted(lay.order):
+        src = a
+    else:  # the shards in buffer order, so that each machine's shards are one block
+        offsets = np.cumsum([0] + counts)
+        src = np.concatenate([a[offsets[r]:offsets[r + 1]] for r in lay.order])
+    out = np.empty_like(src)
+    core = _core_name("reducescatter", name, lay.blocks, dtype, a.shape)
+    handle = collective_async("reducescatter", core, src.ctypes.data, out.ctypes.data,
+                              out.nbytes, dtype, out.shape, blocks=lay.blocks, op=op,
+                              average=average, priority=priority)
+    me = basics.rank()
+    return Pending(handle, (src, out),
+                   lambda: out[lay.start[me]:lay.start[me] + counts[me]].copy())

@@ -1,0 +1,158 @@
+"""Worker script of tests/test_collectives_jobs.py: ``python collectives_worker.py MODE``.
+
+Run under ``python -m byteps.launch``. Every rank builds its input as a deterministic function
+of (rank, case), so each rank can compute every other rank's input and the exact expected
+result with NumPy. On a failure the worker prints ``FAIL <message>`` and exits 1; on success
+``OK <n> cases`` as its last line.
+
+Modes: ``collectives`` (byteps.collectives' allgather with uneven and empty contributions,
+several dtypes and partitions, layouts changing between calls; broadcast from every root;
+reducescatter with every op, rows that do not divide by the ranks, average), ``errors``
+(allgather with ranks that differ beyond the first dimension, a rank-dependent broadcast
+root: every rank gets its error, and the job stays usable).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import numpy as np
+
+import byteps.basics as bps
+from byteps import collectives, errors
+
+RANK = -1
+CASES = 0
+
+
+def fail(msg: str) -> None:
+    print(f"FAIL rank {RANK}: {msg}", flush=True)
+    os._exit(1)
+
+
+def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    global CASES
+    if got.shape != want.shape or got.dtype != want.dtype:
+        fail(f"{what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
+    if not np.array_equal(got, want, equal_nan=got.dtype.kind == "f"):
+        bad = np.argwhere(got != want)[:3].tolist()
+        fail(f"{what}: differs at {bad}")
+    CASES += 1
+
+
+def data(rank: int, case: int, shape, dtype) -> np.ndarray:
+    """Small integers (exact in every dtype), distinct per rank and case."""
+    n = int(np.prod(shape, dtype=np.int64))
+    x = (np.arange(n, dtype=np.int64) * 7 + rank * 13 + case * 3) % 23 + 1
+    if np.dtype(dtype) == np.bool_:
+        return (x % 2 == 0).reshape(shape)
+    return x.astype(dtype).reshape(shape)
+
+
+def allgather_cases(size: int) -> None:
+    # (rows of rank r, trailing shape, dtype): uneven, one rank empty, several partitions
+    # (BYTEPS_PARTITION_BYTES=65536), a dtype the summation service lacks (bool, complex).
+    cases = [
+        (lambda r: r + 1, (3,), "float32"),
+        (lambda r: 0 if r == 1 else 2 * r + 1, (), "int64"),
+        (lambda r: 9000 + 1000 * r, (4,), "float32"),
+        (lambda r: 2, (2, 2), "bool"),
+        (lambda r: r % 2 + 1, (5,), "complex64"),
+        (lambda r: 0, (3,), "float64"),
+    ]
+    for case, (rows, rest, dtype) in enumerate(cases):
+        for rnd in range(2):  # the same layout twice, then (case 0) another one
+            mine = data(RANK, case + rnd, (rows(RANK),) + rest, dtype)
+            got = collectives.allgather_start(mine, f"ag{case}").wait()
+            want = np.concatenate([data(r, case + rnd, (rows(r),) + rest, dtype)
+                                   for r in range(size)])
+            check(got, want, f"allgather case {case} round {rnd}")
+    for extra in range(3):  # the layout changes every call
+        mine = data(RANK, 40 + extra, (RANK + extra, 2), "int32")
+        got = collectives.allgather_start(mine, "ag.changing").wait()
+        want = np.concatenate([data(r, 40 + extra, (r + extra, 2), "int32")
+                               for r in range(size)])
+        check(got, want, f"allgather changing {extra}")
+
+
+def broadcast_cases(size: int) -> None:
+    for root in range(size):
+        for case, (shape, dtype) in enumerate([((7, 3), "float32"), ((40000,), "int64"),
+                                               ((3,), "bool"), ((), "float64")]):
+            mine = data(RANK, 100 + case, shape, dtype)
+            got = collectives.broadcast_start(mine, root, f"bc{case}").wait()
+            check(got, data(root, 100 + case, shape, dtype), f"broadcast root {root} case {case}")
+            if RANK != root:  # the input is left as it was
+                check(mine, data(RANK, 100 + case, shape, dtype), "broadcast input")
+
+
+def reducescatter_cases(size: int) -> None:
+    folds = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
+    for case, (rows, rest, dtype) in enumerate([(2 * size + 1, (3,), "float32"),
+                                                (size - 1, (), "int32"),
+                                                (30001, (2,), "float64"),
+                                                (5, (2,), "int64")]):
+        counts = collectives.shard_counts(rows, size)
+        start = sum(counts[:RANK])
+        for op, fold in folds.items():
+            ins = [data(r, 200 + case, (rows,) + rest, dtype) for r in range(size)]
+            want = ins[0].copy()
+            for x in ins[1:]:
+                want = fold(want, x).astype(dtype)
+            got = collectives.reducescatter_start(ins[RANK], f"rs{case}.{op}", op=op).wait()
+            check(got, want[start:start + counts[RANK]], f"reducescatter {op} case {case}")
+        if np.dtype(dtype).kind == "f":
+            ins = [data(r, 300 + case, (rows,) + rest, dtype) for r in range(size)]
+            got = collectives.reducescatter_start(ins[RANK], f"rs{case}.avg",
+                                                  average=True).wait()
+            want = (sum(ins) / size).astype(dtype)[start:start + counts[RANK]]
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def errors_cases(size: int) -> None:
+    global CASES
+    try:  # rank 0's rows are wider than the others'
+        collectives.allgather_start(np.zeros((2, 3 if RANK == 0 else 4), np.float32),
+                                    "bad.trailing").wait()
+        fail("allgather with different trailing dims did not fail")
+    except errors.InvalidArgumentError as e:
+        if "differ beyond the first dimension" not in str(e):
+            fail(f"unexpected message: {e}")
+        print("CAUGHT trailing-dims:", e, flush=True)
+        CASES += 1
+    try:  # each rank names itself as the root
+        collectives.broadcast_start(np.zeros(4, np.float32), RANK, "bad.root").wait(60)
+        fail("broadcast with rank-dependent roots did not fail")
+    except errors.BytePSError as e:
+        print(f"CAUGHT rank-dependent-root: {type(e).__name__}: {e}", flush=True)
+        CASES += 1
+    # The job goes on.
+    got = collectives.allgather_start(np.full(2, RANK, np.int32), "after.errors").wait()
+    check(got, np.repeat(np.arange(size, dtype=np.int32), 2), "allgather after the errors")
+
+
+def main() -> None:
+    global RANK
+    mode = sys.argv[1]
+    bps.init()
+    RANK = bps.rank()
+    size = bps.size()
+    try:
+        if mode == "collectives":
+            allgather_cases(size)
+            broadcast_cases(size)
+            reducescatter_cases(size)
+        elif mode == "errors":
+            errors_cases(size)
+        else:
+            fail(f"unknown mode {mode}")
+    except Exception:  # noqa: BLE001 - a worker reports every failure as FAIL
+        fail(traceback.format_exc())
+    bps.shutdown()
+    print(f"OK {CASES} cases", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -246,13 +246,16 @@ def broadcast_start(a: np.ndarray, root_rank: int, name: str,
 
 
 def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool = False,
-                        priority: Optional[int] = None) -> Pending:
+                        priority: Optional[int] = None, dtype: Optional[str] = None) -> Pending:
     """Start Horovod's reducescatter: ``a`` (a dtype of ``byteps.basics.SUPPORTED_DTYPES``,
     the same shape on every rank) combined with ``op`` over the ranks (``average``: the sum
     divided by ``size()``), split along the first dimension as :func:`shard_counts`; the
-    result is this rank's shard."""
+    result is this rank's shard. ``dtype`` names what ``a`` holds when NumPy has no such dtype
+    (``"bfloat16"``, in an array of the same item size)."""
     a = _rows_of(a, "reducescatter")
-    dtype = str(a.dtype)
+    dtype = dtype or str(a.dtype)
+    if dtype != str(a.dtype) and not (dtype == "bfloat16" and a.dtype.itemsize == 2):
+        raise InvalidTypeError(f"reducescatter: an array of {a.dtype} does not hold {dtype}")
     if dtype not in basics.SUPPORTED_DTYPES:
         raise InvalidTypeError(f"reducescatter: unsupported dtype {dtype}; supported: "
                                f"{', '.join(basics.SUPPORTED_DTYPES)}")

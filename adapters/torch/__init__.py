@@ -104,6 +104,20 @@ from .ops import (  # noqa: E402
     size,
     synchronize,
 )
+from .gather_scatter import (  # noqa: E402
+    allgather,
+    allgather_async,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    reducescatter,
+    reducescatter_async,
+)
 from .optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402
 
@@ -137,6 +151,18 @@ __all__ = [
     "grouped_allreduce_",
     "grouped_allreduce_async",
     "grouped_allreduce_async_",
+    "allgather",
+    "allgather_async",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "reducescatter",
+    "reducescatter_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
     "ReduceOp",
     "Average",
     "Sum",

@@ -123,20 +123,23 @@ def declare(name: str) -> int:
 # --------------------------------------------------------------------------------------------
 class _Op:
     """What one in-flight operation needs: the result to hand back, buffers to keep alive,
-    an optional (destination, source) pair to copy back when it completes, and the factor the
-    result is multiplied by then (Horovod's ``postscale_factor``; 1.0: none)."""
+    an optional (destination, source) pair to copy back when it completes, the factor the
+    result is multiplied by then (Horovod's ``postscale_factor``; 1.0: none), and, for the
+    collectives of ``byteps.collectives``, ``finish``: makes the result once the core is done
+    (an in-place operation's result is then copied into ``output``)."""
 
-    __slots__ = ("name", "output", "keep", "writeback", "inplace", "postscale")
+    __slots__ = ("name", "output", "keep", "writeback", "inplace", "postscale", "finish")
 
-    def __init__(self, name: str, output: torch.Tensor, keep: Tuple[Any, ...],
+    def __init__(self, name: str, output: Optional[torch.Tensor], keep: Tuple[Any, ...],
                  writeback: Optional[Tuple[torch.Tensor, torch.Tensor]], inplace: bool,
-                 postscale: float = 1.0):
+                 postscale: float = 1.0, finish=None):
         self.name = name
         self.output = output
         self.keep = keep
         self.writeback = writeback
         self.inplace = inplace
         self.postscale = postscale
+        self.finish = finish
 
 
 _ops_lock = threading.Lock()
@@ -398,6 +401,15 @@ def _synchronize_one(handle: int) -> torch.Tensor:
     # (On KeyboardInterrupt the record stays, so the buffers outlive the core's use of them.)
     with _ops_lock:
         _ops.pop(handle, None)
+    if op.finish is not None:
+        result = op.finish()
+        if op.postscale != 1.0:
+            result = result * op.postscale
+        if not op.inplace:
+            return result
+        with torch.no_grad():
+            op.output.copy_(result)
+        return op.output
     if op.postscale != 1.0:
         with torch.no_grad():
             (op.writeback[1] if op.writeback is not None else op.output).mul_(op.postscale)
@@ -430,6 +442,13 @@ def _name_for(base: str, dtype: torch.dtype, shape, compression=None) -> str:
     every rank making the same calls gets the same names. ``compression``: the core compressor
     kwargs the name is declared with (a name is never reused with another compressor)."""
     return name_for(base, _DTYPE_NAMES.get(dtype, str(dtype)), shape, compression)
+
+
+def _register(handle: int, op: _Op) -> int:
+    """Track ``op`` under the core's ``handle`` (for :func:`poll` and :func:`synchronize`)."""
+    with _ops_lock:
+        _ops[handle] = op
+    return handle
 
 
 def _in_flight() -> int:

@@ -145,3 +145,12 @@ def test_sync_batch_norm_equals_batch_norm_on_the_whole_batch(workers, servers, 
     job = launch(WORKERS / "sync_batch_norm_worker.py", workers, servers, local_size,
                  timeout=240)
     assert_marker(job, "TORCH_SYNCBN_OK", workers * (local_size or 1))
+
+
+@pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (3, 1, None), (2, 1, 2)],
+                         ids=["2w1s", "3w1s", "2wx2local1s"])
+def test_horovod_allgather_broadcast_reducescatter(workers, servers, local_size):
+    """hvd.allgather / broadcast / reducescatter and their async, in-place and grouped forms on
+    every dtype, with Horovod's gradients and errors."""
+    job = launch(WORKERS / "gather_scatter_worker.py", workers, servers, local_size, timeout=300)
+    assert_marker(job, "TORCH_GATHER_SCATTER_OK", workers * (local_size or 1))

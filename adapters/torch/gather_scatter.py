@@ -1,0 +1,290 @@
+"""Horovod's allgather, broadcast and reducescatter for PyTorch (``hvd.allgather``,
+``allgather_async``, ``grouped_allgather``, ``broadcast``, ``broadcast_``, ``broadcast_async``,
+``broadcast_async_``, ``reducescatter``, ``reducescatter_async``, ``grouped_reducescatter``),
+over :mod:`byteps.collectives` (the core's programs over the worker mesh, docs/collectives.md).
+
+Semantics are Horovod's (``horovod/torch/mpi_ops.py``): allgather concatenates every rank's
+tensor along the first dimension in rank order (ranks may differ in that dimension only);
+broadcast gives every rank the root's tensor; reducescatter reduces (Sum or Average, with
+``prescale_factor`` / ``postscale_factor``) and gives rank r its shard of the first dimension
+(``rows // size`` rows, the first ``rows % size`` ranks one more). The synchronous forms are
+differentiable as Horovod's autograd functions are: allgather's gradient is this rank's slice of
+the averaged output gradient, broadcast's the averaged gradient on the root and zeros elsewhere,
+reducescatter's the allgathered output gradient (divided by ``size()`` for Average).
+
+Tensors of any dtype allgather and broadcast (they move bytes); reducescatter takes
+``byteps.torch.SUPPORTED_DTYPES``. CUDA tensors travel through host memory (a copy each way).
+Not here yet: ``process_set=`` (only the global set exists; the argument is not accepted).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from byteps import basics, collectives
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+
+from .collectives import Average, ReduceOp, Sum, _factor, _resolve_op, allreduce
+from .ops import _check_tensor, _group, _Op, _register, _resolve_name, synchronize
+
+# torch dtypes NumPy lacks, moved as the same-size integers NumPy has.
+_BITS_AS = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}
+
+
+def _host_array(tensor: torch.Tensor, fn: str) -> np.ndarray:
+    """``tensor``'s values as a NumPy array (a view for a contiguous CPU tensor)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidTypeError(f"{fn}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.layout != torch.strided:
+        raise InvalidTypeError(f"{fn}: only dense (strided) tensors are supported, got "
+                               f"{tensor.layout}")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise InvalidTypeError(f"{fn}: tensor is on device {tensor.device}; pass tensor.cpu()")
+    t = tensor.detach().cpu().contiguous()
+    if t.dtype in _BITS_AS:
+        t = t.view(_BITS_AS[t.dtype])
+    try:
+        return t.numpy()
+    except TypeError:
+        raise InvalidTypeError(f"{fn}: tensors of {tensor.dtype} cannot be sent") from None
+
+
+def _to_torch(array: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    out = torch.from_numpy(array)
+    if like.dtype in _BITS_AS:
+        out = out.view(like.dtype)
+    return out.to(like.device) if like.device.type != "cpu" else out
+
+
+def _start(pending: collectives.Pending, like: torch.Tensor, name: str,
+           output: Optional[torch.Tensor] = None, postscale: float = 1.0) -> int:
+    """Register ``pending`` under its handle; ``output``: the in-place target."""
+    op = _Op(name, output, pending.keep, None, output is not None, postscale,
+             finish=lambda: _to_torch(pending.finish(), like))
+    return _register(pending.handle, op)
+
+
+# ---------------------------------------------------------------------------------- allgather
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None) -> int:
+    """Start Horovod's allgather: every rank's ``tensor`` concatenated along the first
+    dimension, in rank order; :func:`synchronize` returns the new tensor.
+
+    Args:
+        tensor: at least 1-d, any dtype, CPU or CUDA; the ranks' tensors may differ in the first
+            dimension only. Not modified.
+        name: the same on every rank (``None``: a generated one; every rank must then make its
+            unnamed calls in the same order).
+
+    Returns:
+        a handle for :func:`poll` and :func:`synchronize`. The ranks' sizes are agreed before
+        this returns (one small round trip).
+
+    Raises:
+        byteps.errors.InvalidArgumentError: a 0-d tensor, or ranks whose tensors differ beyond
+            the first dimension (on every rank).
+        byteps.errors.InvalidTypeError: not a tensor, a sparse tensor or a dtype with no bytes
+            to move.
+    """
+    fn = "allgather"
+    array = _host_array(tensor, fn)
+    name = _resolve_name(name)
+    return _start(collectives.allgather_start(array, name), tensor, name)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.rows = tensor.shape[0]
+        ctx.name = name
+        return synchronize(allgather_async(tensor, name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output.contiguous(), op=Average, name=f"{ctx.name}.grad")
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows]), f"{ctx.name}.grad.rows"))
+        offset = int(rows[:basics.rank()].sum())
+        return grad.narrow(0, offset, ctx.rows), None
+
+
+def allgather(tensor: torch.Tensor, name: Optional[str] = None) -> torch.Tensor:
+    """Synchronous, differentiable :func:`allgather_async` (Horovod's ``allgather``)."""
+    name = _resolve_name(name)
+    if tensor.requires_grad and tensor.is_floating_point():
+        return _Allgather.apply(tensor, name)
+    return synchronize(allgather_async(tensor, name))
+
+
+def grouped_allgather_async(tensors: List[torch.Tensor], name: Optional[str] = None) -> int:
+    """Start an allgather of each tensor (named ``<name>.<i>``) under one handle:
+    :func:`synchronize` returns the list of results (Horovod's ``grouped_allgather_async``)."""
+    return _grouped(tensors, name, "grouped_allgather", allgather_async)
+
+
+def grouped_allgather(tensors: List[torch.Tensor], name: Optional[str] = None) -> list:
+    """Synchronous :func:`grouped_allgather_async`."""
+    return synchronize(grouped_allgather_async(tensors, name))
+
+
+def _grouped(tensors, name, fn, start, **kwargs) -> int:
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
+                               f"{type(tensors).__name__}")
+    base = _resolve_name(name)
+    handles = []
+    try:
+        for i, t in enumerate(tensors):
+            handles.append(start(t, name=f"{base}.{i}", **kwargs))
+    except BaseException:
+        if handles:  # wait for what started, so no buffer is freed under the core
+            try:
+                synchronize(_group(handles))
+            except Exception:
+                pass
+        raise
+    return _group(handles)
+
+
+# ---------------------------------------------------------------------------------- broadcast
+def _broadcast_start(tensor, root_rank, name, inplace: bool, fn: str) -> int:
+    array = _host_array(tensor, fn)
+    name = _resolve_name(name)
+    pending = collectives.broadcast_start(array, root_rank, name)
+    return _start(pending, tensor, name, output=tensor if inplace else None)
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> int:
+    """Start Horovod's broadcast into a new tensor: :func:`synchronize` returns ``root_rank``'s
+    ``tensor`` on every rank.
+
+    Args:
+        tensor: any shape and dtype, CPU or CUDA; the same shape and dtype on every rank.
+        root_rank: the rank whose tensor is sent, ``0 <= root_rank < size()``; the same on every
+            rank (else ``MismatchError`` on every rank).
+        name: as :func:`allgather_async`.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: a root outside the job.
+        byteps.errors.InvalidTypeError: a root that is not an int, not a tensor.
+    """
+    return _broadcast_start(tensor, root_rank, name, False, "broadcast")
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> int:
+    """In-place :func:`broadcast_async`: :func:`synchronize` writes the root's values into
+    ``tensor`` and returns it."""
+    return _broadcast_start(tensor, root_rank, name, True, "broadcast_")
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        ctx.name = name
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output.contiguous(), op=Average, name=f"{ctx.name}.grad")
+        if basics.rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
+    """Synchronous, differentiable :func:`broadcast_async` (Horovod's ``broadcast``)."""
+    name = _resolve_name(name)
+    if tensor.requires_grad and tensor.is_floating_point():
+        return _Broadcast.apply(tensor, root_rank, name)
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
+    """Synchronous :func:`broadcast_async_` (Horovod's ``broadcast_``): ``tensor``, holding
+    the root's values."""
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+# ------------------------------------------------------------------------------ reducescatter
+def _reducescatter_op(op, fn: str) -> ReduceOp:
+    hvd_op = _resolve_op(op, None, fn)
+    if hvd_op not in (Sum, Average):
+        raise InvalidArgumentError(f"{fn}: op must be Sum or Average (Horovod's reducescatter), "
+                                   f"got {hvd_op.name.capitalize()}")
+    return hvd_op
+
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Start Horovod's reducescatter: ``tensor`` summed (``op`` Sum) or averaged (Average, the
+    default) over the ranks, ``postscale_factor * reduce(prescale_factor * tensor)``; rank r's
+    result is its shard of the first dimension (``rows // size()`` rows, the first
+    ``rows % size()`` ranks one more). :func:`synchronize` returns it.
+
+    Args:
+        tensor: at least 1-d, a dtype of ``byteps.torch.SUPPORTED_DTYPES``, the same shape on
+            every rank; CPU or CUDA. Not modified.
+        name: as :func:`allgather_async`.
+        op: :data:`Sum` or :data:`Average`.
+        prescale_factor, postscale_factor: floats; not 1.0 only for floating-point tensors.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: another op, a 0-d tensor.
+        byteps.errors.InvalidTypeError: an unsupported dtype or a factor on an integer tensor.
+    """
+    fn = "reducescatter"
+    _check_tensor(tensor, fn)
+    hvd_op = _reducescatter_op(op, fn)
+    pre = _factor(prescale_factor, "prescale_factor", fn, tensor)
+    post = _factor(postscale_factor, "postscale_factor", fn, tensor)
+    src = tensor.detach() * pre if pre != 1.0 else tensor
+    dtype = _check_tensor(src, fn)
+    array = _host_array(src, fn)
+    name = _resolve_name(name)
+    pending = collectives.reducescatter_start(array, name, average=hvd_op == Average,
+                                              dtype=dtype)
+    return _start(pending, tensor, name, postscale=post)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, pre, post):
+        ctx.scale = pre * post / (basics.size() if op == Average else 1)
+        ctx.name = name
+        return synchronize(reducescatter_async(tensor, name, op, pre, post))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(allgather_async(grad_output.contiguous(), f"{ctx.name}.grad"))
+        return grad * ctx.scale, None, None, None, None
+
+
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Synchronous, differentiable :func:`reducescatter_async` (Horovod's
+    ``reducescatter``)."""
+    name = _resolve_name(name)
+    if tensor.requires_grad and tensor.is_floating_point():
+        return _Reducescatter.apply(tensor, name, _reducescatter_op(op, "reducescatter"),
+                                    prescale_factor, postscale_factor)
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_reducescatter_async(tensors: List[torch.Tensor], name: Optional[str] = None,
+                                op=Average, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Start a reducescatter of each tensor (named ``<name>.<i>``) under one handle:
+    :func:`synchronize` returns the list of shards (Horovod's
+    ``grouped_reducescatter_async``)."""
+    _reducescatter_op(op, "grouped_reducescatter")  # its error before anything starts
+    return _grouped(tensors, name, "grouped_reducescatter", reducescatter_async, op=op,
+                    prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+
+
+def grouped_reducescatter(tensors: List[torch.Tensor], name: Optional[str] = None, op=Average,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list:
+    """Synchronous :func:`grouped_reducescatter_async`."""
+    return synchronize(grouped_reducescatter_async(tensors, name, op, prescale_factor,
+                                                   postscale_factor))

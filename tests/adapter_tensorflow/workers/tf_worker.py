@@ -311,6 +311,60 @@ def t_embedding():
     check(isinstance(g, tf.Tensor) and close(g.numpy(), expect), "IndexedSlices averaged")
 
 
+def t_gather_scatter():
+    """Horovod's allgather (uneven, several dtypes, eager and in tf.function, gradient) and
+    reducescatter (Sum, Average, rows that do not divide, gradient)."""
+    def rows_of(r, dt, rows):
+        v = (np.arange(rows * 3) * 3 + r * 7) % 5
+        return tf.cast(np.reshape(v if dt == tf.uint8 else v - 2, (rows, 3)), dt)
+
+    graph_ag = tf.function(lambda t: bps.allgather(t, name="ag.graph"))
+    for dt in DTYPES + [tf.bool]:
+        mine = rows_of(R, dt, R + 1) if dt != tf.bool else tf.fill([R + 1, 3], R % 2 == 0)
+        want = np.concatenate([(rows_of(r, dt, r + 1) if dt != tf.bool else
+                                tf.fill([r + 1, 3], r % 2 == 0)).numpy() for r in range(N)])
+        got = bps.allgather(mine, name=f"ag.{dt.name}")
+        check(got.dtype == dt and np.array_equal(got.numpy(), want), f"allgather {dt.name}")
+        if dt == tf.float32:
+            check(np.array_equal(graph_ag(mine).numpy(), want), "allgather in tf.function")
+    v = tf.Variable(tf.fill([R + 1, 2], 1.0))
+    with tf.GradientTape() as tape:
+        out = bps.allgather(v * float(R + 1), name="ag.grad")
+        loss = tf.reduce_sum(out * tf.cast(tf.range(tf.shape(out)[0])[:, None], tf.float32))
+    g = tape.gradient(loss, v).numpy()
+    start = sum(k + 1 for k in range(R))
+    want = np.repeat(np.arange(start, start + R + 1)[:, None], 2, 1) * float(R + 1)
+    check(np.allclose(g, want), f"allgather gradient {g}")
+    rows = 2 * N + 1
+    counts = [rows // N + (1 if k < rows % N else 0) for k in range(N)]
+    begin = sum(counts[:R])
+    graph_rs = tf.function(lambda t: bps.reducescatter(t, name="rs.graph", op=bps.Sum))
+    for dt in DTYPES:
+        total = sum(rows_of(r, dt, rows).numpy().astype(np.float64) for r in range(N))
+        got = bps.reducescatter(rows_of(R, dt, rows), name=f"rs.{dt.name}", op=bps.Sum)
+        check(got.dtype == dt and got.shape == (counts[R], 3) and
+              np.allclose(got.numpy().astype(np.float64), total[begin:begin + counts[R]]),
+              f"reducescatter Sum {dt.name}")
+        if dt == tf.float32:
+            got = graph_rs(rows_of(R, dt, rows))
+            check(np.allclose(got.numpy(), total[begin:begin + counts[R]]),
+                  "reducescatter in tf.function")
+            got = bps.reducescatter(rows_of(R, dt, rows), name="rs.avg")
+            check(np.allclose(got.numpy(), total[begin:begin + counts[R]] / N),
+                  "reducescatter Average")
+    v = tf.Variable(tf.ones([rows, 2]))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(bps.reducescatter(v, name="rs.grad") * float(R + 1))
+    g = tape.gradient(loss, v).numpy()
+    want = np.concatenate([np.full((counts[k], 2), (k + 1) / N) for k in range(N)])
+    check(np.allclose(g, want), f"reducescatter gradient {g}")
+    try:
+        bps.reducescatter(tf.ones([4]), op=bps.Max, name="rs.max")
+        check(False, "reducescatter Max: no error")
+    except ValueError:
+        check(True, "reducescatter Max")
+
+
 def main():
     global R, N
     tmpdir = sys.argv[1]
@@ -319,6 +373,7 @@ def main():
     R, N = bps.rank(), bps.size()
     run("push_pull", t_push_pull)
     run("allreduce ops", t_allreduce_ops)
+    run("allgather and reducescatter", t_gather_scatter)
     run("broadcast", t_broadcast)
     run("push_pull gradient", t_push_pull_gradient)
     run("tape", t_tape)

@@ -1,0 +1,137 @@
+"""Horovod's ``allgather`` and ``reducescatter`` for TensorFlow, over :mod:`byteps.collectives`
+(the core's programs over the worker mesh, docs/collectives.md), eagerly and inside
+``tf.function`` (one ``tf.numpy_function`` op), as the rest of the adapter.
+
+``allgather`` concatenates every rank's tensor along the first dimension in rank order (ranks
+may differ in that dimension only; any dtype). ``reducescatter`` sums (``op=Sum``) or averages
+(``Average``, the default) a tensor of the same shape on every rank and returns this rank's
+shard of the first dimension (``rows // size`` rows, the first ``rows % size`` ranks one more).
+Both are differentiable for floating-point tensors, with the gradients of the PyTorch adapter
+(Horovod's): allgather's is this rank's slice of the averaged output gradient, reducescatter's
+the allgathered output gradient (divided by ``size()`` for Average).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from byteps import basics, collectives
+from byteps.errors import InvalidArgumentError, InvalidTypeError
+
+from . import ops
+from .functions import _base, allreduce
+
+
+def _dense(tensor, fn: str) -> tf.Tensor:
+    if isinstance(tensor, (tf.RaggedTensor, tf.SparseTensor)):
+        raise InvalidTypeError(f"{fn}: {type(tensor).__name__} is not supported; pass a dense "
+                               "tf.Tensor")
+    try:
+        dense = tf.convert_to_tensor(tensor)
+    except (TypeError, ValueError):
+        raise InvalidTypeError(f"{fn}: expected a tf.Tensor or tf.Variable, got "
+                               f"{type(tensor).__name__}") from None
+    if dense.shape.rank == 0:
+        raise InvalidArgumentError(f"{fn}: a 0-d tensor has no first dimension")
+    return dense
+
+
+def _call(run, x: tf.Tensor, rows: Optional[int]) -> tf.Tensor:
+    """``run`` (NumPy in, NumPy out) eagerly or as one ``tf.numpy_function``; the result has
+    ``x``'s dtype and trailing shape and ``rows`` rows (None: known when it runs)."""
+    if tf.executing_eagerly():
+        return tf.convert_to_tensor(run(x.numpy()))
+    out = tf.numpy_function(run, [x], x.dtype, stateful=True, name="BytePSCollective")
+    out.set_shape([rows] + x.shape.as_list()[1:])
+    return out
+
+
+@tf.autograph.experimental.do_not_convert
+def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
+    """Horovod's ``allgather``: every rank's ``tensor`` concatenated along the first
+    dimension, in rank order.
+
+    Args:
+        tensor: a ``tf.Tensor`` or ``tf.Variable``, at least 1-d, any dtype; the ranks' tensors
+            may differ in the first dimension only.
+        name: the same on every rank (default: from the tensor's name in a ``tf.function``,
+            ``BytePSAllgather.eager`` eagerly).
+
+    Raises:
+        byteps.errors.InvalidArgumentError: a 0-d tensor; ranks whose tensors differ beyond the
+            first dimension (on every rank).
+        byteps.errors.InvalidTypeError: not a dense tensor.
+    """
+    base = _base(tensor, "", name, "BytePSAllgather", "allgather")
+    x = _dense(tensor, "allgather")
+
+    def gather(a, key=base):
+        return collectives.allgather_start(np.asarray(a), key).wait()
+
+    if not x.dtype.is_floating:
+        return _call(gather, x, None)
+
+    @tf.custom_gradient
+    def _ag(v):
+        y = _call(gather, v, None)
+
+        def grad(dy):
+            g = allreduce(tf.convert_to_tensor(dy), op=ops.Average, name=base + ".grad")
+            rows = _call(lambda a: gather(a, base + ".grad.rows"),
+                         tf.reshape(tf.shape(v, out_type=tf.int64)[0], [1]), basics.size())
+            offset = tf.reduce_sum(rows[:basics.rank()])
+            return tf.slice(g, tf.concat([[offset], tf.zeros([tf.rank(g) - 1], tf.int64)], 0),
+                            tf.shape(v, out_type=tf.int64))
+
+        return y, grad
+
+    return _ag(x)
+
+
+@tf.autograph.experimental.do_not_convert
+def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None) -> tf.Tensor:
+    """Horovod's ``reducescatter``: ``tensor`` reduced over the ranks with ``op`` (``Sum``, or
+    ``Average``: the default), this rank's shard of the first dimension.
+
+    Args:
+        tensor: at least 1-d, a dtype of ``byteps.tensorflow.SUPPORTED_DTYPES``, the same shape
+            on every rank.
+        name: as :func:`allgather` (default prefix ``BytePSReducescatter``).
+        op: ``Sum`` or ``Average`` (default).
+
+    Raises:
+        byteps.errors.InvalidArgumentError: another op, a 0-d tensor.
+        byteps.errors.InvalidTypeError: an unsupported dtype.
+    """
+    core_op, average = ops._resolve_reduce(op if op is not None else ops.Average, None,
+                                           "reducescatter")
+    if core_op != "sum":
+        raise InvalidArgumentError(f"reducescatter: op must be Sum or Average (Horovod's "
+                                   f"reducescatter), got {op}")
+    base = _base(tensor, "", name, "BytePSReducescatter", "reducescatter")
+    x = _dense(tensor, "reducescatter")
+    ops._dtype_name(x.dtype, "reducescatter")
+    size, rank = basics.size(), basics.rank()
+    rows = x.shape[0]
+    mine = collectives.shard_counts(rows, size)[rank] if rows is not None else None
+
+    def scatter(a):
+        return collectives.reducescatter_start(np.asarray(a), base, average=average).wait()
+
+    if not x.dtype.is_floating:
+        return _call(scatter, x, mine)
+
+    @tf.custom_gradient
+    def _rs(v):
+        y = _call(scatter, v, mine)
+
+        def grad(dy):
+            g = allgather(tf.convert_to_tensor(dy), name=base + ".grad")
+            return g / size if average else g
+
+        return y, grad
+
+    return _rs(x)

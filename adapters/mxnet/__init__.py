@@ -22,7 +22,8 @@ Run under the launcher: ``bpslaunch --workers 2 --servers 1 python train.py``.
 Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
 :func:`byteps_declare_tensor`, :func:`byteps_push_pull`, Horovod's :func:`allreduce` and
-:func:`allreduce_` with its ops (docs/collectives.md), :func:`barrier`, Horovod's build queries
+:func:`allreduce_` with its ops, :func:`allgather`, :func:`broadcast`, :func:`broadcast_`,
+:func:`reducescatter` (docs/collectives.md), :func:`barrier`, Horovod's build queries
 (:mod:`byteps.capabilities`), :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
 :func:`pull_parameters` (asynchronous training),
@@ -51,7 +52,20 @@ from byteps.naming import broadcast_object
 from byteps.telemetry import get_pushpull_speed, get_telemetry
 
 from ._async import pull_parameters
-from .collectives import Adasum, Average, Max, Min, Product, Sum, allreduce, allreduce_
+from .collectives import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allreduce,
+    allreduce_,
+    broadcast,
+    broadcast_,
+    reducescatter,
+)
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .ops import (
     SUPPORTED_DTYPES,
@@ -84,6 +98,10 @@ __all__ = [
     "byteps_push_pull",
     "allreduce",
     "allreduce_",
+    "allgather",
+    "broadcast",
+    "broadcast_",
+    "reducescatter",
     "barrier",
     "Average",
     "Sum",

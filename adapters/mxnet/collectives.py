@@ -1,5 +1,7 @@
 """Horovod's ``allreduce`` and ``allreduce_`` for MXNet NDArrays (``horovod/mxnet/mpi_ops.py``)
-with its reduction ops, over the core's push_pull (docs/collectives.md "Reduction ops").
+with its reduction ops, over the core's push_pull (docs/collectives.md "Reduction ops"), and
+its ``allgather``, ``broadcast``, ``broadcast_`` and ``reducescatter`` over
+:mod:`byteps.collectives` (synchronous: through host NumPy arrays).
 
 Asynchronous for Python as :func:`byteps.mxnet.byteps_push_pull`: MXNet's engine orders the
 operation after earlier writes of the tensor and makes later reads wait for the result; an
@@ -16,8 +18,8 @@ from typing import Optional
 import mxnet as mx
 
 from byteps import basics as _b
-from byteps import reduce_ops
-from byteps.errors import InvalidTypeError
+from byteps import collectives, reduce_ops
+from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import resolve_priority
 
 from .ops import _reduce_in_place, check_tensor, resolve_name
@@ -85,3 +87,75 @@ def allreduce(tensor: mx.nd.NDArray, average: Optional[bool] = None,
     check_tensor(tensor, "allreduce")
     return allreduce_(tensor.copy(), average, name, priority, prescale_factor,
                       postscale_factor, op)
+
+
+def _array_of(tensor: mx.nd.NDArray, fn: str):
+    if not isinstance(tensor, mx.nd.NDArray):
+        raise InvalidTypeError(f"{fn}: expected an mxnet NDArray, got {type(tensor).__name__}")
+    if tensor.stype != "default":
+        raise InvalidTypeError(f"{fn}: sparse NDArrays ({tensor.stype}) are not supported")
+    return tensor.asnumpy()  # waits for the engine's pending writes of the tensor
+
+
+def allgather(tensor: mx.nd.NDArray, name: Optional[str] = None) -> mx.nd.NDArray:
+    """Horovod's ``allgather`` (docs/collectives.md): every rank's ``tensor`` concatenated
+    along the first dimension, in rank order, as a new NDArray on ``tensor``'s context.
+    Synchronous (it waits for the tensor's pending writes, then for the operation).
+
+    Args:
+        tensor: a dense NDArray, at least 1-d, any dtype; the ranks' NDArrays may differ in the
+            first dimension only.
+        name: the same on every rank (``None``: a generated one, the same on every rank when
+            all make their unnamed calls in the same order).
+
+    Raises:
+        InvalidArgumentError (a ValueError): a 0-d NDArray; ranks whose NDArrays differ beyond
+            the first dimension (on every rank).
+        InvalidTypeError (a TypeError): not a dense NDArray.
+    """
+    array = _array_of(tensor, "allgather")
+    out = collectives.allgather_start(array, resolve_name(name, "allgather")).wait()
+    return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
+
+
+def broadcast(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None
+              ) -> mx.nd.NDArray:
+    """Horovod's ``broadcast``: ``root_rank``'s ``tensor`` on every rank, as a new NDArray
+    (synchronous; the worker mesh's chain from the root's machine, docs/collectives.md).
+
+    Raises:
+        InvalidArgumentError (a ValueError): a root outside the job. Ranks naming different
+            roots fail with ``MismatchError`` on every rank.
+        InvalidTypeError (a TypeError): not a dense NDArray, a root that is not an int.
+    """
+    array = _array_of(tensor, "broadcast")
+    out = collectives.broadcast_start(array, root_rank, resolve_name(name, "broadcast")).wait()
+    return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
+
+
+def broadcast_(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None
+               ) -> mx.nd.NDArray:
+    """In-place :func:`broadcast` (Horovod's ``broadcast_``): returns ``tensor``."""
+    tensor[:] = broadcast(tensor, root_rank, name)
+    return tensor
+
+
+def reducescatter(tensor: mx.nd.NDArray, name: Optional[str] = None, op=None
+                  ) -> mx.nd.NDArray:
+    """Horovod's ``reducescatter``: ``tensor`` summed (``op=Sum``) or averaged (``Average``,
+    the default) over the ranks; this rank's shard of the first dimension (``rows // size``
+    rows, the first ``rows % size`` ranks one more), as a new NDArray. Synchronous.
+
+    Raises:
+        InvalidArgumentError (a ValueError): an op other than Sum or Average, a 0-d NDArray.
+        InvalidTypeError (a TypeError): not a dense NDArray of a supported dtype.
+    """
+    fn = "reducescatter"
+    check_tensor(tensor, fn)
+    core_op, avg = reduce_ops.resolve(op if op is not None else Average, None, fn)
+    if core_op != "sum":
+        raise InvalidArgumentError(f"{fn}: op must be Sum or Average (Horovod's "
+                                   f"reducescatter), got {op}")
+    out = collectives.reducescatter_start(_array_of(tensor, fn), resolve_name(name, fn),
+                                          average=avg).wait()
+    return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)

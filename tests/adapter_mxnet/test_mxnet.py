@@ -69,6 +69,15 @@ def test_horovod_allreduce_ops(config, through_host):
     jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=37)
 
 
+@pytest.mark.parametrize("config", ["2w1s", "2w1s_local2"])
+def test_horovod_allgather_broadcast_reducescatter(config):
+    """bps.allgather (uneven), broadcast / broadcast_ from every root, reducescatter Sum and
+    Average on NDArrays, and Horovod's op error."""
+    cfg = jobs.CONFIGS[config]
+    rc, out, _ = _run(cfg, "gather_scatter")
+    jobs.assert_ok(rc, out, jobs.world_size(cfg), min_cases=10)
+
+
 @pytest.mark.parametrize("through_host", [False, True])
 def test_auto_declares_with_the_cost_models_choice(through_host):
     """BYTEPS_SYNC=auto with a stand-in cost model, 2 workers + 1 server: each name's first

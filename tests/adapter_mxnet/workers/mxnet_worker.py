@@ -17,6 +17,8 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
   ``sys.modules`` before ``init()``: ring from 4 KiB, tree from 64 KiB, ps below): every
   ``byteps_push_pull`` (the engine's path) declares its name with the model's choice for its
   size at the first call and sums exactly, on the CPU path and through a host copy.
+* ``gather_scatter``: Horovod's ``allgather``, ``broadcast`` / ``broadcast_`` from every root and
+  ``reducescatter`` (Sum, Average) on NDArrays.
 * ``allreduce``: Horovod's ``allreduce`` / ``allreduce_`` with every op (Average, Sum, Min,
   Max, Product) on every dtype against the fold of every rank's inputs, the scale factors, and
   Horovod's errors (op with average, Adasum).
@@ -236,6 +238,39 @@ def mode_allreduce() -> None:
            lambda: bps.allreduce(y, op=bps.Adasum), ["Adasum"])
 
 
+# ------------------------------------------------------------------ allgather, reducescatter --
+def mode_gather_scatter() -> None:
+    rank, size = bps.rank(), bps.size()
+    for dtype in ("float16", "float32", "float64", "uint8", "int32", "int64"):
+        got = bps.allgather(mx.nd.full((rank + 1, 2), rank, dtype=dtype), name=f"ag.{dtype}")
+        want = np.concatenate([np.full((r + 1, 2), r) for r in range(size)]).astype(dtype)
+        if got.dtype != np.dtype(dtype) or not np.array_equal(got.asnumpy(), want):
+            fail(f"allgather {dtype}: {got.asnumpy()}")
+        ok(f"allgather {dtype}")
+    for root in range(size):
+        x = mx.nd.full((3, 2), rank + 1.0)
+        got = bps.broadcast(x, root, name="bc")
+        if not np.array_equal(got.asnumpy(), np.full((3, 2), root + 1.0)) or \
+                not np.array_equal(x.asnumpy(), np.full((3, 2), rank + 1.0)):
+            fail(f"broadcast from {root}: {got.asnumpy()}")
+        bps.broadcast_(x, root, name="bc_")
+        if not np.array_equal(x.asnumpy(), np.full((3, 2), root + 1.0)):
+            fail(f"broadcast_ from {root}: {x.asnumpy()}")
+        ok(f"broadcast from {root}")
+    rows = 2 * size + 1
+    counts = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+    begin = sum(counts[:rank])
+    x = mx.nd.array(np.arange(rows * 2).reshape(rows, 2) * (rank + 1), dtype="float32")
+    total = np.arange(rows * 2).reshape(rows, 2) * sum(r + 1 for r in range(size))
+    for op, want in ((bps.Sum, total), (bps.Average, total / size)):
+        got = bps.reducescatter(x, name=f"rs.{op}", op=op)
+        if not np.allclose(got.asnumpy(), want[begin:begin + counts[rank]]):
+            fail(f"reducescatter {op}: {got.asnumpy()}")
+        ok(f"reducescatter {op}")
+    expect("reducescatter Max", errors.InvalidArgumentError,
+           lambda: bps.reducescatter(x, op=bps.Max), ["Sum or Average"])
+
+
 # ------------------------------------------------------------------------------ bad input --
 def expect(case: str, exc_type, fn, words=()) -> None:
     """``fn()`` raises ``exc_type`` (which must also be a byteps.errors.BytePSError)."""
@@ -350,7 +385,7 @@ def main(argv) -> int:
     else:
         bps.init()
         {"module": mode_module, "upstream": mode_upstream, "auto": mode_auto,
-         "allreduce": mode_allreduce}[mode]()
+         "allreduce": mode_allreduce, "gather_scatter": mode_gather_scatter}[mode]()
     if through_host:
         if not bps.ops._host_copies:
             fail("MXNET_WORKER_THROUGH_HOST=1, but no array went through a host copy")

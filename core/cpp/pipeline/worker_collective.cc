@@ -92,8 +92,8 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
   if (!cfg_.mesh)
     return Status::Config("tensor '" + ctx->name + "' is declared with sync=" +
                           SyncSchemeName(ctx->sync) +
-                          ", which needs the worker mesh: run the job with BYTEPS_SYNC=ring, "
-                          "tree or auto on every worker");
+                          ", which needs the worker mesh, which asynchronous training "
+                          "(BYTEPS_ENABLE_ASYNC=1) does not set up");
   if (tuner_)
     return Status::Config("tensor '" + ctx->name + "': BYTEPS_AUTOTUNE works with sync=ps only");
   return Status::OK();

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 
+import tensorflow as tf
 from byteps import basics, collectives
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 

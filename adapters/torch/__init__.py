@@ -85,6 +85,20 @@ from .collectives import (  # noqa: E402
     grouped_allreduce_async_,
 )
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: E402
+from .gather_scatter import (  # noqa: E402
+    allgather,
+    allgather_async,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    reducescatter,
+    reducescatter_async,
+)
 from .ops import (  # noqa: E402
     SUPPORTED_DTYPES,
     _check_tensor,
@@ -103,20 +117,6 @@ from .ops import (  # noqa: E402
     shutdown,
     size,
     synchronize,
-)
-from .gather_scatter import (  # noqa: E402
-    allgather,
-    allgather_async,
-    broadcast,
-    broadcast_,
-    broadcast_async,
-    broadcast_async_,
-    grouped_allgather,
-    grouped_allgather_async,
-    grouped_reducescatter,
-    grouped_reducescatter_async,
-    reducescatter,
-    reducescatter_async,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402

@@ -325,16 +325,19 @@ def test_auto_with_the_cost_model_sums_and_agrees_on_every_rank():
 
 
 @pytest.mark.timeout(120)
-def test_mesh_with_a_worker_without_it_fails_at_init():
-    """Worker machine 0 runs BYTEPS_SYNC=ps (no mesh), machine 1 ring: machine 1's init() fails
-    at once with ConfigError naming machine 0 and BYTEPS_SYNC, not after BYTEPS_TIMEOUT."""
+def test_workers_with_different_schemes_fail_with_mismatch_on_every_rank():
+    """Worker machine 0 runs BYTEPS_SYNC=ps, machine 1 ring (both set up the worker mesh): the
+    first tensor whose scheme differs fails with MismatchError naming both schemes on every
+    rank at once, not after BYTEPS_TIMEOUT."""
     cfg = ["--workers", "2", "--servers", "1"]
     cmd = ['sh', '-c', f'[ "$DMLC_WORKER_ID" = 0 ] && export BYTEPS_SYNC=ps; '
                        f'exec {PY} {SCHEME_WORKER} mixed']
     res = launch_job(cfg, cmd, env=_env("ring", 0), timeout=110)
     assert res.returncode != 0
-    assert re.search(r"ConfigError: worker machine 0 has no worker-mesh port .*BYTEPS_SYNC",
-                     res.output), res.output[-4000:]
+    for w in (0, 1):
+        assert re.search(rf"\[worker {w}\] byteps.errors.MismatchError: .* is synchronized "
+                         r"differently across workers: worker \d uses (ring|ps), worker \d "
+                         r"(ring|ps)", res.output), res.output[-4000:]
     assert res.seconds < 60, res.seconds
 
 

@@ -57,7 +57,8 @@ Status PeerMesh::Connect(const std::vector<WorkerEntry>& book, double timeout_s)
     if (static_cast<size_t>(p) >= book.size() || book[p].port == 0)
       return Status::Config("worker machine " + std::to_string(p) +
                             " has no worker-mesh port in the address book: every worker must "
-                            "run with the same BYTEPS_SYNC (ring, tree or auto start the mesh)");
+                            "run with the same BYTEPS_ENABLE_ASYNC (asynchronous training sets "
+                            "up no mesh)");
   for (int p : peers) {
     if (p >= me_) continue;
     const std::string name = "worker machine " + std::to_string(p) + " at " + book[p].host +

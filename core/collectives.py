@@ -1,4 +1,4 @@
-"""Allgather, broadcast and reducescatter on NumPy arrays, with Horovod's semantics
+"""Allgather, broadcast, reducescatter and alltoall on NumPy arrays, with Horovod's semantics
 (docs/collectives.md): the framework-independent half every adapter builds on.
 
 The core runs each as a program over the worker mesh (``core/cpp/ps/collective_programs.h``),
@@ -14,6 +14,11 @@ operation (:func:`collective_async`) and cuts the result back into what Horovod 
 * **reducescatter**: the first dimension is split as Horovod splits it (``rows // size`` per
   rank, the first ``rows % size`` ranks one more); each rank gets its shard combined with
   ``op`` over every rank (``average``: divided by ``size()``).
+* **alltoall**: rank i sends ``splits[j]`` rows to rank j (the splits of every rank are agreed
+  first); rank j's result is the rows every rank sent it, in rank order, and the number from
+  each. The buffer holds every rank's rows, ordered by destination machine, then source
+  machine, then destination and source rank: a machine's input fills its column of the
+  machine-pair blocks, its output is its row.
 
 On a machine with several worker processes the machine's processes first combine their
 buffers with a sum (the core's local reduce): a process writes its own rows and zeros
@@ -35,7 +40,7 @@ from . import _core, basics
 from .errors import InvalidArgumentError, InvalidTypeError
 
 #: The collectives this module runs beside push_pull (the core's allreduce).
-COLLECTIVES = ("allgather", "broadcast", "reducescatter")
+COLLECTIVES = ("allgather", "broadcast", "reducescatter", "alltoall")
 
 
 def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nbytes: int,
@@ -51,7 +56,8 @@ def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nby
             (the input, read only where this machine's data is; the output); may be equal.
         dtype: one of ``byteps.basics.SUPPORTED_DTYPES``; ``shape`` the buffer's shape.
         blocks: allgather, reducescatter: ``n + 1`` byte offsets, worker machine ``m``'s block
-            is ``[blocks[m], blocks[m + 1])`` (n = the job's worker machines).
+            is ``[blocks[m], blocks[m + 1])`` (n = the job's worker machines); alltoall:
+            ``n * n + 1``, block ``d * n + s`` what machine s sends machine d.
         root, root_rank: broadcast: the worker machine whose buffer every machine receives,
             and the rank on it that sends (its machine's other processes pass zeros).
         op, average: reducescatter's combination (``byteps.basics.REDUCE_OPS``; ``average``
@@ -83,7 +89,8 @@ def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nby
 
 
 class Pending(NamedTuple):
-    """A collective in flight: :meth:`wait` returns its result (a new array)."""
+    """A collective in flight: :meth:`wait` returns its result (a new array; alltoall's: the
+    array and the rows received from each rank)."""
 
     handle: int
     keep: tuple  # the buffers the core reads and writes until it is done
@@ -92,7 +99,7 @@ class Pending(NamedTuple):
     def poll(self) -> bool:
         return basics.poll(self.handle)
 
-    def wait(self, timeout: Optional[float] = None) -> np.ndarray:
+    def wait(self, timeout: Optional[float] = None):
         basics.wait(self.handle, timeout)
         return self.finish()
 
@@ -276,3 +283,70 @@ def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool
     me = basics.rank()
     return Pending(handle, (src, out),
                    lambda: out[lay.start[me]:lay.start[me] + counts[me]].copy())
+
+
+def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
+                   priority: Optional[int] = None) -> Pending:
+    """Start Horovod's alltoall: this rank sends ``splits[j]`` rows of ``a`` (in order) to rank
+    j; :meth:`Pending.wait` returns ``(rows received, in rank order; the number from each
+    rank)``. ``splits`` None: ``a``'s rows divided evenly (their number must divide by
+    ``size()``). Any dtype; the ranks' arrays may differ in the first dimension only. Blocks for
+    one small push_pull (every rank's splits) before it returns.
+
+    The buffer the core works on holds every rank's rows (the job's whole exchange) on every
+    machine; a process that shares its machine zeroes it first, so it costs memory and a pass
+    over it (docs/collectives.md)."""
+    a = _rows_of(a, "alltoall")
+    size, me = basics.size(), basics.rank()
+    rows = a.shape[0]
+    if splits is None:
+        if rows % size:
+            raise InvalidArgumentError(f"alltoall: {rows} rows do not split evenly over "
+                                       f"{size} ranks; give splits")
+        splits = [rows // size] * size
+    splits = [int(x) for x in splits]
+    if len(splits) != size or min(splits) < 0 or sum(splits) != rows:
+        raise InvalidArgumentError(f"alltoall: splits {splits} must be {size} counts >= 0 "
+                                   f"adding up to the {rows} rows")
+    rest = a.shape[1:]
+    row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
+    table = _exchange(f"alltoall.{name}.splits",
+                      splits + [_core.worker_id(), row_bytes, a.dtype.itemsize])
+    if len(set(map(tuple, table[:, size + 1:].tolist()))) != 1:
+        raise InvalidArgumentError(
+            f"alltoall '{name}': the ranks' tensors differ beyond the first dimension (bytes "
+            f"per row and element size by rank: {table[:, size + 1:].tolist()}); this rank has "
+            f"shape {tuple(a.shape)} of {a.dtype}")
+    counts = table[:, :size]  # counts[i][j]: rows rank i sends rank j
+    machine = table[:, size].tolist()
+    n = _core.num_worker()
+    by_machine = [sorted(r for r in range(size) if machine[r] == m) for m in range(n)]
+    start = {}  # (source, destination) -> first row in the buffer
+    blocks, row = [], 0
+    for dm in range(n):
+        for sm in range(n):
+            blocks.append(row * row_bytes)
+            for d in by_machine[dm]:
+                for s in by_machine[sm]:
+                    start[s, d] = row
+                    row += int(counts[s][d])
+    blocks.append(row * row_bytes)
+    buf = (np.zeros if basics.local_size() > 1 else np.empty)((row * row_bytes,), np.uint8)
+    flat = a.view(np.uint8).reshape(rows, row_bytes)  # (a is C-contiguous)
+    first = 0
+    for d in range(size):
+        b = start[me, d] * row_bytes
+        buf[b:b + splits[d] * row_bytes] = flat[first:first + splits[d]].reshape(-1)
+        first += splits[d]
+    core = _core_name("alltoall", name, blocks, str(a.dtype), rest)
+    handle = collective_async("alltoall", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
+                              "uint8", (buf.nbytes,), blocks=blocks, priority=priority)
+    received = [int(counts[s][me]) for s in range(size)]
+
+    def finish() -> tuple:
+        parts = [buf[start[s, me] * row_bytes:(start[s, me] + received[s]) * row_bytes]
+                 for s in range(size)]
+        out = np.concatenate(parts) if parts else buf[:0]
+        return out.view(a.dtype).reshape((sum(received),) + rest), np.array(received, np.int64)
+
+    return Pending(handle, (buf,), finish)

@@ -23,7 +23,7 @@ Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
 :func:`byteps_declare_tensor`, :func:`byteps_push_pull`, Horovod's :func:`allreduce` and
 :func:`allreduce_` with its ops, :func:`allgather`, :func:`broadcast`, :func:`broadcast_`,
-:func:`reducescatter` (docs/collectives.md), :func:`barrier`, Horovod's build queries
+:func:`reducescatter`, :func:`alltoall` (docs/collectives.md), :func:`barrier`, Horovod's build queries
 (:mod:`byteps.capabilities`), :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
 :func:`pull_parameters` (asynchronous training),
@@ -60,6 +60,7 @@ from .collectives import (
     Product,
     Sum,
     allgather,
+    alltoall,
     allreduce,
     allreduce_,
     broadcast,
@@ -99,6 +100,7 @@ __all__ = [
     "allreduce",
     "allreduce_",
     "allgather",
+    "alltoall",
     "broadcast",
     "broadcast_",
     "reducescatter",

@@ -1,6 +1,6 @@
 """Horovod's ``allreduce`` and ``allreduce_`` for MXNet NDArrays (``horovod/mxnet/mpi_ops.py``)
 with its reduction ops, over the core's push_pull (docs/collectives.md "Reduction ops"), and
-its ``allgather``, ``broadcast``, ``broadcast_`` and ``reducescatter`` over
+its ``allgather``, ``broadcast``, ``broadcast_``, ``reducescatter`` and ``alltoall`` over
 :mod:`byteps.collectives` (synchronous: through host NumPy arrays).
 
 Asynchronous for Python as :func:`byteps.mxnet.byteps_push_pull`: MXNet's engine orders the
@@ -158,4 +158,25 @@ def reducescatter(tensor: mx.nd.NDArray, name: Optional[str] = None, op=None
                                    f"reducescatter), got {op}")
     out = collectives.reducescatter_start(_array_of(tensor, fn), resolve_name(name, fn),
                                           average=avg).wait()
+    return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
+
+
+def alltoall(tensor: mx.nd.NDArray, splits=None, name: Optional[str] = None) -> mx.nd.NDArray:
+    """Horovod's ``alltoall``: ``splits[j]`` rows of ``tensor`` go to rank j; returns the rows
+    every rank sent this one, concatenated in rank order, as a new NDArray. Synchronous.
+
+    Args:
+        tensor: a dense NDArray, at least 1-d, any dtype.
+        splits: ``size()`` non-negative ints (a list or an NDArray) adding up to the rows;
+            ``None``: the rows split evenly (they must divide by ``size()``).
+
+    Raises:
+        InvalidArgumentError (a ValueError): splits of the wrong length or sum, rows that do not
+            divide evenly, a 0-d NDArray, ranks whose NDArrays differ beyond the first dimension.
+        InvalidTypeError (a TypeError): not a dense NDArray.
+    """
+    if isinstance(splits, mx.nd.NDArray):
+        splits = splits.asnumpy().tolist()
+    out, _ = collectives.alltoall_start(_array_of(tensor, "alltoall"), splits,
+                                        resolve_name(name, "alltoall")).wait()
     return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)

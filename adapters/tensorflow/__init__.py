@@ -19,7 +19,7 @@ Keras users: :mod:`byteps.tensorflow.keras` (``tf.keras``) or :mod:`byteps.keras
 Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
 :func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
 :func:`allreduce` (Horovod's, with its scale factors), :func:`allgather`,
-:func:`reducescatter`, :func:`barrier`, Horovod's build
+:func:`reducescatter`, :func:`alltoall`, :func:`barrier`, Horovod's build
 queries (:mod:`byteps.capabilities`), :func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
 :func:`DistributedOptimizer`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
@@ -48,7 +48,7 @@ from byteps.telemetry import get_pushpull_speed, get_telemetry
 from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .functions import allreduce, broadcast, broadcast_object, broadcast_variables, push_pull
-from .gather_scatter import allgather, reducescatter
+from .gather_scatter import allgather, alltoall, reducescatter
 from .ops import (
     SUPPORTED_DTYPES,
     Adasum,
@@ -85,6 +85,7 @@ __all__ = [
     "push_pull",
     "allreduce",
     "allgather",
+    "alltoall",
     "reducescatter",
     "barrier",
     "broadcast",

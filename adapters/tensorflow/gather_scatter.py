@@ -1,4 +1,4 @@
-"""Horovod's ``allgather`` and ``reducescatter`` for TensorFlow, over :mod:`byteps.collectives`
+"""Horovod's ``allgather``, ``reducescatter`` and ``alltoall`` for TensorFlow, over :mod:`byteps.collectives`
 (the core's programs over the worker mesh, docs/collectives.md), eagerly and inside
 ``tf.function`` (one ``tf.numpy_function`` op), as the rest of the adapter.
 
@@ -6,7 +6,8 @@
 may differ in that dimension only; any dtype). ``reducescatter`` sums (``op=Sum``) or averages
 (``Average``, the default) a tensor of the same shape on every rank and returns this rank's
 shard of the first dimension (``rows // size`` rows, the first ``rows % size`` ranks one more).
-Both are differentiable for floating-point tensors, with the gradients of the PyTorch adapter
+``alltoall`` sends ``splits[j]`` rows to rank j and returns what every rank sent this one (in
+rank order) and how many came from each. allgather and reducescatter are differentiable for floating-point tensors, with the gradients of the PyTorch adapter
 (Horovod's): allgather's is this rank's slice of the averaged output gradient, reducescatter's
 the allgathered output gradient (divided by ``size()`` for Average).
 """
@@ -135,3 +136,41 @@ def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None) 
         return y, grad
 
     return _rs(x)
+
+
+@tf.autograph.experimental.do_not_convert
+def alltoall(tensor, splits=None, name: Optional[str] = None):
+    """Horovod's ``alltoall``: ``splits[j]`` rows of ``tensor`` go to rank j; returns
+    ``(output, received_splits)``: the rows every rank sent this one, concatenated in rank
+    order, and an int32 tensor of how many came from each. Eager and in ``tf.function``; not
+    differentiable.
+
+    Args:
+        tensor: at least 1-d, any dtype; the ranks' tensors may differ in the first dimension
+            only.
+        splits: ``size()`` non-negative ints (a list or an integer tensor) adding up to the
+            rows; ``None``: the rows split evenly (they must divide by ``size()``).
+        name: as :func:`allgather` (default prefix ``BytePSAlltoall``).
+
+    Raises:
+        byteps.errors.InvalidArgumentError: splits of the wrong length or sum, rows that do not
+            divide evenly, a 0-d tensor, ranks whose tensors differ beyond the first dimension.
+    """
+    base = _base(tensor, "", name, "BytePSAlltoall", "alltoall")
+    x = _dense(tensor, "alltoall")
+    even = splits is None
+    s = tf.zeros([0], tf.int64) if even else tf.cast(tf.convert_to_tensor(splits), tf.int64)
+
+    def run(a, sp):
+        out, received = collectives.alltoall_start(
+            np.asarray(a), None if even else [int(v) for v in np.asarray(sp)], base).wait()
+        return out, received.astype(np.int32)
+
+    if tf.executing_eagerly():
+        out, received = run(x.numpy(), s.numpy())
+        return tf.convert_to_tensor(out), tf.convert_to_tensor(received)
+    out, received = tf.numpy_function(run, [x, s], [x.dtype, tf.int32], stateful=True,
+                                      name="BytePSAlltoall")
+    out.set_shape([None] + x.shape.as_list()[1:])
+    received.set_shape([basics.size()])
+    return out, received

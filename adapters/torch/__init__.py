@@ -88,6 +88,8 @@ from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .gather_scatter import (  # noqa: E402
     allgather,
     allgather_async,
+    alltoall,
+    alltoall_async,
     broadcast,
     broadcast_,
     broadcast_async,
@@ -153,6 +155,8 @@ __all__ = [
     "grouped_allreduce_async_",
     "allgather",
     "allgather_async",
+    "alltoall",
+    "alltoall_async",
     "grouped_allgather",
     "grouped_allgather_async",
     "broadcast",

@@ -1,18 +1,21 @@
-"""Horovod's allgather, broadcast and reducescatter for PyTorch (``hvd.allgather``,
+"""Horovod's allgather, broadcast, reducescatter and alltoall for PyTorch (``hvd.allgather``,
 ``allgather_async``, ``grouped_allgather``, ``broadcast``, ``broadcast_``, ``broadcast_async``,
-``broadcast_async_``, ``reducescatter``, ``reducescatter_async``, ``grouped_reducescatter``),
+``broadcast_async_``, ``reducescatter``, ``reducescatter_async``, ``grouped_reducescatter``,
+``alltoall``, ``alltoall_async``),
 over :mod:`byteps.collectives` (the core's programs over the worker mesh, docs/collectives.md).
 
 Semantics are Horovod's (``horovod/torch/mpi_ops.py``): allgather concatenates every rank's
 tensor along the first dimension in rank order (ranks may differ in that dimension only);
 broadcast gives every rank the root's tensor; reducescatter reduces (Sum or Average, with
 ``prescale_factor`` / ``postscale_factor``) and gives rank r its shard of the first dimension
-(``rows // size`` rows, the first ``rows % size`` ranks one more). The synchronous forms are
-differentiable as Horovod's autograd functions are: allgather's gradient is this rank's slice of
-the averaged output gradient, broadcast's the averaged gradient on the root and zeros elsewhere,
-reducescatter's the allgathered output gradient (divided by ``size()`` for Average).
+(``rows // size`` rows, the first ``rows % size`` ranks one more); alltoall sends ``splits[j]``
+rows to rank j and returns what every rank sent this one, in rank order. The synchronous forms
+are differentiable as Horovod's autograd functions are: allgather's gradient is this rank's
+slice of the averaged output gradient, broadcast's the averaged gradient on the root and zeros
+elsewhere, reducescatter's the allgathered output gradient (divided by ``size()`` for
+Average), alltoall's the alltoall of the output gradient back with the received splits.
 
-Tensors of any dtype allgather and broadcast (they move bytes); reducescatter takes
+Tensors of any dtype allgather, broadcast and alltoall (they move bytes); reducescatter takes
 ``byteps.torch.SUPPORTED_DTYPES``. CUDA tensors travel through host memory (a copy each way).
 Not here yet: ``process_set=`` (only the global set exists; the argument is not accepted).
 """
@@ -288,3 +291,74 @@ def grouped_reducescatter(tensors: List[torch.Tensor], name: Optional[str] = Non
     """Synchronous :func:`grouped_reducescatter_async`."""
     return synchronize(grouped_reducescatter_async(tensors, name, op, prescale_factor,
                                                    postscale_factor))
+
+
+# ----------------------------------------------------------------------------------- alltoall
+def _splits_list(splits, fn: str):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        return [int(x) for x in splits.reshape(-1).tolist()]
+    try:
+        return [int(x) for x in splits]
+    except (TypeError, ValueError):
+        raise InvalidTypeError(f"{fn}: splits must be a sequence or tensor of ints, got "
+                               f"{type(splits).__name__}") from None
+
+
+def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None) -> int:
+    """Start Horovod's alltoall: ``splits[j]`` rows of ``tensor`` (in order) go to rank j;
+    :func:`synchronize` returns ``(output, received_splits)``: the rows every rank sent this
+    one, concatenated in rank order, and how many came from each (an int32 tensor).
+
+    Args:
+        tensor: at least 1-d, any dtype, CPU or CUDA; the ranks' tensors may differ in the first
+            dimension only. Not modified.
+        splits: ``size()`` non-negative ints (a list or an integer tensor) adding up to the
+            rows; ``None``: the rows split evenly (they must divide by ``size()``).
+        name: as :func:`allgather_async`.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: splits of the wrong length or sum, rows that do not
+            divide evenly without splits, a 0-d tensor, ranks whose tensors differ beyond the
+            first dimension (on every rank).
+        byteps.errors.InvalidTypeError: not a tensor, splits that are not ints.
+    """
+    fn = "alltoall"
+    array = _host_array(tensor, fn)
+    name = _resolve_name(name)
+    pending = collectives.alltoall_start(array, _splits_list(splits, fn), name)
+
+    def finish():
+        out, received = pending.finish()
+        return _to_torch(out, tensor), torch.from_numpy(received.astype(np.int32))
+
+    return _register(pending.handle, _Op(name, None, pending.keep, None, False, finish=finish))
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        ctx.name = name
+        out, received = synchronize(alltoall_async(tensor, splits, name))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad_output, _unused):
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received,
+                                             f"{ctx.name}.grad"))
+        return grad, None, None
+
+
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None):
+    """Synchronous, differentiable :func:`alltoall_async` (Horovod's ``alltoall``): the output
+    tensor, and with ``splits`` given also the received splits (``(output,
+    received_splits)``, as Horovod)."""
+    name = _resolve_name(name)
+    if tensor.requires_grad and tensor.is_floating_point():
+        out, received = _Alltoall.apply(tensor, _splits_list(splits, "alltoall"), name)
+    else:
+        out, received = synchronize(alltoall_async(tensor, splits, name))
+    return out if splits is None else (out, received)

@@ -7,7 +7,8 @@ result with NumPy. On a failure the worker prints ``FAIL <message>`` and exits 1
 
 Modes: ``collectives`` (byteps.collectives' allgather with uneven and empty contributions,
 several dtypes and partitions, layouts changing between calls; broadcast from every root;
-reducescatter with every op, rows that do not divide by the ranks, average), ``errors``
+reducescatter with every op, rows that do not divide by the ranks, average; alltoall with
+uneven and empty splits, even splits), ``errors``
 (allgather with ranks that differ beyond the first dimension, a rank-dependent broadcast
 root: every rank gets its error, and the job stays usable).
 """
@@ -111,6 +112,32 @@ def reducescatter_cases(size: int) -> None:
             np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def alltoall_cases(size: int) -> None:
+    # (rows rank i sends rank j, trailing shape, dtype): uneven, some empty, several partitions.
+    cases = [
+        (lambda i, j: (i + j) % 3, (2,), "float32"),
+        (lambda i, j: 2, (), "int64"),
+        (lambda i, j: 0 if i == j else 3000 * (i + 1), (5,), "float64"),
+        (lambda i, j: j % 2, (2, 2), "bool"),
+    ]
+    for case, (count, rest, dtype) in enumerate(cases):
+        for rnd in range(2):
+            def rows_of(i, j):
+                return data(i * 31 + j, case + rnd, (count(i, j),) + rest, dtype)
+            mine = np.concatenate([rows_of(RANK, j) for j in range(size)])
+            splits = [count(RANK, j) for j in range(size)]
+            got, received = collectives.alltoall_start(mine, splits, f"a2a{case}").wait()
+            check(got, np.concatenate([rows_of(i, RANK) for i in range(size)]),
+                  f"alltoall case {case} round {rnd}")
+            check(received, np.array([count(i, RANK) for i in range(size)], np.int64),
+                  f"alltoall received splits case {case}")
+    even = data(RANK, 9, (2 * size, 3), "int32")  # no splits: even
+    got, received = collectives.alltoall_start(even, None, "a2a.even").wait()
+    want = np.concatenate([data(i, 9, (2 * size, 3), "int32")[2 * RANK:2 * RANK + 2]
+                           for i in range(size)])
+    check(got, want, "alltoall even")
+
+
 def errors_cases(size: int) -> None:
     global CASES
     try:  # rank 0's rows are wider than the others'
@@ -144,6 +171,7 @@ def main() -> None:
             allgather_cases(size)
             broadcast_cases(size)
             reducescatter_cases(size)
+            alltoall_cases(size)
         elif mode == "errors":
             errors_cases(size)
         else:

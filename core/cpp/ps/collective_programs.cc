@@ -11,6 +11,7 @@ const char* CollectiveName(Collective c) {
     case Collective::kAllgather: return "allgather";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kReducescatter: return "reducescatter";
+    case Collective::kAlltoall: return "alltoall";
   }
   return "?";
 }
@@ -45,13 +46,16 @@ Status ValidateLayout(const CollLayout& layout, int n, size_t nbytes, size_t ele
       return Status::OK();
     case Collective::kAllgather:
     case Collective::kReducescatter:
+    case Collective::kAlltoall:
       break;
   }
   if (layout.root >= 0 || layout.root_rank >= 0) return Status::InvalidArgument(what + "takes blocks, not a root");
-  if (layout.blocks.size() != static_cast<size_t>(n) + 1)
+  const size_t want = layout.kind == Collective::kAlltoall ? static_cast<size_t>(n) * n + 1
+                                                           : static_cast<size_t>(n) + 1;
+  if (layout.blocks.size() != want)
     return Status::InvalidArgument(what + std::to_string(layout.blocks.size()) +
                                    " block offsets for " + std::to_string(n) +
-                                   " worker machines (needs n + 1)");
+                                   " worker machines (needs " + std::to_string(want) + ")");
   if (layout.blocks.front() != 0 || layout.blocks.back() != nbytes)
     return Status::InvalidArgument(what + "the blocks must start at 0 and end at the tensor's " +
                                    std::to_string(nbytes) + " bytes");
@@ -139,6 +143,34 @@ CollProgram BuildLayoutProgram(const CollLayout& layout, int n, int me, size_t o
         written[in] = true;
       }
       b.prog.gather_begin = b.prog.ops.size();  // nothing to spread: each keeps its block
+      break;
+    }
+    case Collective::kAlltoall: {
+      // Block (d, s) clipped to the partition. Every machine skips the same empty ones.
+      auto cell = [&](int d, int s, size_t* o, size_t* l) {
+        CollLayout one;
+        one.blocks = {layout.blocks[d * n + s], layout.blocks[d * n + s + 1]};
+        b.Block(one, 0, o, l);
+      };
+      for (int k = 1; k < n; ++k) {  // its sends first, starting with its successor's
+        const int d = b.mod(me + k);
+        cell(d, me, &off, &len);
+        if (len > 0) b.Add(CollOp::kSend, d, kPhaseScatter, 0, off, len, true);
+      }
+      cell(me, me, &off, &len);
+      if (len > 0) b.Add(CollOp::kCopyInput, me, 0, 0, off, len, true);
+      for (int k = 1; k < n; ++k) {  // each block that comes, then its acknowledgement
+        const int s = b.mod(me - k);
+        cell(me, s, &off, &len);
+        if (len == 0) continue;
+        b.Add(CollOp::kRecvPlace, s, kPhaseScatter, 0, off, len, false);
+        b.Add(CollOp::kSend, s, kPhaseUp, 0, 0, 0, false);
+      }
+      for (int k = 1; k < n; ++k) {  // the acknowledgements of its sends
+        const int d = b.mod(me + k);
+        cell(d, me, &off, &len);
+        if (len > 0) b.Add(CollOp::kRecvPlace, d, kPhaseUp, 0, 0, 0, false);
+      }
       break;
     }
   }

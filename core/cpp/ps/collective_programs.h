@@ -1,5 +1,5 @@
-// The collectives beside all-reduce (docs/collectives.md): allgather, broadcast and
-// reducescatter, written as programs (CollProgram, ps/sync_scheme.h) over the worker mesh
+// The collectives beside all-reduce (docs/collectives.md): allgather, broadcast,
+// reducescatter and alltoall, written as programs (CollProgram, ps/sync_scheme.h) over the worker mesh
 // (ps/peer_mesh.h) that the worker core walks as it walks the ring and tree all-reduces
 // (pipeline/worker_collective.cc), partition by partition, under the same priority queue and
 // scheduling credit (REDUCE_SCATTER starts a partition's walk).
@@ -20,9 +20,16 @@
 //   combines block me - k - 2 from its predecessor into its own; after n - 1 steps block me is
 //   complete here (the other blocks of the output hold partial sums). (n - 1)/n of the bytes
 //   cross each link.
+// * alltoall: block (d, s) = [blocks[d * n + s], blocks[d * n + s + 1]) holds what machine s
+//   sends machine d (the buffer is every machine's data, ordered by destination then source:
+//   a machine's input fills its column, its output is its row). Direct: each machine sends
+//   its block to each destination over their own connection (the mesh is complete) and
+//   acknowledges each block it receives with an empty message, so a sender never starts a
+//   round before its destinations reached the previous one. (n - 1)/n of a machine's bytes
+//   leave over its link, as much arrives.
 //
-// Every step exchanges a message, also where a block is empty in a partition (a message of 0
-// bytes): a machine then finishes a round only after every other machine started it, so no
+// In the rings every step exchanges a message, also where a block is empty in a partition (a
+// message of 0 bytes): a machine then finishes a round only after every other machine started it, so no
 // peer is ever more than one round ahead (the receives keep two rounds apart by parity).
 #pragma once
 #include <cstddef>
@@ -34,16 +41,22 @@
 
 namespace byteps {
 
-enum class Collective : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kReducescatter = 3 };
-constexpr int kCollectiveCount = 4;
+enum class Collective : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kReducescatter = 3,
+  kAlltoall = 4
+};
+constexpr int kCollectiveCount = 5;
 
 const char* CollectiveName(Collective c);
-// "allreduce" | "allgather" | "broadcast" | "reducescatter"; false for anything else.
+// "allreduce" | "allgather" | "broadcast" | "reducescatter" | "alltoall"; false otherwise.
 bool ParseCollective(const std::string& text, Collective* out);
 
 // Where a collective's bytes are, the same on every worker machine. blocks (allgather,
 // reducescatter): n + 1 byte offsets, 0 = blocks[0] <= ... <= blocks[n] = the tensor's bytes,
-// each a multiple of the element size; root (broadcast): the worker machine, 0 <= root < n,
+// each a multiple of the element size (alltoall: n * n + 1 of them, block d * n + s); root (broadcast): the worker machine, 0 <= root < n,
 // and root_rank the rank on it whose buffer is sent (compared across ranks; the machine's
 // processes sum their buffers, every one but the root's zeros).
 struct CollLayout {

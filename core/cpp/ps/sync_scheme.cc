@@ -122,11 +122,13 @@ CollProgram BuildCollProgram(SyncScheme scheme, int n, int width, int me, size_t
 }
 
 std::vector<int> CollectivePeers(int n, int width, int me) {
-  std::set<int> peers;
-  for (SyncScheme s : {SyncScheme::kRing, SyncScheme::kTree})
-    for (const CollOp& op : BuildCollProgram(s, n, width, me, 0, 1).ops) peers.insert(op.peer);
-  peers.erase(me);
-  return std::vector<int>(peers.begin(), peers.end());
+  // alltoall (ps/collective_programs.h) sends from every machine to every other: the whole
+  // mesh, which covers the ring's and the tree's neighbours.
+  (void)width;
+  std::vector<int> peers;
+  for (int p = 0; p < n; ++p)
+    if (p != me) peers.push_back(p);
+  return peers;
 }
 
 }  // namespace byteps

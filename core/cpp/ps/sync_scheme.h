@@ -85,8 +85,9 @@ enum CollPhase : uint32_t { kPhaseScatter = 0, kPhaseUp = 1, kPhaseDown = 2, kPh
 // ring is the tree of width n).
 CollProgram BuildCollProgram(SyncScheme scheme, int n, int width, int me, size_t bytes,
                              size_t elem_size);
-// The worker machines `me` exchanges messages with under a ring and a tree of `width`
-// (symmetric: j is in peers(i) iff i is in peers(j)), ascending.
+// The worker machines `me` exchanges messages with (symmetric: j is in peers(i) iff i is in
+// peers(j)), ascending: every other one (alltoall's direct sends; the ring's and the tree of
+// `width`'s neighbours among them).
 std::vector<int> CollectivePeers(int n, int width, int me);
 
 }  // namespace byteps

@@ -18,7 +18,7 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
   ``byteps_push_pull`` (the engine's path) declares its name with the model's choice for its
   size at the first call and sums exactly, on the CPU path and through a host copy.
 * ``gather_scatter``: Horovod's ``allgather``, ``broadcast`` / ``broadcast_`` from every root and
-  ``reducescatter`` (Sum, Average) on NDArrays.
+  ``reducescatter`` (Sum, Average) and ``alltoall`` on NDArrays.
 * ``allreduce``: Horovod's ``allreduce`` / ``allreduce_`` with every op (Average, Sum, Min,
   Max, Product) on every dtype against the fold of every rank's inputs, the scale factors, and
   Horovod's errors (op with average, Adasum).
@@ -269,6 +269,13 @@ def mode_gather_scatter() -> None:
         ok(f"reducescatter {op}")
     expect("reducescatter Max", errors.InvalidArgumentError,
            lambda: bps.reducescatter(x, op=bps.Max), ["Sum or Average"])
+    mine = mx.nd.array(np.concatenate([np.full(((rank + j) % 3, 2), 10 * rank + j)
+                                       for j in range(size)]), dtype="int32")
+    got = bps.alltoall(mine, splits=[(rank + j) % 3 for j in range(size)], name="a2a")
+    want = np.concatenate([np.full(((i + rank) % 3, 2), 10 * i + rank) for i in range(size)])
+    if not np.array_equal(got.asnumpy(), want.astype("int32")):
+        fail(f"alltoall: {got.asnumpy()}")
+    ok("alltoall")
 
 
 # ------------------------------------------------------------------------------ bad input --

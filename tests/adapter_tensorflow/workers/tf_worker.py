@@ -312,8 +312,8 @@ def t_embedding():
 
 
 def t_gather_scatter():
-    """Horovod's allgather (uneven, several dtypes, eager and in tf.function, gradient) and
-    reducescatter (Sum, Average, rows that do not divide, gradient)."""
+    """Horovod's allgather (uneven, several dtypes, eager and in tf.function, gradient),
+    reducescatter (Sum, Average, rows that do not divide, gradient) and alltoall."""
     def rows_of(r, dt, rows):
         v = (np.arange(rows * 3) * 3 + r * 7) % 5
         return tf.cast(np.reshape(v if dt == tf.uint8 else v - 2, (rows, 3)), dt)
@@ -363,6 +363,20 @@ def t_gather_scatter():
         check(False, "reducescatter Max: no error")
     except ValueError:
         check(True, "reducescatter Max")
+    graph_a2a = tf.function(lambda t, sp: bps.alltoall(t, splits=sp, name="a2a.graph"))
+    for dt in (tf.float32, tf.int64, tf.bool):
+        def block(i, j, dt=dt):
+            x = np.full(((i + j) % 3, 2), 10 * i + j)
+            return tf.cast(x % 2 == 0, dt) if dt == tf.bool else tf.cast(x, dt)
+        mine = tf.concat([block(R, j) for j in range(N)], 0)
+        splits = [(R + j) % 3 for j in range(N)]
+        want = tf.concat([block(i, R) for i in range(N)], 0).numpy()
+        out, received = bps.alltoall(mine, splits=splits, name=f"a2a.{dt.name}")
+        check(np.array_equal(out.numpy(), want) and
+              received.numpy().tolist() == [(i + R) % 3 for i in range(N)], f"alltoall {dt.name}")
+        if dt == tf.float32:
+            out, received = graph_a2a(mine, tf.constant(splits))
+            check(np.array_equal(out.numpy(), want), "alltoall in tf.function")
 
 
 def main():

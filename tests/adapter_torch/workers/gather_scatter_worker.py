@@ -2,7 +2,8 @@
 hvd``), checked on every rank against references built from every rank's inputs: every dtype
 (bool and bfloat16 included), uneven allgather, every root and the in-place and async forms of
 broadcast, reducescatter Sum and Average with scale factors and rows that do not divide, the
-grouped forms, and the gradients Horovod's autograd functions give. Prints
+grouped forms, alltoall with uneven and even splits, and the gradients Horovod's autograd
+functions give. Prints
 ``TORCH_GATHER_SCATTER_OK`` per rank."""
 
 from __future__ import annotations
@@ -113,12 +114,43 @@ def reducescatters(ck: Checker) -> None:
         ck.check("Sum or Average" in str(e), f"reducescatter Max: {e}")
 
 
+def alltoalls(ck: Checker) -> None:
+    size, r = hvd.size(), hvd.rank()
+    for dtype in ALL:
+        counts = [(r + j) % 3 for j in range(size)]  # rank i sends rank j (i + j) % 3 rows
+        mine = torch.cat([data(r * 10 + j, ((r + j) % 3, 2), dtype) for j in range(size)])
+        out, received = hvd.alltoall(mine, splits=counts, name=f"a2a.{dtype}")
+        want = torch.cat([data(i * 10 + r, ((i + r) % 3, 2), dtype) for i in range(size)])
+        ck.check(torch.equal(out, want) and received.tolist() ==
+                 [(i + r) % 3 for i in range(size)], f"alltoall {dtype}")
+    out = hvd.alltoall(torch.arange(2 * size) + 100 * r, name="a2a.even")  # no splits
+    ck.check(torch.equal(out, torch.tensor([100 * i + 2 * r + k for i in range(size)
+                                            for k in range(2)])), f"alltoall even {out}")
+    h = hvd.alltoall_async(torch.full((size,), r), splits=torch.ones(size, dtype=torch.int32),
+                           name="a2a.async")
+    out, received = hvd.synchronize(h)
+    ck.check(torch.equal(out, torch.arange(size)) and received.tolist() == [1] * size,
+             "alltoall_async")
+    # Gradient (Horovod's HorovodAlltoall): the output gradient sent back.
+    w = torch.ones(size, 2, requires_grad=True)
+    out, _ = hvd.alltoall(w, splits=[1] * size, name="a2a.grad")
+    (out * torch.arange(1.0, size + 1).unsqueeze(1)).sum().backward()
+    ck.check(torch.allclose(w.grad, torch.full((size, 2), float(r + 1))),
+             f"alltoall gradient {w.grad.tolist()}")
+    try:
+        hvd.alltoall(torch.ones(2 * size + 1), name="a2a.uneven")
+        ck.check(False, "alltoall of rows that do not split evenly: no error")
+    except InvalidArgumentError:
+        ck.check(True, "alltoall uneven without splits")
+
+
 def main() -> None:
     hvd.init()
     ck = Checker("TORCH_GATHER_SCATTER")
     ck.run("allgather", allgathers, ck)
     ck.run("broadcast", broadcasts, ck)
     ck.run("reducescatter", reducescatters, ck)
+    ck.run("alltoall", alltoalls, ck)
     ck.finish()
     hvd.shutdown()
 

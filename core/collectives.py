@@ -194,6 +194,29 @@ def allgather_start(a: np.ndarray, name: str, priority: Optional[int] = None) ->
     rank's array concatenated along the first dimension, in rank order. Ranks may differ in
     the first dimension only (else ``InvalidArgumentError`` naming the ranks' shapes, on every
     rank). Blocks for one small push_pull (the sizes) before it returns."""
+    return _allgather(a, name, priority)[0]
+
+
+def allgather_object(obj, name: str) -> list:
+    """Horovod's ``allgather_object``: every rank's picklable ``obj`` (cloudpickle: lambdas and
+    local classes work), as a list in rank order. One allgather of the pickled bytes under
+    ``allgather_object.<name>``; every rank calls it with the same ``name``, in the same order.
+
+    Raises:
+        byteps.errors.BytePSError subclasses: the allgather failed (on every rank).
+    """
+    import cloudpickle
+
+    data = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
+    pending, counts = _allgather(data, f"allgather_object.{name}")
+    flat = pending.wait()
+    bounds = np.cumsum([0] + counts)
+    return [cloudpickle.loads(flat[bounds[r]:bounds[r + 1]].tobytes())
+            for r in range(len(counts))]
+
+
+def _allgather(a: np.ndarray, name: str, priority: Optional[int] = None) -> tuple:
+    """:func:`allgather_start`, and the rows of every rank."""
     a = _rows_of(a, "allgather")
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
@@ -222,7 +245,7 @@ def allgather_start(a: np.ndarray, name: str, priority: Optional[int] = None) ->
         return np.concatenate([out[lay.start[r]:lay.start[r] + lay.counts[r]]
                                for r in range(len(counts))])
 
-    return Pending(handle, (buf,), finish)
+    return Pending(handle, (buf,), finish), lay.counts
 
 
 def broadcast_start(a: np.ndarray, root_rank: int, name: str,

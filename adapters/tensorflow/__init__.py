@@ -48,7 +48,7 @@ from byteps.telemetry import get_pushpull_speed, get_telemetry
 from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .functions import allreduce, broadcast, broadcast_object, broadcast_variables, push_pull
-from .gather_scatter import allgather, alltoall, reducescatter
+from .gather_scatter import allgather, allgather_object, alltoall, reducescatter
 from .ops import (
     SUPPORTED_DTYPES,
     Adasum,
@@ -85,6 +85,7 @@ __all__ = [
     "push_pull",
     "allreduce",
     "allgather",
+    "allgather_object",
     "alltoall",
     "reducescatter",
     "barrier",

@@ -174,3 +174,9 @@ def alltoall(tensor, splits=None, name: Optional[str] = None):
     out.set_shape([None] + x.shape.as_list()[1:])
     received.set_shape([basics.size()])
     return out, received
+
+
+def allgather_object(obj, name: Optional[str] = None) -> list:
+    """Horovod's ``allgather_object``: every rank's picklable ``obj``, as a list in rank order
+    (eagerly; ``name`` default: ``type(obj).__name__``)."""
+    return collectives.allgather_object(obj, name if name is not None else type(obj).__name__)

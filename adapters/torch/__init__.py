@@ -88,6 +88,7 @@ from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .gather_scatter import (  # noqa: E402
     allgather,
     allgather_async,
+    allgather_object,
     alltoall,
     alltoall_async,
     broadcast,
@@ -155,6 +156,7 @@ __all__ = [
     "grouped_allreduce_async_",
     "allgather",
     "allgather_async",
+    "allgather_object",
     "alltoall",
     "alltoall_async",
     "grouped_allgather",

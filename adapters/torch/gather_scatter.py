@@ -362,3 +362,10 @@ def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None):
     else:
         out, received = synchronize(alltoall_async(tensor, splits, name))
     return out if splits is None else (out, received)
+
+
+def allgather_object(obj, name: Optional[str] = None) -> list:
+    """Horovod's ``allgather_object``: every rank's picklable ``obj``, as a list in rank order
+    (``byteps.collectives.allgather_object``; ``name`` default: ``type(obj).__name__``, as
+    Horovod)."""
+    return collectives.allgather_object(obj, name if name is not None else type(obj).__name__)

@@ -363,6 +363,8 @@ def t_gather_scatter():
         check(False, "reducescatter Max: no error")
     except ValueError:
         check(True, "reducescatter Max")
+    objs = bps.allgather_object(("r", R), name="obj")
+    check(objs == [("r", k) for k in range(N)], f"allgather_object {objs}")
     graph_a2a = tf.function(lambda t, sp: bps.alltoall(t, splits=sp, name="a2a.graph"))
     for dt in (tf.float32, tf.int64, tf.bool):
         def block(i, j, dt=dt):

@@ -47,6 +47,9 @@ def allgathers(ck: Checker) -> None:
     start = sum(k + 1 for k in range(r))
     want = torch.arange(start, start + r + 1).unsqueeze(1).expand(r + 1, 2) * float(r + 1)
     ck.check(torch.allclose(w.grad, want.float()), f"allgather gradient {w.grad.tolist()}")
+    objs = hvd.allgather_object({"rank": r, "f": (lambda x, r=r: x + r)}, name="obj")
+    ck.check([o["rank"] for o in objs] == list(range(size)) and
+             [o["f"](1) for o in objs] == [1 + k for k in range(size)], "allgather_object")
     try:
         hvd.allgather(torch.tensor(1.0), name="ag.scalar")
         ck.check(False, "allgather of a 0-d tensor: no error")

@@ -1,7 +1,7 @@
 """``python -m benchmarks``: run the benchmarks, write ``docs/performance.md`` and its plots.
 
     python -m benchmarks [--quick] [--out docs/performance.md] [--img-dir docs/img]
-                         [--only e2e,cluster,sched,compression,pipeline,schemes,micro,sum] [--e2e]
+                         [--only e2e,cluster,sched,compression,pipeline,schemes,collectives,micro,sum] [--e2e]
                          [--compression [PARTS]]
                          [--json FILE | --from-json FILE [FILE ...]]
 
@@ -21,7 +21,8 @@ Benchmarks (``--only``, comma-separated; default: all available):
   jobs on each van of ``--cluster-vans``; ``sched``: :mod:`benchmarks.sched`; ``compression``:
   :mod:`benchmarks.compression`, its parts chosen by ``--compression``; ``pipeline``:
   :mod:`benchmarks.pipeline`, PipeDream's plan against data parallelism; ``schemes``:
-  :mod:`benchmarks.schemes_cluster`, the synchronisation schemes and ``BYTEPS_SYNC=auto``) that
+  :mod:`benchmarks.schemes_cluster`, the synchronisation schemes and ``BYTEPS_SYNC=auto``;
+  ``collectives``: :mod:`benchmarks.collectives_bench`, Horovod's collectives against gloo's) that
   defines ``bench_settings(quick) -> plan``, ``bench_steps(plan) -> int``,
   ``bench_run(plan, progress) -> dict`` (JSON-able; ``progress(label)`` once per step) and
   ``bench_markdown(results, img_dir, img_rel) -> (markdown, targets)`` (targets as made by
@@ -54,7 +55,8 @@ from . import ROOT, micro, report, sumbench
 PLUGINS = {"e2e": f"{__package__}.e2e", "cluster": f"{__package__}.table1",
            "sched": f"{__package__}.sched", "compression": f"{__package__}.compression",
            "sim": f"{__package__}.sim_validate", "pipeline": f"{__package__}.pipeline",
-           "schemes": f"{__package__}.schemes_cluster"}
+           "schemes": f"{__package__}.schemes_cluster",
+           "collectives": f"{__package__}.collectives_bench"}
 
 
 class Bench:

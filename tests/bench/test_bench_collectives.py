@@ -1,0 +1,33 @@
+"""The collectives benchmark (benchmarks.collectives_bench): wired into ``python -m benchmarks``,
+and its section and targets rendered from a result (the bench session's quick run measures)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from benchmarks import collectives_bench as bcoll
+
+pytestmark = [pytest.mark.bench]
+
+
+def test_hooks_are_wired_and_the_section_renders():
+    from benchmarks import cli
+
+    assert importlib.import_module(cli.PLUGINS["collectives"]) is bcoll
+    plan = bcoll.bench_settings(True)
+    assert plan["sizes"] == [4 << 20] and bcoll.bench_steps(plan) == 2
+    size = 4 << 20
+    byteps = {f"{op}@{size}": 0.010 for op in bcoll.OPS}
+    byteps[f"allreduce.max@{size}"] = 0.0110  # 10 % slower than Sum: missed
+    gloo = {f"{op}@{size}": 0.020 for op in bcoll.OPS}
+    gloo[f"reducescatter@{size}"] = None
+    gloo[f"reducescatter@{size}.error"] = "not supported by gloo"
+    md, targets = bcoll.bench_markdown({"plan": plan, "byteps": byteps, "gloo": gloo}, "", "")
+    assert "| reducescatter | 4 MiB | 10.00 | — | — |" in md
+    assert "| alltoall | 4 MiB | 10.00 | 20.00 | 2.00x |" in md
+    assert "gloo lacks: reducescatter@4194304 (not supported by gloo)" in md
+    met = {t["name"]: t["met"] for t in targets}
+    assert met == {"allreduce Min vs Sum, 4 MiB": True, "allreduce Max vs Sum, 4 MiB": False,
+                   "grouped_allreduce of 200 x 4 KiB vs gloo": True}

@@ -122,8 +122,8 @@ def alltoall_cases(size: int) -> None:
     ]
     for case, (count, rest, dtype) in enumerate(cases):
         for rnd in range(2):
-            def rows_of(i, j):
-                return data(i * 31 + j, case + rnd, (count(i, j),) + rest, dtype)
+            def rows_of(i, j, count=count, rest=rest, dtype=dtype, key=case + rnd):
+                return data(i * 31 + j, key, (count(i, j),) + rest, dtype)
             mine = np.concatenate([rows_of(RANK, j) for j in range(size)])
             splits = [count(RANK, j) for j in range(size)]
             got, received = collectives.alltoall_start(mine, splits, f"a2a{case}").wait()

@@ -32,7 +32,8 @@ from byteps import basics as _basics
 from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 from byteps.sync import async_train
 
-from . import _async, _gradients, ops
+from . import _async, _gradients, gather_scatter, ops
+from ._horovod_options import HorovodOptions
 from ._gradients import name_parameters as _name_parameters
 from ._gradients import resolve_compression as _resolve_compression
 from .compression import Compression
@@ -79,7 +80,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _bps_distributed = True
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
-                 compression_params=None):
+                 compression_params=None, horovod: Optional[HorovodOptions] = None):
         self._bps_base.__init__(self, params)
         if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
             raise InvalidArgumentError(
@@ -106,6 +107,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._size = ops.size()  # raises NotInitializedError before init()
+        # Horovod's op, gradient_predivide_factor, groups and sparse_as_dense.
+        self._hvd = horovod or HorovodOptions.make(size=self._size)
+        self._hvd.bind(self._bps_params, compression_params)
         # Asynchronous training: no gradient is reduced; step() exchanges parameter deltas.
         self._bps_async_params = None
         if async_train.enabled():
@@ -188,7 +192,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 )
             self._delay[p] -= 1
             if self._delay[p] <= 0:
-                self._handles[p] = self._push_pull_grad_async(p)
+                for q in self._hvd.ready(p):  # p, or its whole group once all are ready
+                    self._handles[q] = self._push_pull_grad_async(q)
         return hook
 
     def _push_pull_grad_async(self, p: torch.Tensor) -> Tuple[int, Any]:
@@ -196,10 +201,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # No gradient on this rank (the parameter was not used): contribute zeros, so the
             # ranks that did compute one are not left waiting.
             p.grad = torch.zeros_like(p, memory_format=torch.preserve_format).detach()
+        if p.grad.is_sparse:
+            if not self._hvd.sparse_as_dense:  # Horovod: indices and values allgathered
+                g = p.grad.coalesce()
+                name = self._grad_names[p]
+                return ("sparse", gather_scatter.allgather_async(
+                    g.indices().t().contiguous(), name=f"{name}.indices"),
+                    gather_scatter.allgather_async(g.values().contiguous(),
+                                                   name=f"{name}.values")), None
+            p.grad = p.grad.to_dense()
         self._send_learning_rate()
+        if self._hvd.prescale != 1.0:
+            with torch.no_grad():
+                p.grad.mul_(self._hvd.prescale)
         compressed, ctx = self._compression.compress(p.grad)
         handle = ops.push_pull_async_inplace(
-            compressed, average=True, name=self._grad_names[p],
+            compressed, average=self._hvd.average, name=self._grad_names[p],
             priority=self._priorities[p],
         )
         return handle, ctx
@@ -221,18 +238,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in self._bps_params:
                 if p.requires_grad and p not in self._handles:
                     self._handles[p] = self._push_pull_grad_async(p)
+        self._hvd.reset()
         first_error: Optional[BaseException] = None
         handles, self._handles = self._handles, {}
         for p, (handle, ctx) in handles.items():
             try:
+                if isinstance(handle, tuple):  # a sparse gradient's indices and values
+                    indices, values = ops.synchronize(handle[1]), ops.synchronize(handle[2])
+                    p.grad = self._hvd.sparse_result(indices, values, p.shape)
+                    continue
                 output = ops.synchronize(handle)
             except Exception as e:  # keep draining, so no buffer is left to the core
                 first_error = first_error or e
                 continue
             result = self._compression.decompress(output, ctx)
-            if result is not p.grad:
-                with torch.no_grad():
+            with torch.no_grad():
+                if result is not p.grad:
                     p.grad.copy_(result)
+                if self._hvd.postscale != 1.0:
+                    p.grad.mul_(self._hvd.postscale)
         for p in self._bps_params:
             self._delay[p] = self.backward_passes_per_step
         self._synchronized = True
@@ -316,7 +340,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
                          compression=Compression.none, backward_passes_per_step: int = 1,
-                         compression_params=None):
+                         compression_params=None, op=None,
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups=None, sparse_as_dense: bool = False):
     """Wrap a torch optimizer so gradients are averaged over all workers before each step.
 
     Returns an instance of a dynamic subclass of ``optimizer``'s class (so ``isinstance``
@@ -354,6 +380,21 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             compressing, or here after the reduction for the gradients the core does not
             compress (upstream MXNet's ``Compression.nag``). Weight decay stays in the
             optimizer (without momentum).
+        op: Horovod's: ``Average`` (default) or ``Sum`` of the gradients over the ranks
+            (``Adasum`` is refused, naming it).
+        gradient_predivide_factor: Horovod's: with Average, each gradient is divided by it
+            before the sum and the sum multiplied by ``factor / size()`` after (the same
+            average, split to keep float16 sums in range); a number > 0, default 1.0; another
+            value with Sum is an error, as in Horovod.
+        num_groups, groups: Horovod's grouping: ``groups`` a number of groups or a list of
+            lists of parameters (a parameter in none is a group of its own), ``num_groups``
+            the older form of the number. The parameters are split into that many consecutive
+            groups; a group's reductions start together, when the last of its gradients is
+            ready (each is still its own scheduled push_pull). Default: no grouping.
+        sparse_as_dense: Horovod's: a sparse gradient (``nn.Embedding(sparse=True)``) is made
+            dense and reduced as the others. Default False: its indices and values are
+            allgathered (``byteps.torch.allgather``) and ``p.grad`` becomes the sparse sum
+            (divided by ``size()`` for Average), as Horovod does.
 
     Every rank must construct it with the same parameters. Gradients are averaged (divided by
     :func:`byteps.torch.size`). With one worker no communication happens.
@@ -384,8 +425,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     namespace["_bps_base"] = optimizer.__class__
     namespace["__qualname__"] = optimizer.__class__.__qualname__
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), namespace)
+    horovod = HorovodOptions.make(op, gradient_predivide_factor, num_groups, groups,
+                                  sparse_as_dense, ops.size())
     dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               compression_params)
+               compression_params, horovod)
     # Keep any state the optimizer already has (e.g. momentum after a few local steps).
     for p, st in optimizer.state.items():
         dist.state[p] = st

@@ -154,3 +154,13 @@ def test_horovod_allgather_broadcast_reducescatter(workers, servers, local_size)
     every dtype, with Horovod's gradients and errors."""
     job = launch(WORKERS / "gather_scatter_worker.py", workers, servers, local_size, timeout=300)
     assert_marker(job, "TORCH_GATHER_SCATTER_OK", workers * (local_size or 1))
+
+
+@pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (2, 1, 2)],
+                         ids=["2w1s", "2wx2local1s"])
+def test_horovod_optimizer_options(workers, servers, local_size):
+    """DistributedOptimizer with Horovod's op, gradient_predivide_factor, num_groups / groups
+    and sparse gradients (allgathered, or sparse_as_dense) against the ranks' own gradients."""
+    job = launch(WORKERS / "horovod_optimizer_worker.py", workers, servers, local_size,
+                 timeout=240)
+    assert_marker(job, "TORCH_HVD_OPT_OK", workers * (local_size or 1))

@@ -32,7 +32,7 @@ class HorovodOptions:
 
     @classmethod
     def make(cls, op=None, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-             groups=None, sparse_as_dense: bool = False, size: int = 1) -> "HorovodOptions":
+             groups=None, sparse_as_dense: bool = False, size: int = 1) -> HorovodOptions:
         """Check Horovod's arguments; errors as Horovod's (an InvalidArgumentError, a
         ValueError, where Horovod raises ValueError)."""
         fn = "DistributedOptimizer"

@@ -33,9 +33,9 @@ from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 from byteps.sync import async_train
 
 from . import _async, _gradients, gather_scatter, ops
-from ._horovod_options import HorovodOptions
 from ._gradients import name_parameters as _name_parameters
 from ._gradients import resolve_compression as _resolve_compression
+from ._horovod_options import HorovodOptions
 from .compression import Compression
 
 __all__ = ["DistributedOptimizer", "_DistributedOptimizer"]

@@ -164,3 +164,23 @@ def test_horovod_optimizer_options(workers, servers, local_size):
     job = launch(WORKERS / "horovod_optimizer_worker.py", workers, servers, local_size,
                  timeout=240)
     assert_marker(job, "TORCH_HVD_OPT_OK", workers * (local_size or 1))
+
+
+@pytest.mark.parametrize("workers,local_size", [(2, None), (2, 2)], ids=["2w1s", "2wx2local1s"])
+def test_horovod_synthetic_benchmark_runs_unchanged(workers, local_size):
+    """examples/horovod/pytorch_synthetic_benchmark.py: a script written against Horovod's API
+    (SyncBatchNorm, DistributedOptimizer with op and compression, the broadcasts, allreduce and
+    allgather of metrics) runs with only its import changed; the ranks end with identical
+    parameters and the averaged loss is the mean of the gathered ones."""
+    job = launch(REPO / "examples" / "horovod" / "pytorch_synthetic_benchmark.py", workers, 1,
+                 local_size, timeout=240, args=["--num-iters", "2", "--num-batches-per-iter",
+                                                "2", "--batch-size", "8"])
+    assert job.returncode == 0, job.output[-8000:]
+    n = workers * (local_size or 1)
+    assert f"Total img/sec on {n} CPU(s)" in job.output, job.output[-4000:]
+    assert "Parameters identical on all ranks: True" in job.output, job.output[-4000:]
+    m = re.search(r"Average last loss over \d+ ranks: ([\d.]+) \(per rank: ([^)]*)\)",
+                  job.output)
+    assert m, job.output[-4000:]
+    per_rank = [float(v) for v in m.group(2).split(", ")]
+    assert len(per_rank) == n and abs(sum(per_rank) / n - float(m.group(1))) < 1e-3

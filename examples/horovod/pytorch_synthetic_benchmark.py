@@ -104,9 +104,9 @@ def log(s, nl=True):
 
 
 log("Model: SmallNet")
-log("Batch size: %d" % args.batch_size)
+log(f"Batch size: {args.batch_size}")
 device = "GPU" if args.cuda else "CPU"
-log("Number of %ss: %d" % (device, hvd.size()))
+log(f"Number of {device}s: {hvd.size()}")
 
 log("Running warmup...")
 timeit.timeit(benchmark_step, number=args.num_warmup_batches)
@@ -116,21 +116,21 @@ img_secs = []
 for x in range(args.num_iters):
     time = timeit.timeit(benchmark_step, number=args.num_batches_per_iter)
     img_sec = args.batch_size * args.num_batches_per_iter / time
-    log("Iter #%d: %.1f img/sec per %s" % (x, img_sec, device))
+    log(f"Iter #{x}: {img_sec:.1f} img/sec per {device}")
     img_secs.append(img_sec)
 
 img_sec_mean = np.mean(img_secs)
 img_sec_conf = 1.96 * np.std(img_secs)
-log("Img/sec per %s: %.1f +-%.1f" % (device, img_sec_mean, img_sec_conf))
-log("Total img/sec on %d %s(s): %.1f +-%.1f" %
-    (hvd.size(), device, hvd.size() * img_sec_mean, hvd.size() * img_sec_conf))
+log(f"Img/sec per {device}: {img_sec_mean:.1f} +-{img_sec_conf:.1f}")
+log(f"Total img/sec on {hvd.size()} {device}(s): {hvd.size() * img_sec_mean:.1f} "
+    f"+-{hvd.size() * img_sec_conf:.1f}")
 
 # Metrics as Horovod's examples report them: averaged and gathered over the ranks.
 last = torch.tensor(losses[-1])
 avg_loss = hvd.allreduce(last, name="avg_loss").item()
 all_losses = hvd.allgather(last.reshape(1), name="all_losses")
-log("Average last loss over %d ranks: %.4f (per rank: %s)" %
-    (hvd.size(), avg_loss, ", ".join("%.4f" % v for v in all_losses.tolist())))
+per_rank = ", ".join(f"{v:.4f}" for v in all_losses.tolist())
+log(f"Average last loss over {hvd.size()} ranks: {avg_loss:.4f} (per rank: {per_rank})")
 params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 gathered = hvd.allgather(params.reshape(1, -1), name="params")
-log("Parameters identical on all ranks: %s" % bool((gathered == gathered[0]).all()))
+log(f"Parameters identical on all ranks: {bool((gathered == gathered[0]).all())}")

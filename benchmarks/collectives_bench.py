@@ -1,9 +1,17 @@
 """Horovod's collectives on byteps next to gloo's through torch.distributed (docs/collectives.md).
 
-One job of each on this host's loopback, two worker processes, float32: byteps with two worker
-machines and one server (``bpslaunch --workers 2 --servers 1``: every collective crosses the
-network path), gloo with two processes (``MASTER_ADDR=127.0.0.1``). Each measures the median
-time of
+Two layouts, one job of each library per layout, float32:
+
+* ``loopback`` (quick, the CI smoke run): this host, byteps with two worker machines and one
+  server (``bpslaunch --workers 2 --servers 1``: every collective crosses the network path),
+  gloo with two processes (``MASTER_ADDR=127.0.0.1``);
+* ``cluster`` (the full run, with root and iproute2): the emulated cluster of
+  :mod:`benchmarks.cluster`, n = 4 worker hosts with links of ``bandwidth_mbit`` and k = 0 and
+  k = 4 CPU-server hosts (byteps placed as :func:`benchmarks.cluster.run_byteps_job` places
+  it; gloo one process per worker host).
+
+Each rank times every iteration (after a barrier); a result is the median over the iterations
+of the slowest rank's time, of
 
 * allreduce with Sum, Min and Max (byteps: push_pull with the op; gloo: ``all_reduce``);
 * allgather (every rank the same rows; gloo: ``all_gather_into_tensor``), broadcast from rank 0,
@@ -13,7 +21,8 @@ time of
 * grouped_allreduce of ``GROUP`` tensors of 4 KiB (gloo: the same all_reduces started together
   and waited for together).
 
-Worker code runs in this module behind the hidden ``--worker`` flag; rank 0 writes a JSON file.
+Worker code runs in this module behind the hidden ``--worker`` flag; every rank prints
+``RESULT {json}`` with its times.
 
     python -m benchmarks.collectives_bench [--quick]
 """
@@ -24,11 +33,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from typing import Optional, Sequence
 
 from . import child_env, report, runner
+from . import cluster as bc
 
 WORLD = 2
 GROUP = 200
@@ -36,18 +45,49 @@ OPS = ("allreduce.sum", "allreduce.min", "allreduce.max", "allgather", "broadcas
        "reducescatter", "alltoall", "grouped_allreduce")
 
 
-def bench_settings(quick: bool) -> dict:
-    return {"quick": quick, "sizes": [4 << 20] if quick else [4 << 20, 64 << 20],
-            "iters": 5 if quick else 15, "warmup": 2, "timeout": 300.0}
+#: The emulated cluster's layouts (n worker hosts, k CPU-server hosts) and link, as table1's.
+CLUSTER_CONFIGS = ((4, 0), (4, 4))
+BANDWIDTH_MBIT = 800.0
+
+
+def bench_settings(quick: bool, mode: Optional[str] = None) -> dict:
+    """Quick: loopback, 4 MiB, 5 iterations (about 30 s). Full: the emulated cluster when it
+    can be built (else loopback), 4 and 64 MiB, 10 and 3 iterations."""
+    if mode is None:
+        mode = "loopback" if quick or bc.netns_unavailable() else "cluster"
+    sizes = [4 << 20] if quick else [4 << 20, 64 << 20]
+    return {"quick": quick, "mode": mode, "sizes": sizes,
+            "iters": {str(sz): 5 if quick else (10 if sz <= 8 << 20 else 3) for sz in sizes},
+            "warmup": 1, "timeout": 300.0 if quick else 900.0,
+            "configs": [[WORLD, 1]] if mode == "loopback" else [list(c) for c in CLUSTER_CONFIGS],
+            "bandwidth_mbit": BANDWIDTH_MBIT}
 
 
 def bench_steps(plan: dict) -> int:
-    return 2
+    return 2 * len(plan["configs"])
 
 
 def _median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
+
+
+def _aggregate(reports: list) -> dict:
+    """Every rank's ``RESULT`` -> {key: median over iterations of the slowest rank's time, or
+    None where an operation failed (its error under ``key.error``)}."""
+    out: dict = {}
+    for key, times in reports[0]["times"].items():
+        if times is None or any(r["times"].get(key) is None for r in reports):
+            out[key] = None
+            out[key + ".error"] = next(r["errors"][key] for r in reports if key in r["errors"])
+        else:
+            out[key] = _median([max(ts) for ts in zip(*(r["times"][key] for r in reports))])
+    return out
+
+
+def _reports(text: str) -> list:
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in text.splitlines()
+            if "RESULT {" in line]
 
 
 def worker_main(args: argparse.Namespace) -> None:
@@ -102,75 +142,98 @@ def worker_main(args: argparse.Namespace) -> None:
             "grouped_allreduce": grouped,
         }
         barrier = dist.barrier
-    res: dict = {}
-    for nbytes in args.sizes:
+    res: dict = {"rank": rank, "times": {}, "errors": {}}
+    for nbytes, iters in zip(args.sizes, args.iters):
         t = torch.zeros(nbytes // 4)
         small = [torch.zeros(1024) for _ in range(GROUP)]
         for op in OPS:
             arg = small if op == "grouped_allreduce" else t
             name = f"bench.{op}.{nbytes}"
+            key = f"{op}@{nbytes}"
             try:
                 for _ in range(args.warmup):
                     run[op](arg, name)
-                barrier()
                 times = []
-                for _ in range(args.iters):
+                for _ in range(iters):
+                    barrier()  # every rank starts together
                     t0 = time.perf_counter()
                     run[op](arg, name)
                     times.append(time.perf_counter() - t0)
-                res[f"{op}@{nbytes}"] = _median(times)
+                res["times"][key] = times
             except (RuntimeError, NotImplementedError) as exc:  # a collective gloo lacks
-                res[f"{op}@{nbytes}"] = None
-                res[f"{op}@{nbytes}.error"] = str(exc).splitlines()[0][:200]
+                res["times"][key] = None
+                res["errors"][key] = str(exc).splitlines()[0][:200]
                 barrier()
     barrier()
-    if rank == 0:
-        with open(args.out, "w") as f:
-            json.dump(res, f)
+    print("RESULT " + json.dumps(res), flush=True)
     if byteps:
         hvd.shutdown()
     else:
         dist.destroy_process_group()
 
 
-def _worker_cmd(plan: dict, backend: str, out: str) -> list:
+def _worker_cmd(plan: dict, backend: str) -> list:
     return [sys.executable, "-m", "benchmarks.collectives_bench", "--worker", "--backend",
-            backend, "--out", out, "--iters", str(plan["iters"]), "--warmup",
-            str(plan["warmup"]), "--sizes", *[str(s) for s in plan["sizes"]]]
+            backend, "--warmup", str(plan["warmup"]),
+            "--sizes", *[str(s) for s in plan["sizes"]],
+            "--iters", *[str(plan["iters"][str(s)]) for s in plan["sizes"]]]
 
 
-def _run(plan: dict, backend: str) -> dict:
-    fd, out = tempfile.mkstemp(suffix=f".{backend}.json")
-    os.close(fd)
-    try:
-        with runner.Group() as group:
-            if backend == "byteps":
-                cmd = [sys.executable, "-m", "byteps.launch", "--workers", str(WORLD),
-                       "--servers", "1"] + _worker_cmd(plan, backend, out)
-                group.start(cmd, child_env(), label="byteps collectives job")
-            else:
-                port = str(runner.free_port())
-                for r in range(WORLD):
-                    env = dict(child_env(), RANK=str(r), WORLD_SIZE=str(WORLD),
-                               MASTER_ADDR="127.0.0.1", MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo")
-                    group.start(_worker_cmd(plan, backend, out), env, label=f"gloo rank {r}")
-            codes = group.wait_all(plan["timeout"], fail_fast=True)
-            if any(c != 0 for c in codes):
-                group.stop(grace=5.0)
-                raise RuntimeError(f"{backend} collectives job: exit codes {codes}\n"
-                                   f"{group.output(limit=4000)}")
-        with open(out) as f:
-            return json.load(f)
-    finally:
-        os.unlink(out)
+def _run_loopback(plan: dict, backend: str) -> dict:
+    with runner.Group() as group:
+        if backend == "byteps":
+            cmd = [sys.executable, "-m", "byteps.launch", "--workers", str(WORLD),
+                   "--servers", "1"] + _worker_cmd(plan, backend)
+            group.start(cmd, child_env(), label="byteps collectives job")
+        else:
+            port = str(runner.free_port())
+            for r in range(WORLD):
+                env = dict(child_env(), RANK=str(r), WORLD_SIZE=str(WORLD),
+                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo")
+                group.start(_worker_cmd(plan, backend), env, label=f"gloo rank {r}")
+        codes = group.wait_all(plan["timeout"], fail_fast=True)
+        reports = _reports(group.output())
+        if any(c != 0 for c in codes) or len(reports) != WORLD:
+            group.stop(grace=5.0)
+            raise RuntimeError(f"{backend} collectives job: exit codes {codes}\n"
+                               f"{group.output(limit=4000)}")
+    return _aggregate(reports)
+
+
+def _run_cluster(plan: dict, cluster, backend: str) -> dict:
+    n = cluster.num_workers
+    if backend == "byteps":
+        job = bc.run_byteps_job(cluster, _worker_cmd(plan, backend), {"OMP_NUM_THREADS": "1"},
+                                timeout=plan["timeout"])
+        return _aggregate(job.worker_reports("byteps collectives job"))
+    env = {**child_env(), "MASTER_ADDR": cluster.workers[0].address,
+           "MASTER_PORT": str(runner.free_port()), "WORLD_SIZE": str(n),
+           "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    outs, codes = bc.run_on_worker_hosts(cluster, _worker_cmd(plan, backend), env,
+                                         plan["timeout"], "gloo collectives job")
+    reports = [r for out in outs for r in _reports(out)]
+    if any(c != 0 for c in codes) or len(reports) != n:
+        raise RuntimeError(f"gloo collectives job failed (exit codes {codes}):\n"
+                           + "\n".join(outs[0].splitlines()[-15:]))
+    return _aggregate(reports)
 
 
 def bench_run(plan: dict, progress) -> dict:
-    results = {"plan": plan}
-    for backend in ("byteps", "gloo"):
-        progress(f"collectives: {backend}")
-        results[backend] = _run(plan, backend)
-    return results
+    """{"plan", "runs": [{"config": [n, k], "byteps": {...}, "gloo": {...}}]}."""
+    runs = []
+    for n, k in plan["configs"]:
+        run: dict = {"config": [n, k]}
+        if plan["mode"] == "loopback":
+            for backend in ("byteps", "gloo"):
+                progress(f"collectives loopback: {backend}")
+                run[backend] = _run_loopback(plan, backend)
+        else:
+            with bc.EmulatedCluster(n, k, plan["bandwidth_mbit"] * 1e6 / 8) as cluster:
+                for backend in ("byteps", "gloo"):
+                    progress(f"collectives n={n} k={k}: {backend}")
+                    run[backend] = _run_cluster(plan, cluster, backend)
+        runs.append(run)
+    return {"plan": plan, "runs": runs}
 
 
 def _ms(x: Optional[float]) -> str:
@@ -178,39 +241,49 @@ def _ms(x: Optional[float]) -> str:
 
 
 def bench_markdown(results: dict, img_dir: str, img_rel: str) -> tuple:
-    plan, bp, gl = results["plan"], results["byteps"], results["gloo"]
-    rows, targets = [], []
-    for nbytes in plan["sizes"]:
-        for op in OPS:
-            b, g = bp.get(f"{op}@{nbytes}"), gl.get(f"{op}@{nbytes}")
-            what = f"{GROUP} x 4 KiB" if op == "grouped_allreduce" else f"{nbytes >> 20} MiB"
-            ratio = f"{g / b:.2f}x" if b and g else "—"
-            rows.append([op, what, _ms(b), _ms(g), ratio])
-        total = bp.get(f"allreduce.sum@{nbytes}")
-        for op in ("min", "max"):
-            t = bp.get(f"allreduce.{op}@{nbytes}")
-            if total and t:
-                targets.append(report.target(
-                    f"allreduce {op.capitalize()} vs Sum, {nbytes >> 20} MiB",
-                    "within 5 % of Sum's time", f"{_ms(t)} vs {_ms(total)} ms", total / t,
-                    0.95))
-    b, g = bp.get(f"grouped_allreduce@{plan['sizes'][0]}"), gl.get(
-        f"grouped_allreduce@{plan['sizes'][0]}")
-    if b and g:
-        targets.append(report.target(f"grouped_allreduce of {GROUP} x 4 KiB vs gloo",
-                                     "at least gloo's speed", f"{_ms(b)} vs {_ms(g)} ms", g / b,
-                                     1.0))
-    md = ["## Collectives (loopback)", "",
-          "Horovod's collectives through byteps (2 worker machines + 1 server on loopback, "
-          "`byteps.torch`) and gloo's through torch.distributed (2 processes), float32, median "
-          f"of {plan['iters']} (docs/collectives.md; the emulated cluster's rows are not run "
-          "yet). Milliseconds; the ratio is gloo's time over byteps's (above 1: byteps "
-          "faster).", "",
-          report._table(["collective", "tensor", "byteps ms", "gloo ms", "gloo / byteps"],
-                        rows, "llrrr")]
-    errors = sorted(k for k in gl if k.endswith(".error"))
-    if errors:
-        md += ["", "gloo lacks: " + "; ".join(f"{k[:-6]} ({gl[k]})" for k in errors)]
+    plan = results["plan"]
+    loopback = plan["mode"] == "loopback"
+    md, targets = ["## Collectives" + (" (loopback)" if loopback else ""), ""], []
+    md.append(
+        ("Horovod's collectives through byteps (2 worker machines + 1 server on loopback, "
+         "`byteps.torch`) and gloo's through torch.distributed (2 processes)" if loopback else
+         f"Horovod's collectives through byteps (`byteps.torch`) and gloo's through "
+         f"torch.distributed on the emulated cluster (n worker hosts, k CPU-server hosts, "
+         f"links of {plan['bandwidth_mbit']:.0f} Mbit/s)")
+        + ", float32; the median over the iterations of the slowest rank's time, milliseconds "
+          "(docs/collectives.md). The ratio is gloo's time over byteps's (above 1: byteps "
+          "faster).")
+    for run in results["runs"]:
+        (n, k), bp, gl = run["config"], run["byteps"], run["gloo"]
+        where = "" if loopback else f", n={n} k={k}"
+        rows = []
+        for nbytes in plan["sizes"]:
+            for op in OPS:
+                b, g = bp.get(f"{op}@{nbytes}"), gl.get(f"{op}@{nbytes}")
+                what = f"{GROUP} x 4 KiB" if op == "grouped_allreduce" else f"{nbytes >> 20} MiB"
+                ratio = f"{g / b:.2f}x" if b and g else "—"
+                rows.append([op, what, _ms(b), _ms(g), ratio])
+            total = bp.get(f"allreduce.sum@{nbytes}")
+            for op in ("min", "max"):
+                t = bp.get(f"allreduce.{op}@{nbytes}")
+                if total and t:
+                    targets.append(report.target(
+                        f"allreduce {op.capitalize()} vs Sum, {nbytes >> 20} MiB{where}",
+                        "within 5 % of Sum's time", f"{_ms(t)} vs {_ms(total)} ms", total / t,
+                        0.95))
+        key = f"grouped_allreduce@{plan['sizes'][0]}"
+        b, g = bp.get(key), gl.get(key)
+        if b and g:
+            targets.append(report.target(f"grouped_allreduce of {GROUP} x 4 KiB vs gloo{where}",
+                                         "at least gloo's speed", f"{_ms(b)} vs {_ms(g)} ms",
+                                         g / b, 1.0))
+        if not loopback:
+            md += ["", f"### n = {n}, k = {k}"]
+        md += ["", report._table(["collective", "tensor", "byteps ms", "gloo ms",
+                                  "gloo / byteps"], rows, "llrrr")]
+        errors = sorted(key for key in gl if key.endswith(".error"))
+        if errors:
+            md += ["", "gloo lacks: " + "; ".join(f"{e[:-6]} ({gl[e]})" for e in errors)]
     return "\n".join(md), targets
 
 
@@ -219,15 +292,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", choices=("byteps", "gloo"), help=argparse.SUPPRESS)
-    p.add_argument("--out", help=argparse.SUPPRESS)
-    p.add_argument("--iters", type=int, default=5, help=argparse.SUPPRESS)
-    p.add_argument("--warmup", type=int, default=2, help=argparse.SUPPRESS)
+    p.add_argument("--iters", type=int, nargs="+", help=argparse.SUPPRESS)
+    p.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--sizes", type=int, nargs="+", help=argparse.SUPPRESS)
+    p.add_argument("--json", help="also save the raw results to this file")
     args = p.parse_args(argv)
     if args.worker:
         return worker_main(args)
     plan = bench_settings(args.quick)
     results = bench_run(plan, lambda label: print(label, flush=True))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f)
     md, targets = bench_markdown(results, "", "")
     print(md)
     print(report.targets_table(targets))

@@ -17,17 +17,31 @@ def test_hooks_are_wired_and_the_section_renders():
 
     assert importlib.import_module(cli.PLUGINS["collectives"]) is bcoll
     plan = bcoll.bench_settings(True)
-    assert plan["sizes"] == [4 << 20] and bcoll.bench_steps(plan) == 2
+    assert plan["sizes"] == [4 << 20] and plan["mode"] == "loopback"
+    assert bcoll.bench_steps(plan) == 2
     size = 4 << 20
     byteps = {f"{op}@{size}": 0.010 for op in bcoll.OPS}
     byteps[f"allreduce.max@{size}"] = 0.0110  # 10 % slower than Sum: missed
     gloo = {f"{op}@{size}": 0.020 for op in bcoll.OPS}
     gloo[f"reducescatter@{size}"] = None
     gloo[f"reducescatter@{size}.error"] = "not supported by gloo"
-    md, targets = bcoll.bench_markdown({"plan": plan, "byteps": byteps, "gloo": gloo}, "", "")
+    md, targets = bcoll.bench_markdown(
+        {"plan": plan, "runs": [{"config": [2, 1], "byteps": byteps, "gloo": gloo}]}, "", "")
     assert "| reducescatter | 4 MiB | 10.00 | — | — |" in md
     assert "| alltoall | 4 MiB | 10.00 | 20.00 | 2.00x |" in md
     assert "gloo lacks: reducescatter@4194304 (not supported by gloo)" in md
     met = {t["name"]: t["met"] for t in targets}
     assert met == {"allreduce Min vs Sum, 4 MiB": True, "allreduce Max vs Sum, 4 MiB": False,
                    "grouped_allreduce of 200 x 4 KiB vs gloo": True}
+
+
+def test_a_result_is_the_median_of_the_slowest_rank():
+    reports = [{"rank": 0, "times": {"a@1": [1.0, 5.0, 2.0], "b@1": None},
+                "errors": {"b@1": "unsupported"}},
+               {"rank": 1, "times": {"a@1": [3.0, 1.0, 1.0], "b@1": None},
+                "errors": {"b@1": "unsupported"}}]
+    agg = bcoll._aggregate(reports)
+    assert agg["a@1"] == 3.0  # slowest per iteration: 3, 5, 2 -> median 3
+    assert agg["b@1"] is None and agg["b@1.error"] == "unsupported"
+    text = "[worker 0] RESULT " + '{"rank": 0}' + "\nnoise\n"
+    assert bcoll._reports(text) == [{"rank": 0}]

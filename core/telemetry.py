@@ -3,11 +3,14 @@
 :func:`get_pushpull_speed` is upstream BytePS's throughput sample; :func:`get_telemetry` adds a
 per-tensor reading. Both count only push_pulls that completed successfully, in this process.
 The worker core keeps the counters (atomics, updated once per completed push_pull).
+:func:`start_timeline` and :func:`stop_timeline` are Horovod's: a timeline recorded between two
+calls instead of ``BYTEPS_TRACE_*``'s step window.
 """
 
 from __future__ import annotations
 
 from . import _core
+from .errors import InvalidArgumentError, InvalidTypeError
 
 
 def get_pushpull_speed() -> tuple[int, float]:
@@ -55,3 +58,48 @@ def get_telemetry() -> dict[str, dict[str, float]]:
             "MB_per_s": nbytes * 1e3 / ns if ns > 0 else 0.0,
         }
     return out
+
+
+def timeline_file(file_path: str, rank: int) -> str:
+    """Where rank ``rank`` writes the timeline that :func:`start_timeline` names
+    ``file_path``: rank 0 that path, rank r > 0 ``<file_path>.<r>`` (every process records its
+    own operations)."""
+    return file_path if rank == 0 else f"{file_path}.{rank}"
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Horovod's ``start_timeline``: record every operation this process starts from now on
+    (push_pull and the collectives, with their stages: the timeline of docs/timeline.md) until
+    :func:`stop_timeline` writes it as Chrome-trace JSON to :func:`timeline_file`
+    (``file_path`` on rank 0). Independent of ``BYTEPS_TRACE_ON``'s step window, which it
+    replaces until the next ``init()``.
+
+    Args:
+        file_path: the file (its folder is made if missing), a non-empty str.
+        mark_cycles: Horovod marks its background cycles; byteps has none, so only False.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: an empty path, ``mark_cycles=True``, or a timeline
+            already being recorded.
+        byteps.errors.InvalidTypeError: a path that is not a str.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    if not isinstance(file_path, str):
+        raise InvalidTypeError(f"start_timeline: file_path must be a str, got "
+                               f"{type(file_path).__name__}")
+    if mark_cycles:
+        raise InvalidArgumentError("start_timeline: mark_cycles=True marks Horovod's background "
+                                   "cycles, which byteps does not have")
+    rank = _core.rank()  # NotInitializedError before init()
+    _core.start_timeline(timeline_file(file_path, rank))
+
+
+def stop_timeline() -> None:
+    """Horovod's ``stop_timeline``: stop recording and write the file :func:`start_timeline`
+    named; returns once it is written.
+
+    Raises:
+        byteps.errors.InvalidArgumentError: no timeline is being recorded.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    _core.stop_timeline()  # NotInitializedError before init()

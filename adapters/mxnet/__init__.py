@@ -49,7 +49,7 @@ from byteps import capabilities as _capabilities
 from byteps.basics import barrier, resume, suspend
 from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
 from byteps.naming import broadcast_object
-from byteps.telemetry import get_pushpull_speed, get_telemetry
+from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline
 
 from ._async import pull_parameters
 from .collectives import (
@@ -95,6 +95,8 @@ __all__ = [
     "local_rank",
     "get_pushpull_speed",
     "get_telemetry",
+    "start_timeline",
+    "stop_timeline",
     "byteps_declare_tensor",
     "byteps_push_pull",
     "allreduce",

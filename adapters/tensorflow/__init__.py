@@ -43,7 +43,7 @@ if not tf.__version__.startswith("2."):
 from byteps import capabilities as _capabilities
 from byteps.basics import barrier, resume, suspend
 from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
-from byteps.telemetry import get_pushpull_speed, get_telemetry
+from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline
 
 from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
@@ -81,6 +81,8 @@ __all__ = [
     "local_rank",
     "get_pushpull_speed",
     "get_telemetry",
+    "start_timeline",
+    "stop_timeline",
     "declare",
     "push_pull",
     "allreduce",

@@ -59,7 +59,7 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
 from byteps import capabilities as _capabilities  # noqa: E402
 from byteps.basics import barrier, resume, suspend  # noqa: E402  (resume: elastic restart)
 from byteps.capabilities import *  # noqa: E402, F403  (Horovod's build queries)
-from byteps.telemetry import get_pushpull_speed, get_telemetry  # noqa: E402
+from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline  # noqa: E402
 
 from ._async import pull_parameters  # noqa: E402
 from .broadcast import (  # noqa: E402
@@ -136,6 +136,8 @@ __all__ = [
     "local_rank",
     "get_pushpull_speed",
     "get_telemetry",
+    "start_timeline",
+    "stop_timeline",
     "declare",
     "push_pull",
     "push_pull_async",

@@ -33,6 +33,7 @@ void Timeline::Configure(const TimelineConfig& cfg) {
 }
 
 std::string Timeline::Path() const {
+  if (manual_.load(std::memory_order_acquire) != kManualNone) return cfg_.file;
   return cfg_.dir + "/" + std::to_string(cfg_.local_rank) + "/comm.json";
 }
 
@@ -76,10 +77,48 @@ void Timeline::RecordTensor(const TensorContext& ctx, int64_t start_ns, int64_t 
     names_[ctx.declared_key] = ctx.name;
     it = finished_.emplace(ctx.declared_key, false).first;
   }
-  if (step + 1 >= cfg_.end_step && !it->second) {
+  if (manual_.load(std::memory_order_acquire) == kManualNone && step + 1 >= cfg_.end_step &&
+      !it->second) {
     it->second = true;
     if (++num_finished_ == finished_.size()) StartWriteLocked();
   }
+}
+
+Status Timeline::Start(const std::string& file) {
+  if (file.empty()) return Status::InvalidArgument("start_timeline: the file path is empty");
+  std::thread previous;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (manual_.load() == kManualRecording)
+      return Status::InvalidArgument("start_timeline: a timeline is already being recorded to " +
+                                     cfg_.file + " (stop_timeline first)");
+    previous = std::move(writer_);
+    stages_.clear();
+    tensors_.clear();
+    names_.clear();
+    finished_.clear();
+    num_finished_ = 0;
+    written_ = false;
+    cfg_.file = file;
+    manual_.store(kManualRecording, std::memory_order_release);
+  }
+  if (previous.joinable()) previous.join();
+  return Status::OK();
+}
+
+Status Timeline::Stop() {
+  std::thread writer;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (manual_.load() != kManualRecording)
+      return Status::InvalidArgument("stop_timeline: no timeline is being recorded "
+                                     "(start_timeline first)");
+    manual_.store(kManualStopped, std::memory_order_release);
+    StartWriteLocked();
+    writer = std::move(writer_);
+  }
+  writer.join();  // the file is written when stop_timeline returns
+  return Status::OK();
 }
 
 void Timeline::StartWriteLocked() {
@@ -91,7 +130,10 @@ void Timeline::StartWriteLocked() {
 void Timeline::Finish() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (cfg_.on && !written_ && !tensors_.empty()) {
+    if (manual_.load() == kManualRecording && !written_) {
+      manual_ = kManualStopped;
+      StartWriteLocked();  // started and never stopped: written at shutdown
+    } else if (cfg_.on && !written_ && !tensors_.empty()) {
       BPS_LOG(INFO) << "timeline: the window [" << cfg_.start_step << ", " << cfg_.end_step
                     << ") did not close before shutdown; writing what was recorded";
       StartWriteLocked();
@@ -276,8 +318,12 @@ void Timeline::Write(TimelineConfig cfg, std::vector<StageEvent> stages,
   }
   out += "\n]}\n";
 
-  const std::string dir = cfg.dir + "/" + std::to_string(cfg.local_rank);
-  const std::string path = dir + "/comm.json";
+  const std::string dir =
+      cfg.file.empty() ? cfg.dir + "/" + std::to_string(cfg.local_rank)
+                       : (cfg.file.find('/') == std::string::npos
+                              ? std::string(".")
+                              : cfg.file.substr(0, cfg.file.rfind('/')));
+  const std::string path = cfg.file.empty() ? dir + "/comm.json" : cfg.file;
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
   bool ok = MakeDirs(dir);
   if (ok) {

@@ -11,6 +11,7 @@
 // flag. A finished partition's stamps are copied here under one lock; formatting the JSON
 // happens on a writer thread, off the pipeline's threads.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/status.h"
 #include "pipeline/stage_table.h"
 
 namespace byteps {
@@ -47,6 +49,7 @@ struct TimelineConfig {
   bool on = false;
   uint32_t start_step = 10, end_step = 20;
   std::string dir = "./trace";  // comm.json goes to <dir>/<local_rank>/
+  std::string file;              // set by Start (Horovod's start_timeline): the file written
   int rank = 0, local_rank = 0, worker_id = 0, local_size = 1;
 };
 
@@ -57,8 +60,15 @@ class Timeline {
   void Configure(const TimelineConfig& cfg);
   bool on() const { return cfg_.on; }
   bool InWindow(uint32_t step) const {
+    const int manual = manual_.load(std::memory_order_acquire);
+    if (manual != kManualNone) return manual == kManualRecording;
     return cfg_.on && step >= cfg_.start_step && step < cfg_.end_step;
   }
+  // Horovod's start_timeline / stop_timeline: record every operation started from now on
+  // (instead of BYTEPS_TRACE_*'s step window) until Stop, which writes them to `file` and
+  // returns once it is written. kInvalidArgument: Start while recording, Stop while not.
+  Status Start(const std::string& file);
+  Status Stop();
   // <dir>/<local_rank>/comm.json
   std::string Path() const;
 
@@ -99,6 +109,8 @@ class Timeline {
                     std::unordered_map<uint32_t, std::string> names, int64_t wall_minus_steady_ns);
 
   TimelineConfig cfg_;
+  static constexpr int kManualNone = 0, kManualRecording = 1, kManualStopped = 2;
+  std::atomic<int> manual_{kManualNone};
   int64_t wall_minus_steady_ns_ = 0;  // event times are written as wall-clock microseconds
   std::mutex mu_;
   bool written_ = false;

@@ -83,6 +83,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // Where this process's timeline goes, whether it has been written.
   std::string TracePath() const { return timeline_.Path(); }
   bool TraceWritten() { return timeline_.written(); }
+  // Horovod's start_timeline / stop_timeline (Timeline::Start, Timeline::Stop).
+  Status StartTimeline(const std::string& file) { return timeline_.Start(file); }
+  Status StopTimeline() { return timeline_.Stop(); }
 
   // PullSink (the PS client's receiving threads): a pull response goes into the aggregate
   // (local_size > 1) or the output, a large one streamed and averaged on the way in.

@@ -47,6 +47,24 @@ void BindTelemetry(py::module_& m) {
         return core && core->TraceWritten();
       },
       "True once this process's timeline window closed and its file is being written.");
+  m.def(
+      "start_timeline",
+      [](const std::string& file) {
+        auto core = CoreInstance();
+        if (!core) ThrowStatus(Status::Shutdown("byteps is not initialised: call init() first"));
+        Check(core->StartTimeline(file));
+      },
+      py::arg("file"),
+      "Record every operation started from now on into `file` (written by stop_timeline).");
+  m.def(
+      "stop_timeline",
+      []() {
+        auto core = CoreInstance();
+        if (!core) ThrowStatus(Status::Shutdown("byteps is not initialised: call init() first"));
+        py::gil_scoped_release release;
+        Check(core->StopTimeline());
+      },
+      "Stop recording and write the file start_timeline named; returns once it is written.");
 }
 
 }  // namespace python

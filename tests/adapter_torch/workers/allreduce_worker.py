@@ -2,16 +2,21 @@
 every rank against references built from every rank's inputs: each op (Average, Sum, Min, Max,
 Product) on each dtype, the four call forms, pre/post-scale factors, the average= flag,
 gradients through ``allreduce`` with Sum and Average, the errors Horovod raises (op and
-average together, Adasum), ``barrier`` and the build queries. Prints ``TORCH_ALLREDUCE_OK``
+average together, Adasum), ``barrier``, the build queries and start/stop_timeline. Prints ``TORCH_ALLREDUCE_OK``
 per rank."""
 
 from __future__ import annotations
+
+import json
+import os
+import tempfile
 
 import torch
 from _common import DTYPES, Checker
 
 import byteps.torch as hvd
 from byteps.errors import InvalidArgumentError, InvalidTypeError
+from byteps.telemetry import timeline_file
 
 
 def data(r: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -127,6 +132,29 @@ def grouped(ck: Checker) -> None:
         ck.check(True, "grouped_allreduce of a tensor")
 
 
+def timeline(ck: Checker) -> None:
+    """start_timeline / stop_timeline: the operations between them, in the rank's own file."""
+    path = os.path.join(tempfile.mkdtemp(), "sub", "timeline.json")  # sub/ does not exist yet
+    hvd.start_timeline(path)
+    for _ in range(3):
+        hvd.allreduce(torch.ones(10), name="tl.allreduce")
+    hvd.allgather(torch.ones(2), name="tl.allgather")
+    hvd.stop_timeline()
+    mine = timeline_file(path, hvd.rank())
+    with open(mine) as f:
+        events = json.load(f)["traceEvents"]
+    text = json.dumps(events)
+    ck.check("tl.allreduce" in text and "allgather.tl.allgather" in text,
+             f"timeline names the operations: {text[:300]}")
+    for what, fn in (("stop twice", hvd.stop_timeline),
+                     ("mark_cycles", lambda: hvd.start_timeline(path, mark_cycles=True))):
+        try:
+            fn()
+            ck.check(False, f"{what}: no error")
+        except InvalidArgumentError:
+            ck.check(True, what)
+
+
 def horovod_extras(ck: Checker) -> None:
     hvd.barrier()
     ck.check(hvd.mpi_built() is False and hvd.gloo_built() is False, "build queries")
@@ -139,6 +167,7 @@ def main() -> None:
     hvd.init()
     ck = Checker("TORCH_ALLREDUCE")
     ck.run("horovod extras", horovod_extras, ck)
+    ck.run("timeline", timeline, ck)
     ck.run("grouped", grouped, ck)
     ck.run("ops and forms", ops_and_forms, ck)
     ck.run("flags and scales", flags_and_scales, ck)

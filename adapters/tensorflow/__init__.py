@@ -19,7 +19,7 @@ Keras users: :mod:`byteps.tensorflow.keras` (``tf.keras``) or :mod:`byteps.keras
 Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
 :func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
 :func:`allreduce` (Horovod's, with its scale factors), :func:`allgather`,
-:func:`reducescatter`, :func:`alltoall`, :func:`barrier`, Horovod's build
+:func:`reducescatter`, :func:`alltoall`, their grouped forms, :func:`barrier`, Horovod's build
 queries (:mod:`byteps.capabilities`), :func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
 :func:`DistributedOptimizer`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
@@ -48,7 +48,15 @@ from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, 
 from ._async import pull_parameters
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from .functions import allreduce, broadcast, broadcast_object, broadcast_variables, push_pull
-from .gather_scatter import allgather, allgather_object, alltoall, reducescatter
+from .gather_scatter import (
+    allgather,
+    allgather_object,
+    alltoall,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    reducescatter,
+)
 from .ops import (
     SUPPORTED_DTYPES,
     Adasum,
@@ -89,6 +97,9 @@ __all__ = [
     "allgather",
     "allgather_object",
     "alltoall",
+    "grouped_allreduce",
+    "grouped_allgather",
+    "grouped_reducescatter",
     "reducescatter",
     "barrier",
     "broadcast",

@@ -23,6 +23,7 @@ from byteps import basics, collectives
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from . import ops
+from .compression import Compression
 from .functions import _base, allreduce
 
 
@@ -180,3 +181,39 @@ def allgather_object(obj, name: Optional[str] = None) -> list:
     """Horovod's ``allgather_object``: every rank's picklable ``obj``, as a list in rank order
     (eagerly; ``name`` default: ``type(obj).__name__``)."""
     return collectives.allgather_object(obj, name if name is not None else type(obj).__name__)
+
+
+def _names(tensors, name: Optional[str], prefix: str, fn: str) -> list:
+    if not isinstance(tensors, (list, tuple)):
+        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
+                               f"{type(tensors).__name__}")
+    base = name if name is not None else f"{prefix}.{len(tensors)}"
+    return [f"{base}.{i}" for i in range(len(tensors))]
+
+
+def grouped_allreduce(tensors, average: Optional[bool] = None, compression=None,
+                      op: Optional[str] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0, name: Optional[str] = None) -> list:
+    """Horovod's ``grouped_allreduce``: :func:`byteps.tensorflow.allreduce` of each tensor
+    (named ``<name>.<i>``), the same ``op`` and factors; returns the list. Each is its own
+    push_pull (differentiable as ``allreduce``).
+
+    Raises: as ``allreduce``; InvalidTypeError: ``tensors`` is not a list or tuple."""
+    names = _names(tensors, name, "BytePSGroupedAllreduce", "grouped_allreduce")
+    return [allreduce(t, average=average, compression=compression or Compression.none, op=op,
+                      prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                      name=n) for t, n in zip(tensors, names)]
+
+
+def grouped_allgather(tensors, name: Optional[str] = None) -> list:
+    """Horovod's ``grouped_allgather``: :func:`allgather` of each tensor (named
+    ``<name>.<i>``); returns the list."""
+    names = _names(tensors, name, "BytePSGroupedAllgather", "grouped_allgather")
+    return [allgather(t, name=n) for t, n in zip(tensors, names)]
+
+
+def grouped_reducescatter(tensors, name: Optional[str] = None, op: Optional[str] = None) -> list:
+    """Horovod's ``grouped_reducescatter``: :func:`reducescatter` of each tensor (named
+    ``<name>.<i>``, Sum or Average); returns the list of shards."""
+    names = _names(tensors, name, "BytePSGroupedReducescatter", "grouped_reducescatter")
+    return [reducescatter(t, name=n, op=op) for t, n in zip(tensors, names)]

@@ -363,6 +363,16 @@ def t_gather_scatter():
         check(False, "reducescatter Max: no error")
     except ValueError:
         check(True, "reducescatter Max")
+    outs = bps.grouped_allreduce([tf.fill([3], float(R)), tf.fill([2], R)], op=bps.Sum,
+                                 name="g.ar")
+    check(np.allclose(outs[0].numpy(), sum(range(N))) and
+          outs[1].numpy().tolist() == [sum(range(N))] * 2, "grouped_allreduce")
+    outs = bps.grouped_allgather([tf.fill([1], R), tf.fill([2, 2], float(R))], name="g.ag")
+    check(outs[0].numpy().tolist() == list(range(N)) and outs[1].shape == (2 * N, 2),
+          "grouped_allgather")
+    outs = bps.grouped_reducescatter([tf.ones([N]), tf.ones([N, 2])], name="g.rs", op=bps.Sum)
+    check(outs[0].numpy().tolist() == [float(N)] and outs[1].shape == (1, 2),
+          "grouped_reducescatter")
     objs = bps.allgather_object(("r", R), name="obj")
     check(objs == [("r", k) for k in range(N)], f"allgather_object {objs}")
     graph_a2a = tf.function(lambda t, sp: bps.alltoall(t, splits=sp, name="a2a.graph"))

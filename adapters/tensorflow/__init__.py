@@ -21,7 +21,7 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 :func:`allreduce` (Horovod's, with its scale factors), :func:`allgather`,
 :func:`reducescatter`, :func:`alltoall`, their grouped forms, :func:`barrier`, Horovod's build
 queries (:mod:`byteps.capabilities`), :func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
-:func:`DistributedOptimizer`,
+:func:`DistributedOptimizer`, :class:`SyncBatchNormalization`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
 :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product` (push_pull and allreduce;
 docs/collectives.md), :data:`Adasum` (Adasum raises
@@ -75,6 +75,7 @@ from .ops import (
     size,
 )
 from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNormalization
 from .tape import DistributedGradientTape
 
 __all__ = [
@@ -107,6 +108,7 @@ __all__ = [
     "broadcast_object",
     "pull_parameters",
     "DistributedOptimizer",
+    "SyncBatchNormalization",
     "DistributedGradientTape",
     "Compression",
     "Compressor",

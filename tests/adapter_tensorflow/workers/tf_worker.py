@@ -391,6 +391,41 @@ def t_gather_scatter():
             check(np.array_equal(out.numpy(), want), "alltoall in tf.function")
 
 
+def t_sync_batch_norm():
+    """SyncBatchNormalization on every rank's batch (sizes differ) equals BatchNormalization on
+    their concatenation: outputs, the input's gradient, the moving statistics."""
+    def batch(r):
+        rng = np.random.default_rng(50 + r)
+        return rng.standard_normal((3 + r, 4, 4, 5)).astype(np.float32) * (r + 1) + r
+
+    whole = np.concatenate([batch(r) for r in range(N)])
+    start = sum(3 + r for r in range(R))
+    weights = np.random.default_rng(7).standard_normal(whole.shape).astype(np.float32)
+    ref = tf.keras.layers.BatchNormalization(momentum=0.9)
+    x = tf.constant(whole)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = ref(x, training=True)
+        loss = tf.reduce_sum(y * weights)
+    want_dx = tape.gradient(loss, x).numpy()[start:start + 3 + R]
+    sync = bps.SyncBatchNormalization(momentum=0.9)
+    mine = tf.constant(batch(R))
+    with tf.GradientTape() as tape:
+        tape.watch(mine)
+        y_mine = sync(mine, training=True)
+        loss = tf.reduce_sum(y_mine * weights[start:start + 3 + R])
+    dx = tape.gradient(loss, mine).numpy()
+    check(np.allclose(y_mine.numpy(), y.numpy()[start:start + 3 + R], atol=1e-4),
+          "SyncBatchNormalization output")
+    check(np.allclose(dx, want_dx, atol=1e-4), f"SyncBatchNormalization input gradient "
+          f"{np.abs(dx - want_dx).max()}")
+    check(np.allclose(sync.moving_mean.numpy(), ref.moving_mean.numpy(), atol=1e-5) and
+          np.allclose(sync.moving_variance.numpy(), ref.moving_variance.numpy(), atol=1e-4),
+          "SyncBatchNormalization moving statistics")
+    check(np.allclose(sync(mine, training=False).numpy(), ref(mine, training=False).numpy(),
+                      atol=1e-5), "SyncBatchNormalization inference")
+
+
 def main():
     global R, N
     tmpdir = sys.argv[1]
@@ -400,6 +435,7 @@ def main():
     run("push_pull", t_push_pull)
     run("allreduce ops", t_allreduce_ops)
     run("allgather and reducescatter", t_gather_scatter)
+    run("sync batch norm", t_sync_batch_norm)
     run("broadcast", t_broadcast)
     run("push_pull gradient", t_push_pull_gradient)
     run("tape", t_tape)

@@ -23,7 +23,7 @@ Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
 :func:`byteps_declare_tensor`, :func:`byteps_push_pull`, Horovod's :func:`allreduce` and
 :func:`allreduce_` with its ops, :func:`allgather`, :func:`broadcast`, :func:`broadcast_`,
-:func:`reducescatter`, :func:`alltoall` (docs/collectives.md), :func:`barrier`, Horovod's build queries
+:func:`reducescatter`, :func:`alltoall` and the grouped forms (docs/collectives.md), :func:`barrier`, Horovod's build queries
 (:mod:`byteps.capabilities`), :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
 :func:`pull_parameters` (asynchronous training),
@@ -65,6 +65,10 @@ from .collectives import (
     alltoall,
     broadcast,
     broadcast_,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_reducescatter,
     reducescatter,
 )
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
@@ -106,6 +110,10 @@ __all__ = [
     "broadcast",
     "broadcast_",
     "reducescatter",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allgather",
+    "grouped_reducescatter",
     "barrier",
     "Average",
     "Sum",

@@ -180,3 +180,47 @@ def alltoall(tensor: mx.nd.NDArray, splits=None, name: Optional[str] = None) -> 
     out, _ = collectives.alltoall_start(_array_of(tensor, "alltoall"), splits,
                                         resolve_name(name, "alltoall")).wait()
     return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
+
+
+def _grouped_names(tensors, name: Optional[str], fn: str) -> list:
+    if not isinstance(tensors, (list, tuple)):
+        raise InvalidTypeError(f"{fn}: expected a list or tuple of NDArrays, got "
+                               f"{type(tensors).__name__}")
+    base = resolve_name(name, fn)
+    return [f"{base}.{i}" for i in range(len(tensors))]
+
+
+def grouped_allreduce_(tensors, average: Optional[bool] = None, name: Optional[str] = None,
+                       priority: int = 0, prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0, op=None) -> list:
+    """Horovod's ``grouped_allreduce_``: :func:`allreduce_` of each NDArray (named
+    ``<name>.<i>``), all started before any is read; returns the list. Errors: as
+    :func:`allreduce_`; InvalidTypeError: not a list or tuple."""
+    names = _grouped_names(tensors, name, "grouped_allreduce_")
+    return [allreduce_(t, average, n, priority, prescale_factor, postscale_factor, op)
+            for t, n in zip(tensors, names)]
+
+
+def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[str] = None,
+                      priority: int = 0, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0, op=None) -> list:
+    """Horovod's ``grouped_allreduce``: :func:`grouped_allreduce_` on copies; the inputs are
+    left unchanged."""
+    for t in tensors if isinstance(tensors, (list, tuple)) else ():
+        check_tensor(t, "grouped_allreduce")
+    copies = [t.copy() for t in tensors] if isinstance(tensors, (list, tuple)) else tensors
+    return grouped_allreduce_(copies, average, name, priority, prescale_factor,
+                              postscale_factor, op)
+
+
+def grouped_allgather(tensors, name: Optional[str] = None) -> list:
+    """Horovod's ``grouped_allgather``: :func:`allgather` of each NDArray (``<name>.<i>``)."""
+    names = _grouped_names(tensors, name, "grouped_allgather")
+    return [allgather(t, n) for t, n in zip(tensors, names)]
+
+
+def grouped_reducescatter(tensors, name: Optional[str] = None, op=None) -> list:
+    """Horovod's ``grouped_reducescatter``: :func:`reducescatter` of each NDArray
+    (``<name>.<i>``, Sum or Average)."""
+    names = _grouped_names(tensors, name, "grouped_reducescatter")
+    return [reducescatter(t, n, op) for t, n in zip(tensors, names)]

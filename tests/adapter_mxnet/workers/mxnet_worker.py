@@ -276,6 +276,17 @@ def mode_gather_scatter() -> None:
     if not np.array_equal(got.asnumpy(), want.astype("int32")):
         fail(f"alltoall: {got.asnumpy()}")
     ok("alltoall")
+    outs = bps.grouped_allreduce([mx.nd.full((3,), rank), mx.nd.full((2,), rank + 1)],
+                                 name="g.ar", op=bps.Sum)
+    if outs[0].asnumpy().tolist() != [sum(range(size))] * 3 or \
+            outs[1].asnumpy().tolist() != [sum(range(1, size + 1))] * 2:
+        fail(f"grouped_allreduce: {[o.asnumpy() for o in outs]}")
+    outs = bps.grouped_allgather([mx.nd.full((1,), rank)], name="g.ag")
+    outs += bps.grouped_reducescatter([mx.nd.ones((size, 2))], name="g.rs", op=bps.Sum)
+    if outs[0].asnumpy().tolist() != list(range(size)) or \
+            outs[1].asnumpy().tolist() != [[float(size)] * 2]:
+        fail(f"grouped_allgather / grouped_reducescatter: {[o.asnumpy() for o in outs]}")
+    ok("grouped forms")
 
 
 # ------------------------------------------------------------------------------ bad input --

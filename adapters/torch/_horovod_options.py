@@ -19,11 +19,15 @@ class HorovodOptions:
     """The resolved options. ``average``: push_pull averages; ``prescale`` / ``postscale``:
     factors around it (1.0: none)."""
 
-    def __init__(self, average: bool, prescale: float, postscale: float, op_average: bool,
-                 size: int, num_groups: int, groups: Optional[list], sparse_as_dense: bool):
-        self.average, self.prescale, self.postscale = average, prescale, postscale
+    def __init__(self, op_average: bool, factor: float, num_groups: int, groups: Optional[list],
+                 sparse_as_dense: bool):
         self.op_average = op_average  # Horovod's Average (else Sum)
-        self.size = size
+        self.factor = factor  # gradient_predivide_factor
+        # Fixed by bind() (the job's size): Average without a factor is push_pull's average.
+        self.average = op_average and factor == 1.0
+        self.prescale = 1.0 / factor
+        self.postscale = 1.0
+        self.size = 1
         self.sparse_as_dense = sparse_as_dense
         self._num_groups, self._groups_arg = num_groups, groups
         self._group_of: Dict[torch.Tensor, int] = {}
@@ -32,7 +36,7 @@ class HorovodOptions:
 
     @classmethod
     def make(cls, op=None, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-             groups=None, sparse_as_dense: bool = False, size: int = 1) -> HorovodOptions:
+             groups=None, sparse_as_dense: bool = False) -> HorovodOptions:
         """Check Horovod's arguments; errors as Horovod's (an InvalidArgumentError, a
         ValueError, where Horovod raises ValueError)."""
         fn = "DistributedOptimizer"
@@ -63,13 +67,13 @@ class HorovodOptions:
                 for g in groups)):
             raise InvalidTypeError(f"{fn}: groups must be an int or a list of lists of "
                                    "parameters")
-        if f != 1.0:
-            return cls(False, 1.0 / f, f / size, True, size, num_groups, groups, sparse_as_dense)
-        return cls(hvd_op == Average, 1.0, 1.0, hvd_op == Average, size, num_groups, groups,
-                   sparse_as_dense)
+        return cls(hvd_op == Average, f, num_groups, groups, sparse_as_dense)
 
-    def bind(self, params: List[torch.Tensor], compression_params) -> None:
-        """Fix the groups over the optimizer's ``params`` (in order)."""
+    def bind(self, params: List[torch.Tensor], compression_params, size: int) -> None:
+        """Fix the scale factors for a job of ``size`` ranks and the groups over the
+        optimizer's ``params`` (in order)."""
+        self.size = size
+        self.postscale = self.factor / size if self.factor != 1.0 else 1.0
         if compression_params and not (self.average and self.prescale == 1.0):
             raise InvalidArgumentError(
                 "DistributedOptimizer: compression_params average the gradients: op Average "

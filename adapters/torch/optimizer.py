@@ -108,8 +108,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._size = ops.size()  # raises NotInitializedError before init()
         # Horovod's op, gradient_predivide_factor, groups and sparse_as_dense.
-        self._hvd = horovod or HorovodOptions.make(size=self._size)
-        self._hvd.bind(self._bps_params, compression_params)
+        self._hvd = horovod or HorovodOptions.make()
+        self._hvd.bind(self._bps_params, compression_params, self._size)
         # Asynchronous training: no gradient is reduced; step() exchanges parameter deltas.
         self._bps_async_params = None
         if async_train.enabled():
@@ -426,7 +426,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     namespace["__qualname__"] = optimizer.__class__.__qualname__
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), namespace)
     horovod = HorovodOptions.make(op, gradient_predivide_factor, num_groups, groups,
-                                  sparse_as_dense, ops.size())
+                                  sparse_as_dense)
     dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                compression_params, horovod)
     # Keep any state the optimizer already has (e.g. momentum after a few local steps).

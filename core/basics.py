@@ -235,6 +235,27 @@ def local_rank() -> int:
     return int(_core.local_rank())
 
 
+def cross_size() -> int:
+    """Number of worker machines (``DMLC_NUM_WORKER``; Horovod's ``cross_size``: the ranks
+    that share this process's local rank)."""
+    _require_init()
+    return int(_core.num_worker())
+
+
+def cross_rank() -> int:
+    """This process's worker machine, ``0 <= cross_rank() < cross_size()``
+    (``DMLC_WORKER_ID``; Horovod's ``cross_rank``)."""
+    _require_init()
+    return int(_core.worker_id())
+
+
+def is_homogeneous() -> bool:
+    """True: every worker machine runs ``BYTEPS_LOCAL_SIZE`` processes (Horovod's
+    ``is_homogeneous``; byteps's jobs have one local size)."""
+    _require_init()
+    return True
+
+
 def _compression_text(compression: Mapping, fn: str) -> str:
     """The canonical text of a compressor's kwargs (``key=value;...`` in key order)."""
     if not isinstance(compression, Mapping):

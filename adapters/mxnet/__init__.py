@@ -46,7 +46,7 @@ except (ImportError, AttributeError) as exc:
     ) from exc
 
 from byteps import capabilities as _capabilities
-from byteps.basics import barrier, resume, suspend
+from byteps.basics import barrier, cross_rank, cross_size, is_homogeneous, resume, suspend
 from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
 from byteps.naming import broadcast_object
 from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline
@@ -97,6 +97,9 @@ __all__ = [
     "rank",
     "local_size",
     "local_rank",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
     "get_pushpull_speed",
     "get_telemetry",
     "start_timeline",

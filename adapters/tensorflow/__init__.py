@@ -41,7 +41,7 @@ if not tf.__version__.startswith("2."):
     raise ImportError(f"byteps.tensorflow needs TensorFlow 2.x; found {tf.__version__}")
 
 from byteps import capabilities as _capabilities
-from byteps.basics import barrier, resume, suspend
+from byteps.basics import barrier, cross_rank, cross_size, is_homogeneous, resume, suspend
 from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
 from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline
 
@@ -88,6 +88,9 @@ __all__ = [
     "rank",
     "local_size",
     "local_rank",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
     "get_pushpull_speed",
     "get_telemetry",
     "start_timeline",

@@ -57,7 +57,7 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
     )
 
 from byteps import capabilities as _capabilities  # noqa: E402
-from byteps.basics import barrier, resume, suspend  # noqa: E402  (resume: elastic restart)
+from byteps.basics import barrier, cross_rank, cross_size, is_homogeneous, resume, suspend  # noqa: E402  (resume: elastic restart)
 from byteps.capabilities import *  # noqa: E402, F403  (Horovod's build queries)
 from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline  # noqa: E402
 
@@ -134,6 +134,9 @@ __all__ = [
     "rank",
     "local_size",
     "local_rank",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
     "get_pushpull_speed",
     "get_telemetry",
     "start_timeline",

@@ -161,6 +161,8 @@ def horovod_extras(ck: Checker) -> None:
     ck.check(isinstance(hvd.nccl_built(), int) and isinstance(hvd.cuda_built(), bool),
              "nccl_built / cuda_built types")
     ck.check(hvd.is_initialized(), "is_initialized")
+    ck.check(hvd.cross_size() * hvd.local_size() == hvd.size() and hvd.is_homogeneous() and
+             hvd.cross_rank() == hvd.rank() // hvd.local_size(), "cross_rank / cross_size")
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ class Case:
 
 #: group name -> cases, in execution order
 GROUPS: Dict[str, List[Case]] = {"collectives": [], "broadcast": [], "optimizer": [],
-                                 "errors": [], "compression": []}
+                                 "errors": [], "compression": [], "horovod": []}
 
 
 def case(group: str, requires: Sequence[str] = ()):
@@ -611,17 +611,19 @@ def _check_sum(shim, out, shape, salt: int, label: str) -> None:
     check_reduced(shim, out, shape, "float32", False, label, salt=salt)
 
 
-def _register_compression_cases() -> None:
-    """The "compression" group, in compression_cases.py (it needs the compressors' NumPy
-    reference), loaded by path: the pytest driver imports this file under another name."""
+def _register_group_files() -> None:
+    """The groups that live in files of their own, loaded by path (the pytest driver imports
+    this file under another name): "compression" (compression_cases.py: it needs the
+    compressors' NumPy reference) and "horovod" (horovod_cases.py)."""
     import importlib.util
     import sys
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compression_cases.py")
-    spec = importlib.util.spec_from_file_location("byteps_conformance_compression", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.register(case, sys.modules[__name__])
+    for group in ("compression", "horovod"):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{group}_cases.py")
+        spec = importlib.util.spec_from_file_location(f"byteps_conformance_{group}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.register(case, sys.modules[__name__])
 
 
-_register_compression_cases()
+_register_group_files()

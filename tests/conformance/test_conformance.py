@@ -70,8 +70,10 @@ SCHEME_CONFIGS = [
 DEFAULT_TIMEOUT = 60
 #: wall-clock limit of one launch
 JOB_TIMEOUT = 420
-#: extra environment of a group's jobs: the compression group's tiny parameters are compressed
-GROUP_ENV = {"compression": ["BYTEPS_MIN_COMPRESS_BYTES=0"]}
+#: extra environment of a group's jobs: the compression group's tiny parameters are compressed,
+#: the horovod group's tensors cross partition bounds (horovod_cases.PARTITION_BYTES)
+GROUP_ENV = {"compression": ["BYTEPS_MIN_COMPRESS_BYTES=0"],
+             "horovod": ["BYTEPS_PARTITION_BYTES=65536"]}
 
 
 def _params():

@@ -230,6 +230,24 @@ class Shim:
         """Broadcast a picklable object from ``root`` (capability ``broadcast_object``)."""
         raise NotImplementedError
 
+    # ---------------------------------------------------------------- Horovod's collectives
+    def allgather(self, t: Any, name: str) -> Any:
+        """Horovod's ``allgather``: the ranks' ``t`` concatenated along the first dimension."""
+        raise NotImplementedError
+
+    def hvd_broadcast(self, t: Any, root: int, name: str) -> Any:
+        """Horovod's ``broadcast`` (the adapter's function of that name): ``root``'s ``t``."""
+        raise NotImplementedError
+
+    def reducescatter(self, t: Any, name: str, average: bool) -> Any:
+        """Horovod's ``reducescatter`` with op Sum (or Average): this rank's shard."""
+        raise NotImplementedError
+
+    def alltoall(self, t: Any, splits, name: str):
+        """Horovod's ``alltoall`` with ``splits``: ``(output, received splits as a list, or
+        None where the framework's function does not return them)``."""
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- tiny model
     def make_model(self, weights: Dict[str, np.ndarray]) -> Any:
         """A fresh model (trainable parameters named :data:`PARAM_NAMES`) holding

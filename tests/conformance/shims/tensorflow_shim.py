@@ -154,6 +154,19 @@ class TensorFlowShim(Shim):
     def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
         return self.bps.broadcast_object(obj, root_rank=root, name=name)
 
+    def allgather(self, t: Any, name: str) -> Any:
+        return self.bps.allgather(t, name=name)
+
+    def hvd_broadcast(self, t: Any, root: int, name: str) -> Any:
+        return self.bps.broadcast(t, root, name=name)
+
+    def reducescatter(self, t: Any, name: str, average: bool) -> Any:
+        return self.bps.reducescatter(t, name=name, op=self._op(average))
+
+    def alltoall(self, t: Any, splits, name: str):
+        out, received = self.bps.alltoall(t, splits=splits, name=name)
+        return out, received.numpy().tolist()
+
     # ---------------------------------------------------------------- tiny model
     def make_model(self, weights: Dict[str, np.ndarray]) -> Any:
         return {n: self.keras.Variable(initializer=np.array(weights[n], np.float32), name=n,

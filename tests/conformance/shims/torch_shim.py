@@ -89,6 +89,20 @@ class TorchShim(Shim):
     def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
         return self.bps.broadcast_object(obj, root_rank=root, name=name)
 
+    def allgather(self, t: Any, name: str) -> Any:
+        return self.bps.allgather(t, name=name)
+
+    def hvd_broadcast(self, t: Any, root: int, name: str) -> Any:
+        return self.bps.broadcast(t, root, name=name)
+
+    def reducescatter(self, t: Any, name: str, average: bool) -> Any:
+        return self.bps.reducescatter(t, name=name,
+                                      op=self.bps.Average if average else self.bps.Sum)
+
+    def alltoall(self, t: Any, splits, name: str):
+        out, received = self.bps.alltoall(t, splits=splits, name=name)
+        return out, received.tolist()
+
     # ---------------------------------------------------------------- tiny model
     def make_model(self, weights: Dict[str, np.ndarray]) -> Any:
         torch = self.torch

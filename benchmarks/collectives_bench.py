@@ -228,7 +228,7 @@ def bench_run(plan: dict, progress) -> dict:
                 progress(f"collectives loopback: {backend}")
                 run[backend] = _run_loopback(plan, backend)
         else:
-            with bc.EmulatedCluster(n, k, plan["bandwidth_mbit"] * 1e6 / 8) as cluster:
+            with bc.EmulatedCluster(n, k, plan["bandwidth_mbit"] * 1e6) as cluster:
                 for backend in ("byteps", "gloo"):
                     progress(f"collectives n={n} k={k}: {backend}")
                     run[backend] = _run_cluster(plan, cluster, backend)

@@ -16,9 +16,9 @@ operation (:func:`collective_async`) and cuts the result back into what Horovod 
   ``op`` over every rank (``average``: divided by ``size()``).
 * **alltoall**: rank i sends ``splits[j]`` rows to rank j (the splits of every rank are agreed
   first); rank j's result is the rows every rank sent it, in rank order, and the number from
-  each. The buffer holds every rank's rows, ordered by destination machine, then source
-  machine, then destination and source rank: a machine's input fills its column of the
-  machine-pair blocks, its output is its row.
+  each. The buffer holds every rank's rows in n phases: in phase k machine s's rows for machine
+  (s + k) mod n (by destination rank, then source rank), so that the partitions of a phase keep
+  every link busy.
 
 On a machine with several worker processes the machine's processes first combine their
 buffers with a sum (the core's local reduce): a process writes its own rows and zeros
@@ -57,7 +57,7 @@ def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nby
         dtype: one of ``byteps.basics.SUPPORTED_DTYPES``; ``shape`` the buffer's shape.
         blocks: allgather, reducescatter: ``n + 1`` byte offsets, worker machine ``m``'s block
             is ``[blocks[m], blocks[m + 1])`` (n = the job's worker machines); alltoall:
-            ``n * n + 1``, block ``d * n + s`` what machine s sends machine d.
+            ``n * n + 1``, block ``k * n + s`` what machine s sends machine (s + k) mod n.
         root, root_rank: broadcast: the worker machine whose buffer every machine receives,
             and the rank on it that sends (its machine's other processes pass zeros).
         op, average: reducescatter's combination (``byteps.basics.REDUCE_OPS``; ``average``
@@ -346,10 +346,10 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     by_machine = [sorted(r for r in range(size) if machine[r] == m) for m in range(n)]
     start = {}  # (source, destination) -> first row in the buffer
     blocks, row = [], 0
-    for dm in range(n):
+    for k in range(n):  # phase k: machine sm sends machine (sm + k) mod n
         for sm in range(n):
             blocks.append(row * row_bytes)
-            for d in by_machine[dm]:
+            for d in by_machine[(sm + k) % n]:
                 for s in by_machine[sm]:
                     start[s, d] = row
                     row += int(counts[s][d])

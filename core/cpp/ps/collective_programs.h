@@ -20,13 +20,15 @@
 //   combines block me - k - 2 from its predecessor into its own; after n - 1 steps block me is
 //   complete here (the other blocks of the output hold partial sums). (n - 1)/n of the bytes
 //   cross each link.
-// * alltoall: block (d, s) = [blocks[d * n + s], blocks[d * n + s + 1]) holds what machine s
-//   sends machine d (the buffer is every machine's data, ordered by destination then source:
-//   a machine's input fills its column, its output is its row). Direct: each machine sends
-//   its block to each destination over their own connection (the mesh is complete) and
-//   acknowledges each block it receives with an empty message, so a sender never starts a
-//   round before its destinations reached the previous one. (n - 1)/n of a machine's bytes
-//   leave over its link, as much arrives.
+// * alltoall: the buffer holds every machine's data in n phases; in phase k machine s sends
+//   machine (s + k) mod n, so block i = k * n + s = [blocks[i], blocks[i + 1]) is what s sends
+//   (s + k) mod n. The partitions go in buffer order, so while a phase's partitions are in
+//   flight every machine sends to a different one and receives from a different one: no link
+//   idles and none takes two senders (destination-major order made every sender wait on one
+//   receiver's link at a time). Direct: each machine sends its block to each destination over
+//   their own connection (the mesh is complete) and acknowledges each block it receives with
+//   an empty message, so a sender never starts a round before its destinations reached the
+//   previous one. (n - 1)/n of a machine's bytes leave over its link, as much arrives.
 //
 // In the rings every step exchanges a message, also where a block is empty in a partition (a
 // message of 0 bytes): a machine then finishes a round only after every other machine started it, so no
@@ -56,7 +58,7 @@ bool ParseCollective(const std::string& text, Collective* out);
 
 // Where a collective's bytes are, the same on every worker machine. blocks (allgather,
 // reducescatter): n + 1 byte offsets, 0 = blocks[0] <= ... <= blocks[n] = the tensor's bytes,
-// each a multiple of the element size (alltoall: n * n + 1 of them, block d * n + s); root (broadcast): the worker machine, 0 <= root < n,
+// each a multiple of the element size (alltoall: n * n + 1 of them, in phase order); root (broadcast): the worker machine, 0 <= root < n,
 // and root_rank the rank on it whose buffer is sent (compared across ranks; the machine's
 // processes sum their buffers, every one but the root's zeros).
 struct CollLayout {

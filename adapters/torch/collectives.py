@@ -28,7 +28,7 @@ import torch
 from byteps import reduce_ops
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
-from .ops import _check_tensor, _group, _resolve_name, _start, declare, synchronize
+from .ops import _check_tensor, _resolve_name, _start, _start_group, declare, synchronize
 
 
 class ReduceOp(enum.IntEnum):
@@ -192,26 +192,12 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None,
 
 def _group_start(tensors, average, name, op, prescale_factor, postscale_factor, inplace,
                  fn: str) -> int:
-    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
-        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
-                               f"{type(tensors).__name__}")
-    for t in tensors:
-        _check_tensor(t, fn)
+    if isinstance(tensors, (list, tuple)):
+        for t in tensors:
+            _check_tensor(t, fn)
     _resolve_op(op, average, fn)  # its errors before anything starts
-    base = _resolve_name(name)
-    handles = []
-    try:
-        for i, t in enumerate(tensors):
-            handles.append(_allreduce_start(t, average, f"{base}.{i}", op, prescale_factor,
-                                            postscale_factor, inplace, fn))
-    except BaseException:
-        if handles:  # wait for what started, so no buffer is freed under the core
-            try:
-                synchronize(_group(handles))
-            except Exception:
-                pass
-        raise
-    return _group(handles)
+    return _start_group(tensors, name, fn, lambda t, n: _allreduce_start(
+        t, average, n, op, prescale_factor, postscale_factor, inplace, fn))
 
 
 def grouped_allreduce_async(tensors, average: Optional[bool] = None,

@@ -31,7 +31,7 @@ from byteps import basics, collectives
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from .collectives import Average, ReduceOp, Sum, _factor, _resolve_op, allreduce
-from .ops import _check_tensor, _group, _Op, _register, _resolve_name, synchronize
+from .ops import _check_tensor, _Op, _register, _resolve_name, _start_group, synchronize
 
 # torch dtypes NumPy lacks, moved as the same-size integers NumPy has.
 _BITS_AS = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}
@@ -132,22 +132,7 @@ def grouped_allgather(tensors: List[torch.Tensor], name: Optional[str] = None) -
 
 
 def _grouped(tensors, name, fn, start, **kwargs) -> int:
-    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
-        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
-                               f"{type(tensors).__name__}")
-    base = _resolve_name(name)
-    handles = []
-    try:
-        for i, t in enumerate(tensors):
-            handles.append(start(t, name=f"{base}.{i}", **kwargs))
-    except BaseException:
-        if handles:  # wait for what started, so no buffer is freed under the core
-            try:
-                synchronize(_group(handles))
-            except Exception:
-                pass
-        raise
-    return _group(handles)
+    return _start_group(tensors, name, fn, lambda t, n: start(t, name=n, **kwargs))
 
 
 # ---------------------------------------------------------------------------------- broadcast

@@ -444,6 +444,33 @@ def _name_for(base: str, dtype: torch.dtype, shape, compression=None) -> str:
     return name_for(base, _DTYPE_NAMES.get(dtype, str(dtype)), shape, compression)
 
 
+def _start_group(tensors, name: Optional[str], fn: str, start_one) -> int:
+    """Start ``start_one(tensor, "<name>.<i>")`` (which returns a handle) for each of
+    ``tensors`` (a list or tuple) under one group handle (Horovod's grouped operations). If one
+    fails to start, the ones already started are waited for (so no buffer is freed under the
+    core) and the error is raised.
+
+    Raises:
+        InvalidTypeError: ``tensors`` is a tensor or not a list or tuple; what ``start_one``
+            raises."""
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise InvalidTypeError(f"{fn}: expected a list or tuple of tensors, got "
+                               f"{type(tensors).__name__}")
+    base = _resolve_name(name)
+    handles: List[int] = []
+    try:
+        for i, t in enumerate(tensors):
+            handles.append(start_one(t, f"{base}.{i}"))
+    except BaseException:
+        if handles:
+            try:
+                synchronize(_group(handles))
+            except Exception:
+                pass
+        raise
+    return _group(handles)
+
+
 def _register(handle: int, op: _Op) -> int:
     """Track ``op`` under the core's ``handle`` (for :func:`poll` and :func:`synchronize`)."""
     with _ops_lock:

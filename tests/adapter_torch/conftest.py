@@ -54,6 +54,9 @@ def _make_fake_basics(size=1):
     m.local_size = _size
     m.rank = _zero
     m.local_rank = _zero
+    m.cross_rank = _zero  # one machine
+    m.cross_size = lambda: (_req(), 1)[1]
+    m.is_homogeneous = lambda: (_req(), True)[1]
 
     def declare(name, compression=None):
         _req()

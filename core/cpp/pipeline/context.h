@@ -81,6 +81,9 @@ struct PartTask {
   Partition part;
   uint64_t key = 0;   // declared_key << 16 | index
   int server = -1;    // index of the server that sums this partition (HiPS: its group's)
+  // Where the partition queues among the tensor's at REDUCE_SCATTER (its index unless an
+  // allgather or reducescatter interleaves the machines' blocks: SetUpCollective).
+  uint32_t coll_position = 0;
   int upper = -1;     // HiPS: the top-level server the group's sum goes to
   int pull_window_server = -1;  // the server offered a window on this partition's sums
   StageList stages;

@@ -8,8 +8,11 @@
 // on the receiving thread; the next round's early messages are kept by round parity. Summed
 // receives land in the partition's scratch and are added with the SIMD kernels; final ones
 // land straight in the output (or the aggregate, on a machine with several processes).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "pipeline/worker.h"
@@ -101,6 +104,31 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
 
 void WorkerCore::SetUpCollective(TensorContext* ctx) {
   const size_t es = DTypeSize(ctx->dtype);
+  // An allgather's or reducescatter's blocks are contiguous per machine, so a partition lies
+  // in one machine's block and its ring carries data over n - 1 links only (a chain from, or
+  // to, that machine). Queued round-robin over the owners (the first partition of each
+  // machine's block, then the second of each, ...), the partitions in flight keep every link
+  // busy.
+  std::vector<std::pair<uint64_t, size_t>> rounds;  // (round within its owner, owner) by index
+  const auto& l = ctx->layout;
+  const bool interleave = l.kind == Collective::kAllgather || l.kind == Collective::kReducescatter;
+  size_t owner = 0, first = 0;
+  for (size_t i = 0; i < ctx->parts.size(); ++i) {
+    const size_t off = ctx->parts[i]->part.offset;
+    size_t o = owner;
+    while (interleave && o + 1 < l.blocks.size() - 1 && off >= l.blocks[o + 1]) ++o;
+    if (o != owner || i == 0) {
+      owner = o;
+      first = i;
+    }
+    rounds.emplace_back(interleave ? i - first : i, owner);
+  }
+  std::vector<size_t> by_order(ctx->parts.size());
+  for (size_t i = 0; i < by_order.size(); ++i) by_order[i] = i;
+  std::stable_sort(by_order.begin(), by_order.end(),
+                   [&](size_t a, size_t b) { return rounds[a] < rounds[b]; });
+  for (size_t pos = 0; pos < by_order.size(); ++pos)
+    ctx->parts[by_order[pos]]->coll_position = static_cast<uint32_t>(pos);
   for (auto& t : ctx->parts) {
     auto c = std::make_unique<CollTask>();
     c->prog = ctx->layout.kind == Collective::kAllreduce

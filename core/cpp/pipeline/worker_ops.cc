@@ -385,12 +385,15 @@ void WorkerCore::Dispatch(PartTask* t) {
     g->Arrive(t, t->key, g == written_gate_.get() ? t->ctx->sig : 0);
     return;
   }
-  // PUSH: among equal priorities, in this worker machine's rotation of the tensor's partitions.
+  // PUSH: among equal priorities, in this worker machine's rotation of the tensor's partitions;
+  // REDUCE_SCATTER: in the collective's order (coll_position).
   const uint64_t order =
       t->stages.current() == Stage::kPush
           ? PartitionKey(t->ctx->declared_key,
                          StaggeredPushPosition(t->part.index, t->ctx->parts.size(),
                                                cfg_.worker_id))
+      : t->stages.current() == Stage::kReduceScatter && t->coll
+          ? PartitionKey(t->ctx->declared_key, t->coll_position)
           : t->key;
   queues_[s]->Push(QueueItem{t->ctx->priority, order,
                              t->stages.current() == Stage::kPush ? PushBytes(t) : t->part.length,

@@ -31,7 +31,6 @@ is a tensor of its own there, named ``<name>#<digest>`` (at most 65535 tensors p
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -106,8 +105,8 @@ class Pending(NamedTuple):
 
 def _machine_major() -> bool:
     """Ranks are numbered machine by machine (``worker_id * local_size + local_rank``) unless
-    the launcher gave each process its global rank (``BYTEPS_GLOBAL_RANK``)."""
-    return int(os.environ.get("BYTEPS_GLOBAL_RANK", "-1") or "-1") < 0
+    the launcher gave each process its global rank (``BYTEPS_GLOBAL_RANK``, read by the core)."""
+    return not _core.rank_given()
 
 
 def _exchange(name: str, mine: Sequence[int]) -> np.ndarray:
@@ -168,12 +167,11 @@ def _core_name(kind: str, name: str, *parts) -> str:
     return f"{kind}.{name}#{digest}"
 
 
-def _wire_dtype(a: np.ndarray, kind: str) -> tuple:
-    """allgather and broadcast move bytes: any dtype, viewed as uint8 rows."""
+def _check_movable(a: np.ndarray, kind: str) -> None:
+    """allgather, broadcast and alltoall move bytes (as uint8): any dtype but Python objects."""
     if a.dtype.hasobject:
         raise InvalidTypeError(f"{kind}: arrays of Python objects cannot be sent "
                                "(allgather_object / broadcast_object pickle them)")
-    return "uint8", a.dtype.itemsize
 
 
 def _contiguous(a) -> np.ndarray:
@@ -218,6 +216,7 @@ def allgather_object(obj, name: str) -> list:
 def _allgather(a: np.ndarray, name: str, priority: Optional[int] = None) -> tuple:
     """:func:`allgather_start`, and the rows of every rank."""
     a = _rows_of(a, "allgather")
+    _check_movable(a, "allgather")  # before the sizes are exchanged
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
     table = _exchange(f"allgather.{name}.sizes",
@@ -233,10 +232,9 @@ def _allgather(a: np.ndarray, name: str, priority: Optional[int] = None) -> tupl
     buf = (np.zeros if basics.local_size() > 1 else np.empty)((lay.rows * row_bytes,), np.uint8)
     begin = lay.start[me] * row_bytes
     buf[begin:begin + a.nbytes] = a.reshape(-1).view(np.uint8)
-    wire, _ = _wire_dtype(a, "allgather")
     core = _core_name("allgather", name, lay.blocks, str(a.dtype), rest)
     handle = collective_async("allgather", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
-                              wire, (buf.nbytes,), blocks=lay.blocks, priority=priority)
+                              "uint8", (buf.nbytes,), blocks=lay.blocks, priority=priority)
 
     def finish() -> np.ndarray:
         out = buf.view(a.dtype).reshape((lay.rows,) + rest)
@@ -259,7 +257,7 @@ def broadcast_start(a: np.ndarray, root_rank: int, name: str,
         raise InvalidArgumentError(f"broadcast: root_rank {root_rank} is not a rank of this "
                                    f"job of {basics.size()}")
     a = _contiguous(a)
-    _wire_dtype(a, "broadcast")
+    _check_movable(a, "broadcast")
     root_machine = rank_machines(f"broadcast.{name}")[root_rank]
     me = basics.rank()
     if me == root_rank:
@@ -320,6 +318,7 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     machine; a process that shares its machine zeroes it first, so it costs memory and a pass
     over it (docs/collectives.md)."""
     a = _rows_of(a, "alltoall")
+    _check_movable(a, "alltoall")
     size, me = basics.size(), basics.rank()
     rows = a.shape[0]
     if splits is None:

@@ -83,6 +83,7 @@ Status LoadWorkerConfig(const Knobs& k, WorkerConfig* cfg) {
   cfg->interface = k.Str("DMLC_INTERFACE");
   cfg->size = cfg->num_worker * cfg->local_size;
   int64_t global = k.Int("BYTEPS_GLOBAL_RANK");
+  cfg->rank_given = global >= 0;
   cfg->rank = global >= 0 ? static_cast<int>(global)
                           : cfg->worker_id * cfg->local_size + cfg->local_rank;
   // Partitions exist for the network (priority preemption, credit); a single-machine job only

@@ -26,6 +26,9 @@ constexpr const char* kAsyncParamPrefix = "AsyncParam.";
 
 struct WorkerConfig {
   int num_worker = 1, worker_id = 0, local_size = 1, local_rank = 0, rank = 0, size = 1;
+  // The launcher gave the rank (BYTEPS_GLOBAL_RANK); else it is worker_id * local_size +
+  // local_rank, so the ranks are numbered machine by machine.
+  bool rank_given = false;
   bool async_mode = false;  // BYTEPS_ENABLE_ASYNC
   int max_staleness = -1;   // BYTEPS_ASYNC_MAX_STALENESS
   int num_server = 0;

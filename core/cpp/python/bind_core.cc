@@ -80,6 +80,7 @@ void BindCore(py::module_& m) {
   m.def("local_size", []() { return Require()->config().local_size; });
   m.def("num_worker", []() { return Require()->config().num_worker; });
   m.def("worker_id", []() { return Require()->config().worker_id; });
+  m.def("rank_given", []() { return Require()->config().rank_given; });
   m.def("is_distributed", []() { return Require()->config().distributed; });
   // (servers, CPU-only servers) of the job's address book: the cost model's k (docs/schemes.md).
   m.def("server_placement", []() { return Require()->ServerPlacement(); });

@@ -23,6 +23,7 @@ import threading
 from typing import Mapping, Optional, Sequence
 
 from . import _core
+from . import process_sets as process_sets_module
 from .errors import InvalidArgumentError, InvalidTypeError, NotInitializedError
 from .launch import torchrun
 from .sync import schemes
@@ -55,12 +56,13 @@ _sync_of: dict = {}
 _auto_choose = None
 
 
-def init(lazy: bool = True) -> None:
+def init(lazy: bool = True, process_sets=None) -> None:
     """Start the core: read and validate every knob, connect to the job.
 
     Idempotent: a second call while initialised does nothing. ``lazy`` is accepted for upstream
     compatibility; the core always connects at init so that configuration and network errors
-    surface here (upstream deferred the connection to the first tensor).
+    surface here (upstream deferred the connection to the first tensor). ``process_sets``:
+    Horovod's list of ``ProcessSet`` to add now, in order (``"dynamic"``, None: none).
 
     Raises:
         byteps.errors.ConfigError: a ``BYTEPS_*``/``DMLC_*`` variable is missing or malformed
@@ -91,6 +93,10 @@ def init(lazy: bool = True) -> None:
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
+    if process_sets not in (None, "dynamic"):
+        for ps in process_sets:
+            if ps.process_set_id is None:
+                process_sets_module.add_process_set(ps)
 
 
 def shutdown() -> None:
@@ -104,6 +110,7 @@ def shutdown() -> None:
         try:
             _core.shutdown()
         finally:
+            process_sets_module.reset()
             torchrun.deactivate()
 
 
@@ -382,6 +389,7 @@ def push_pull_async(
     device_id: int = 0,
     ready_event: int = 0,
     op: str = "sum",
+    process_set=None,
 ) -> int:
     """Start summing ``nbytes`` at ``input_ptr`` across all worker processes into ``output_ptr``
     (or reducing them with ``op``).
@@ -413,6 +421,8 @@ def push_pull_async(
             ``average=False`` (Horovod's Sum, Min, Max, Product). Fixed by the name's first
             push_pull, and must be the same on every rank. A compressed or asynchronous
             tensor only sums.
+        process_set: a registered ``byteps.process_sets.ProcessSet`` (None: every rank); only
+            its ranks call it, ``average`` divides by its size (docs/collectives.md).
 
     Returns:
         an integer handle for :func:`poll` / :func:`wait`.
@@ -455,10 +465,14 @@ def push_pull_async(
         raise InvalidArgumentError(f"{fn}: op must be one of {', '.join(REDUCE_OPS)}, "
                                    f"got {op!r}")
     _require_init()
-    _auto_declare(name, nbytes)
-    return int(_core.push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, dims,
-                                     bool(average), priority, version, device=device,
-                                     device_id=device_id, ready_event=ready_event, op=op))
+    scope = process_sets_module.scope(process_set, fn)
+    if scope is None:
+        _auto_declare(name, nbytes)
+    return int(_core.push_pull_async(process_sets_module.core_name(name, scope), input_ptr,
+                                     output_ptr, nbytes, dtype, dims, bool(average), priority,
+                                     version, device=device, device_id=device_id,
+                                     ready_event=ready_event, op=op,
+                                     **process_sets_module.core_args(scope)))
 
 
 def copy_stream(device: str, device_id: int) -> int:
@@ -580,8 +594,10 @@ _barrier_lock = threading.Lock()  # one barrier at a time per process, so one bu
 _barrier_count = (ctypes.c_int32 * 1)()  # module-level: the core may write it until it is done
 
 
-def barrier() -> None:
-    """Block until every worker process has called :func:`barrier` (Horovod's ``barrier``):
+def barrier(process_set=None) -> None:
+    """Block until every worker process (of ``process_set``, a registered
+    :class:`byteps.process_sets.ProcessSet`; default every rank) has called :func:`barrier`
+    (Horovod's ``barrier``):
     a push_pull of one int32 under :data:`BARRIER_NAME`, whose round no rank can complete
     before every rank has pushed it. Costs one round trip through the summation service (no
     communication in a job of one process). Threads of one process take turns.
@@ -595,8 +611,10 @@ def barrier() -> None:
     with _barrier_lock:
         _barrier_count[0] = 1
         address = ctypes.addressof(_barrier_count)
-        wait(push_pull_async(BARRIER_NAME, address, address, 4, "int32", (1,), False))
-        if _barrier_count[0] != size():
-            raise InvalidArgumentError(f"barrier: {_barrier_count[0]} of {size()} ranks "
+        wait(push_pull_async(BARRIER_NAME, address, address, 4, "int32", (1,), False,
+                             process_set=process_set))
+        ranks = size() if process_set is None else process_set.size()
+        if _barrier_count[0] != ranks:
+            raise InvalidArgumentError(f"barrier: {_barrier_count[0]} of {ranks} ranks "
                                        f"counted; '{BARRIER_NAME}' was used by another "
                                        "push_pull")

@@ -26,6 +26,10 @@ elsewhere, so the sum is the machine's part of the layout.
 
 A name keeps one layout in the core: each distinct layout (sizes, root, dtype, shape) of a name
 is a tensor of its own there, named ``<name>#<digest>`` (at most 65535 tensors per job).
+
+Every function takes ``process_set=`` (a registered ``byteps.process_sets.ProcessSet``; None:
+every rank): then only the set's ranks call it, ranks, sizes and splits are the set's (rank i
+of the set is its i-th lowest global rank), and the layout numbers the set's machines.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from . import _core, basics
+from . import _core, basics, process_sets
 from .errors import InvalidArgumentError, InvalidTypeError
+from .process_sets import Scope
 
 #: The collectives this module runs beside push_pull (the core's allreduce).
 COLLECTIVES = ("allgather", "broadcast", "reducescatter", "alltoall")
@@ -45,7 +50,8 @@ COLLECTIVES = ("allgather", "broadcast", "reducescatter", "alltoall")
 def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nbytes: int,
                      dtype: str, shape: Sequence[int], *, blocks: Sequence[int] = (),
                      root: int = -1, root_rank: int = -1, op: str = "sum",
-                     average: bool = False, priority: Optional[int] = None) -> int:
+                     average: bool = False, priority: Optional[int] = None,
+                     scope: Optional[Scope] = None) -> int:
     """Start collective ``kind`` on a buffer laid out for it (the core's entry point).
 
     Args:
@@ -62,6 +68,8 @@ def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nby
         op, average: reducescatter's combination (``byteps.basics.REDUCE_OPS``; ``average``
             divides a sum by ``size()``); allgather and broadcast take ``"sum"``, ``False``.
         priority: larger runs first (default: by first use).
+        scope: the process set it runs in (``byteps.process_sets.scope``; None: every rank);
+            machines, ranks and ``size()`` above are then the set's.
 
     Returns:
         a handle for ``byteps.basics.poll`` / ``byteps.basics.wait``.
@@ -80,11 +88,12 @@ def collective_async(kind: str, name: str, buffer_ptr: int, output_ptr: int, nby
         raise InvalidTypeError(f"{kind}: unsupported dtype {dtype!r}; supported: "
                                f"{', '.join(basics.SUPPORTED_DTYPES)}")
     basics._require_init()
-    return int(_core.push_pull_async(name, int(buffer_ptr), int(output_ptr), int(nbytes),
-                                     dtype, [int(d) for d in shape], bool(average), priority,
-                                     0, op=op, collective=kind,
-                                     blocks=[int(b) for b in blocks], root=int(root),
-                                     root_rank=int(root_rank)))
+    return int(_core.push_pull_async(process_sets.core_name(name, scope), int(buffer_ptr),
+                                     int(output_ptr), int(nbytes), dtype,
+                                     [int(d) for d in shape], bool(average), priority, 0, op=op,
+                                     collective=kind, blocks=[int(b) for b in blocks],
+                                     root=int(root), root_rank=int(root_rank),
+                                     **process_sets.core_args(scope)))
 
 
 class Pending(NamedTuple):
@@ -109,21 +118,46 @@ def _machine_major() -> bool:
     return not _core.rank_given()
 
 
-def _exchange(name: str, mine: Sequence[int]) -> np.ndarray:
-    """Every rank's ``mine`` (k int64s), as a ``size() x k`` array: a push_pull in which each
-    rank fills its own row and zeros the others."""
+class _Ranks(NamedTuple):
+    """The ranks an operation runs among: the job's, or a process set's."""
+
+    size: int
+    rank: int  # this process's
+    machines: int  # worker machines
+    me: int  # this process's machine, numbered among them
+    scope: Optional[Scope]
+
+
+def _ranks(process_set, fn: str) -> _Ranks:
+    sc = process_sets.scope(process_set, fn)
+    if sc is None:
+        return _Ranks(basics.size(), basics.rank(), _core.num_worker(), _core.worker_id(), None)
+    return _Ranks(sc.size, sc.rank, len(sc.machines), sc.machine_index[sc.rank], sc)
+
+
+def _exchange(name: str, mine: Sequence[int], among: Optional[_Ranks] = None) -> np.ndarray:
+    """Every rank's ``mine`` (k int64s), as a ``size x k`` array (by rank, of the job or of
+    the process set): a push_pull in which each rank fills its own row and zeros the others."""
+    among = among or _ranks(None, name)
     k = len(mine)
-    table = np.zeros((basics.size(), k), dtype=np.int64)
-    table[basics.rank()] = mine
+    table = np.zeros((among.size, k), dtype=np.int64)
+    table[among.rank] = mine
     ptr = table.ctypes.data
     basics.wait(basics.push_pull_async(name, ptr, ptr, table.nbytes, "int64", table.shape,
-                                       False))
+                                       False, process_set=_set_of(among)))
     return table
 
 
-def rank_machines(name: str) -> list:
+def _set_of(among: _Ranks):
+    return None if among.scope is None else among.scope.process_set
+
+
+def rank_machines(name: str, among: Optional[_Ranks] = None) -> list:
     """The worker machine of every rank, by rank (from the rank numbering, or agreed in a
-    push_pull under ``<name>.machines`` when the launcher numbered the ranks)."""
+    push_pull under ``<name>.machines`` when the launcher numbered the ranks); in a process
+    set, the index of each set rank's machine among the set's machines."""
+    if among is not None and among.scope is not None:
+        return list(among.scope.machine_index)
     if _machine_major():
         return [r // basics.local_size() for r in range(basics.size())]
     return [int(m) for m in _exchange(f"{name}.machines", [_core.worker_id()])[:, 0]]
@@ -139,10 +173,11 @@ class Layout(NamedTuple):
     rows: int  # the buffer's rows
 
 
-def plan_layout(counts: Sequence[int], machines: Sequence[int], row_bytes: int) -> Layout:
+def plan_layout(counts: Sequence[int], machines: Sequence[int], row_bytes: int,
+                n: Optional[int] = None) -> Layout:
     """The buffer layout of ranks with ``counts`` rows of ``row_bytes`` bytes each on worker
-    ``machines`` (by rank)."""
-    n = _core.num_worker()
+    ``machines`` (by rank) of ``n`` (default: the job's worker machines)."""
+    n = _core.num_worker() if n is None else n
     order = sorted(range(len(counts)), key=lambda r: (machines[r], r))
     start = [0] * len(counts)
     blocks = [0] * (n + 1)
@@ -187,15 +222,16 @@ def _rows_of(a: np.ndarray, kind: str) -> np.ndarray:
     return a
 
 
-def allgather_start(a: np.ndarray, name: str, priority: Optional[int] = None) -> Pending:
+def allgather_start(a: np.ndarray, name: str, priority: Optional[int] = None,
+                    process_set=None) -> Pending:
     """Start Horovod's allgather of ``a`` (any dtype, at least 1-d): the result is every
     rank's array concatenated along the first dimension, in rank order. Ranks may differ in
     the first dimension only (else ``InvalidArgumentError`` naming the ranks' shapes, on every
     rank). Blocks for one small push_pull (the sizes) before it returns."""
-    return _allgather(a, name, priority)[0]
+    return _allgather(a, name, priority, _ranks(process_set, "allgather"))[0]
 
 
-def allgather_object(obj, name: str) -> list:
+def allgather_object(obj, name: str, process_set=None) -> list:
     """Horovod's ``allgather_object``: every rank's picklable ``obj`` (cloudpickle: lambdas and
     local classes work), as a list in rank order. One allgather of the pickled bytes under
     ``allgather_object.<name>``; every rank calls it with the same ``name``, in the same order.
@@ -206,35 +242,37 @@ def allgather_object(obj, name: str) -> list:
     import cloudpickle
 
     data = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
-    pending, counts = _allgather(data, f"allgather_object.{name}")
+    pending, counts = _allgather(data, f"allgather_object.{name}", None,
+                                 _ranks(process_set, "allgather_object"))
     flat = pending.wait()
     bounds = np.cumsum([0] + counts)
     return [cloudpickle.loads(flat[bounds[r]:bounds[r + 1]].tobytes())
             for r in range(len(counts))]
 
 
-def _allgather(a: np.ndarray, name: str, priority: Optional[int] = None) -> tuple:
+def _allgather(a: np.ndarray, name: str, priority: Optional[int], among: _Ranks) -> tuple:
     """:func:`allgather_start`, and the rows of every rank."""
     a = _rows_of(a, "allgather")
     _check_movable(a, "allgather")  # before the sizes are exchanged
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
     table = _exchange(f"allgather.{name}.sizes",
-                      [a.shape[0], _core.worker_id(), row_bytes, a.dtype.itemsize])
+                      [a.shape[0], among.me, row_bytes, a.dtype.itemsize], among)
     if len(set(map(tuple, table[:, 2:].tolist()))) != 1:
         raise InvalidArgumentError(
             f"allgather '{name}': the ranks' tensors differ beyond the first dimension "
             f"(bytes per row and element size by rank: {table[:, 2:].tolist()}); this rank "
             f"has shape {tuple(a.shape)} of {a.dtype}")
     counts, machines = table[:, 0].tolist(), table[:, 1].tolist()
-    lay = plan_layout(counts, machines, row_bytes)
-    me = basics.rank()
+    lay = plan_layout(counts, machines, row_bytes, among.machines)
+    me = among.rank
     buf = (np.zeros if basics.local_size() > 1 else np.empty)((lay.rows * row_bytes,), np.uint8)
     begin = lay.start[me] * row_bytes
     buf[begin:begin + a.nbytes] = a.reshape(-1).view(np.uint8)
     core = _core_name("allgather", name, lay.blocks, str(a.dtype), rest)
     handle = collective_async("allgather", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
-                              "uint8", (buf.nbytes,), blocks=lay.blocks, priority=priority)
+                              "uint8", (buf.nbytes,), blocks=lay.blocks, priority=priority,
+                              scope=among.scope)
 
     def finish() -> np.ndarray:
         out = buf.view(a.dtype).reshape((lay.rows,) + rest)
@@ -247,40 +285,50 @@ def _allgather(a: np.ndarray, name: str, priority: Optional[int] = None) -> tupl
 
 
 def broadcast_start(a: np.ndarray, root_rank: int, name: str,
-                    priority: Optional[int] = None) -> Pending:
+                    priority: Optional[int] = None, process_set=None) -> Pending:
     """Start Horovod's broadcast: every rank's result is ``root_rank``'s ``a`` (any dtype; the
-    same shape and dtype on every rank, else the core's MismatchError on every rank)."""
+    same shape and dtype on every rank, else the core's MismatchError on every rank). In a
+    process set ``root_rank`` is a global rank of the set, as in Horovod."""
     if not isinstance(root_rank, int) or isinstance(root_rank, bool):
         raise InvalidTypeError(f"broadcast: root_rank must be an int, got "
                                f"{type(root_rank).__name__}")
+    among = _ranks(process_set, "broadcast")
     if not 0 <= root_rank < basics.size():
         raise InvalidArgumentError(f"broadcast: root_rank {root_rank} is not a rank of this "
                                    f"job of {basics.size()}")
+    root = root_rank
+    if among.scope is not None:
+        if root_rank not in among.scope.ranks:
+            raise InvalidArgumentError(f"broadcast: root_rank {root_rank} is not in "
+                                       f"{among.scope.process_set!r}")
+        root = among.scope.ranks.index(root_rank)
     a = _contiguous(a)
     _check_movable(a, "broadcast")
-    root_machine = rank_machines(f"broadcast.{name}")[root_rank]
-    me = basics.rank()
-    if me == root_rank:
+    root_machine = rank_machines(f"broadcast.{name}", among)[root]
+    me = among.rank
+    if me == root:
         buf = a.reshape(-1).view(np.uint8).copy()
-    elif basics.local_size() > 1 and _core.worker_id() == root_machine:
+    elif basics.local_size() > 1 and among.me == root_machine:
         buf = np.zeros(a.nbytes, np.uint8)  # the root's machine sums its processes' buffers
     else:
         buf = np.empty(a.nbytes, np.uint8)
     core = _core_name("broadcast", name, root_rank, str(a.dtype), a.shape)
     handle = collective_async("broadcast", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
-                              "uint8", (buf.nbytes,), root=root_machine, root_rank=root_rank,
-                              priority=priority)
+                              "uint8", (buf.nbytes,), root=root_machine, root_rank=root,
+                              priority=priority, scope=among.scope)
     return Pending(handle, (buf,), lambda: buf.view(a.dtype).reshape(a.shape))
 
 
 def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool = False,
-                        priority: Optional[int] = None, dtype: Optional[str] = None) -> Pending:
+                        priority: Optional[int] = None, dtype: Optional[str] = None,
+                        process_set=None) -> Pending:
     """Start Horovod's reducescatter: ``a`` (a dtype of ``byteps.basics.SUPPORTED_DTYPES``,
     the same shape on every rank) combined with ``op`` over the ranks (``average``: the sum
     divided by ``size()``), split along the first dimension as :func:`shard_counts`; the
     result is this rank's shard. ``dtype`` names what ``a`` holds when NumPy has no such dtype
     (``"bfloat16"``, in an array of the same item size)."""
     a = _rows_of(a, "reducescatter")
+    among = _ranks(process_set, "reducescatter")
     dtype = dtype or str(a.dtype)
     if dtype != str(a.dtype) and not (dtype == "bfloat16" and a.dtype.itemsize == 2):
         raise InvalidTypeError(f"reducescatter: an array of {a.dtype} does not hold {dtype}")
@@ -289,8 +337,9 @@ def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool
                                f"{', '.join(basics.SUPPORTED_DTYPES)}")
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
-    counts = shard_counts(a.shape[0], basics.size())
-    lay = plan_layout(counts, rank_machines(f"reducescatter.{name}"), row_bytes)
+    counts = shard_counts(a.shape[0], among.size)
+    lay = plan_layout(counts, rank_machines(f"reducescatter.{name}", among), row_bytes,
+                      among.machines)
     if lay.order == sorted(lay.order):
         src = a
     else:  # the shards in buffer order, so that each machine's shards are one block
@@ -300,14 +349,14 @@ def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool
     core = _core_name("reducescatter", name, lay.blocks, dtype, a.shape)
     handle = collective_async("reducescatter", core, src.ctypes.data, out.ctypes.data,
                               out.nbytes, dtype, out.shape, blocks=lay.blocks, op=op,
-                              average=average, priority=priority)
-    me = basics.rank()
+                              average=average, priority=priority, scope=among.scope)
+    me = among.rank
     return Pending(handle, (src, out),
                    lambda: out[lay.start[me]:lay.start[me] + counts[me]].copy())
 
 
 def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
-                   priority: Optional[int] = None) -> Pending:
+                   priority: Optional[int] = None, process_set=None) -> Pending:
     """Start Horovod's alltoall: this rank sends ``splits[j]`` rows of ``a`` (in order) to rank
     j; :meth:`Pending.wait` returns ``(rows received, in rank order; the number from each
     rank)``. ``splits`` None: ``a``'s rows divided evenly (their number must divide by
@@ -319,7 +368,8 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     over it (docs/collectives.md)."""
     a = _rows_of(a, "alltoall")
     _check_movable(a, "alltoall")
-    size, me = basics.size(), basics.rank()
+    among = _ranks(process_set, "alltoall")
+    size, me = among.size, among.rank
     rows = a.shape[0]
     if splits is None:
         if rows % size:
@@ -333,7 +383,7 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
     table = _exchange(f"alltoall.{name}.splits",
-                      splits + [_core.worker_id(), row_bytes, a.dtype.itemsize])
+                      splits + [among.me, row_bytes, a.dtype.itemsize], among)
     if len(set(map(tuple, table[:, size + 1:].tolist()))) != 1:
         raise InvalidArgumentError(
             f"alltoall '{name}': the ranks' tensors differ beyond the first dimension (bytes "
@@ -341,7 +391,7 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
             f"shape {tuple(a.shape)} of {a.dtype}")
     counts = table[:, :size]  # counts[i][j]: rows rank i sends rank j
     machine = table[:, size].tolist()
-    n = _core.num_worker()
+    n = among.machines
     by_machine = [sorted(r for r in range(size) if machine[r] == m) for m in range(n)]
     start = {}  # (source, destination) -> first row in the buffer
     blocks, row = [], 0
@@ -362,7 +412,8 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
         first += splits[d]
     core = _core_name("alltoall", name, blocks, str(a.dtype), rest)
     handle = collective_async("alltoall", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
-                              "uint8", (buf.nbytes,), blocks=blocks, priority=priority)
+                              "uint8", (buf.nbytes,), blocks=blocks, priority=priority,
+                              scope=among.scope)
     received = [int(counts[s][me]) for s in range(size)]
 
     def finish() -> tuple:

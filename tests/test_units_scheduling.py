@@ -97,9 +97,14 @@ class TestPartitioner:
         assert T.partition_key(0, 0) == 0
         assert T.partition_key(1, 0) == 1 << 16
         assert T.partition_key(3, 5) == (3 << 16) | 5
-        assert T.partition_key(0xFFFFFFFF, 0xFFFF) == (0xFFFFFFFF << 16) | 0xFFFF
-        keys = {T.partition_key(k, i) for k in range(20) for i in range(50)}
-        assert len(keys) == 20 * 50  # injective over (key, index)
+        # A process set's tensors: the set (declared key bits 16-31) in key bits 48-63, clear
+        # of the generation (bits 32-47).
+        assert T.partition_key((2 << 16) | 3, 5) == (2 << 48) | (3 << 16) | 5
+        assert T.partition_key((2 << 16) | 3, 5, 7) == (2 << 48) | (7 << 32) | (3 << 16) | 5
+        assert T.partition_key(0xFFFFFFFF, 0xFFFF) == (0xFFFF << 48) | (0xFFFF << 16) | 0xFFFF
+        keys = {T.partition_key((s << 16) | k, i, g) for s in range(3) for k in range(20)
+                for i in range(50) for g in range(2)}
+        assert len(keys) == 3 * 20 * 50 * 2  # injective over (set, key, index, generation)
 
     @pytest.mark.parametrize("num_servers", [1, 2, 3, 4])
     def test_staggered_push_order_spreads_workers_over_servers(self, num_servers):

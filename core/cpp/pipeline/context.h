@@ -145,6 +145,12 @@ struct TensorContext {
   // The collective (ps/collective_programs.h; docs/collectives.md) and its layout, fixed by the
   // first use: allreduce (push_pull), or allgather, broadcast, reducescatter over the mesh.
   CollLayout layout;
+  // The process set (PushPullArgs; docs/collectives.md, "Process sets"), fixed by the first
+  // use: its id (bits 16-31 of declared_key), its worker machines (empty: every one) and its
+  // ranks (0: the job's size).
+  uint32_t process_set = 0;
+  std::vector<int> set_machines;
+  int set_size = 0;
   std::vector<std::unique_ptr<PartTask>> parts;
   // BYTEPS_AUTOTUNE (docs/autotune.md): the job-level bound the tensor is cut with, the
   // generation of its keys (bits 32-47), the tuner's epoch it was cut in, and the tasks of

@@ -28,6 +28,13 @@ struct PushPullArgs {
   // allreduce (the default), or allgather, broadcast, reducescatter with their layout
   // (ps/collective_programs.h; docs/collectives.md). Fixed by the name's first use.
   CollLayout layout;
+  // The process set (docs/collectives.md, "Process sets"): its id (0: every rank of the job),
+  // the worker machines its ranks are on (ascending, each with all its processes; empty: every
+  // machine) and its number of ranks (an average's divisor; 0: the job's size). A set's layout
+  // (above) numbers its machines 0 .. set_machines.size() - 1. Fixed by the name's first use.
+  uint32_t process_set = 0;
+  std::vector<int> set_machines;
+  int set_size = 0;
   bool has_priority = false;
   int64_t priority = 0;
   // A device tensor (docs/gpu.md): input and output are device memory of `device_kind`

@@ -63,7 +63,7 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // BYTEPS_SYNC), fixed by the first declaration that gives one (InvalidArgument on a change or
   // after the first push_pull).
   Status Declare(const std::string& name, const std::string& compression, uint32_t* key,
-                 const std::string& sync = "");
+                 const std::string& sync = "", uint32_t process_set = 0);
   // Every tensor name declared so far, in key order (suspend/resume re-declares them).
   std::vector<std::string> DeclaredNames();
   // push_pulls of `name` started since init (0: none, or not declared). An asynchronous
@@ -108,7 +108,15 @@ class WorkerCore : public PullSink, public CollectiveSink {
   void StartThreads();
   void BuildStagePlan();
   // --- operations (worker_ops.cc) ---
-  TensorContext* FindOrCreateLocked(const std::string& name);
+  // The tensor `name`, made with the next declared key of `process_set` when new (null when
+  // that set has 65535 tensors already).
+  TensorContext* FindOrCreateLocked(const std::string& name, uint32_t process_set);
+  // A tensor's process set checked against this job and machine (InitContext).
+  Status CheckProcessSet(const PushPullArgs& a) const;
+  // The ranks an average divides by: the process set's, or the job's.
+  int AverageDivisor(const TensorContext* ctx) const {
+    return ctx->set_size > 0 ? ctx->set_size : cfg_.size;
+  }
   Status InitContext(TensorContext* ctx, const PushPullArgs& args);
   // The tasks of `parts` for ctx (keys of generation ctx->key_gen).
   void MakeTasks(TensorContext* ctx, const std::vector<Partition>& parts);
@@ -191,6 +199,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   Status DecideSync(TensorContext* ctx);
   // The local root: each partition's program and buffers.
   void SetUpCollective(TensorContext* ctx);
+  // The mesh program of partition t of a collective (not allreduce): over the job's worker
+  // machines, or a process set's, built on the set's numbering and sent to the real machines.
+  CollProgram LayoutProgramOf(const TensorContext* ctx, const PartTask* t) const;
   void RunReduceScatter(PartTask* t);
   // Walks t's program as far as the messages in allow (any thread).
   void CollAdvance(PartTask* t);
@@ -221,7 +232,9 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // tensors
   std::mutex ctx_mu_;
   std::unordered_map<std::string, TensorContext*> by_name_;
-  std::vector<std::unique_ptr<TensorContext>> contexts_;  // index = declared key
+  std::vector<std::unique_ptr<TensorContext>> contexts_;  // in creation order
+  std::unordered_map<uint32_t, TensorContext*> by_key_;    // by declared key
+  std::map<uint32_t, uint32_t> set_tensors_;               // tensors made, per process set
   std::map<uint32_t, Status> early_errors_;               // OP_ERROR before the tensor existed
 
   // stage plan (from this process's layout column of the stage table): the list every task

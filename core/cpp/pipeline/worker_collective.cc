@@ -59,6 +59,22 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
                             "(BYTEPS_ENABLE_ASYNC=1) does not set up");
     return Status::OK();
   }
+  if (ctx->process_set != 0) {
+    // A process set's all-reduce: the summation service, whose keys count the set's machines
+    // (docs/collectives.md, "Process sets").
+    if (ctx->sync_declared && ctx->sync != SyncScheme::kPs)
+      return Status::InvalidArgument("tensor '" + ctx->name + "' of process set " +
+                                     std::to_string(ctx->process_set) + " is declared with sync=" +
+                                     SyncSchemeName(ctx->sync) +
+                                     ": a process set's allreduce goes through the servers (ps)");
+    ctx->sync = SyncScheme::kPs;
+    ctx->all_reduce = false;
+    if (cfg_.distributed && cfg_.num_server < 1)
+      return Status::Config("tensor '" + ctx->name + "' of process set " +
+                            std::to_string(ctx->process_set) + ": a process set's allreduce "
+                            "goes through the servers; the job has none (DMLC_NUM_SERVER=0)");
+    return Status::OK();
+  }
   if (!ctx->sync_declared) {
     if (cfg_.sync_auto)
       return Status::Config(
@@ -102,6 +118,20 @@ Status WorkerCore::DecideSync(TensorContext* ctx) {
   return Status::OK();
 }
 
+CollProgram WorkerCore::LayoutProgramOf(const TensorContext* ctx, const PartTask* t) const {
+  const auto& machines = ctx->set_machines;
+  if (machines.empty())
+    return BuildLayoutProgram(ctx->layout, cfg_.num_worker, cfg_.worker_id, t->part.offset,
+                              t->part.length);
+  const int me = static_cast<int>(std::lower_bound(machines.begin(), machines.end(),
+                                                   cfg_.worker_id) - machines.begin());
+  CollProgram prog = BuildLayoutProgram(ctx->layout, static_cast<int>(machines.size()), me,
+                                        t->part.offset, t->part.length);
+  for (auto& op : prog.ops)
+    if (op.kind != CollOp::kCopyInput) op.peer = static_cast<uint16_t>(machines[op.peer]);
+  return prog;
+}
+
 void WorkerCore::SetUpCollective(TensorContext* ctx) {
   const size_t es = DTypeSize(ctx->dtype);
   // An allgather's or reducescatter's blocks are contiguous per machine, so a partition lies
@@ -134,8 +164,7 @@ void WorkerCore::SetUpCollective(TensorContext* ctx) {
     c->prog = ctx->layout.kind == Collective::kAllreduce
                   ? BuildCollProgram(ctx->sync, cfg_.num_worker, cfg_.tree_width,
                                      cfg_.worker_id, t->part.length, es)
-                  : BuildLayoutProgram(ctx->layout, cfg_.num_worker, cfg_.worker_id,
-                                       t->part.offset, t->part.length);
+                  : LayoutProgramOf(ctx, t.get());
     c->sends.resize(c->prog.ops.size());
     for (size_t i = 0; i < c->sends.size(); ++i) {
       c->sends[i].task = t.get();
@@ -310,11 +339,11 @@ void WorkerCore::CollFinished(PartTask* t) {
 }
 
 PartTask* WorkerCore::CollTaskOf(uint64_t key) {
-  const uint32_t declared = static_cast<uint32_t>((key >> 16) & 0xFFFF);
   const uint32_t index = PartitionIndexOf(key);
   std::lock_guard<std::mutex> lk(ctx_mu_);
-  if (declared >= contexts_.size()) return nullptr;
-  TensorContext* ctx = contexts_[declared].get();
+  auto it = by_key_.find(KeyTensor(key));
+  if (it == by_key_.end()) return nullptr;
+  TensorContext* ctx = it->second;
   if (index >= ctx->parts.size()) return nullptr;
   PartTask* t = ctx->parts[index].get();
   return t->key == key && t->coll ? t : nullptr;
@@ -413,7 +442,8 @@ void WorkerCore::OnPeerAbort(int peer, uint32_t key, uint32_t round, const std::
   TensorContext* ctx = nullptr;
   {
     std::lock_guard<std::mutex> lk(ctx_mu_);
-    if (key < contexts_.size()) ctx = contexts_[key].get();
+    auto it = by_key_.find(key);
+    if (it != by_key_.end()) ctx = it->second;
   }
   if (!ctx || !ctx->all_reduce) return;
   BPS_LOG(DEBUG) << "worker machine " << peer << " gave up on '" << ctx->name << "'";

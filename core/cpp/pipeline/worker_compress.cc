@@ -41,6 +41,7 @@ Status WorkerCore::SetUpCompression(TensorContext* ctx) {
     m.dtype = static_cast<uint8_t>(ctx->dtype);
     m.count = count;
     m.compression = ctx->compression;
+    m.members.assign(ctx->set_machines.begin(), ctx->set_machines.end());
     ps_->ConfigureKey(t->server, t->key, m);  // on the connection its pushes take, before them
   }
   return Status::OK();
@@ -55,7 +56,7 @@ void WorkerCore::RunCompress(PartTask* t) {
   const size_t off = t->part.offset;
   const char* src = cfg_.local_size > 1 ? ctx->aggregate(cfg_.local_size) + off : ctx->input + off;
   compress::CompressArgs args;
-  args.scale = ctx->average && cfg_.size > 1 ? 1.0 / cfg_.size : 1.0;
+  args.scale = ctx->average && AverageDivisor(ctx) > 1 ? 1.0 / AverageDivisor(ctx) : 1.0;
   args.lr = compress::LearningRate();
   memcpy(&t->push_aux, &args.lr, sizeof(args.lr));  // the server's error feedback reads it
   Status st = t->codec->Compress(src, args, t->encoded.data(), &t->encoded_len);

@@ -1,5 +1,6 @@
 // Operations: declaration, enqueueing a push_pull, moving partitions along their stage list,
 // completion, failures, and a tensor cut anew for the autotuner's next point (Repartition).
+#include <algorithm>
 #include <cstdint>
 #include <unistd.h>
 
@@ -18,13 +19,19 @@ uint64_t Fnv1a(uint64_t h, const void* p, size_t n) {
 }
 }  // namespace
 
-TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name) {
+TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name, uint32_t process_set) {
   auto it = by_name_.find(name);
   if (it != by_name_.end()) return it->second;
+  // Keys are numbered per process set: the ranks of a set make its tensors in the same order,
+  // whatever the other sets' tensors are.
+  uint32_t& made = set_tensors_[process_set];
+  if (made >= (1u << 16) - 1 || process_set > 0xffff) return nullptr;
   auto ctx = std::make_unique<TensorContext>();
   ctx->name = name;
-  ctx->declared_key = static_cast<uint32_t>(contexts_.size());
+  ctx->process_set = process_set;
+  ctx->declared_key = process_set << 16 | made++;
   TensorContext* raw = ctx.get();
+  by_key_[raw->declared_key] = raw;
   auto early = early_errors_.find(raw->declared_key);
   if (early != early_errors_.end()) raw->sticky = early->second;
   by_name_[name] = raw;
@@ -33,7 +40,7 @@ TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name) {
 }
 
 Status WorkerCore::Declare(const std::string& name, const std::string& compression,
-                           uint32_t* key, const std::string& sync) {
+                           uint32_t* key, const std::string& sync, uint32_t process_set) {
   if (name.empty()) return Status::InvalidArgument("tensor name must not be empty");
   SyncScheme scheme = SyncScheme::kPs;
   if (!sync.empty() && !ParseSyncScheme(sync, &scheme))
@@ -51,10 +58,15 @@ Status WorkerCore::Declare(const std::string& name, const std::string& compressi
   TensorContext* ctx;
   {
     std::lock_guard<std::mutex> lk(ctx_mu_);
-    if (contexts_.size() >= (1u << 16) - 1 && !by_name_.count(name))
-      return Status::InvalidArgument("too many tensors declared (at most 65535)");
-    ctx = FindOrCreateLocked(name);
+    ctx = FindOrCreateLocked(name, process_set);
+    if (!ctx)
+      return Status::InvalidArgument("too many tensors declared in process set " +
+                                     std::to_string(process_set) + " (at most 65535)");
   }
+  if (ctx->process_set != process_set)
+    return Status::InvalidArgument("tensor '" + name + "' belongs to process set " +
+                                   std::to_string(ctx->process_set) + ", not " +
+                                   std::to_string(process_set));
   *key = ctx->declared_key;
   std::lock_guard<std::mutex> lk(ctx->mu);
   if (!sync.empty() && !(ctx->sync_declared && ctx->sync == scheme)) {
@@ -108,8 +120,12 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
   ctx->nbytes = a.nbytes;
   ctx->op = a.op;
   ctx->layout = a.layout;
-  BPS_RETURN_IF_ERROR(ValidateLayout(a.layout, cfg_.num_worker, a.nbytes, DTypeSize(a.dtype),
-                                     a.name));
+  BPS_RETURN_IF_ERROR(CheckProcessSet(a));
+  ctx->set_machines = a.set_machines;
+  ctx->set_size = a.set_size;
+  const int machines = a.set_machines.empty() ? cfg_.num_worker
+                                              : static_cast<int>(a.set_machines.size());
+  BPS_RETURN_IF_ERROR(ValidateLayout(a.layout, machines, a.nbytes, DTypeSize(a.dtype), a.name));
   BPS_RETURN_IF_ERROR(DecideCompression(ctx));
   if (ctx->compressed && ctx->op != reduce::ReduceOp::kSum)
     return Status::InvalidArgument("tensor '" + a.name + "' is compressed ('" +
@@ -164,6 +180,11 @@ Status WorkerCore::InitContext(TensorContext* ctx, const PushPullArgs& a) {
     h = Fnv1a(h, &ctx->layout.root, sizeof(ctx->layout.root));
     h = Fnv1a(h, &ctx->layout.root_rank, sizeof(ctx->layout.root_rank));
     h = Fnv1a(h, ctx->layout.blocks.data(), ctx->layout.blocks.size() * sizeof(uint64_t));
+  }
+  // ... and on its process set.
+  if (ctx->process_set != 0) {
+    h = Fnv1a(h, &ctx->process_set, sizeof(ctx->process_set));
+    h = Fnv1a(h, ctx->set_machines.data(), ctx->set_machines.size() * sizeof(int));
   }
   // ... and on where it is summed (NCCL or host memory).
   if (ctx->nccl) h = Fnv1a(h, "nccl", 4);
@@ -266,10 +287,15 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
   TensorContext* ctx;
   {
     std::lock_guard<std::mutex> lk(ctx_mu_);
-    if (!by_name_.count(a.name) && contexts_.size() >= (1u << 16) - 1)
-      return Status::InvalidArgument("too many tensors declared (at most 65535)");
-    ctx = FindOrCreateLocked(a.name);
+    ctx = FindOrCreateLocked(a.name, a.process_set);
+    if (!ctx)
+      return Status::InvalidArgument("too many tensors declared in process set " +
+                                     std::to_string(a.process_set) + " (at most 65535)");
   }
+  if (ctx->process_set != a.process_set)
+    return Status::InvalidArgument("tensor '" + a.name + "' belongs to process set " +
+                                   std::to_string(ctx->process_set) + ", not " +
+                                   std::to_string(a.process_set));
   if (tuner_ && !tuner_->done()) {
     uint32_t round;
     {
@@ -516,6 +542,34 @@ void WorkerCore::Fatal(const Status& st, bool report) {
     FinishOp(c, Status(fatal_.code(), fatal_.message() + " (during push_pull of '" + c->name + "')"),
              true);
   handles_.FailAll(fatal_);
+}
+
+Status WorkerCore::CheckProcessSet(const PushPullArgs& a) const {
+  if (a.process_set == 0 && a.set_machines.empty() && a.set_size == 0) return Status::OK();
+  const std::string what = "tensor '" + a.name + "' of process set " +
+                           std::to_string(a.process_set);
+  if (a.process_set == 0 || a.process_set > 0xffff)
+    return Status::InvalidArgument(what + ": a process set's id is 1 to 65535 (0 is the "
+                                   "global set, which names no machines)");
+  if (a.set_machines.empty() || a.set_size < 1 || a.set_size > cfg_.size)
+    return Status::InvalidArgument(what + ": needs its worker machines and 1 to " +
+                                   std::to_string(cfg_.size) + " ranks");
+  for (size_t i = 0; i < a.set_machines.size(); ++i)
+    if (a.set_machines[i] < 0 || a.set_machines[i] >= cfg_.num_worker ||
+        (i > 0 && a.set_machines[i] <= a.set_machines[i - 1]))
+      return Status::InvalidArgument(what + ": its worker machines must ascend within 0 to " +
+                                     std::to_string(cfg_.num_worker - 1));
+  if (!std::binary_search(a.set_machines.begin(), a.set_machines.end(), cfg_.worker_id))
+    return Status::InvalidArgument(what + ": rank " + std::to_string(cfg_.rank) +
+                                   " (worker machine " + std::to_string(cfg_.worker_id) +
+                                   ") is not in the set");
+  if (tuner_)
+    return Status::Config(what + ": BYTEPS_AUTOTUNE re-cuts every tensor of the job at once; "
+                          "process sets are not available with it");
+  if (cfg_.async_mode)
+    return Status::Config(what + ": asynchronous training (BYTEPS_ENABLE_ASYNC=1) has no "
+                          "process sets");
+  return Status::OK();
 }
 
 }  // namespace byteps

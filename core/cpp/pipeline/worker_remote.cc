@@ -25,6 +25,7 @@ void WorkerCore::SendDeclare(TensorContext* ctx) {
   m.root = ctx->layout.root;
   m.root_rank = ctx->layout.root_rank;
   m.blocks = ctx->layout.blocks;
+  m.members.assign(ctx->set_machines.begin(), ctx->set_machines.end());
   m.sync_param = ctx->sync == SyncScheme::kTree   ? static_cast<uint32_t>(cfg_.tree_width)
                  : ctx->sync == SyncScheme::kHips ? static_cast<uint32_t>(cfg_.hips_group)
                                                   : 0;
@@ -72,7 +73,20 @@ void WorkerCore::OnDeclareAnswer(TensorContext* ctx, const DeclareAnswer& a) {
         ctx->parts[i]->server = cfg_.worker_id / cfg_.hips_group;
       }
     }
-    if (ctx->compressed) st = SetUpCompression(ctx);
+    if (ctx->compressed) {
+      st = SetUpCompression(ctx);
+    } else if (!ctx->set_machines.empty() && !ctx->all_reduce &&
+               ctx->layout.kind == Collective::kAllreduce) {
+      // A process set's keys: the servers count its machines' pushes only.
+      KeyConfigMsg m;
+      m.dtype = static_cast<uint8_t>(ctx->dtype);
+      m.members.assign(ctx->set_machines.begin(), ctx->set_machines.end());
+      m.op = static_cast<uint8_t>(ctx->op);
+      for (auto& t : ctx->parts) {
+        m.count = t->part.length / DTypeSize(ctx->dtype);
+        ps_->ConfigureKey(t->server, t->key, m);  // on the connection its pushes take
+      }
+    }
     ctx->declared = st.ok();
     dispatch = ctx->waiting_for_declare && ctx->in_flight;
     ctx->waiting_for_declare = false;
@@ -176,7 +190,7 @@ PullDest WorkerCore::PullDestination(PendingPull* p, uint64_t payload_len, bool 
                     payload_len >= Connection::kStreamMinPayload;
   if (t->pulled_final) {
     d.stream = true;
-    d.divide_by = t->ctx->average && cfg_.size > 1 ? cfg_.size : 0;
+    d.divide_by = t->ctx->average && AverageDivisor(t->ctx) > 1 ? AverageDivisor(t->ctx) : 0;
     d.dtype = t->ctx->dtype;
   }
   return d;

@@ -70,7 +70,8 @@ void WorkerCore::RunLocalReduce(PartTask* t) {
     for (int j = 2; j < L; ++j) reduce::ReduceInto(dst, src(j), n, ctx->dtype, ctx->op);
     // Single machine: the aggregate is final, so average it here, shard by shard in parallel,
     // instead of every process dividing the whole tensor after copying it out.
-    if (!cfg_.distributed && ctx->average) reduce::DivideInPlace(dst, n, ctx->dtype, cfg_.size);
+    if (!cfg_.distributed && ctx->average)
+      reduce::DivideInPlace(dst, n, ctx->dtype, AverageDivisor(ctx));
   }
   // Every local process has written (and so mapped) the segment: its name can go now, so
   // nothing is left in /dev/shm even if the job is killed later.
@@ -90,7 +91,8 @@ void WorkerCore::RunCopyOut(PartTask* t) {
   char* out = ctx->output + off;
   size_t es = DTypeSize(ctx->dtype);
   // A compressed tensor was divided before it was encoded (worker_compress.cc).
-  bool divide = ctx->average && cfg_.size > 1 && !ctx->compressed;
+  const int divisor = AverageDivisor(ctx);
+  bool divide = ctx->average && divisor > 1 && !ctx->compressed;
   if (cfg_.local_size > 1) {
     const char* agg = ctx->aggregate(cfg_.local_size) + off;
     if (!cfg_.distributed || !divide) {
@@ -108,12 +110,12 @@ void WorkerCore::RunCopyOut(PartTask* t) {
       for (size_t b = 0; b < len; b += kBlock) {
         size_t n = std::min(kBlock, len - b);
         memcpy(out + b, agg + b, n);
-        reduce::DivideInPlace(out + b, n / es, ctx->dtype, cfg_.size);
+        reduce::DivideInPlace(out + b, n / es, ctx->dtype, divisor);
       }
     }
   } else {
     if (!cfg_.distributed && ctx->input != ctx->output) memcpy(out, ctx->input + off, len);
-    if (divide && !t->pulled_final) reduce::DivideInPlace(out, len / es, ctx->dtype, cfg_.size);
+    if (divide && !t->pulled_final) reduce::DivideInPlace(out, len / es, ctx->dtype, divisor);
   }
   Proceed(t);
 }
@@ -125,9 +127,9 @@ void WorkerCore::RunCopyOutShard(PartTask* t) {
   const size_t es = DTypeSize(ctx->dtype);
   size_t begin, end;
   nccl_.Shard(t, &begin, &end);
-  if (ctx->average && cfg_.size > 1 && !ctx->compressed && end > begin)
+  if (ctx->average && AverageDivisor(ctx) > 1 && !ctx->compressed && end > begin)
     reduce::DivideInPlace(ctx->aggregate(cfg_.local_size) + t->part.offset + begin,
-                          (end - begin) / es, ctx->dtype, cfg_.size);
+                          (end - begin) / es, ctx->dtype, AverageDivisor(ctx));
   // Every local process has signalled its shard (so mapped the segment): its name can go.
   if (cfg_.is_root() && ctx->round == 1 && t->part.index == 0) ctx->shm->Unlink();
   Proceed(t);
@@ -197,7 +199,8 @@ void WorkerCore::OnLocalSignal(const LocalSignal& s) {
       TensorContext* ctx = nullptr;
       {
         std::lock_guard<std::mutex> lk(ctx_mu_);
-        if (s.key < contexts_.size()) ctx = contexts_[s.key].get();
+        auto it = by_key_.find(static_cast<uint32_t>(s.key));
+        if (it != by_key_.end()) ctx = it->second;
         else early_errors_[static_cast<uint32_t>(s.key)] = st;
       }
       if (ctx) FinishOp(ctx, st, true);

@@ -87,12 +87,13 @@ std::string Encode(const DeclareMsg& m) {
   w.U32(m.declared_key).Str(m.name).U8(m.dtype).I64s(m.shape).U64(m.nbytes).Str(m.compression);
   w.U64(m.partition_bound).U32(m.generation).U8(m.sync).U32(m.sync_param).U8(m.op);
   w.U8(m.collective).I32(m.root).I32(m.root_rank).I64s(std::vector<int64_t>(m.blocks.begin(), m.blocks.end()));
+  w.I64s(m.members);
   return w.Take();
 }
 
 std::string Encode(const KeyConfigMsg& m) {
   WireWriter w;
-  w.U8(m.dtype).U64(m.count).Str(m.compression);
+  w.U8(m.dtype).U64(m.count).Str(m.compression).I64s(m.members).U8(m.op);
   return w.Take();
 }
 
@@ -101,7 +102,10 @@ Status Decode(const void* data, size_t len, KeyConfigMsg* m) {
   m->dtype = r.U8();
   m->count = r.U64();
   m->compression = r.Str(kMaxCompressionSpec);
-  if (!r.done() || m->compression.empty() || !DTypeValid(m->dtype))
+  m->members = r.I64s(1 << 16);
+  m->op = r.U8();
+  if (!r.done() || (m->compression.empty() && m->members.empty()) || !DTypeValid(m->dtype) ||
+      m->op >= reduce::kReduceOpCount)
     return Status::InvalidArgument("malformed KEY_CONFIG message");
   return Status::OK();
 }
@@ -124,6 +128,7 @@ Status Decode(const void* data, size_t len, DeclareMsg* m) {
   m->root_rank = r.I32();
   const std::vector<int64_t> blocks = r.I64s(1 << 16);
   m->blocks.assign(blocks.begin(), blocks.end());
+  m->members = r.I64s(1 << 16);
   if (!r.done() || !DTypeValid(m->dtype) || m->sync >= 4 || m->op >= reduce::kReduceOpCount ||
       m->collective >= kCollectiveCount)
     return Status::InvalidArgument("malformed DECLARE message");

@@ -83,13 +83,20 @@ struct DeclareMsg {
   int32_t root = -1;
   int32_t root_rank = -1;
   std::vector<uint64_t> blocks;
+  // A process set's tensor (declared key bits 16-31 nonzero): the worker machines of the set,
+  // ascending, each of which declares it (empty: every worker). Must agree across them.
+  std::vector<int64_t> members;
 };
 
-// KEY_CONFIG payload: a compressed key's dtype, uncompressed element count and compressor.
+// KEY_CONFIG payload, sent by a worker on the connection its pushes of the key take, before
+// them: a compressed key's dtype, uncompressed element count and compressor, and a process
+// set's key's worker machines (ascending; the only ones that push it). At least one of the two.
 struct KeyConfigMsg {
   uint8_t dtype = 0;
   uint64_t count = 0;
   std::string compression;
+  std::vector<int64_t> members;
+  uint8_t op = 0;  // reduce::ReduceOp of a process set's key (a compressed key sums)
 };
 
 std::string Encode(const RegisterMsg& m);

@@ -145,8 +145,10 @@ void Scheduler::WorkerDoneLocked(Node* node) {
 bool Scheduler::DeclaredByLiveWorkersLocked(const Pending& pd) const {
   int covered = pd.count;
   for (auto& n : nodes_)
-    if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank]) covered++;
-  return covered == opts_.num_worker;
+    if (n->reg.role == NodeRole::kWorker && n->finalized && pd.member[n->rank] &&
+        !pd.seen[n->rank])
+      covered++;
+  return covered == pd.expected;
 }
 
 std::string Scheduler::AsyncMismatchLocked() const {
@@ -275,10 +277,10 @@ void Scheduler::SendAddressBooksLocked() {
   book_sent_ = true;
 }
 
-std::string Scheduler::MissingWorkersLocked(const std::vector<bool>& seen) const {
+std::string Scheduler::MissingWorkersLocked(const Pending& pd) const {
   std::string s;
   for (int w = 0; w < opts_.num_worker; ++w)
-    if (w >= static_cast<int>(seen.size()) || !seen[w]) s += (s.empty() ? "" : ", ") + std::to_string(w);
+    if (pd.member[w] && !pd.seen[w]) s += (s.empty() ? "" : ", ") + std::to_string(w);
   return "[" + s + "]";
 }
 
@@ -295,6 +297,10 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
     pd.first = m;
     pd.first_worker = node->rank;
     pd.seen.assign(opts_.num_worker, false);
+    pd.member.assign(opts_.num_worker, m.members.empty());
+    for (int64_t w : m.members)
+      if (w >= 0 && w < opts_.num_worker) pd.member[w] = true;
+    pd.expected = static_cast<int>(std::count(pd.member.begin(), pd.member.end(), true));
     pd.started = Clock::now();
     it = pending_.emplace(m.declared_key, std::move(pd)).first;
   }
@@ -303,6 +309,20 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
   pd.seen[node->rank] = true;
   pd.count++;
   const DeclareMsg& f = pd.first;
+  if (pd.error.empty() && (m.members != f.members || !pd.member[node->rank])) {
+    auto machines = [](const DeclareMsg& d) {
+      if (d.members.empty()) return std::string("every worker machine");
+      std::string s;
+      for (int64_t w : d.members) s += (s.empty() ? "" : ", ") + std::to_string(w);
+      return "worker machines [" + s + "]";
+    };
+    pd.error = "tensor '" + m.name + "' (key " + std::to_string(m.declared_key) +
+               ") belongs to different process sets across workers: worker " +
+               std::to_string(pd.first_worker) + " declares it for " + machines(f) +
+               ", worker " + std::to_string(node->rank) + " for " + machines(m) +
+               " (every rank adds the same process sets in the same order, and only a set's "
+               "ranks call its operations)";
+  }
   if (pd.error.empty() && m.partition_bound > first_bound_)
     pd.error = "tensor '" + m.name + "' declared by worker " + std::to_string(node->rank) +
                " with partitions of " + std::to_string(m.partition_bound) +
@@ -384,7 +404,7 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                             ToAux(pd.timed_out ? DeclareReply::kTimeout : DeclareReply::kMismatch));
     return;
   }
-  if (pd.count == opts_.num_worker) AnswerDeclare(m.declared_key, &pd);
+  if (pd.count == pd.expected) AnswerDeclare(m.declared_key, &pd);
   else if (finalized_workers_ > 0) FailDeclaresOfLeftWorkersLocked();
 }
 
@@ -398,7 +418,8 @@ void Scheduler::FailDeclaresOfLeftWorkersLocked() {
     }
     std::string left;
     for (auto& n : nodes_)
-      if (n->reg.role == NodeRole::kWorker && n->finalized && !pd.seen[n->rank]) {
+      if (n->reg.role == NodeRole::kWorker && n->finalized && pd.member[n->rank] &&
+          !pd.seen[n->rank]) {
         const int L = static_cast<int>(std::max<uint32_t>(first_local_size_, 1));
         left += (left.empty() ? "" : ", ") + std::to_string(n->rank) +
                 (L == 1 ? " (rank " + std::to_string(n->rank) + ")"
@@ -505,8 +526,12 @@ void Scheduler::CheckTimersLocked() {
     }
     // Name only who is missing: "workers [1]", "1 of 2 servers", or both.
     std::string missing;
-    if (std::find(seen.begin(), seen.end(), false) != seen.end())
-      missing = "workers " + MissingWorkersLocked(seen);
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+      Pending registered;  // "declared" = registered, by every worker machine
+      registered.seen = seen;
+      registered.member.assign(seen.size(), true);
+      missing = "workers " + MissingWorkersLocked(registered);
+    }
     if (servers < opts_.num_server)
       missing += (missing.empty() ? "" : " and ") + std::to_string(opts_.num_server - servers) +
                  " of " + std::to_string(opts_.num_server) + " servers";
@@ -534,11 +559,11 @@ void Scheduler::CheckTimersLocked() {
       pd.warned = true;
       std::vector<int> ids;
       for (int w = 0; w < opts_.num_worker; ++w)
-        if (w >= static_cast<int>(pd.seen.size()) || !pd.seen[w]) ids.push_back(w);
+        if (pd.member[w] && !pd.seen[w]) ids.push_back(w);
       std::string missing = EncodeWorkerIds(ids);
       BPS_LOG(WARNING) << "scheduler: tensor '" << pd.first.name << "' (key " << key
                        << ") has waited " << static_cast<int>(opts_.stall_warning_s)
-                       << " s for workers " << MissingWorkersLocked(pd.seen) << " to submit it";
+                       << " s for workers " << MissingWorkersLocked(pd) << " to submit it";
       for (auto& n : nodes_)
         if (n->conn && n->reg.role == NodeRole::kWorker && n->reg.worker_id >= 0 &&
             static_cast<size_t>(n->reg.worker_id) < pd.seen.size() && pd.seen[n->reg.worker_id])
@@ -548,7 +573,7 @@ void Scheduler::CheckTimersLocked() {
     if (pd.answered || secs(pd.started) <= opts_.timeout_s) continue;
     pd.timed_out = true;
     pd.error = "timed out after " + std::to_string(int(opts_.timeout_s)) + " s waiting for workers " +
-               MissingWorkersLocked(pd.seen) + " to submit tensor '" + pd.first.name + "' (key " +
+               MissingWorkersLocked(pd) + " to submit tensor '" + pd.first.name + "' (key " +
                std::to_string(key) + ")";
     AnswerDeclare(key, &pd);
   }

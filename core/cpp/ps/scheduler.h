@@ -60,6 +60,9 @@ class Scheduler : public PsConnectionHandler {
     DeclareMsg first;
     int first_worker = -1;
     std::vector<bool> seen;
+    // The worker machines that declare it: a process set's (DeclareMsg::members), or all.
+    std::vector<bool> member;
+    int expected = 0;
     int count = 0;
     std::string error;
     Clock::time_point started;
@@ -88,7 +91,7 @@ class Scheduler : public PsConnectionHandler {
   void FailLocked(const std::string& why);
   void CheckTimersLocked();
   Node* NodeOf(Connection* c);
-  std::string MissingWorkersLocked(const std::vector<bool>& seen) const;
+  std::string MissingWorkersLocked(const Pending& pd) const;
 
   SchedulerOptions opts_;
   std::unique_ptr<Van> van_;  // outlives conns_

@@ -172,12 +172,14 @@ void BindCore(py::module_& m) {
   });
   m.def(
       "declare",
-      [](const std::string& name, const std::string& compression, const std::string& sync) {
+      [](const std::string& name, const std::string& compression, const std::string& sync,
+         uint32_t process_set) {
         uint32_t key = 0;
-        Check(Require()->Declare(name, compression, &key, sync));
+        Check(Require()->Declare(name, compression, &key, sync, process_set));
         return key;
       },
-      py::arg("name"), py::arg("compression") = std::string(), py::arg("sync") = std::string());
+      py::arg("name"), py::arg("compression") = std::string(), py::arg("sync") = std::string(),
+      py::arg("process_set") = 0);
   m.def("format_compression", [](const std::map<std::string, std::string>& kwargs) {
     return compress::FormatSpec(kwargs);
   });
@@ -189,7 +191,8 @@ void BindCore(py::module_& m) {
          const std::string& dtype, std::vector<int64_t> shape, bool average, py::object priority,
          int version, const std::string& device, int device_id, uintptr_t ready_event,
          const std::string& op, const std::string& collective, std::vector<uint64_t> blocks,
-         int root, int root_rank) {
+         int root, int root_rank, uint32_t process_set, std::vector<int> set_machines,
+         int set_size) {
         PushPullArgs a = ParseArgs(name, input, output, nbytes, dtype, std::move(shape), average,
                                    priority, op);
         (void)version;
@@ -200,6 +203,10 @@ void BindCore(py::module_& m) {
         a.layout.blocks = std::move(blocks);
         a.layout.root = root;
         a.layout.root_rank = root_rank;
+        // A process set's operation (docs/collectives.md, "Process sets").
+        a.process_set = process_set;
+        a.set_machines = std::move(set_machines);
+        a.set_size = set_size;
         // A device tensor (docs/gpu.md): "cuda", or "fake" (the tests' fake device).
         if (!device::ParseKind(device, &a.device_kind))
           ThrowInvalidType("unsupported device '" + device + "' (cpu, cuda, fake)");
@@ -214,7 +221,8 @@ void BindCore(py::module_& m) {
       py::arg("version") = 0, py::arg("device") = "cpu", py::arg("device_id") = 0,
       py::arg("ready_event") = 0, py::arg("op") = "sum", py::arg("collective") = "allreduce",
       py::arg("blocks") = std::vector<uint64_t>{}, py::arg("root") = -1,
-      py::arg("root_rank") = -1);
+      py::arg("root_rank") = -1, py::arg("process_set") = 0,
+      py::arg("set_machines") = std::vector<int>{}, py::arg("set_size") = 0);
   m.def(
       "engine_op",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes,

@@ -46,18 +46,25 @@ size_t TensorPartitionBound(size_t nbytes, size_t job_bound, int num_worker, int
 // tensor needs more than 2^16 partitions or bound is not a multiple of elem_size.
 Status PartitionTensor(size_t nbytes, size_t bound, size_t elem_size, std::vector<Partition>* out);
 
-// A partition's server key: its tensor's declared key in bits 16-31, its index in bits 0-15,
-// and the tensor's key generation in bits 32-47 (BYTEPS_AUTOTUNE cuts a tensor anew under new
-// keys, docs/autotune.md).
+// A partition's server key: its index in bits 0-15, its tensor's declared key in bits 16-31
+// (the tensor's number within its process set) and 48-63 (the process set, 0 for the job's
+// global set: docs/collectives.md, "Process sets"), and the tensor's key generation in bits
+// 32-47 (BYTEPS_AUTOTUNE cuts a tensor anew under new keys, docs/autotune.md). A declared key
+// is `process set << 16 | number`.
 inline uint64_t PartitionKey(uint32_t declared_key, uint32_t index, uint32_t generation = 0) {
-  return (static_cast<uint64_t>(generation) << 32) | (static_cast<uint64_t>(declared_key) << 16) |
-         index;
+  return (static_cast<uint64_t>(declared_key >> 16) << 48) |
+         (static_cast<uint64_t>(generation & 0xffff) << 32) |
+         (static_cast<uint64_t>(declared_key & 0xffff) << 16) | (index & 0xffff);
 }
-// The declared key and the generation of a partition's key.
-constexpr uint32_t KeyTensor(uint64_t key) { return static_cast<uint32_t>(key >> 16 & 0xffff); }
+// The declared key (process set and number) and the generation of a partition's key.
+constexpr uint32_t KeyTensor(uint64_t key) {
+  return static_cast<uint32_t>((key >> 48) << 16 | (key >> 16 & 0xffff));
+}
 constexpr uint32_t KeyGeneration(uint64_t key) {
   return static_cast<uint32_t>(key >> 32 & 0xffff);
 }
+// The process set of a declared key.
+constexpr uint32_t DeclaredKeySet(uint32_t declared_key) { return declared_key >> 16; }
 // The order in which worker machine `worker` pushes the P partitions of one tensor: the
 // partition sequence rotated to start at partition `worker` mod P (the result is the position
 // of partition `index`). The plan interleaves the servers in proportion to their shares (round-robin for

@@ -102,9 +102,9 @@ def init(lazy: bool = True, process_sets=None) -> None:
 def shutdown() -> None:
     """Stop the core: finish with the servers, join every thread, release shared memory.
 
-    Safe to call twice or without ``init()``. Then stops the scheduler/server a torchrun-style
-    ``init()`` started, once they have ended by themselves (every worker shut down) or after
-    ``byteps.launch.torchrun.STOP_WAIT`` seconds.
+    Safe to call twice or without ``init()``. Forgets the process sets. Then stops the
+    scheduler/server a torchrun-style ``init()`` started, once they have ended by themselves
+    or after ``byteps.launch.torchrun.STOP_WAIT`` seconds.
     """
     with _lock:
         try:
@@ -283,7 +283,8 @@ def _compression_text(compression: Mapping, fn: str) -> str:
     return str(_core.format_compression(kwargs))
 
 
-def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str] = None) -> int:
+def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str] = None,
+            process_set=None) -> int:
     """Declare a tensor name; returns its key (declaration order, which must agree on every
     worker). Declaring an existing name returns its key again.
 
@@ -296,12 +297,9 @@ def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str
             ``seed``, ``dithering_partition``, ``dithering_normalize``, ``ef_type`` vanilla,
             ``momentum_type`` nesterov, ``momentum_mu``; values str, int, float or bool).
             ``byteps.sync.compression.compression_kwargs`` makes them from the adapters' user-facing
-            dict. Default ``None``: not compressed. It must be given before the name's first
-            push_pull and is part of the tensor's declaration: every worker must declare the
-            same one (else ``MismatchError`` on every rank at the first push_pull). It applies
-            only in a distributed job and to float16/32/64 tensors of at least
-            ``BYTEPS_MIN_COMPRESS_BYTES`` bytes (upstream's rule); with averaging, each worker
-            divides by :func:`size` before compressing, so a sum is ``C(Σᵢ C(xᵢ / size))``.
+            dict. Default ``None``: not compressed. Given before the name's first push_pull, the
+            same on every worker (else ``MismatchError`` on every rank). Applies in a
+            distributed job to float16/32/64 tensors of ``BYTEPS_MIN_COMPRESS_BYTES`` or more.
         sync: the tensor's synchronization scheme (docs/schemes.md): ``"ps"`` (summation
             service), ``"ring"``, ``"tree"`` (all-reduces among the workers; they need
             ``BYTEPS_SYNC`` ring, tree or auto, which starts the worker mesh) or ``"hips"``.
@@ -309,6 +307,7 @@ def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str
             first push_pull). Part of the declaration: every worker must declare the same
             (else ``MismatchError`` on every rank); given once, before the first push_pull.
             Compression needs ``"ps"``.
+        process_set: declare it among a ``ProcessSet``'s ranks (keys count per set).
 
     Raises:
         byteps.errors.InvalidTypeError: ``name`` is not a str; ``compression`` is not a dict of
@@ -324,10 +323,12 @@ def declare(name: str, compression: Optional[Mapping] = None, sync: Optional[str
     text = "" if compression is None else _compression_text(compression, "declare")
     scheme = "" if sync is None else schemes.check_scheme(sync, "declare")
     _require_init()
-    key = int(_core.declare(name, text, scheme))
-    if text:
+    scope = process_sets_module.scope(process_set, "declare")
+    name = process_sets_module.core_name(name, scope)
+    key = int(_core.declare(name, text, scheme, scope.id if scope else 0))
+    if text and scope is None:  # re-declared by resume() (which forgets the sets)
         _compression_of[name] = text
-    if scheme:
+    if scheme and scope is None:
         _sync_of[name] = scheme
     return key
 
@@ -595,10 +596,8 @@ _barrier_count = (ctypes.c_int32 * 1)()  # module-level: the core may write it u
 
 
 def barrier(process_set=None) -> None:
-    """Block until every worker process (of ``process_set``, a registered
-    :class:`byteps.process_sets.ProcessSet`; default every rank) has called :func:`barrier`
-    (Horovod's ``barrier``):
-    a push_pull of one int32 under :data:`BARRIER_NAME`, whose round no rank can complete
+    """Block until every worker process (of ``process_set``, a registered ``ProcessSet``;
+    default every rank) has called :func:`barrier` (Horovod's ``barrier``): a push_pull of one int32 under :data:`BARRIER_NAME`, whose round no rank can complete
     before every rank has pushed it. Costs one round trip through the summation service (no
     communication in a job of one process). Threads of one process take turns.
 

@@ -22,7 +22,10 @@ Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :
 its ops :data:`Average`, :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product`
 (:data:`Adasum` is refused; docs/collectives.md), :func:`barrier`, and Horovod's build queries
 (:func:`mpi_built`, :func:`nccl_built`, :func:`cuda_built`... : :mod:`byteps.capabilities`),
-:class:`SyncBatchNorm` (batch statistics over every rank).
+:class:`SyncBatchNorm` (batch statistics over every rank), and Horovod's process sets
+(:class:`ProcessSet`, :data:`global_process_set`, :func:`add_process_set`,
+:func:`remove_process_set`; every collective and ``DistributedOptimizer`` take
+``process_set=``; docs/collectives.md).
 
 CPU and CUDA tensors: a CUDA tensor goes through the core's device stages (copied to pinned
 host memory after its producer's event and back; docs/gpu.md) where CUDA support is on
@@ -59,6 +62,12 @@ if _torch_version() < _MIN_TORCH or not hasattr(torch.Tensor,
 from byteps import capabilities as _capabilities  # noqa: E402
 from byteps.basics import barrier, cross_rank, cross_size, is_homogeneous, resume, suspend  # noqa: E402  (resume: elastic restart)
 from byteps.capabilities import *  # noqa: E402, F403  (Horovod's build queries)
+from byteps.process_sets import (  # noqa: E402  (Horovod's process sets)
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline  # noqa: E402
 
 from ._async import pull_parameters  # noqa: E402
@@ -150,6 +159,10 @@ __all__ = [
     "poll",
     "synchronize",
     "barrier",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
     "SyncBatchNorm",
     "allreduce",
     "allreduce_",

@@ -100,7 +100,7 @@ def resolve_compression(compression, compression_params):
 
 
 def declare_gradients(params: Sequence[torch.Tensor], names: Mapping[torch.Tensor, str],
-                      prefix: str, compression, kwargs: Mapping[str, str]
+                      prefix: str, compression, kwargs: Mapping[str, str], process_set=None
                       ) -> Tuple[Dict[torch.Tensor, str], Dict[str, Tuple[torch.dtype, int]]]:
     """Name and declare the reduction of every parameter's gradient, in sorted name order (so
     keys agree on every rank whatever order the hooks fire in).
@@ -112,6 +112,7 @@ def declare_gradients(params: Sequence[torch.Tensor], names: Mapping[torch.Tenso
         compression: the intra compressor (its output dtype is the wire dtype).
         kwargs: core compressor kwargs (``{}``: none); floating gradients are declared with
             them.
+        process_set: the ``ProcessSet`` they are reduced in (None: every rank).
 
     Returns:
         ``({parameter: tensor name}, {tensor name: (wire dtype, element count)})``; a name gets a
@@ -126,9 +127,9 @@ def declare_gradients(params: Sequence[torch.Tensor], names: Mapping[torch.Tenso
     for name in sorted(grad_names.values()):
         dtype = ops._DTYPE_NAMES.get(wire[name][0])
         if kwargs and dtype is not None:
-            core_compression.declare(name, kwargs, dtype)
+            core_compression.declare(name, kwargs, dtype, process_set)
         else:
-            ops.declare(name)
+            ops.declare(name, process_set)
     return grad_names, wire
 
 

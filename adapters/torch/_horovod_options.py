@@ -20,7 +20,7 @@ class HorovodOptions:
     factors around it (1.0: none)."""
 
     def __init__(self, op_average: bool, factor: float, num_groups: int, groups: Optional[list],
-                 sparse_as_dense: bool):
+                 sparse_as_dense: bool, process_set=None):
         self.op_average = op_average  # Horovod's Average (else Sum)
         self.factor = factor  # gradient_predivide_factor
         # Fixed by bind() (the job's size): Average without a factor is push_pull's average.
@@ -29,6 +29,7 @@ class HorovodOptions:
         self.postscale = 1.0
         self.size = 1
         self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set  # the ranks the gradients are reduced among (None: all)
         self._num_groups, self._groups_arg = num_groups, groups
         self._group_of: Dict[torch.Tensor, int] = {}
         self._members: List[List[torch.Tensor]] = []
@@ -36,7 +37,7 @@ class HorovodOptions:
 
     @classmethod
     def make(cls, op=None, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-             groups=None, sparse_as_dense: bool = False) -> HorovodOptions:
+             groups=None, sparse_as_dense: bool = False, process_set=None) -> HorovodOptions:
         """Check Horovod's arguments; errors as Horovod's (an InvalidArgumentError, a
         ValueError, where Horovod raises ValueError)."""
         fn = "DistributedOptimizer"
@@ -67,7 +68,9 @@ class HorovodOptions:
                 for g in groups)):
             raise InvalidTypeError(f"{fn}: groups must be an int or a list of lists of "
                                    "parameters")
-        return cls(hvd_op == Average, f, num_groups, groups, sparse_as_dense)
+        if process_set is not None and process_set.process_set_id == 0:
+            process_set = None  # global_process_set
+        return cls(hvd_op == Average, f, num_groups, groups, sparse_as_dense, process_set)
 
     def bind(self, params: List[torch.Tensor], compression_params, size: int) -> None:
         """Fix the scale factors for a job of ``size`` ranks and the groups over the

@@ -13,8 +13,10 @@ import io
 from typing import Any, Dict, List, Optional, Tuple
 
 import cloudpickle
+import numpy as np
 import torch
 
+from byteps import collectives
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 
 from . import ops
@@ -112,7 +114,8 @@ def _drain(handles) -> list:
     return errors
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set=None) -> Any:
     """Send a picklable Python object from ``root_rank`` to every rank and return it.
 
     The root serialises ``obj`` with cloudpickle; the byte count goes out as an int64 tensor
@@ -126,6 +129,10 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
         name: distinguishes concurrent/unrelated broadcasts; default ``type(obj).__name__``
             (as upstream; note non-root ranks may pass a different object, e.g. None, so give
             an explicit name when types can differ across ranks).
+        process_set: a registered ``ProcessSet`` (Horovod's): only its ranks call it and
+            ``root_rank`` is one of its (global) ranks; sent by two mesh broadcasts (the byte
+            count, then the bytes; ``byteps.collectives.broadcast_start``). Default: every
+            rank, by the push_pulls above.
 
     Returns:
         ``obj`` itself on the root; the unpickled copy elsewhere.
@@ -138,6 +145,14 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
     if name is None:
         name = type(obj).__name__
     is_root = ops.rank() == root_rank
+    if process_set is not None and process_set.process_set_id != 0:
+        payload = np.frombuffer(cloudpickle.dumps(obj) if is_root else b"", np.uint8)
+        sz = collectives.broadcast_start(np.array([payload.size], np.int64), root_rank,
+                                         f"Size.{name}", process_set=process_set).wait()
+        buf = payload if is_root else np.zeros(int(sz[0]), np.uint8)
+        data = collectives.broadcast_start(buf, root_rank, f"Object.{name}",
+                                           process_set=process_set).wait()
+        return obj if is_root else cloudpickle.loads(data.tobytes())
     if is_root:
         payload = cloudpickle.dumps(obj)
         sz = torch.tensor([len(payload)], dtype=torch.int64)

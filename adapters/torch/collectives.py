@@ -80,7 +80,7 @@ def _factor(value, what: str, fn: str, tensor: torch.Tensor) -> float:
 
 
 def _allreduce_start(tensor, average, name, op, prescale_factor, postscale_factor, inplace,
-                     fn: str) -> int:
+                     fn: str, process_set=None) -> int:
     _check_tensor(tensor, fn)
     hvd_op = _resolve_op(op, average, fn)
     core_op, avg = _core_op(hvd_op)
@@ -92,12 +92,13 @@ def _allreduce_start(tensor, average, name, op, prescale_factor, postscale_facto
                 tensor.mul_(pre)
         else:
             tensor = tensor.detach() * pre
-    return _start(tensor, avg, name, 0, None, inplace, fn, op=core_op, postscale=post)
+    return _start(tensor, avg, name, 0, None, inplace, fn, op=core_op, postscale=post,
+                  process_set=process_set)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                    postscale_factor: float = 1.0) -> int:
+                    postscale_factor: float = 1.0, process_set=None) -> int:
     """Start reducing ``tensor`` over all ranks into a new tensor (Horovod's
     ``allreduce_async``); :func:`synchronize` returns the result.
 
@@ -112,6 +113,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
             :data:`Product` (integers wrap).
         prescale_factor, postscale_factor: the result is ``postscale_factor *
             reduce(prescale_factor * tensor)``; not 1.0 only for floating-point tensors.
+        process_set: a registered ``ProcessSet`` (default: every rank); only its ranks call
+            it, Average divides by its size.
 
     Returns:
         an integer handle for :func:`poll` and :func:`synchronize`.
@@ -122,29 +125,30 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
         byteps.errors.InvalidTypeError (a ``TypeError``): not a tensor, an unsupported dtype
             or device, a scale factor that is not a number or not 1.0 on an integer tensor.
         byteps.errors.MismatchError: ranks disagree on the name's dtype, shape or op (at
-            :func:`synchronize`, on every rank).
+            :func:`synchronize`, on every rank); a ``process_set`` not registered or
+            without this rank: ``InvalidArgumentError``.
     """
     return _allreduce_start(tensor, average, name, op, prescale_factor, postscale_factor,
-                            False, "allreduce_async")
+                            False, "allreduce_async", process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                     postscale_factor: float = 1.0) -> int:
+                     postscale_factor: float = 1.0, process_set=None) -> int:
     """In-place :func:`allreduce_async`: the result is written into ``tensor``, which must not
     be read or written until :func:`synchronize` returns it. Errors: as
     :func:`allreduce_async`."""
     return _allreduce_start(tensor, average, name, op, prescale_factor, postscale_factor,
-                            True, "allreduce_async_")
+                            True, "allreduce_async_", process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
                name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0) -> torch.Tensor:
+               postscale_factor: float = 1.0, process_set=None) -> torch.Tensor:
     """Synchronous in-place allreduce: returns ``tensor`` holding the result. Errors: as
     :func:`allreduce_async`."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 class _Allreduce(torch.autograd.Function):
@@ -152,22 +156,23 @@ class _Allreduce(torch.autograd.Function):
     under ``name + ".grad"`` (Horovod's ``HorovodAllreduce``)."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
-        ctx.args = (name, op, prescale_factor, postscale_factor)
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
         return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor))
+                                           postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        name, op, pre, post = ctx.args
+        name, op, pre, post, process_set = ctx.args
         grad = synchronize(allreduce_async(grad_output.contiguous(), None, name + ".grad", op,
-                                           pre, post))
-        return grad, None, None, None, None
+                                           pre, post, process_set))
+        return grad, None, None, None, None, None
 
 
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None,
               name: Optional[str] = None, compression=None, op=None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set=None) -> torch.Tensor:
     """Synchronous, differentiable allreduce (Horovod's ``allreduce``): a new tensor holding
     ``postscale_factor * reduce(prescale_factor * tensor)`` over all ranks.
 
@@ -180,50 +185,53 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None,
     _check_tensor(tensor, fn)
     hvd_op = _resolve_op(op, average, fn)
     name = _resolve_name(name)
-    if tensor.requires_grad:  # the gradient's key, in forward order on every rank
+    if tensor.requires_grad and process_set is None:  # the gradient's key, in forward order
         declare(name)
         declare(name + ".grad")
     if compression is None:
-        return _Allreduce.apply(tensor, name, hvd_op, prescale_factor, postscale_factor)
+        return _Allreduce.apply(tensor, name, hvd_op, prescale_factor, postscale_factor,
+                                process_set)
     compressed, ctx = compression.compress(tensor)
-    reduced = _Allreduce.apply(compressed, name, hvd_op, prescale_factor, postscale_factor)
+    reduced = _Allreduce.apply(compressed, name, hvd_op, prescale_factor, postscale_factor,
+                               process_set)
     return compression.decompress(reduced, ctx)
 
 
 def _group_start(tensors, average, name, op, prescale_factor, postscale_factor, inplace,
-                 fn: str) -> int:
+                 fn: str, process_set=None) -> int:
     if isinstance(tensors, (list, tuple)):
         for t in tensors:
             _check_tensor(t, fn)
     _resolve_op(op, average, fn)  # its errors before anything starts
     return _start_group(tensors, name, fn, lambda t, n: _allreduce_start(
-        t, average, n, op, prescale_factor, postscale_factor, inplace, fn))
+        t, average, n, op, prescale_factor, postscale_factor, inplace, fn, process_set))
 
 
 def grouped_allreduce_async(tensors, average: Optional[bool] = None,
                             name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                            postscale_factor: float = 1.0) -> int:
+                            postscale_factor: float = 1.0, process_set=None) -> int:
     """Horovod's ``grouped_allreduce_async``: :func:`allreduce_async` of every tensor of the
     list (names ``<name>.<i>``), all started before this returns, under one handle;
     :func:`synchronize` returns the list of results. Errors: as :func:`allreduce_async`, and
     ``InvalidTypeError`` for ``tensors`` that is not a list or tuple."""
     return _group_start(tensors, average, name, op, prescale_factor, postscale_factor, False,
-                        "grouped_allreduce_async")
+                        "grouped_allreduce_async", process_set)
 
 
 def grouped_allreduce_async_(tensors, average: Optional[bool] = None,
                              name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0) -> int:
+                             postscale_factor: float = 1.0, process_set=None) -> int:
     """In-place :func:`grouped_allreduce_async`: each tensor receives its result."""
     return _group_start(tensors, average, name, op, prescale_factor, postscale_factor, True,
-                        "grouped_allreduce_async_")
+                        "grouped_allreduce_async_", process_set)
 
 
 def grouped_allreduce_(tensors, average: Optional[bool] = None, name: Optional[str] = None,
-                       op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0):
+                       op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set=None):
     """Synchronous in-place grouped allreduce: returns the list of ``tensors``."""
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, process_set))
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -231,22 +239,24 @@ class _GroupedAllreduce(torch.autograd.Function):
     op and factors under ``name + ".grad"`` (Horovod's ``HorovodGroupedAllreduce``)."""
 
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
-        ctx.args = (name, op, prescale_factor, postscale_factor)
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
         return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op,
-                                                         prescale_factor, postscale_factor)))
+                                                         prescale_factor, postscale_factor,
+                                                         process_set)))
 
     @staticmethod
     def backward(ctx, *grads):
-        name, op, pre, post = ctx.args
+        name, op, pre, post, process_set = ctx.args
         reduced = synchronize(grouped_allreduce_async([g.contiguous() for g in grads], None,
-                                                      name + ".grad", op, pre, post))
-        return (None, None, None, None, *reduced)
+                                                      name + ".grad", op, pre, post,
+                                                      process_set))
+        return (None, None, None, None, None, *reduced)
 
 
 def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[str] = None,
                       op=None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0) -> list:
+                      postscale_factor: float = 1.0, process_set=None) -> list:
     """Horovod's ``grouped_allreduce``: new tensors, each ``postscale_factor *
     reduce(prescale_factor * tensor)``, reduced together; differentiable. Errors: as
     :func:`grouped_allreduce_async`."""
@@ -258,9 +268,9 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[st
     name = _resolve_name(name)
     if not tensors:
         return []
-    if any(getattr(t, "requires_grad", False) for t in tensors):
+    if any(getattr(t, "requires_grad", False) for t in tensors) and process_set is None:
         for i in range(len(tensors)):  # the gradients' keys, in forward order on every rank
             declare(f"{name}.{i}")
             declare(f"{name}.grad.{i}")
     return list(_GroupedAllreduce.apply(name, hvd_op, prescale_factor, postscale_factor,
-                                        *tensors))
+                                        process_set, *tensors))

@@ -71,7 +71,8 @@ def _start(pending: collectives.Pending, like: torch.Tensor, name: str,
 
 
 # ---------------------------------------------------------------------------------- allgather
-def allgather_async(tensor: torch.Tensor, name: Optional[str] = None) -> int:
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set=None) -> int:
     """Start Horovod's allgather: every rank's ``tensor`` concatenated along the first
     dimension, in rank order; :func:`synchronize` returns the new tensor.
 
@@ -80,6 +81,8 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None) -> int:
             dimension only. Not modified.
         name: the same on every rank (``None``: a generated one; every rank must then make its
             unnamed calls in the same order).
+        process_set: a registered ``ProcessSet`` (default: every rank): only its ranks call
+            it; the result is theirs, in their order (as every collective of this module).
 
     Returns:
         a handle for :func:`poll` and :func:`synchronize`. The ranks' sizes are agreed before
@@ -94,41 +97,58 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None) -> int:
     fn = "allgather"
     array = _host_array(tensor, fn)
     name = _resolve_name(name)
-    return _start(collectives.allgather_start(array, name), tensor, name)
+    return _start(collectives.allgather_start(array, name, process_set=process_set), tensor,
+                  name)
 
 
 class _Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, process_set):
         ctx.rows = tensor.shape[0]
         ctx.name = name
-        return synchronize(allgather_async(tensor, name))
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output.contiguous(), op=Average, name=f"{ctx.name}.grad")
-        rows = synchronize(allgather_async(torch.tensor([ctx.rows]), f"{ctx.name}.grad.rows"))
-        offset = int(rows[:basics.rank()].sum())
-        return grad.narrow(0, offset, ctx.rows), None
+        ps = ctx.process_set
+        grad = allreduce(grad_output.contiguous(), op=Average, name=f"{ctx.name}.grad",
+                         process_set=ps)
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows]), f"{ctx.name}.grad.rows",
+                                           ps))
+        offset = int(rows[:_rank_in(ps)].sum())
+        return grad.narrow(0, offset, ctx.rows), None, None
 
 
-def allgather(tensor: torch.Tensor, name: Optional[str] = None) -> torch.Tensor:
+def _rank_in(process_set) -> int:
+    return basics.rank() if process_set is None else process_set.rank()
+
+
+def _size_of(process_set) -> int:
+    return basics.size() if process_set is None else process_set.size()
+
+
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set=None) -> torch.Tensor:
     """Synchronous, differentiable :func:`allgather_async` (Horovod's ``allgather``)."""
     name = _resolve_name(name)
     if tensor.requires_grad and tensor.is_floating_point():
-        return _Allgather.apply(tensor, name)
-    return synchronize(allgather_async(tensor, name))
+        return _Allgather.apply(tensor, name, process_set)
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
-def grouped_allgather_async(tensors: List[torch.Tensor], name: Optional[str] = None) -> int:
+def grouped_allgather_async(tensors: List[torch.Tensor], name: Optional[str] = None,
+                            process_set=None) -> int:
     """Start an allgather of each tensor (named ``<name>.<i>``) under one handle:
     :func:`synchronize` returns the list of results (Horovod's ``grouped_allgather_async``)."""
-    return _grouped(tensors, name, "grouped_allgather", allgather_async)
+    return _grouped(tensors, name, "grouped_allgather", allgather_async,
+                    process_set=process_set)
 
 
-def grouped_allgather(tensors: List[torch.Tensor], name: Optional[str] = None) -> list:
+def grouped_allgather(tensors: List[torch.Tensor], name: Optional[str] = None,
+                      process_set=None) -> list:
     """Synchronous :func:`grouped_allgather_async`."""
-    return synchronize(grouped_allgather_async(tensors, name))
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
 def _grouped(tensors, name, fn, start, **kwargs) -> int:
@@ -136,14 +156,15 @@ def _grouped(tensors, name, fn, start, **kwargs) -> int:
 
 
 # ---------------------------------------------------------------------------------- broadcast
-def _broadcast_start(tensor, root_rank, name, inplace: bool, fn: str) -> int:
+def _broadcast_start(tensor, root_rank, name, inplace: bool, fn: str, process_set=None) -> int:
     array = _host_array(tensor, fn)
     name = _resolve_name(name)
-    pending = collectives.broadcast_start(array, root_rank, name)
+    pending = collectives.broadcast_start(array, root_rank, name, process_set=process_set)
     return _start(pending, tensor, name, output=tensor if inplace else None)
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> int:
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set=None) -> int:
     """Start Horovod's broadcast into a new tensor: :func:`synchronize` returns ``root_rank``'s
     ``tensor`` on every rank.
 
@@ -151,48 +172,54 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = 
         tensor: any shape and dtype, CPU or CUDA; the same shape and dtype on every rank.
         root_rank: the rank whose tensor is sent, ``0 <= root_rank < size()``; the same on every
             rank (else ``MismatchError`` on every rank).
-        name: as :func:`allgather_async`.
+        name, process_set: as :func:`allgather_async`; in a set ``root_rank`` is a global rank
+            of the set (Horovod's).
 
     Raises:
-        byteps.errors.InvalidArgumentError: a root outside the job.
+        byteps.errors.InvalidArgumentError: a root outside the job (or the set).
         byteps.errors.InvalidTypeError: a root that is not an int, not a tensor.
     """
-    return _broadcast_start(tensor, root_rank, name, False, "broadcast")
+    return _broadcast_start(tensor, root_rank, name, False, "broadcast", process_set)
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> int:
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set=None) -> int:
     """In-place :func:`broadcast_async`: :func:`synchronize` writes the root's values into
     ``tensor`` and returns it."""
-    return _broadcast_start(tensor, root_rank, name, True, "broadcast_")
+    return _broadcast_start(tensor, root_rank, name, True, "broadcast_", process_set)
 
 
 class _Broadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
+    def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.name = name
-        return synchronize(broadcast_async(tensor, root_rank, name))
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output.contiguous(), op=Average, name=f"{ctx.name}.grad")
+        grad = allreduce(grad_output.contiguous(), op=Average, name=f"{ctx.name}.grad",
+                         process_set=ctx.process_set)
         if basics.rank() != ctx.root_rank:
             grad = grad * 0
-        return grad, None, None
+        return grad, None, None, None
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set=None) -> torch.Tensor:
     """Synchronous, differentiable :func:`broadcast_async` (Horovod's ``broadcast``)."""
     name = _resolve_name(name)
     if tensor.requires_grad and tensor.is_floating_point():
-        return _Broadcast.apply(tensor, root_rank, name)
-    return synchronize(broadcast_async(tensor, root_rank, name))
+        return _Broadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set=None) -> torch.Tensor:
     """Synchronous :func:`broadcast_async_` (Horovod's ``broadcast_``): ``tensor``, holding
     the root's values."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # ------------------------------------------------------------------------------ reducescatter
@@ -205,7 +232,8 @@ def _reducescatter_op(op, fn: str) -> ReduceOp:
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set=None) -> int:
     """Start Horovod's reducescatter: ``tensor`` summed (``op`` Sum) or averaged (Average, the
     default) over the ranks, ``postscale_factor * reduce(prescale_factor * tensor)``; rank r's
     result is its shard of the first dimension (``rows // size()`` rows, the first
@@ -217,6 +245,7 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Ave
         name: as :func:`allgather_async`.
         op: :data:`Sum` or :data:`Average`.
         prescale_factor, postscale_factor: floats; not 1.0 only for floating-point tensors.
+        process_set: as :func:`allgather_async`: the shards are the set's ranks'.
 
     Raises:
         byteps.errors.InvalidArgumentError: another op, a 0-d tensor.
@@ -232,50 +261,56 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Ave
     array = _host_array(src, fn)
     name = _resolve_name(name)
     pending = collectives.reducescatter_start(array, name, average=hvd_op == Average,
-                                              dtype=dtype)
+                                              dtype=dtype, process_set=process_set)
     return _start(pending, tensor, name, postscale=post)
 
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, pre, post):
-        ctx.scale = pre * post / (basics.size() if op == Average else 1)
+    def forward(ctx, tensor, name, op, pre, post, process_set):
+        ctx.scale = pre * post / (_size_of(process_set) if op == Average else 1)
         ctx.name = name
-        return synchronize(reducescatter_async(tensor, name, op, pre, post))
+        ctx.process_set = process_set
+        return synchronize(reducescatter_async(tensor, name, op, pre, post, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = synchronize(allgather_async(grad_output.contiguous(), f"{ctx.name}.grad"))
-        return grad * ctx.scale, None, None, None, None
+        grad = synchronize(allgather_async(grad_output.contiguous(), f"{ctx.name}.grad",
+                                           ctx.process_set))
+        return grad * ctx.scale, None, None, None, None, None
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set=None) -> torch.Tensor:
     """Synchronous, differentiable :func:`reducescatter_async` (Horovod's
     ``reducescatter``)."""
     name = _resolve_name(name)
     if tensor.requires_grad and tensor.is_floating_point():
         return _Reducescatter.apply(tensor, name, _reducescatter_op(op, "reducescatter"),
-                                    prescale_factor, postscale_factor)
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+                                    prescale_factor, postscale_factor, process_set)
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set))
 
 
 def grouped_reducescatter_async(tensors: List[torch.Tensor], name: Optional[str] = None,
                                 op=Average, prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> int:
+                                postscale_factor: float = 1.0, process_set=None) -> int:
     """Start a reducescatter of each tensor (named ``<name>.<i>``) under one handle:
     :func:`synchronize` returns the list of shards (Horovod's
     ``grouped_reducescatter_async``)."""
     _reducescatter_op(op, "grouped_reducescatter")  # its error before anything starts
     return _grouped(tensors, name, "grouped_reducescatter", reducescatter_async, op=op,
-                    prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+                    prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                    process_set=process_set)
 
 
 def grouped_reducescatter(tensors: List[torch.Tensor], name: Optional[str] = None, op=Average,
-                          prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list:
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                          process_set=None) -> list:
     """Synchronous :func:`grouped_reducescatter_async`."""
     return synchronize(grouped_reducescatter_async(tensors, name, op, prescale_factor,
-                                                   postscale_factor))
+                                                   postscale_factor, process_set))
 
 
 # ----------------------------------------------------------------------------------- alltoall
@@ -291,7 +326,8 @@ def _splits_list(splits, fn: str):
                                f"{type(splits).__name__}") from None
 
 
-def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None) -> int:
+def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
+                   process_set=None) -> int:
     """Start Horovod's alltoall: ``splits[j]`` rows of ``tensor`` (in order) go to rank j;
     :func:`synchronize` returns ``(output, received_splits)``: the rows every rank sent this
     one, concatenated in rank order, and how many came from each (an int32 tensor).
@@ -301,7 +337,7 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
             dimension only. Not modified.
         splits: ``size()`` non-negative ints (a list or an integer tensor) adding up to the
             rows; ``None``: the rows split evenly (they must divide by ``size()``).
-        name: as :func:`allgather_async`.
+        name, process_set: as :func:`allgather_async` (splits: one per rank of the set).
 
     Raises:
         byteps.errors.InvalidArgumentError: splits of the wrong length or sum, rows that do not
@@ -312,7 +348,8 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
     fn = "alltoall"
     array = _host_array(tensor, fn)
     name = _resolve_name(name)
-    pending = collectives.alltoall_start(array, _splits_list(splits, fn), name)
+    pending = collectives.alltoall_start(array, _splits_list(splits, fn), name,
+                                         process_set=process_set)
 
     def finish():
         out, received = pending.finish()
@@ -323,9 +360,10 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
+    def forward(ctx, tensor, splits, name, process_set):
         ctx.name = name
-        out, received = synchronize(alltoall_async(tensor, splits, name))
+        ctx.process_set = process_set
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
         ctx.mark_non_differentiable(received)
         return out, received
@@ -333,24 +371,26 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, _unused):
         grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received,
-                                             f"{ctx.name}.grad"))
-        return grad, None, None
+                                             f"{ctx.name}.grad", ctx.process_set))
+        return grad, None, None, None
 
 
-def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None):
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=None):
     """Synchronous, differentiable :func:`alltoall_async` (Horovod's ``alltoall``): the output
     tensor, and with ``splits`` given also the received splits (``(output,
     received_splits)``, as Horovod)."""
     name = _resolve_name(name)
     if tensor.requires_grad and tensor.is_floating_point():
-        out, received = _Alltoall.apply(tensor, _splits_list(splits, "alltoall"), name)
+        out, received = _Alltoall.apply(tensor, _splits_list(splits, "alltoall"), name,
+                                        process_set)
     else:
-        out, received = synchronize(alltoall_async(tensor, splits, name))
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return out if splits is None else (out, received)
 
 
-def allgather_object(obj, name: Optional[str] = None) -> list:
+def allgather_object(obj, name: Optional[str] = None, process_set=None) -> list:
     """Horovod's ``allgather_object``: every rank's picklable ``obj``, as a list in rank order
     (``byteps.collectives.allgather_object``; ``name`` default: ``type(obj).__name__``, as
-    Horovod)."""
-    return collectives.allgather_object(obj, name if name is not None else type(obj).__name__)
+    Horovod); ``process_set``: its ranks' objects only."""
+    return collectives.allgather_object(obj, name if name is not None else type(obj).__name__,
+                                        process_set)

@@ -85,29 +85,32 @@ _SUPPORTED_TEXT = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 # --------------------------------------------------------------------------------------------
 # basics (re-exported by byteps.torch)
 # --------------------------------------------------------------------------------------------
-def init(lazy: bool = True) -> None:
+def init(lazy: bool = True, process_sets=None) -> None:
     """Start byteps in this process. Idempotent: a second call does nothing.
 
     Args:
         lazy: accepted for upstream compatibility. The core always connects at ``init`` so that
             configuration and network errors surface here.
+        process_sets: Horovod's: a list of ``ProcessSet`` to register now, in order (every
+            rank passes the same); ``"dynamic"`` or None: none (``add_process_set`` any time).
 
     Raises:
         byteps.errors.ConfigError: a ``BYTEPS_*`` / ``DMLC_*`` variable is missing or bad.
         byteps.errors.BytePSTimeoutError: the scheduler did not answer in time.
         byteps.errors.PeerLostError: a peer failed during rendezvous.
     """
-    _b.init(lazy=lazy)
+    _b.init(lazy=lazy, process_sets=process_sets)
 
 
-def declare(name: str) -> int:
+def declare(name: str, process_set=None) -> int:
     """Declare a tensor name ahead of use and return its key.
 
     Keys follow declaration order, which must be the same on every worker; declaring names
     up front (as :class:`~byteps.torch.DistributedOptimizer` does for its gradients) keeps
     keys in agreement even when the first push_pulls start in a different order on different
     ranks. Declaring an existing name returns the same key. Upstream declared
-    ``"byteps." + name``; names are used unchanged here.
+    ``"byteps." + name``; names are used unchanged here. ``process_set``: among a
+    ``ProcessSet``'s ranks (keys count per set).
 
     Raises:
         InvalidTypeError (a TypeError): ``name`` is not a string.
@@ -115,7 +118,7 @@ def declare(name: str) -> int:
     """
     if not isinstance(name, str):
         raise InvalidTypeError(f"declare(name): name must be a str, got {type(name).__name__}")
-    return _b.declare(name)
+    return _b.declare(name, process_set=process_set)
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,9 +207,10 @@ def _resolve_name(name: Optional[str]) -> str:
 
 def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: int,
            priority: Optional[int], inplace: bool, fn: str, op: str = "sum",
-           postscale: float = 1.0) -> int:
-    """Start one push_pull of ``tensor`` (``op``: :data:`byteps.basics.REDUCE_OPS`); the
-    result is multiplied by ``postscale`` when :func:`synchronize` takes it (1.0: not)."""
+           postscale: float = 1.0, process_set=None) -> int:
+    """Start one push_pull of ``tensor`` (``op``: :data:`byteps.basics.REDUCE_OPS`) among
+    ``process_set``'s ranks (None: all); the result is multiplied by ``postscale`` when
+    :func:`synchronize` takes it (1.0: not)."""
     dtype = _check_tensor(tensor, fn)
     name = _resolve_name(name)
     # 0 (the upstream default) and None both mean: let the core order by declaration
@@ -236,11 +240,12 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
     nbytes = inp.numel() * inp.element_size()
     if src.device.type == "cuda":
         handle, event = _start_cuda(name, inp, out, nbytes, dtype, shape, average, prio, version,
-                                    op)
+                                    op, process_set)
         keep = keep + (event,)
     else:
         handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, shape,
-                                    bool(average), priority=prio, version=version, op=op)
+                                    bool(average), priority=prio, version=version, op=op,
+                                    process_set=process_set)
     # Nobody else knows the handle before we return it, so registering afterwards is race-free.
     with _ops_lock:
         _ops[handle] = _Op(name, result, keep, writeback, inplace, postscale)
@@ -248,7 +253,8 @@ def _start(tensor: torch.Tensor, average: bool, name: Optional[str], version: in
 
 
 def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dtype: str,
-                shape, average: bool, prio: Optional[int], version: int, op: str = "sum"):
+                shape, average: bool, prio: Optional[int], version: int, op: str = "sum",
+                process_set=None):
     """Start a CUDA tensor's push_pull on the core's device stages: the core's first copy
     waits for an event recorded now on the tensor's current stream (after its producer's
     kernels and the contiguous copy, if any). Returns (handle, the event: kept alive until
@@ -258,7 +264,8 @@ def _start_cuda(name: str, inp: torch.Tensor, out: torch.Tensor, nbytes: int, dt
     event.record(stream)
     handle = _b.push_pull_async(name, inp.data_ptr(), out.data_ptr(), nbytes, dtype, list(shape),
                                 bool(average), prio, version, device="cuda",
-                                device_id=inp.device.index, ready_event=event.cuda_event, op=op)
+                                device_id=inp.device.index, ready_event=event.cuda_event, op=op,
+                                process_set=process_set)
     return handle, event
 
 
@@ -306,11 +313,12 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
 
 def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True,
                             name: Optional[str] = None, version: int = 0,
-                            priority: int = 0) -> int:
+                            priority: int = 0, process_set=None) -> int:
     """Like :func:`push_pull_async`, but the result is written into ``tensor`` itself.
 
     ``tensor`` must not be read or written until :func:`synchronize` returns. A non-contiguous
     ``tensor`` is reduced through a contiguous copy which :func:`synchronize` copies back.
+    ``process_set``: among a registered ``ProcessSet``'s ranks (None: every rank).
     Also exported as ``byteps.torch.byteps_push_pull`` (upstream's name).
 
     Returns:
@@ -319,7 +327,8 @@ def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True,
     Raises:
         the same errors as :func:`push_pull_async`.
     """
-    return _start(tensor, average, name, version, priority, True, "push_pull_async_inplace")
+    return _start(tensor, average, name, version, priority, True, "push_pull_async_inplace",
+                  process_set=process_set)
 
 
 #: Upstream's package-level name for :func:`push_pull_async_inplace`.

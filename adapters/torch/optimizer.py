@@ -107,8 +107,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._size = ops.size()  # raises NotInitializedError before init()
-        # Horovod's op, gradient_predivide_factor, groups and sparse_as_dense.
+        # Horovod's op, gradient_predivide_factor, groups, sparse_as_dense and process set.
         self._hvd = horovod or HorovodOptions.make()
+        if self._hvd.process_set is not None:
+            self._size = self._hvd.process_set.size()
         self._hvd.bind(self._bps_params, compression_params, self._size)
         # Asynchronous training: no gradient is reduced; step() exchanges parameter deltas.
         self._bps_async_params = None
@@ -127,7 +129,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # declared up front: same keys on every rank whatever order the hooks fire in.
         self._grad_names, wire = _gradients.declare_gradients(
             self._bps_params, self._parameter_names, "Gradient.", self._compression,
-            self._bps_kwargs)
+            self._bps_kwargs, self._hvd.process_set)
         # Nesterov momentum of the gradients the core does not compress (too small, not
         # floating, or a job that is not distributed): applied here after the reduction
         # (upstream MXNet's Compression.nag). Their momentum buffers, by parameter.
@@ -205,10 +207,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self._hvd.sparse_as_dense:  # Horovod: indices and values allgathered
                 g = p.grad.coalesce()
                 name = self._grad_names[p]
+                ps = self._hvd.process_set
                 return ("sparse", gather_scatter.allgather_async(
-                    g.indices().t().contiguous(), name=f"{name}.indices"),
+                    g.indices().t().contiguous(), name=f"{name}.indices", process_set=ps),
                     gather_scatter.allgather_async(g.values().contiguous(),
-                                                   name=f"{name}.values")), None
+                                                   name=f"{name}.values", process_set=ps)), None
             p.grad = p.grad.to_dense()
         self._send_learning_rate()
         if self._hvd.prescale != 1.0:
@@ -217,7 +220,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         compressed, ctx = self._compression.compress(p.grad)
         handle = ops.push_pull_async_inplace(
             compressed, average=self._hvd.average, name=self._grad_names[p],
-            priority=self._priorities[p],
+            priority=self._priorities[p], process_set=self._hvd.process_set,
         )
         return handle, ctx
 
@@ -342,7 +345,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
                          compression=Compression.none, backward_passes_per_step: int = 1,
                          compression_params=None, op=None,
                          gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-                         groups=None, sparse_as_dense: bool = False):
+                         groups=None, sparse_as_dense: bool = False, process_set=None):
     """Wrap a torch optimizer so gradients are averaged over all workers before each step.
 
     Returns an instance of a dynamic subclass of ``optimizer``'s class (so ``isinstance``
@@ -395,6 +398,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             dense and reduced as the others. Default False: its indices and values are
             allgathered (``byteps.torch.allgather``) and ``p.grad`` becomes the sparse sum
             (divided by ``size()`` for Average), as Horovod does.
+        process_set: Horovod's: a registered ``ProcessSet`` whose ranks alone construct and
+            step this optimizer; the gradients are averaged over them (default: every rank).
 
     Every rank must construct it with the same parameters. Gradients are averaged (divided by
     :func:`byteps.torch.size`). With one worker no communication happens.
@@ -426,7 +431,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     namespace["__qualname__"] = optimizer.__class__.__qualname__
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), namespace)
     horovod = HorovodOptions.make(op, gradient_predivide_factor, num_groups, groups,
-                                  sparse_as_dense)
+                                  sparse_as_dense, process_set)
     dist = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                compression_params, horovod)
     # Keep any state the optimizer already has (e.g. momentum after a few local steps).

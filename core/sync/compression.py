@@ -296,11 +296,13 @@ def core_compresses(dtype: str, nbytes: int) -> bool:
             and _distributed())
 
 
-def declare(name: str, kwargs: Optional[Mapping[str, str]], dtype: str) -> int:
+def declare(name: str, kwargs: Optional[Mapping[str, str]], dtype: str,
+            process_set=None) -> int:
     """Declare ``name`` with compressor ``kwargs`` when they are non-empty and ``dtype`` is one
     the compressors take (float16/32/64), else plainly; returns the key. Must run before the
     name's first push_pull (the kwargs are part of the declaration, compared across workers:
-    a mismatch raises MismatchError on every rank at the first push_pull).
+    a mismatch raises MismatchError on every rank at the first push_pull). ``process_set``:
+    declared among a ``ProcessSet``'s ranks (None: every rank).
 
     Raises:
         byteps.errors.InvalidArgumentError: the core refuses the kwargs.
@@ -309,8 +311,8 @@ def declare(name: str, kwargs: Optional[Mapping[str, str]], dtype: str) -> int:
     from .. import basics  # looked up per call (tests may stand in for the core)
 
     if kwargs and dtype in COMPRESSIBLE_DTYPES:
-        return basics.declare(name, compression=dict(kwargs))
-    return basics.declare(name)
+        return basics.declare(name, compression=dict(kwargs), process_set=process_set)
+    return basics.declare(name, process_set=process_set)
 
 
 class NesterovMomentum:

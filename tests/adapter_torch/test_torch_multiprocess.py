@@ -156,6 +156,16 @@ def test_horovod_allgather_broadcast_reducescatter(workers, servers, local_size)
     assert_marker(job, "TORCH_GATHER_SCATTER_OK", workers * (local_size or 1))
 
 
+@pytest.mark.parametrize("workers,servers,local_size", [(3, 2, None), (2, 1, 2)],
+                         ids=["3w2s", "2wx2local1s"])
+def test_horovod_process_sets(workers, servers, local_size):
+    """Horovod's process sets: every collective, the gradients, the object functions and
+    DistributedOptimizer(process_set=...) among a set's ranks, while another set runs its own;
+    an operation of another set is an error."""
+    job = launch(WORKERS / "process_sets_worker.py", workers, servers, local_size, timeout=240)
+    assert_marker(job, "TORCH_PROCESS_SETS_OK", workers * (local_size or 1))
+
+
 @pytest.mark.parametrize("workers,servers,local_size", [(2, 1, None), (2, 1, 2)],
                          ids=["2w1s", "2wx2local1s"])
 def test_horovod_optimizer_options(workers, servers, local_size):

@@ -23,7 +23,9 @@ Exports: :func:`init`, :func:`shutdown`, :func:`suspend`, :func:`resume`,
 :func:`is_initialized`, :func:`size`, :func:`rank`, :func:`local_size`, :func:`local_rank`,
 :func:`byteps_declare_tensor`, :func:`byteps_push_pull`, Horovod's :func:`allreduce` and
 :func:`allreduce_` with its ops, :func:`allgather`, :func:`broadcast`, :func:`broadcast_`,
-:func:`reducescatter`, :func:`alltoall` and the grouped forms (docs/collectives.md), :func:`barrier`, Horovod's build queries
+:func:`reducescatter`, :func:`alltoall` and the grouped forms (docs/collectives.md), each with
+``process_set=``, Horovod's process sets (:class:`ProcessSet`, :func:`add_process_set`, ...),
+:func:`barrier`, Horovod's build queries
 (:mod:`byteps.capabilities`), :class:`DistributedOptimizer`,
 :class:`DistributedTrainer`, :func:`broadcast_parameters`, :func:`broadcast_object`,
 :func:`pull_parameters` (asynchronous training),
@@ -49,6 +51,12 @@ from byteps import capabilities as _capabilities
 from byteps.basics import barrier, cross_rank, cross_size, is_homogeneous, resume, suspend
 from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
 from byteps.naming import broadcast_object
+from byteps.process_sets import (  # Horovod's process sets
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline
 
 from ._async import pull_parameters
@@ -118,6 +126,10 @@ __all__ = [
     "grouped_allgather",
     "grouped_reducescatter",
     "barrier",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
     "Average",
     "Sum",
     "Adasum",

@@ -5,10 +5,11 @@ its ``allgather``, ``broadcast``, ``broadcast_``, ``reducescatter`` and ``alltoa
 
 Asynchronous for Python as :func:`byteps.mxnet.byteps_push_pull`: MXNet's engine orders the
 operation after earlier writes of the tensor and makes later reads wait for the result; an
-error of the operation is raised by MXNet at that read. Not here yet: ``process_set=`` (only the
-global set exists; the argument is not accepted) and :data:`Adasum`, refused with an error
-naming it. The scale factors are NDArray multiplications around the push_pull (one pass each
-when not 1.0).
+error of the operation is raised by MXNet at that read. Every function takes Horovod's
+``process_set=`` (a registered ``ProcessSet``; default every rank); an allreduce in a process
+set is synchronous, through a host NumPy copy (MXNet's engine path serves the global set
+only). :data:`Adasum` is refused with an error naming it. The scale factors are NDArray
+multiplications around the push_pull (one pass each when not 1.0).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mxnet as mx
+import numpy as np
 
 from byteps import basics as _b
 from byteps import collectives, reduce_ops
@@ -40,7 +42,7 @@ def _factor(value, what: str, fn: str, dtype: str) -> float:
 
 def allreduce_(tensor: mx.nd.NDArray, average: Optional[bool] = None,
                name: Optional[str] = None, priority: int = 0, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0, op=None) -> mx.nd.NDArray:
+               postscale_factor: float = 1.0, op=None, process_set=None) -> mx.nd.NDArray:
     """Reduce ``tensor`` over all ranks in place and return it (Horovod's ``allreduce_``):
     ``postscale_factor * reduce(prescale_factor * tensor)``.
 
@@ -54,6 +56,8 @@ def allreduce_(tensor: mx.nd.NDArray, average: Optional[bool] = None,
         prescale_factor, postscale_factor: numbers; not 1.0 only on floating-point tensors.
         op: :data:`Average` (default), :data:`Sum`, :data:`Min`, :data:`Max` (a NaN wins),
             :data:`Product` (integers wrap).
+        process_set: a registered ``ProcessSet`` (default: every rank): only its ranks call
+            it, Average divides by its size; synchronous (waits for the result).
 
     Raises:
         InvalidArgumentError (a ValueError): both ``op`` and ``average``, an unknown op,
@@ -70,10 +74,16 @@ def allreduce_(tensor: mx.nd.NDArray, average: Optional[bool] = None,
     post = _factor(postscale_factor, "postscale_factor", fn, dtype)
     name = resolve_name(name, fn)
     prio = resolve_priority(priority, fn)
-    _b.declare(name)  # here, in program order: keys must agree across ranks
+    _b.declare(name, process_set=process_set)  # here, in program order: keys must agree
     if pre != 1.0:
         tensor *= pre
-    _reduce_in_place(tensor, name, prio, dtype, avg, core_op)
+    if process_set is not None and process_set.process_set_id:
+        a = np.ascontiguousarray(tensor.asnumpy())
+        _b.wait(_b.push_pull_async(name, a.ctypes.data, a.ctypes.data, a.nbytes, dtype,
+                                   a.shape, avg, prio, op=core_op, process_set=process_set))
+        tensor[:] = a
+    else:
+        _reduce_in_place(tensor, name, prio, dtype, avg, core_op)
     if post != 1.0:
         tensor *= post
     return tensor
@@ -81,12 +91,12 @@ def allreduce_(tensor: mx.nd.NDArray, average: Optional[bool] = None,
 
 def allreduce(tensor: mx.nd.NDArray, average: Optional[bool] = None,
               name: Optional[str] = None, priority: int = 0, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, op=None) -> mx.nd.NDArray:
+              postscale_factor: float = 1.0, op=None, process_set=None) -> mx.nd.NDArray:
     """Horovod's ``allreduce``: as :func:`allreduce_` on a copy of ``tensor``, which is left
     unchanged; returns the copy. Errors: as :func:`allreduce_`."""
     check_tensor(tensor, "allreduce")
     return allreduce_(tensor.copy(), average, name, priority, prescale_factor,
-                      postscale_factor, op)
+                      postscale_factor, op, process_set)
 
 
 def _array_of(tensor: mx.nd.NDArray, fn: str):
@@ -97,7 +107,8 @@ def _array_of(tensor: mx.nd.NDArray, fn: str):
     return tensor.asnumpy()  # waits for the engine's pending writes of the tensor
 
 
-def allgather(tensor: mx.nd.NDArray, name: Optional[str] = None) -> mx.nd.NDArray:
+def allgather(tensor: mx.nd.NDArray, name: Optional[str] = None,
+              process_set=None) -> mx.nd.NDArray:
     """Horovod's ``allgather`` (docs/collectives.md): every rank's ``tensor`` concatenated
     along the first dimension, in rank order, as a new NDArray on ``tensor``'s context.
     Synchronous (it waits for the tensor's pending writes, then for the operation).
@@ -107,6 +118,8 @@ def allgather(tensor: mx.nd.NDArray, name: Optional[str] = None) -> mx.nd.NDArra
             first dimension only.
         name: the same on every rank (``None``: a generated one, the same on every rank when
             all make their unnamed calls in the same order).
+        process_set: a registered ``ProcessSet`` (default: every rank; as every function
+            below): its ranks, in their order.
 
     Raises:
         InvalidArgumentError (a ValueError): a 0-d NDArray; ranks whose NDArrays differ beyond
@@ -114,12 +127,13 @@ def allgather(tensor: mx.nd.NDArray, name: Optional[str] = None) -> mx.nd.NDArra
         InvalidTypeError (a TypeError): not a dense NDArray.
     """
     array = _array_of(tensor, "allgather")
-    out = collectives.allgather_start(array, resolve_name(name, "allgather")).wait()
+    out = collectives.allgather_start(array, resolve_name(name, "allgather"),
+                                      process_set=process_set).wait()
     return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
 
 
-def broadcast(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None
-              ) -> mx.nd.NDArray:
+def broadcast(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None,
+              process_set=None) -> mx.nd.NDArray:
     """Horovod's ``broadcast``: ``root_rank``'s ``tensor`` on every rank, as a new NDArray
     (synchronous; the worker mesh's chain from the root's machine, docs/collectives.md).
 
@@ -129,19 +143,20 @@ def broadcast(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None
         InvalidTypeError (a TypeError): not a dense NDArray, a root that is not an int.
     """
     array = _array_of(tensor, "broadcast")
-    out = collectives.broadcast_start(array, root_rank, resolve_name(name, "broadcast")).wait()
+    out = collectives.broadcast_start(array, root_rank, resolve_name(name, "broadcast"),
+                                      process_set=process_set).wait()
     return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
 
 
-def broadcast_(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None
-               ) -> mx.nd.NDArray:
+def broadcast_(tensor: mx.nd.NDArray, root_rank: int, name: Optional[str] = None,
+               process_set=None) -> mx.nd.NDArray:
     """In-place :func:`broadcast` (Horovod's ``broadcast_``): returns ``tensor``."""
-    tensor[:] = broadcast(tensor, root_rank, name)
+    tensor[:] = broadcast(tensor, root_rank, name, process_set)
     return tensor
 
 
-def reducescatter(tensor: mx.nd.NDArray, name: Optional[str] = None, op=None
-                  ) -> mx.nd.NDArray:
+def reducescatter(tensor: mx.nd.NDArray, name: Optional[str] = None, op=None,
+                  process_set=None) -> mx.nd.NDArray:
     """Horovod's ``reducescatter``: ``tensor`` summed (``op=Sum``) or averaged (``Average``,
     the default) over the ranks; this rank's shard of the first dimension (``rows // size``
     rows, the first ``rows % size`` ranks one more), as a new NDArray. Synchronous.
@@ -157,11 +172,12 @@ def reducescatter(tensor: mx.nd.NDArray, name: Optional[str] = None, op=None
         raise InvalidArgumentError(f"{fn}: op must be Sum or Average (Horovod's "
                                    f"reducescatter), got {op}")
     out = collectives.reducescatter_start(_array_of(tensor, fn), resolve_name(name, fn),
-                                          average=avg).wait()
+                                          average=avg, process_set=process_set).wait()
     return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
 
 
-def alltoall(tensor: mx.nd.NDArray, splits=None, name: Optional[str] = None) -> mx.nd.NDArray:
+def alltoall(tensor: mx.nd.NDArray, splits=None, name: Optional[str] = None,
+             process_set=None) -> mx.nd.NDArray:
     """Horovod's ``alltoall``: ``splits[j]`` rows of ``tensor`` go to rank j; returns the rows
     every rank sent this one, concatenated in rank order, as a new NDArray. Synchronous.
 
@@ -178,7 +194,8 @@ def alltoall(tensor: mx.nd.NDArray, splits=None, name: Optional[str] = None) -> 
     if isinstance(splits, mx.nd.NDArray):
         splits = splits.asnumpy().tolist()
     out, _ = collectives.alltoall_start(_array_of(tensor, "alltoall"), splits,
-                                        resolve_name(name, "alltoall")).wait()
+                                        resolve_name(name, "alltoall"),
+                                        process_set=process_set).wait()
     return mx.nd.array(out, ctx=tensor.context, dtype=out.dtype)
 
 
@@ -192,35 +209,36 @@ def _grouped_names(tensors, name: Optional[str], fn: str) -> list:
 
 def grouped_allreduce_(tensors, average: Optional[bool] = None, name: Optional[str] = None,
                        priority: int = 0, prescale_factor: float = 1.0,
-                       postscale_factor: float = 1.0, op=None) -> list:
+                       postscale_factor: float = 1.0, op=None, process_set=None) -> list:
     """Horovod's ``grouped_allreduce_``: :func:`allreduce_` of each NDArray (named
     ``<name>.<i>``), all started before any is read; returns the list. Errors: as
     :func:`allreduce_`; InvalidTypeError: not a list or tuple."""
     names = _grouped_names(tensors, name, "grouped_allreduce_")
-    return [allreduce_(t, average, n, priority, prescale_factor, postscale_factor, op)
-            for t, n in zip(tensors, names)]
+    return [allreduce_(t, average, n, priority, prescale_factor, postscale_factor, op,
+                       process_set) for t, n in zip(tensors, names)]
 
 
 def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[str] = None,
                       priority: int = 0, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0, op=None) -> list:
+                      postscale_factor: float = 1.0, op=None, process_set=None) -> list:
     """Horovod's ``grouped_allreduce``: :func:`grouped_allreduce_` on copies; the inputs are
     left unchanged."""
     for t in tensors if isinstance(tensors, (list, tuple)) else ():
         check_tensor(t, "grouped_allreduce")
     copies = [t.copy() for t in tensors] if isinstance(tensors, (list, tuple)) else tensors
     return grouped_allreduce_(copies, average, name, priority, prescale_factor,
-                              postscale_factor, op)
+                              postscale_factor, op, process_set)
 
 
-def grouped_allgather(tensors, name: Optional[str] = None) -> list:
+def grouped_allgather(tensors, name: Optional[str] = None, process_set=None) -> list:
     """Horovod's ``grouped_allgather``: :func:`allgather` of each NDArray (``<name>.<i>``)."""
     names = _grouped_names(tensors, name, "grouped_allgather")
-    return [allgather(t, n) for t, n in zip(tensors, names)]
+    return [allgather(t, n, process_set) for t, n in zip(tensors, names)]
 
 
-def grouped_reducescatter(tensors, name: Optional[str] = None, op=None) -> list:
+def grouped_reducescatter(tensors, name: Optional[str] = None, op=None,
+                          process_set=None) -> list:
     """Horovod's ``grouped_reducescatter``: :func:`reducescatter` of each NDArray
     (``<name>.<i>``, Sum or Average)."""
     names = _grouped_names(tensors, name, "grouped_reducescatter")
-    return [reducescatter(t, n, op) for t, n in zip(tensors, names)]
+    return [reducescatter(t, n, op, process_set) for t, n in zip(tensors, names)]

@@ -135,19 +135,21 @@ def _shallow_copy(tensor: mx.nd.NDArray) -> int:
 # --------------------------------------------------------------------------------------------
 # basics (re-exported by byteps.mxnet)
 # --------------------------------------------------------------------------------------------
-def init(lazy: bool = True) -> None:
+def init(lazy: bool = True, process_sets=None) -> None:
     """Start byteps in this process (idempotent).
 
     Args:
         lazy: accepted for upstream compatibility; the core always connects at ``init`` so
             that configuration and network errors surface here.
+        process_sets: Horovod's: a list of ``ProcessSet`` to register now, in order (every
+            rank passes the same); ``"dynamic"`` or None: none (``add_process_set`` any time).
 
     Raises:
         byteps.errors.ConfigError: a ``BYTEPS_*`` / ``DMLC_*`` variable is missing or bad.
         byteps.errors.BytePSTimeoutError: the scheduler did not answer in time.
         byteps.errors.PeerLostError: a peer failed during rendezvous.
     """
-    _b.init(lazy=lazy)
+    _b.init(lazy=lazy, process_sets=process_sets)
 
 
 def byteps_declare_tensor(name: str, **kwargs) -> int:

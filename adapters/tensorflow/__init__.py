@@ -19,7 +19,9 @@ Keras users: :mod:`byteps.tensorflow.keras` (``tf.keras``) or :mod:`byteps.keras
 Exports: :func:`init`, :func:`shutdown`, :func:`is_initialized`, :func:`size`, :func:`rank`,
 :func:`local_size`, :func:`local_rank`, :func:`declare`, :func:`push_pull`,
 :func:`allreduce` (Horovod's, with its scale factors), :func:`allgather`,
-:func:`reducescatter`, :func:`alltoall`, their grouped forms, :func:`barrier`, Horovod's build
+:func:`reducescatter`, :func:`alltoall`, their grouped forms, :func:`barrier`, Horovod's process
+sets (:class:`ProcessSet`, :func:`add_process_set`, ...; ``process_set=`` on every collective and
+``DistributedGradientTape``), Horovod's build
 queries (:mod:`byteps.capabilities`), :func:`broadcast`, :func:`broadcast_variables`, :func:`broadcast_object`,
 :func:`DistributedOptimizer`, :class:`SyncBatchNormalization`,
 :func:`DistributedGradientTape`, :class:`Compression`, and the ops :data:`Average`,
@@ -43,6 +45,12 @@ if not tf.__version__.startswith("2."):
 from byteps import capabilities as _capabilities
 from byteps.basics import barrier, cross_rank, cross_size, is_homogeneous, resume, suspend
 from byteps.capabilities import *  # noqa: F403  (Horovod's build queries)
+from byteps.process_sets import (  # Horovod's process sets
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 from byteps.telemetry import get_pushpull_speed, get_telemetry, start_timeline, stop_timeline
 
 from ._async import pull_parameters
@@ -106,6 +114,10 @@ __all__ = [
     "grouped_reducescatter",
     "reducescatter",
     "barrier",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
     "broadcast",
     "broadcast_variables",
     "broadcast_object",

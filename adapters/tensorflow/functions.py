@@ -33,7 +33,7 @@ def _base(tensor: Any, scope: str, name: Optional[str], prefix: str, fn: str) ->
 @tf.autograph.experimental.do_not_convert
 def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_dense: str = "",
               device_sparse: str = "", compression=Compression.none, op: Optional[str] = None,
-              name: Optional[str] = None) -> tf.Tensor:
+              name: Optional[str] = None, process_set=None) -> tf.Tensor:
     """Sum or average ``tensor`` over all workers; returns a new tensor (the input is
     unchanged).
 
@@ -58,6 +58,8 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
             for a variable, ``"BytePSPushPull.eager"`` for an eager tensor (eager calls are
             synchronous, so one name per dtype/shape is reused); with op Min, Max or Product
             the default ends in ``.min``, ``.max`` or ``.product`` (a name keeps its op).
+        process_set: a registered ``ProcessSet`` (Horovod's; default: every rank): only its
+            ranks call it, Average divides by its size (docs/collectives.md).
 
     Returns:
         a ``tf.Tensor`` with the input's shape and dtype.
@@ -77,7 +79,7 @@ def push_pull(tensor, scope: str = "", average: Optional[bool] = None, device_de
         base += "." + core_op
     dense = ops._as_dense(tensor, "push_pull")
     compressed, ctx = compression.compress(dense)
-    out = ops._push_pull_one(compressed, base, avg, core_op)
+    out = ops._push_pull_one(compressed, base, avg, core_op, process_set)
     return compression.decompress(out, ctx)
 
 
@@ -96,14 +98,14 @@ def _scale(tensor, factor, what: str) -> Optional[float]:
 def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
               device_sparse: str = "", compression=Compression.none, op: Optional[str] = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              name: Optional[str] = None) -> tf.Tensor:
+              name: Optional[str] = None, process_set=None) -> tf.Tensor:
     """Horovod's ``allreduce``: ``postscale_factor * reduce(prescale_factor * tensor)`` over
     all ranks, with :func:`push_pull`'s ops, naming and gradient (eager and in
     ``tf.function``). The factors are applied by TensorFlow around the push_pull (one pass
     each when not 1.0) and only to floating-point tensors.
 
-    Args: as :func:`push_pull` (no ``scope``), plus ``prescale_factor`` and
-        ``postscale_factor`` (numbers, default 1.0).
+    Args: as :func:`push_pull` (no ``scope``; ``process_set`` too), plus ``prescale_factor``
+        and ``postscale_factor`` (numbers, default 1.0).
 
     Returns:
         a ``tf.Tensor`` with the input's shape and dtype.
@@ -122,13 +124,14 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
     post = _scale(dense, postscale_factor, "postscale_factor")
     if pre is not None:
         dense = dense * tf.cast(pre, dense.dtype)
-    out = push_pull(dense, "", average, device_dense, device_sparse, compression, op, base)
+    out = push_pull(dense, "", average, device_dense, device_sparse, compression, op, base,
+                    process_set)
     return out if post is None else out * tf.cast(post, out.dtype)
 
 
 @tf.autograph.experimental.do_not_convert
 def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = None,
-              is_variable: bool = True) -> tf.Tensor:
+              is_variable: bool = True, process_set=None) -> tf.Tensor:
     """Return ``root_rank``'s value of ``tensor`` on every rank (bit for bit).
 
     Implemented as upstream: a sum to which every other rank contributes zeros. Differentiable:
@@ -144,6 +147,8 @@ def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = Non
         is_variable: accepted for compatibility. Upstream zeroed a variable input in place on
             non-root ranks; here the input is never modified (assign the result yourself, or
             use :func:`broadcast_variables`).
+        process_set: a registered ``ProcessSet`` (default: every rank); ``root_rank`` is one
+            of its global ranks.
 
     Returns:
         a ``tf.Tensor`` with the input's shape and dtype.
@@ -156,7 +161,10 @@ def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = Non
     base = _base(tensor, scope, name, "BytePSBroadcast", "broadcast")
     dense = ops._as_dense(tensor, "broadcast")
     root = ops._check_root(root_rank, "broadcast")
-    return ops._broadcast_one(dense, base, root)
+    if process_set is not None and process_set.process_set_id and \
+            root not in process_set.ranks:
+        raise InvalidArgumentError(f"broadcast: root_rank {root} is not in {process_set!r}")
+    return ops._broadcast_one(dense, base, root, process_set)
 
 
 def _var_name(var: Any, i: int) -> str:

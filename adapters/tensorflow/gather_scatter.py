@@ -9,7 +9,9 @@ shard of the first dimension (``rows // size`` rows, the first ``rows % size`` r
 ``alltoall`` sends ``splits[j]`` rows to rank j and returns what every rank sent this one (in
 rank order) and how many came from each. allgather and reducescatter are differentiable for floating-point tensors, with the gradients of the PyTorch adapter
 (Horovod's): allgather's is this rank's slice of the averaged output gradient, reducescatter's
-the allgathered output gradient (divided by ``size()`` for Average).
+the allgathered output gradient (divided by ``size()`` for Average). Every function takes
+Horovod's ``process_set=`` (a registered ``ProcessSet``; default every rank): ranks, sizes and
+splits are then the set's.
 """
 
 from __future__ import annotations
@@ -52,7 +54,14 @@ def _call(run, x: tf.Tensor, rows: Optional[int]) -> tf.Tensor:
 
 
 @tf.autograph.experimental.do_not_convert
-def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
+def _rank_size(process_set) -> tuple:
+    if process_set is None or not process_set.process_set_id:
+        return basics.rank(), basics.size()
+    return process_set.rank(), process_set.size()
+
+
+@tf.autograph.experimental.do_not_convert
+def allgather(tensor, name: Optional[str] = None, process_set=None) -> tf.Tensor:
     """Horovod's ``allgather``: every rank's ``tensor`` concatenated along the first
     dimension, in rank order.
 
@@ -71,7 +80,7 @@ def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
     x = _dense(tensor, "allgather")
 
     def gather(a, key=base):
-        return collectives.allgather_start(np.asarray(a), key).wait()
+        return collectives.allgather_start(np.asarray(a), key, process_set=process_set).wait()
 
     if not x.dtype.is_floating:
         return _call(gather, x, None)
@@ -81,10 +90,12 @@ def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
         y = _call(gather, v, None)
 
         def grad(dy):
-            g = allreduce(tf.convert_to_tensor(dy), op=ops.Average, name=base + ".grad")
+            g = allreduce(tf.convert_to_tensor(dy), op=ops.Average, name=base + ".grad",
+                          process_set=process_set)
+            rank, size = _rank_size(process_set)
             rows = _call(lambda a: gather(a, base + ".grad.rows"),
-                         tf.reshape(tf.shape(v, out_type=tf.int64)[0], [1]), basics.size())
-            offset = tf.reduce_sum(rows[:basics.rank()])
+                         tf.reshape(tf.shape(v, out_type=tf.int64)[0], [1]), size)
+            offset = tf.reduce_sum(rows[:rank])
             return tf.slice(g, tf.concat([[offset], tf.zeros([tf.rank(g) - 1], tf.int64)], 0),
                             tf.shape(v, out_type=tf.int64))
 
@@ -94,7 +105,8 @@ def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
 
 
 @tf.autograph.experimental.do_not_convert
-def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None) -> tf.Tensor:
+def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None,
+                  process_set=None) -> tf.Tensor:
     """Horovod's ``reducescatter``: ``tensor`` reduced over the ranks with ``op`` (``Sum``, or
     ``Average``: the default), this rank's shard of the first dimension.
 
@@ -116,12 +128,13 @@ def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None) 
     base = _base(tensor, "", name, "BytePSReducescatter", "reducescatter")
     x = _dense(tensor, "reducescatter")
     ops._dtype_name(x.dtype, "reducescatter")
-    size, rank = basics.size(), basics.rank()
+    rank, size = _rank_size(process_set)
     rows = x.shape[0]
     mine = collectives.shard_counts(rows, size)[rank] if rows is not None else None
 
     def scatter(a):
-        return collectives.reducescatter_start(np.asarray(a), base, average=average).wait()
+        return collectives.reducescatter_start(np.asarray(a), base, average=average,
+                                               process_set=process_set).wait()
 
     if not x.dtype.is_floating:
         return _call(scatter, x, mine)
@@ -131,7 +144,7 @@ def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None) 
         y = _call(scatter, v, mine)
 
         def grad(dy):
-            g = allgather(tf.convert_to_tensor(dy), name=base + ".grad")
+            g = allgather(tf.convert_to_tensor(dy), name=base + ".grad", process_set=process_set)
             return g / size if average else g
 
         return y, grad
@@ -140,7 +153,7 @@ def reducescatter(tensor, name: Optional[str] = None, op: Optional[str] = None) 
 
 
 @tf.autograph.experimental.do_not_convert
-def alltoall(tensor, splits=None, name: Optional[str] = None):
+def alltoall(tensor, splits=None, name: Optional[str] = None, process_set=None):
     """Horovod's ``alltoall``: ``splits[j]`` rows of ``tensor`` go to rank j; returns
     ``(output, received_splits)``: the rows every rank sent this one, concatenated in rank
     order, and an int32 tensor of how many came from each. Eager and in ``tf.function``; not
@@ -164,7 +177,8 @@ def alltoall(tensor, splits=None, name: Optional[str] = None):
 
     def run(a, sp):
         out, received = collectives.alltoall_start(
-            np.asarray(a), None if even else [int(v) for v in np.asarray(sp)], base).wait()
+            np.asarray(a), None if even else [int(v) for v in np.asarray(sp)], base,
+            process_set=process_set).wait()
         return out, received.astype(np.int32)
 
     if tf.executing_eagerly():
@@ -173,14 +187,15 @@ def alltoall(tensor, splits=None, name: Optional[str] = None):
     out, received = tf.numpy_function(run, [x, s], [x.dtype, tf.int32], stateful=True,
                                       name="BytePSAlltoall")
     out.set_shape([None] + x.shape.as_list()[1:])
-    received.set_shape([basics.size()])
+    received.set_shape([_rank_size(process_set)[1]])
     return out, received
 
 
-def allgather_object(obj, name: Optional[str] = None) -> list:
+def allgather_object(obj, name: Optional[str] = None, process_set=None) -> list:
     """Horovod's ``allgather_object``: every rank's picklable ``obj``, as a list in rank order
     (eagerly; ``name`` default: ``type(obj).__name__``)."""
-    return collectives.allgather_object(obj, name if name is not None else type(obj).__name__)
+    return collectives.allgather_object(obj, name if name is not None else type(obj).__name__,
+                                        process_set)
 
 
 def _names(tensors, name: Optional[str], prefix: str, fn: str) -> list:
@@ -193,7 +208,8 @@ def _names(tensors, name: Optional[str], prefix: str, fn: str) -> list:
 
 def grouped_allreduce(tensors, average: Optional[bool] = None, compression=None,
                       op: Optional[str] = None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0, name: Optional[str] = None) -> list:
+                      postscale_factor: float = 1.0, name: Optional[str] = None,
+                      process_set=None) -> list:
     """Horovod's ``grouped_allreduce``: :func:`byteps.tensorflow.allreduce` of each tensor
     (named ``<name>.<i>``), the same ``op`` and factors; returns the list. Each is its own
     push_pull (differentiable as ``allreduce``).
@@ -202,18 +218,20 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, compression=None,
     names = _names(tensors, name, "BytePSGroupedAllreduce", "grouped_allreduce")
     return [allreduce(t, average=average, compression=compression or Compression.none, op=op,
                       prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                      name=n) for t, n in zip(tensors, names)]
+                      name=n, process_set=process_set) for t, n in zip(tensors, names)]
 
 
-def grouped_allgather(tensors, name: Optional[str] = None) -> list:
+def grouped_allgather(tensors, name: Optional[str] = None, process_set=None) -> list:
     """Horovod's ``grouped_allgather``: :func:`allgather` of each tensor (named
     ``<name>.<i>``); returns the list."""
     names = _names(tensors, name, "BytePSGroupedAllgather", "grouped_allgather")
-    return [allgather(t, name=n) for t, n in zip(tensors, names)]
+    return [allgather(t, name=n, process_set=process_set) for t, n in zip(tensors, names)]
 
 
-def grouped_reducescatter(tensors, name: Optional[str] = None, op: Optional[str] = None) -> list:
+def grouped_reducescatter(tensors, name: Optional[str] = None, op: Optional[str] = None,
+                          process_set=None) -> list:
     """Horovod's ``grouped_reducescatter``: :func:`reducescatter` of each tensor (named
     ``<name>.<i>``, Sum or Average); returns the list of shards."""
     names = _names(tensors, name, "BytePSGroupedReducescatter", "grouped_reducescatter")
-    return [reducescatter(t, name=n, op=op) for t, n in zip(tensors, names)]
+    return [reducescatter(t, name=n, op=op, process_set=process_set)
+            for t, n in zip(tensors, names)]

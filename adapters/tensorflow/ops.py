@@ -86,24 +86,27 @@ _SUPPORTED_TEXT = ", ".join(d.name for d in SUPPORTED_DTYPES)
 # --------------------------------------------------------------------------------------------
 # basics (re-exported by byteps.tensorflow)
 # --------------------------------------------------------------------------------------------
-def init(lazy: bool = True) -> None:
+def init(lazy: bool = True, process_sets=None) -> None:
     """Start byteps in this process. Idempotent: a second call does nothing.
 
     Args:
         lazy: accepted for upstream compatibility; the core always connects at ``init`` so
             that configuration and network errors surface here.
+        process_sets: Horovod's: a list of ``ProcessSet`` to register now, in order (every
+            rank passes the same); ``"dynamic"`` or None: none (``add_process_set`` any time).
 
     Raises:
         byteps.errors.ConfigError: a ``BYTEPS_*`` / ``DMLC_*`` variable is missing or bad.
         byteps.errors.BytePSTimeoutError: the scheduler did not answer in time.
         byteps.errors.PeerLostError: a peer failed during rendezvous.
     """
-    _b.init(lazy=lazy)
+    _b.init(lazy=lazy, process_sets=process_sets)
 
 
-def declare(name: str) -> int:
+def declare(name: str, process_set=None) -> int:
     """Declare a tensor name ahead of use and return its key (declaration order, which must
     be the same on every worker). Declaring an existing name returns the same key.
+    ``process_set``: among a registered ``ProcessSet``'s ranks (keys count per set).
 
     Raises:
         InvalidTypeError (a TypeError): ``name`` is not a string.
@@ -111,7 +114,7 @@ def declare(name: str) -> int:
     """
     if not isinstance(name, str):
         raise InvalidTypeError(f"declare(name): name must be a str, got {type(name).__name__}")
-    return _b.declare(name)
+    return _b.declare(name, process_set=process_set)
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,14 +200,15 @@ _name_for = name_for
 def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Optional[str]],
          dtypes: Sequence[str], average: bool, priorities: Sequence[Optional[int]],
          zero: Sequence[bool], plan=None, lr: Optional[float] = None,
-         op: str = "sum") -> List[np.ndarray]:
+         op: str = "sum", process_set=None) -> List[np.ndarray]:
     """Start a push_pull for every array, then wait for all; return the results (new arrays).
 
     ``names[i]`` is None when the name is resolved here from the runtime shape. ``zero[i]``
     sends zeros instead of the array (the non-root side of a broadcast). ``plan``: the
     optimizer's :class:`~byteps.tensorflow._compress_plan.CompressionPlan` (gets ``lr`` before
     the first push_pull, declares runtime names, finishes every result). ``op``: how the ranks'
-    values combine (byteps.basics.REDUCE_OPS)."""
+    values combine (byteps.basics.REDUCE_OPS); ``process_set``: the ranks it runs among (None:
+    every rank)."""
     if plan is not None:
         plan.set_learning_rate(lr)
     started = []  # (handle, input, output, name): keeps every buffer alive until waited
@@ -218,7 +222,8 @@ def _run(arrays: Sequence[np.ndarray], bases: Sequence[str], names: Sequence[Opt
                 if plan is not None:
                     plan.declare(name, dtype, a.nbytes)
             h = _b.push_pull_async(name, a.ctypes.data, out.ctypes.data, a.nbytes, dtype,
-                                   a.shape, average, priority=prio, op=op)
+                                   a.shape, average, priority=prio, op=op,
+                                   process_set=process_set)
             started.append((h, a, out, name))
     except BaseException:
         _drain(started)
@@ -247,7 +252,7 @@ def _drain(started) -> list:
 def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average: bool,
                     priorities: Optional[Sequence[Optional[int]]] = None,
                     zero: Optional[Sequence[bool]] = None, plan=None,
-                    lr: Any = None, op: str = "sum") -> List[tf.Tensor]:
+                    lr: Any = None, op: str = "sum", process_set=None) -> List[tf.Tensor]:
     """push_pull dense, validated tensors under the names derived from ``bases``, in ONE
     operation: called directly when executing eagerly, else as one ``tf.numpy_function``
     whose outputs get the inputs' static shapes. Not differentiable by itself.
@@ -271,7 +276,7 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
             if plan is not None:
                 plan.declare(name, dtype, t.shape.num_elements() * t.dtype.size)
             else:
-                declare(name)
+                declare(name, process_set)
             names.append(name)
         else:
             size()  # NotInitializedError before init(), also for dynamic shapes
@@ -284,7 +289,8 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
         rate = None
         if with_lr:
             rate, arrays = float(arrays[-1]), arrays[:-1]
-        return _run(arrays, bases, names, dtypes, average, priorities, zero, plan, rate, op)
+        return _run(arrays, bases, names, dtypes, average, priorities, zero, plan, rate, op,
+                    process_set)
 
     extra = [tf.cast(tf.convert_to_tensor(lr), tf.float64)] if with_lr else []
     if tf.executing_eagerly():
@@ -297,41 +303,45 @@ def _push_pull_many(tensors: Sequence[tf.Tensor], bases: Sequence[str], average:
     return list(outs)
 
 
-def _push_pull_one(tensor: tf.Tensor, base: str, average: bool, op: str = "sum") -> tf.Tensor:
+def _push_pull_one(tensor: tf.Tensor, base: str, average: bool, op: str = "sum",
+                   process_set=None) -> tf.Tensor:
     """Differentiable push_pull of one tensor: the gradient is the push_pull (same
-    ``average`` and ``op``) of the upstream gradient under ``name + ".grad"`` (as
-    upstream/Horovod)."""
+    ``average``, ``op`` and process set) of the upstream gradient under ``name + ".grad"``
+    (as upstream/Horovod)."""
     if not tensor.dtype.is_floating:
-        return _push_pull_many([tensor], [base], average, op=op)[0]
+        return _push_pull_many([tensor], [base], average, op=op, process_set=process_set)[0]
 
     @tf.custom_gradient
     def _pp(x):
-        y = _push_pull_many([x], [base], average, op=op)[0]
+        y = _push_pull_many([x], [base], average, op=op, process_set=process_set)[0]
 
         def grad(dy):
             dy = _as_dense(dy, "push_pull gradient")
-            return _push_pull_many([dy], [base + ".grad"], average, op=op)[0]
+            return _push_pull_many([dy], [base + ".grad"], average, op=op,
+                                   process_set=process_set)[0]
 
         return y, grad
 
     return _pp(tensor)
 
 
-def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int) -> tf.Tensor:
-    """Differentiable broadcast: a sum to which every rank but the root contributes zeros.
-    The gradient is the sum of the upstream gradients on the root and zero elsewhere
-    (upstream/Horovod)."""
+def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int,
+                   process_set=None) -> tf.Tensor:
+    """Differentiable broadcast: a sum to which every rank (of ``process_set``) but the root
+    contributes zeros. The gradient is the sum of the upstream gradients on the root and zero
+    elsewhere (upstream/Horovod)."""
     is_root = rank() == root_rank
+    ps = process_set
     if not tensor.dtype.is_floating:
-        return _push_pull_many([tensor], [base], False, zero=[not is_root])[0]
+        return _push_pull_many([tensor], [base], False, zero=[not is_root], process_set=ps)[0]
 
     @tf.custom_gradient
     def _bc(x):
-        y = _push_pull_many([x], [base], False, zero=[not is_root])[0]
+        y = _push_pull_many([x], [base], False, zero=[not is_root], process_set=ps)[0]
 
         def grad(dy):
             dy = _as_dense(dy, "broadcast gradient")
-            g = _push_pull_many([dy], [base + ".grad"], False)[0]
+            g = _push_pull_many([dy], [base + ".grad"], False, process_set=ps)[0]
             return g if is_root else tf.zeros_like(g)
 
         return y, grad
@@ -343,7 +353,7 @@ def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int) -> tf.Tensor:
 def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: bool,
                         compression, fn: str,
                         variables: Optional[Sequence[Any]] = None, plan=None,
-                        lr: Any = None) -> List[Any]:
+                        lr: Any = None, process_set=None) -> List[Any]:
     """push_pull a list of gradients in one operation (used by the tape and the optimizers).
 
     ``tf.IndexedSlices`` are densified; each gradient is compressed, reduced under
@@ -359,7 +369,8 @@ def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: boo
     entry stays ``None`` (every rank must then agree on it).
 
     ``plan``/``lr``: the optimizer's compression plan and learning rate (``compression_params``,
-    see :func:`_push_pull_many`); None without core compression."""
+    see :func:`_push_pull_many`); None without core compression. ``process_set``: the ranks
+    the gradients are reduced among (None: every rank)."""
     grads = list(grads)
     if variables is not None:
         variables = list(variables)
@@ -373,7 +384,8 @@ def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: boo
     comp = [compression.compress(t) for t in dense]
     n = len(grads)
     outs = _push_pull_many([c for c, _ in comp], [names[i] for i in idx], average,
-                           priorities=[n - i for i in idx], plan=plan, lr=lr)
+                           priorities=[n - i for i in idx], plan=plan, lr=lr,
+                           process_set=process_set)
     result = list(grads)
     for i, out, (_, ctx) in zip(idx, outs, comp):
         result[i] = compression.decompress(out, ctx)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
-from byteps.errors import InvalidTypeError, UsageError
+from byteps.errors import InvalidArgumentError, InvalidTypeError, UsageError
 from byteps.sync import async_train
 
 from . import ops
@@ -39,14 +39,15 @@ class _DistributedGradientTapeMixin:
                  for i, s in enumerate(flat_sources)]
         reduced = ops.push_pull_gradients(flat_grads, names, self._bps_average,
                                           self._bps_compression, "DistributedGradientTape",
-                                          variables=flat_sources, plan=self._bps_plan)
+                                          variables=flat_sources, plan=self._bps_plan,
+                                          process_set=self._bps_process_set)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
 
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
                             device_sparse: str = "", compression=Compression.none,
                             sparse_as_dense: bool = False, op: str = ops.Average,
-                            compression_params=None) -> Any:
+                            compression_params=None, process_set=None) -> Any:
     """Wrap ``gradtape`` so that ``gradient()`` averages (or sums) gradients across workers.
 
     Typical use (eagerly or inside ``tf.function``)::
@@ -93,13 +94,17 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
             here), and error feedback's learning-rate correction applies only if you call
             ``byteps.basics.set_learning_rate(lr)`` before ``gradient()`` whenever the rate
             changes (with a constant rate there is nothing to correct).
+        process_set: Horovod's: a registered ``ProcessSet`` whose ranks alone reduce the
+            gradients (Average divides by its size); default every rank. Not together with
+            ``compression_params``.
 
     Raises:
         InvalidTypeError (a TypeError): ``gradtape`` is not a ``tf.GradientTape``; at
             ``gradient()``, a gradient of unsupported dtype; a ``compression_params`` value of
             the wrong type.
         InvalidArgumentError (a ValueError): ``op=Adasum`` or an unknown op; an invalid
-            ``compression_params`` (see :func:`byteps.sync.compression.compression_kwargs`).
+            ``compression_params`` (see :func:`byteps.sync.compression.compression_kwargs`);
+            ``compression_params`` with a ``process_set``.
         UsageError: in asynchronous training (``BYTEPS_ENABLE_ASYNC=1``), where gradients are
             not reduced (use ``DistributedOptimizer``, docs/async.md).
     """
@@ -114,6 +119,12 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
     average = ops._resolve_op(op, None, "DistributedGradientTape")
     compression = resolve_intra(compression, compression_params)
     plan = make_plan(compression_params)
+    if process_set is not None and not process_set.process_set_id:
+        process_set = None  # global_process_set
+    if plan is not None and process_set is not None:
+        raise InvalidArgumentError("DistributedGradientTape: compression_params declare the "
+                                   "gradients over every rank; they are not available with a "
+                                   "process_set")
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTapeMixin, base), {})
     tape = cls.__new__(cls)
@@ -122,4 +133,5 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
     tape._bps_compression = compression
     tape._bps_plan = plan
     tape._bps_sparse_as_dense = bool(sparse_as_dense)
+    tape._bps_process_set = process_set
     return tape

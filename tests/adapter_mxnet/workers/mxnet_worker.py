@@ -18,7 +18,8 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
   ``byteps_push_pull`` (the engine's path) declares its name with the model's choice for its
   size at the first call and sums exactly, on the CPU path and through a host copy.
 * ``gather_scatter``: Horovod's ``allgather``, ``broadcast`` / ``broadcast_`` from every root and
-  ``reducescatter`` (Sum, Average) and ``alltoall`` on NDArrays.
+  ``reducescatter`` (Sum, Average) and ``alltoall`` on NDArrays, and in process sets (the even
+  and the odd ranks).
 * ``allreduce``: Horovod's ``allreduce`` / ``allreduce_`` with every op (Average, Sum, Min,
   Max, Product) on every dtype against the fold of every rank's inputs, the scale factors, and
   Horovod's errors (op with average, Adasum).
@@ -287,6 +288,45 @@ def mode_gather_scatter() -> None:
             outs[1].asnumpy().tolist() != [[float(size)] * 2]:
         fail(f"grouped_allgather / grouped_reducescatter: {[o.asnumpy() for o in outs]}")
     ok("grouped forms")
+    if size > 1:
+        process_sets()
+
+
+def process_sets() -> None:
+    """Horovod's process sets on NDArrays: the even and the odd machines' ranks each allreduce (through
+    the host), allgather, broadcast from every rank of the set, reducescatter and alltoall
+    among themselves; the other set's operation is an error."""
+    rank, size, local = bps.rank(), bps.size(), bps.local_size()
+    side = [(k // local) % 2 for k in range(size)]  # by machine: a set holds whole machines
+    sets = [bps.add_process_set([k for k in range(size) if side[k] == p]) for p in (0, 1)]
+    ps = sets[side[rank]]
+    ranks, me, n = ps.ranks, ps.rank(), len(ps.ranks)
+    x = mx.nd.full((4, 2), rank + 1.0)
+    got = bps.allreduce(x, op=bps.Sum, name="ps.ar", process_set=ps)
+    if not np.array_equal(got.asnumpy(), np.full((4, 2), sum(k + 1.0 for k in ranks))):
+        fail(f"process set allreduce: {got.asnumpy()}")
+    got = bps.allreduce(x, name="ps.avg", process_set=ps)
+    if not np.allclose(got.asnumpy(), sum(k + 1.0 for k in ranks) / n):
+        fail(f"process set allreduce Average: {got.asnumpy()}")
+    got = bps.allgather(mx.nd.full((me + 1,), rank), name="ps.ag", process_set=ps)
+    if got.asnumpy().tolist() != [k for i, k in enumerate(ranks) for _ in range(i + 1)]:
+        fail(f"process set allgather: {got.asnumpy()}")
+    for root in ranks:
+        got = bps.broadcast(x, root, name="ps.bc", process_set=ps)
+        if not np.array_equal(got.asnumpy(), np.full((4, 2), root + 1.0)):
+            fail(f"process set broadcast from {root}: {got.asnumpy()}")
+    got = bps.reducescatter(mx.nd.ones((n, 2)), name="ps.rs", op=bps.Sum, process_set=ps)
+    if got.asnumpy().tolist() != [[float(n)] * 2]:
+        fail(f"process set reducescatter: {got.asnumpy()}")
+    got = bps.alltoall(mx.nd.array([[rank]] * n, dtype="int32"), name="ps.a2a",
+                       process_set=ps)
+    if got.asnumpy().ravel().tolist() != ranks:
+        fail(f"process set alltoall: {got.asnumpy()}")
+    bps.barrier(process_set=ps)
+    expect("another set's allreduce", errors.InvalidArgumentError,
+           lambda: bps.allreduce(x, name="ps.other", process_set=sets[1 - side[rank]]),
+           ["not in"])
+    ok("process sets")
 
 
 # ------------------------------------------------------------------------------ bad input --

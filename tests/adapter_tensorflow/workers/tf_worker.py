@@ -426,6 +426,56 @@ def t_sync_batch_norm():
                       atol=1e-5), "SyncBatchNormalization inference")
 
 
+def t_process_sets():
+    """Horovod's process sets: the even and the odd ranks each run allreduce (eager and in
+    tf.function), broadcast from every rank of the set, allgather, reducescatter, alltoall, a
+    grouped allreduce, DistributedGradientTape(process_set=...) and a barrier among
+    themselves; an operation of the other set is an error."""
+    sets = [bps.add_process_set([k for k in range(N) if k % 2 == p]) for p in (0, 1)]
+    ps = sets[R % 2]
+    ranks, me, n = ps.ranks, ps.rank(), len(ps.ranks)
+
+    def x(k, rows=4):
+        return tf.cast(np.arange(rows * 2).reshape(rows, 2) * 3 + k * 7, tf.float32)
+
+    total = sum(x(k).numpy() for k in ranks)
+    got = bps.allreduce(x(R), op=bps.Sum, name="ps.ar", process_set=ps)
+    check(np.array_equal(got.numpy(), total), "process set allreduce Sum")
+    graph = tf.function(lambda t: bps.allreduce(t, name="ps.ar.graph", process_set=ps))
+    check(close(graph(x(R)).numpy(), total / n), "process set allreduce Average in tf.function")
+    for root in ranks:
+        got = bps.broadcast(x(R), root, name="ps.bc", process_set=ps)
+        check(np.array_equal(got.numpy(), x(root).numpy()), f"process set broadcast {root}")
+    got = bps.allgather(x(R, me + 1), name="ps.ag", process_set=ps)
+    check(np.array_equal(got.numpy(), np.concatenate([x(k, i + 1).numpy()
+                                                      for i, k in enumerate(ranks)])),
+          "process set allgather")
+    rows = 2 * n + 1
+    counts = [rows // n + (1 if i < rows % n else 0) for i in range(n)]
+    got = bps.reducescatter(x(R, rows), op=bps.Sum, name="ps.rs", process_set=ps)
+    begin = sum(counts[:me])
+    check(np.array_equal(got.numpy(), sum(x(k, rows).numpy() for k in ranks)[begin:begin + counts[me]]),
+          "process set reducescatter")
+    out, received = bps.alltoall(x(R, n), name="ps.a2a", process_set=ps)
+    check(np.array_equal(out.numpy(), np.concatenate([x(k, n).numpy()[me:me + 1] for k in ranks]))
+          and received.numpy().tolist() == [1] * n, "process set alltoall")
+    outs = bps.grouped_allreduce([x(R), x(R) * 2], op=bps.Sum, name="ps.gar", process_set=ps)
+    check(np.array_equal(outs[1].numpy(), 2 * total), "process set grouped_allreduce")
+    v = tf.Variable(tf.ones([3]))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * float(R + 1))
+    tape = bps.DistributedGradientTape(tape, process_set=ps)
+    g = tape.gradient(loss, [v])[0].numpy()
+    check(close(g, np.full(3, sum(k + 1 for k in ranks) / n)),
+          f"DistributedGradientTape(process_set) {g}")
+    bps.barrier(process_set=ps)
+    try:
+        bps.allreduce(tf.ones([2]), name="ps.other", process_set=sets[1 - R % 2])
+        check(False, "an operation of the other set: no error")
+    except ValueError:
+        check(True, "an operation of the other set")
+
+
 def main():
     global R, N
     tmpdir = sys.argv[1]
@@ -436,6 +486,8 @@ def main():
     run("allreduce ops", t_allreduce_ops)
     run("allgather and reducescatter", t_gather_scatter)
     run("sync batch norm", t_sync_batch_norm)
+    if N > 1:
+        run("process sets", t_process_sets)
     run("broadcast", t_broadcast)
     run("push_pull gradient", t_push_pull_gradient)
     run("tape", t_tape)

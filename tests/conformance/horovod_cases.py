@@ -2,8 +2,8 @@
 allgather, broadcast, reducescatter and alltoall (docs/collectives.md) through every adapter,
 against exact expected values: every dtype of the framework, uneven allgather and alltoall
 (a rank with nothing to send included), every root, reducescatter whose rows do not divide by
-the ranks, and tensors around the partition bound (the job sets ``BYTEPS_PARTITION_BYTES``
-to :data:`PARTITION_BYTES`).
+the ranks, tensors around the partition bound (the job sets ``BYTEPS_PARTITION_BYTES``
+to :data:`PARTITION_BYTES`), and all of them in process sets.
 
 Cases get the helpers of ``cases.py`` through :func:`register` (this module does not import
 it: the pytest driver loads ``cases.py`` under another module name).
@@ -108,3 +108,54 @@ def register(case: Callable, helpers) -> None:
                             dtype, True, f"alltoall {dtype}")
             if received is not None:
                 assert list(received) == [(k + r) % 3 for k in range(n)], received
+
+    @case("horovod")
+    def process_sets_every_collective(shim):
+        """Process sets: the even and the odd worker machines' ranks each run an
+        allreduce Sum of every dtype, an uneven allgather, a broadcast from every rank of the
+        set, a reducescatter and an alltoall among themselves, of tensors over the partition
+        bound too; every result is the set's, bit for bit."""
+        n, r, local = shim.size(), shim.rank(), shim.bps.local_size()
+        side = [(k // local) % 2 for k in range(n)]  # by machine: a set holds whole machines
+        sets = [shim.add_process_set([k for k in range(n) if side[k] == p]) for p in (0, 1)]
+        ps = sets[side[r]]
+        ranks, me, m = ps.ranks, ps.rank(), len(ps.ranks)
+        for i, dtype in enumerate(shim.dtypes):
+            t = shim.tensor(h.rank_data(r, (3, 2), dtype, 760 + i), dtype)
+            out = shim.allreduce_sum(t, f"conf.ps.ar.{dtype}", ps)
+            floating = dtype in ("float16", "bfloat16", "float32", "float64")
+            want = sum(h.rank_data(k, (3, 2), dtype, 760 + i).astype(
+                np.float64 if floating else np.int64) for k in ranks)
+            if not floating:  # integers wrap in their dtype, as the core's sums
+                want = want.astype(dtype).astype(np.int64)
+            h.assert_values(shim.to_numpy(out), want, dtype, not floating,
+                            f"process set allreduce {dtype}")
+        big = PARTITION_BYTES // 4 + 3
+        for rnd, rows in enumerate((lambda i: i + 1, lambda i: big if i == 0 else 1)):
+            t = shim.tensor(rows_data(r, rows(me), (), "float32", 770 + rnd), "float32")
+            out = shim.allgather(t, f"conf.ps.ag.{rnd}", ps)
+            want = np.concatenate([rows_data(k, rows(i), (), "float32", 770 + rnd)
+                                   for i, k in enumerate(ranks)])
+            h.assert_values(shim.to_numpy(out), want, "float32", True, f"set allgather {rnd}")
+        for root in ranks:
+            t = shim.tensor(h.rank_data(r, (big,), "float32", 780 + root), "float32")
+            out = shim.hvd_broadcast(t, root, f"conf.ps.bc.{root}", ps)
+            h.assert_values(shim.to_numpy(out), h.rank_data(root, (big,), "float32", 780 + root),
+                            "float32", True, f"set broadcast from {root}")
+        rows = 2 * m + 1
+        counts = [rows // m + (1 if k < rows % m else 0) for k in range(m)]
+        lo = sum(counts[:me])
+        t = shim.tensor(rows_data(r, rows, (2,), "int32", 790), "int32")
+        out = shim.reducescatter(t, "conf.ps.rs", False, ps)
+        want = sum(rows_data(k, rows, (2,), "int32", 790).astype(np.int64) for k in ranks)
+        h.assert_values(shim.to_numpy(out), want[lo:lo + counts[me]].astype(np.int32), "int32",
+                        True, "set reducescatter")
+
+        def block(src, dst):
+            return rows_data(src * 31 + dst, (src + dst) % 3 + 1, (2,), "float32", 795)
+        t = shim.tensor(np.concatenate([block(r, k) for k in ranks]), "float32")
+        out, received = shim.alltoall(t, [(r + k) % 3 + 1 for k in ranks], "conf.ps.a2a", ps)
+        h.assert_values(shim.to_numpy(out), np.concatenate([block(k, r) for k in ranks]),
+                        "float32", True, "set alltoall")
+        if received is not None:
+            assert list(received) == [(k + r) % 3 + 1 for k in ranks], received

@@ -231,22 +231,32 @@ class Shim:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- Horovod's collectives
-    def allgather(self, t: Any, name: str) -> Any:
+    # Each of these takes Horovod's ``process_set=`` (None: every rank).
+    def allgather(self, t: Any, name: str, process_set=None) -> Any:
         """Horovod's ``allgather``: the ranks' ``t`` concatenated along the first dimension."""
         raise NotImplementedError
 
-    def hvd_broadcast(self, t: Any, root: int, name: str) -> Any:
+    def hvd_broadcast(self, t: Any, root: int, name: str, process_set=None) -> Any:
         """Horovod's ``broadcast`` (the adapter's function of that name): ``root``'s ``t``."""
         raise NotImplementedError
 
-    def reducescatter(self, t: Any, name: str, average: bool) -> Any:
+    def reducescatter(self, t: Any, name: str, average: bool, process_set=None) -> Any:
         """Horovod's ``reducescatter`` with op Sum (or Average): this rank's shard."""
         raise NotImplementedError
 
-    def alltoall(self, t: Any, splits, name: str):
+    def alltoall(self, t: Any, splits, name: str, process_set=None):
         """Horovod's ``alltoall`` with ``splits``: ``(output, received splits as a list, or
         None where the framework's function does not return them)``."""
         raise NotImplementedError
+
+    def allreduce_sum(self, t: Any, name: str, process_set=None) -> Any:
+        """Horovod's ``allreduce`` with op Sum."""
+        raise NotImplementedError
+
+    def add_process_set(self, ranks):
+        """Horovod's ``add_process_set`` (the adapter's re-export of
+        ``byteps.process_sets.add_process_set``)."""
+        return self.bps.add_process_set(ranks)
 
     # ---------------------------------------------------------------- tiny model
     def make_model(self, weights: Dict[str, np.ndarray]) -> Any:

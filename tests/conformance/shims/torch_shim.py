@@ -89,18 +89,23 @@ class TorchShim(Shim):
     def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
         return self.bps.broadcast_object(obj, root_rank=root, name=name)
 
-    def allgather(self, t: Any, name: str) -> Any:
-        return self.bps.allgather(t, name=name)
+    def allgather(self, t: Any, name: str, process_set=None) -> Any:
+        return self.bps.allgather(t, name=name, process_set=process_set)
 
-    def hvd_broadcast(self, t: Any, root: int, name: str) -> Any:
-        return self.bps.broadcast(t, root, name=name)
+    def hvd_broadcast(self, t: Any, root: int, name: str, process_set=None) -> Any:
+        return self.bps.broadcast(t, root, name=name, process_set=process_set)
 
-    def reducescatter(self, t: Any, name: str, average: bool) -> Any:
+    def reducescatter(self, t: Any, name: str, average: bool, process_set=None) -> Any:
         return self.bps.reducescatter(t, name=name,
-                                      op=self.bps.Average if average else self.bps.Sum)
+                                      op=self.bps.Average if average else self.bps.Sum,
+                                      process_set=process_set)
 
-    def alltoall(self, t: Any, splits, name: str):
-        out, received = self.bps.alltoall(t, splits=splits, name=name)
+    def allreduce_sum(self, t: Any, name: str, process_set=None) -> Any:
+        return self.bps.allreduce(t, op=self.bps.Sum, name=name, process_set=process_set)
+
+    def alltoall(self, t: Any, splits, name: str, process_set=None):
+        out, received = self.bps.alltoall(t, splits=splits, name=name,
+                                          process_set=process_set)
         return out, received.tolist()
 
     # ---------------------------------------------------------------- tiny model

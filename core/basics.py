@@ -613,7 +613,7 @@ def barrier(process_set=None) -> None:
         wait(push_pull_async(BARRIER_NAME, address, address, 4, "int32", (1,), False,
                              process_set=process_set))
         ranks = size() if process_set is None else process_set.size()
-        if _barrier_count[0] != ranks:
+        if not 1 <= _barrier_count[0] <= ranks:  # fewer: ranks that joined (collectives.join)
             raise InvalidArgumentError(f"barrier: {_barrier_count[0]} of {ranks} ranks "
                                        f"counted; '{BARRIER_NAME}' was used by another "
                                        "push_pull")

@@ -30,6 +30,13 @@ is a tensor of its own there, named ``<name>#<digest>`` (at most 65535 tensors p
 Every function takes ``process_set=`` (a registered ``byteps.process_sets.ProcessSet``; None:
 every rank): then only the set's ranks call it, ranks, sizes and splits are the set's (rank i
 of the set is its i-th lowest global rank), and the layout numbers the set's machines.
+
+**Join** (:func:`join`, Horovod's): while some ranks have joined, the others' collectives
+complete without them. Each collective first agrees which ranks take part (a column of its
+small exchange, which every caller sees alike: a joined rank's push_pull contributions are
+none); with a rank missing, allgather and broadcast go through the summation service instead
+of the mesh (each present rank's bytes in their place, zeros elsewhere, summed), reducescatter
+sums the whole tensor there and keeps this rank's shard, and alltoall is refused.
 """
 
 from __future__ import annotations
@@ -257,13 +264,16 @@ def _allgather(a: np.ndarray, name: str, priority: Optional[int], among: _Ranks)
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
     table = _exchange(f"allgather.{name}.sizes",
-                      [a.shape[0], among.me, row_bytes, a.dtype.itemsize], among)
-    if len(set(map(tuple, table[:, 2:].tolist()))) != 1:
+                      [a.shape[0], among.me, row_bytes, a.dtype.itemsize, 1], among)
+    present = table[:, 4] == 1  # False: a rank that has joined
+    if len(set(map(tuple, table[present, 2:4].tolist()))) != 1:
         raise InvalidArgumentError(
             f"allgather '{name}': the ranks' tensors differ beyond the first dimension "
-            f"(bytes per row and element size by rank: {table[:, 2:].tolist()}); this rank "
+            f"(bytes per row and element size by rank: {table[:, 2:4].tolist()}); this rank "
             f"has shape {tuple(a.shape)} of {a.dtype}")
     counts, machines = table[:, 0].tolist(), table[:, 1].tolist()
+    if not present.all():
+        return _allgather_summed(a, name, counts, row_bytes, priority, among), counts
     lay = plan_layout(counts, machines, row_bytes, among.machines)
     me = among.rank
     buf = (np.zeros if basics.local_size() > 1 else np.empty)((lay.rows * row_bytes,), np.uint8)
@@ -282,6 +292,54 @@ def _allgather(a: np.ndarray, name: str, priority: Optional[int], among: _Ranks)
                                for r in range(len(counts))])
 
     return Pending(handle, (buf,), finish), lay.counts
+
+
+def _summed(buf: np.ndarray, name: str, priority: Optional[int], among: _Ranks,
+            dtype: str = "uint8", op: str = "sum", average: bool = False) -> int:
+    """A push_pull of ``buf`` in place among ``among``'s ranks (the way around the mesh while
+    a rank has joined)."""
+    ptr = buf.ctypes.data
+    return basics.push_pull_async(name, ptr, ptr, buf.nbytes, dtype, buf.shape, average,
+                                  priority, op=op, process_set=_set_of(among))
+
+
+def _allgather_summed(a: np.ndarray, name: str, counts: Sequence[int], row_bytes: int,
+                      priority: Optional[int], among: _Ranks) -> Pending:
+    """allgather while a rank has joined (it contributes no rows): every rank's rows in rank
+    order, summed through the servers (each byte comes from one rank, zeros from the others)."""
+    starts = np.cumsum([0] + [int(c) for c in counts])
+    buf = np.zeros(int(starts[-1]) * row_bytes, np.uint8)
+    begin = int(starts[among.rank]) * row_bytes
+    buf[begin:begin + a.nbytes] = a.reshape(-1).view(np.uint8)
+    core = _core_name("allgather.joined", name, [int(c) for c in counts], str(a.dtype),
+                      a.shape[1:])
+    handle = _summed(buf, core, priority, among)
+    return Pending(handle, (buf,),
+                   lambda: buf.view(a.dtype).reshape((int(starts[-1]),) + a.shape[1:]))
+
+
+def _present(name: str, among: _Ranks) -> np.ndarray:
+    """Which ranks take part in collective ``name`` (False: joined), agreed in a push_pull."""
+    return _exchange(f"{name}.present", [1], among)[:, 0] == 1
+
+
+def join() -> int:
+    """Horovod's ``join``: this rank has run out of data. Blocks until every rank has called
+    it; meanwhile the other ranks' allreduce (push_pull), allgather, broadcast and
+    reducescatter complete without this rank (it contributes nothing: zeros to a sum, no rows
+    to a gather; an Average still divides by the job's size, as Horovod's), and an alltoall is
+    refused (``InvalidArgumentError`` on every caller). Returns the rank that joined last, the
+    same on every rank. Every operation this rank started must be finished first.
+
+    Raises:
+        byteps.errors.ConfigError: several worker processes per machine, ``BYTEPS_SYNC`` other
+            than ps, asynchronous training or ``BYTEPS_AUTOTUNE`` (docs/collectives.md).
+        byteps.errors.InvalidArgumentError: an operation of this rank is in flight.
+        byteps.errors.PeerLostError and the job's other failures, on every rank.
+        byteps.errors.NotInitializedError: before ``init()``.
+    """
+    basics._require_init()
+    return int(_core.join())
 
 
 def broadcast_start(a: np.ndarray, root_rank: int, name: str,
@@ -304,6 +362,15 @@ def broadcast_start(a: np.ndarray, root_rank: int, name: str,
         root = among.scope.ranks.index(root_rank)
     a = _contiguous(a)
     _check_movable(a, "broadcast")
+    present = _present(f"broadcast.{name}", among)
+    if not present[root]:
+        raise InvalidArgumentError(f"broadcast '{name}': root_rank {root_rank} has joined")
+    if not present.all():  # a rank has joined: the root's bytes and zeros, summed
+        buf = (a.reshape(-1).view(np.uint8).copy() if among.rank == root
+               else np.zeros(a.nbytes, np.uint8))
+        core = _core_name("broadcast.joined", name, root_rank, str(a.dtype), a.shape)
+        handle = _summed(buf, core, priority, among)
+        return Pending(handle, (buf,), lambda: buf.view(a.dtype).reshape(a.shape))
     root_machine = rank_machines(f"broadcast.{name}", among)[root]
     me = among.rank
     if me == root:
@@ -338,6 +405,12 @@ def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
     counts = shard_counts(a.shape[0], among.size)
+    mine = slice(sum(counts[:among.rank]), sum(counts[:among.rank + 1]))
+    if not _present(f"reducescatter.{name}", among).all():  # a rank has joined
+        whole = _contiguous(a).copy()
+        core = _core_name("reducescatter.joined", name, dtype, a.shape)
+        handle = _summed(whole, core, priority, among, dtype, op, average)
+        return Pending(handle, (whole,), lambda: whole[mine].copy())
     lay = plan_layout(counts, rank_machines(f"reducescatter.{name}", among), row_bytes,
                       among.machines)
     if lay.order == sorted(lay.order):
@@ -383,11 +456,16 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     rest = a.shape[1:]
     row_bytes = int(np.prod(rest, dtype=np.int64)) * a.dtype.itemsize
     table = _exchange(f"alltoall.{name}.splits",
-                      splits + [among.me, row_bytes, a.dtype.itemsize], among)
-    if len(set(map(tuple, table[:, size + 1:].tolist()))) != 1:
+                      splits + [among.me, row_bytes, a.dtype.itemsize, 1], among)
+    if not (table[:, size + 3] == 1).all():
+        gone = [r for r in range(size) if table[r, size + 3] != 1]
+        raise InvalidArgumentError(f"alltoall '{name}': ranks {gone} have joined; Horovod's "
+                                   "join covers allreduce, allgather and broadcast")
+    if len(set(map(tuple, table[:, size + 1:size + 3].tolist()))) != 1:
         raise InvalidArgumentError(
             f"alltoall '{name}': the ranks' tensors differ beyond the first dimension (bytes "
-            f"per row and element size by rank: {table[:, size + 1:].tolist()}); this rank has "
+            f"per row and element size by rank: {table[:, size + 1:size + 3].tolist()}); this "
+            "rank has "
             f"shape {tuple(a.shape)} of {a.dtype}")
     counts = table[:, :size]  # counts[i][j]: rows rank i sends rank j
     machine = table[:, size].tolist()

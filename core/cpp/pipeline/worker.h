@@ -6,6 +6,7 @@
 // Entry points are the functions in api.h.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -64,6 +65,13 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // after the first push_pull).
   Status Declare(const std::string& name, const std::string& compression, uint32_t* key,
                  const std::string& sync = "", uint32_t process_set = 0);
+  // Horovod's join (docs/collectives.md, "Join"; worker_join.cc): this machine has run out of
+  // data. Blocks (the caller's thread) until every worker machine has joined; meanwhile the
+  // others' operations complete without this machine, and its keys and rounds are brought in
+  // line with theirs before it returns. *last_rank: the rank that joined last. ConfigError where
+  // the job cannot (several processes per machine, BYTEPS_SYNC other than ps, asynchronous
+  // training, BYTEPS_AUTOTUNE); InvalidArgument with an operation in flight; the job's failure.
+  Status Join(int* last_rank);
   // Every tensor name declared so far, in key order (suspend/resume re-declares them).
   std::vector<std::string> DeclaredNames();
   // push_pulls of `name` started since init (0: none, or not declared). An asynchronous
@@ -111,6 +119,8 @@ class WorkerCore : public PullSink, public CollectiveSink {
   // The tensor `name`, made with the next declared key of `process_set` when new (null when
   // that set has 65535 tensors already).
   TensorContext* FindOrCreateLocked(const std::string& name, uint32_t process_set);
+  // Join: the others declared `name` as `key` while this machine was joined (worker_join.cc).
+  void AdoptTensor(uint32_t key, const std::string& name);
   // A tensor's process set checked against this job and machine (InitContext).
   Status CheckProcessSet(const PushPullArgs& a) const;
   // The ranks an average divides by: the process set's, or the job's.
@@ -235,6 +245,11 @@ class WorkerCore : public PullSink, public CollectiveSink {
   std::vector<std::unique_ptr<TensorContext>> contexts_;  // in creation order
   std::unordered_map<uint32_t, TensorContext*> by_key_;    // by declared key
   std::map<uint32_t, uint32_t> set_tensors_;               // tensors made, per process set
+  // join (worker_join.cc): set by JOIN_DONE
+  std::mutex join_mu_;
+  std::condition_variable join_cv_;
+  bool join_done_ = false;
+  int join_last_ = -1;
   std::map<uint32_t, Status> early_errors_;               // OP_ERROR before the tensor existed
 
   // stage plan (from this process's layout column of the stage table): the list every task

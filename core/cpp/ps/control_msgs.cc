@@ -190,4 +190,25 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + ")";
 }
 
+std::string EncodeRounds(const std::vector<std::pair<uint32_t, uint32_t>>& rounds) {
+  std::string out(rounds.size() * 2 * sizeof(uint32_t), '\0');
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    memcpy(&out[i * 8], &rounds[i].first, 4);
+    memcpy(&out[i * 8 + 4], &rounds[i].second, 4);
+  }
+  return out;
+}
+
+Status DecodeRounds(const void* data, size_t len,
+                    std::vector<std::pair<uint32_t, uint32_t>>* rounds) {
+  if (len % 8 != 0 || len / 8 > (1u << 20))
+    return Status::InvalidArgument("malformed round list of " + std::to_string(len) + " bytes");
+  rounds->resize(len / 8);
+  for (size_t i = 0; i < rounds->size(); ++i) {
+    memcpy(&(*rounds)[i].first, static_cast<const char*>(data) + i * 8, 4);
+    memcpy(&(*rounds)[i].second, static_cast<const char*>(data) + i * 8 + 4, 4);
+  }
+  return Status::OK();
+}
+
 }  // namespace byteps

@@ -118,6 +118,10 @@ std::string DecodeText(const void* data, size_t len);
 // machines that have not submitted, as little-endian uint32 ids, nothing else. Decoding fails on
 // a ragged length or an id outside [0, num_worker).
 std::string EncodeWorkerIds(const std::vector<int>& ids);
+// JOIN / JOIN_DONE payload: (declared key, round) pairs, at most 1 << 20 of them.
+std::string EncodeRounds(const std::vector<std::pair<uint32_t, uint32_t>>& rounds);
+Status DecodeRounds(const void* data, size_t len,
+                    std::vector<std::pair<uint32_t, uint32_t>>* rounds);
 Status DecodeWorkerIds(const void* data, size_t len, int num_worker, std::vector<int>* ids);
 
 std::string ShapeString(const std::vector<int64_t>& shape);

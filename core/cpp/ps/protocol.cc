@@ -8,7 +8,8 @@
 namespace byteps {
 
 bool IsControlType(MsgType t) {
-  return static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 11;
+  return (static_cast<uint16_t>(t) >= 1 && static_cast<uint16_t>(t) <= 11) ||
+         t == MsgType::kJoin || t == MsgType::kJoinDone;
 }
 
 const char* MsgTypeName(MsgType t) {
@@ -39,6 +40,8 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kPeerGoodbye: return "PEER_GOODBYE";
     case MsgType::kPeerAbort: return "PEER_ABORT";
     case MsgType::kPullWindow: return "PULL_WINDOW";
+    case MsgType::kJoin: return "JOIN";
+    case MsgType::kJoinDone: return "JOIN_DONE";
   }
   return "UNKNOWN";
 }

@@ -76,6 +76,15 @@ enum class MsgType : uint16_t {
   // writes the key's sums for this worker into it one-way, each a PULL_RESPONSE without payload
   // whose FrameHeader::written is the key's length.
   kPullWindow = 34,
+  // Horovod's join (docs/collectives.md, "Join"). worker -> scheduler: this machine has joined
+  // (key: its rank; payload: EncodeRounds, the round of each of its tensors). scheduler ->
+  // servers: the machines that have joined now (payload: EncodeWorkerIds; none: every machine
+  // is back), which each server acknowledges with an empty JOIN once applied.
+  kJoin = 35,
+  // scheduler -> workers: every machine has joined (aux: the rank that joined last; payload:
+  // EncodeRounds, the highest round of each tensor over the machines, which every worker
+  // takes as its own). Sent once the servers acknowledged that no machine is joined any more.
+  kJoinDone = 36,
 };
 
 // FrameHeader::flags of a PUSH: the sender also wants the round's sum (a PULL folded into the
@@ -111,6 +120,10 @@ enum class DeclareReply : uint64_t {
   kMismatch = 1,      // payload: text; the workers declared the tensor differently
   kTimeout = 2,       // payload: text; not every worker declared it within BYTEPS_TIMEOUT
   kStallWarning = 3,  // payload: the worker machines that have not declared it yet (no answer)
+  // to a worker machine that has joined (docs/collectives.md, "Join"): the others declared the
+  // tensor of this key meanwhile (payload: text, its name); the worker takes the key for that
+  // name, so its keys keep agreeing with theirs. No answer to a declaration of its own.
+  kJoinedNote = 4,
 };
 
 // FrameHeader::aux of a DATA_ERROR (payload: text).

@@ -70,7 +70,28 @@ void PsClient::OnControlMessage(const FrameHeader& h, const char* p, size_t len)
     left_at_ = std::chrono::steady_clock::now();
     return;
   }
+  if (TypeOf(h) == MsgType::kJoinDone) {
+    std::vector<std::pair<uint32_t, uint32_t>> rounds;
+    JoinDoneFn done;
+    {
+      std::lock_guard<std::mutex> lk(join_mu_);
+      done = std::move(join_done_);
+      join_done_ = nullptr;
+      join_note_ = nullptr;
+    }
+    if (done && DecodeRounds(p, len, &rounds).ok()) done(static_cast<int>(h.aux), rounds);
+    return;
+  }
   if (TypeOf(h) != MsgType::kDeclareReply) return;
+  if (static_cast<DeclareReply>(h.aux) == DeclareReply::kJoinedNote) {
+    JoinNoteFn note;
+    {
+      std::lock_guard<std::mutex> lk(join_mu_);
+      note = join_note_;
+    }
+    if (note && h.key <= UINT32_MAX) note(static_cast<uint32_t>(h.key), DecodeText(p, len));
+    return;
+  }
   DeclareAnswer a;
   a.reply = static_cast<DeclareReply>(h.aux);
   DeclareReplyFn on_reply;
@@ -91,6 +112,16 @@ void PsClient::OnControlMessage(const FrameHeader& h, const char* p, size_t len)
     a.decoded = DecodeDeclareOk(p, len, &a.servers);
   }
   on_reply(a);
+}
+
+void PsClient::Join(int rank, const std::vector<std::pair<uint32_t, uint32_t>>& rounds,
+                    JoinNoteFn on_note, JoinDoneFn on_done) {
+  {
+    std::lock_guard<std::mutex> lk(join_mu_);
+    join_note_ = std::move(on_note);
+    join_done_ = std::move(on_done);
+  }
+  control_->Send(MsgType::kJoin, EncodeRounds(rounds), static_cast<uint64_t>(rank));
 }
 
 void PsClient::ReservePulls(const std::vector<uint64_t>& keys) {

@@ -181,6 +181,17 @@ class PsClient : public PsConnectionHandler {
   // one did; false when none has.
   bool LeftWorkers(std::set<int>* machines, std::chrono::steady_clock::time_point* last) const;
 
+  // Horovod's join (docs/collectives.md, "Join"): JOIN to the scheduler with this machine's
+  // rank and the round of each of its tensors ((declared key, round) pairs). `on_note(key,
+  // name)` for each tensor the others declare meanwhile (JOINED_NOTE), then `on_done(last rank,
+  // the highest round of every tensor)` once every machine has joined (JOIN_DONE); both on the
+  // control connection's receiving thread.
+  using JoinNoteFn = std::function<void(uint32_t key, const std::string& name)>;
+  using JoinDoneFn =
+      std::function<void(int last, const std::vector<std::pair<uint32_t, uint32_t>>& rounds)>;
+  void Join(int rank, const std::vector<std::pair<uint32_t, uint32_t>>& rounds,
+            JoinNoteFn on_note, JoinDoneFn on_done);
+
   // Tells the scheduler (and so every node) that this worker failed.
   void ReportFailure(const std::string& text);
   // GOODBYE to every server and PEER_GOODBYE to every mesh peer, each flushed (at most 2 s).
@@ -215,6 +226,9 @@ class PsClient : public PsConnectionHandler {
   std::vector<bool> on_this_host_;  // by server index
   std::unique_ptr<PeerMesh> mesh_;  // before van_ goes
   std::mutex declare_mu_;
+  std::mutex join_mu_;
+  JoinNoteFn join_note_;
+  JoinDoneFn join_done_;
   std::unordered_map<uint32_t, DeclareReplyFn> declares_;  // by declared key
   std::mutex pull_mu_;
   std::condition_variable pull_cv_;

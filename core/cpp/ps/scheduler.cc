@@ -109,6 +109,9 @@ void Scheduler::OnFrame(Connection* c, const FrameHeader& h, void* payload) {
     case MsgType::kNodeFailed:  // a node saw the first failure (e.g. a local process died)
       return FailLocked(DecodeText(p, h.payload_len));
     case MsgType::kDeclare: return HandleDeclare(node, p, h.payload_len);
+    case MsgType::kJoin:
+      if (node->reg.role == NodeRole::kWorker) return HandleJoinLocked(node, h, p, h.payload_len);
+      return HandleJoinAckLocked(node);
     case MsgType::kFinalize:
       if (node->reg.role == NodeRole::kWorker && !node->finalized) WorkerDoneLocked(node);
       return;
@@ -291,6 +294,7 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
     BPS_LOG(WARNING) << "scheduler: bad DECLARE from " << node->Describe();
     return;
   }
+  if (AnswerOwedLocked(node, m)) return;
   auto it = pending_.find(m.declared_key);
   if (it == pending_.end()) {
     Pending pd;
@@ -404,7 +408,7 @@ void Scheduler::HandleDeclare(Node* node, const char* p, size_t n) {
                             ToAux(pd.timed_out ? DeclareReply::kTimeout : DeclareReply::kMismatch));
     return;
   }
-  if (pd.count == pd.expected) AnswerDeclare(m.declared_key, &pd);
+  if (CoveredLocked(pd) == pd.expected) AnswerDeclare(m.declared_key, &pd);
   else if (finalized_workers_ > 0) FailDeclaresOfLeftWorkersLocked();
 }
 
@@ -502,6 +506,7 @@ void Scheduler::AnswerDeclare(uint32_t key, Pending* pd) {
                                : pd->timed_out ? DeclareReply::kTimeout
                                                : DeclareReply::kMismatch));
   }
+  if (!error) NoteJoinedLocked(key, *pd, payload);
   if (!error && pd->first.generation > 0) {
     // BYTEPS_AUTOTUNE cut the tensor anew and every live worker machine declared the new cut,
     // each only once its operations of the old one completed: the servers free the old keys.

@@ -92,6 +92,20 @@ class Scheduler : public PsConnectionHandler {
   void CheckTimersLocked();
   Node* NodeOf(Connection* c);
   std::string MissingWorkersLocked(const Pending& pd) const;
+  // Horovod's join (scheduler_join.cc; docs/collectives.md, "Join").
+  // A worker machine's JOIN: the servers stop waiting for it, the declarations it has not made
+  // go ahead without it; the last one lifts the join (servers first, then JOIN_DONE).
+  void HandleJoinLocked(Node* node, const FrameHeader& h, const char* p, size_t n);
+  // A server applied a JOIN; once it has applied the one that lifts the join: JOIN_DONE.
+  void HandleJoinAckLocked(Node* node);
+  // The declarations made plus the members' that need not be made (joined machines).
+  int CoveredLocked(const Pending& pd) const;
+  // After an answer (payload) to `key`: a joined member that did not declare it hears its
+  // name (JOINED_NOTE) and owes the declaration, answered from here when it comes.
+  void NoteJoinedLocked(uint32_t key, const Pending& pd, const std::string& payload);
+  // A declaration owed by `node` (true: answered here).
+  bool AnswerOwedLocked(Node* node, const DeclareMsg& m);
+  void SendJoinToServersLocked();
 
   SchedulerOptions opts_;
   std::unique_ptr<Van> van_;  // outlives conns_
@@ -110,6 +124,20 @@ class Scheduler : public PsConnectionHandler {
   uint32_t first_local_size_ = 0;
   uint64_t first_bound_ = 0;
   int finalized_workers_ = 0;
+  // Join: the joined worker machines, the rank that joined last, the highest round of each
+  // declared key they reported, the JOINs each server has yet to acknowledge, whether the last
+  // JOIN sent lifted the join, and the declarations answered while machines were joined.
+  std::vector<bool> joined_;
+  int last_joined_rank_ = -1;
+  std::map<uint32_t, uint32_t> join_rounds_;
+  std::map<int, int> join_acks_;
+  bool lifting_join_ = false;
+  struct Owed {
+    DeclareMsg first;
+    std::string payload;
+    std::vector<bool> owed;  // [worker machine]
+  };
+  std::map<uint32_t, Owed> owed_;
 };
 
 }  // namespace byteps

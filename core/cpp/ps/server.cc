@@ -42,11 +42,16 @@ Status SummationServer::Run() {
   // Asynchronous mode: the scheduler says which worker machines left (died or shut down), so
   // no asynchronous key waits for them (also learnt here when a worker's connection closes).
   control_ = std::make_unique<ControlClient>(
-      [this](const FrameHeader& h, const char*, size_t) {
+      [this](const FrameHeader& h, const char* p, size_t len) {
         if (TypeOf(h) == MsgType::kWorkerLeft && rounds_.async_mode() &&
             h.sender < static_cast<uint32_t>(opts_.num_worker))
           rounds_.WorkerLeft(static_cast<int>(h.sender));
         if (TypeOf(h) == MsgType::kRetireKeys) RetireKeys(h.key, h.aux);
+        if (TypeOf(h) == MsgType::kJoin) {  // Horovod's join: who pushes no more for now
+          std::vector<int> joined;
+          if (DecodeWorkerIds(p, len, opts_.num_worker, &joined).ok()) rounds_.SetJoined(joined);
+          control_->Send(MsgType::kJoin, std::string());  // applied (queued before any push)
+        }
       },
       nullptr);
   BPS_RETURN_IF_ERROR(

@@ -25,6 +25,8 @@ SummationEngine::SummationEngine(int num_worker, int engines, bool threaded, Rep
     : num_worker_(std::max(num_worker, 1)), threaded_(threaded), sink_(sink) {
   left_.reset(new std::atomic<bool>[num_worker_]);
   for (int w = 0; w < num_worker_; ++w) left_[w] = false;
+  joined_.reset(new std::atomic<bool>[num_worker_]);
+  for (int w = 0; w < num_worker_; ++w) joined_[w] = false;
   for (int i = 0; i < std::max(engines, 1); ++i) engines_.push_back(std::make_unique<Engine>());
 }
 
@@ -365,13 +367,15 @@ void SummationEngine::Handle(const Event& ev) {
         TryInitialize(ev.ks);
         ReleaseHeld(ev.ks);
         break;
-      case EventType::kForwarded: break;  // HiPS keys are never asynchronous
-      case EventType::kRetire: break;     // above
+      case EventType::kForwarded: break;    // HiPS keys are never asynchronous
+      case EventType::kRetire: break;       // above
+      case EventType::kJoinChanged: break;  // join is synchronous training's
     }
     return;
   }
   switch (ev.type) {
     case EventType::kWorkerLeft: break;
+    case EventType::kJoinChanged: HandleJoinChanged(ev); break;
     case EventType::kPush: HandlePush(ev); break;
     case EventType::kPull: HandlePull(ev); break;
     case EventType::kStallQuery: HandleStallQuery(ev); break;
@@ -445,12 +449,16 @@ void SummationEngine::HandlePush(const Event& ev) {
   }
   ks->pushed[p][ev.worker] = 1;
   if (ev.pull_too) ks->waiting[p].push_back(ev.worker);
-  if (++ks->count[p] < ks->expected) {
+  if (++ks->count[p] < ExpectedNow(ks)) {
     if (timing_) ks->sum_ns[p] += SteadyNs() - t0;
     return;
   }
+  SumComplete(ks, p, ks->count[p], t0);
+}
+
+void SummationEngine::SumComplete(RoundKey* ks, int p, int pushes, int64_t t0) {
   ks->count[p] = 0;
-  if (ks->fixed_staging && ks->expected == 1)  // the lone push is the sum
+  if (ks->fixed_staging && pushes == 1)  // the lone push is the sum
     memcpy(ks->sum[p], ks->staging[ks->first[p]].load(std::memory_order_acquire), ks->len);
   if (ks->level == KeyLevel::kHipsFirst) {
     // The group's sum goes up; the round completes when the total is back (Forwarded).

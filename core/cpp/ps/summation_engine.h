@@ -239,6 +239,11 @@ class SummationEngine {
   // of the old keys is in flight (docs/autotune.md). Each key is freed on its engine thread,
   // after the events queued for it. Returns how many keys are being retired.
   size_t Retire(uint32_t declared_key, uint32_t generation);
+  // Horovod's join (docs/collectives.md, "Join"): the worker machines that have joined (none:
+  // empty). A synchronous key's round completes without a joined machine's push (it contributes
+  // nothing, as Horovod's zeros to a sum); open rounds that now have every other push complete
+  // on their engine threads, after the events queued for them (joined_rounds.cc). Any thread.
+  void SetJoined(const std::vector<int>& workers);
   // The keys held, and how many of them belong to a generation below the newest held of their
   // tensor (what Retire frees; tests and the server's shutdown line).
   std::pair<size_t, size_t> KeyCensus();
@@ -249,7 +254,9 @@ class SummationEngine {
   size_t num_keys();
 
  private:
-  enum class EventType : uint8_t { kPush, kPull, kStallQuery, kForwarded, kWorkerLeft, kRetire };
+  enum class EventType : uint8_t {
+    kPush, kPull, kStallQuery, kForwarded, kWorkerLeft, kRetire, kJoinChanged
+  };
   struct Event {
     EventType type = EventType::kPush;
     bool pull_too = false;  // a push that is also a pull (kPushFlagPull)
@@ -290,8 +297,15 @@ class SummationEngine {
   void HandlePull(const Event& ev);
   void HandleStallQuery(const Event& ev);
   void HandleForwarded(const Event& ev);
+  // The round in buffer p has all its pushes (`pushes` of them, the first at t0): the sum is
+  // final (HiPS: goes up; compressed: encoded) and the round completes.
+  void SumComplete(RoundKey* ks, int p, int pushes, int64_t t0);
   // The round in buffer p is complete: its pulls are answered.
   void Complete(RoundKey* ks, int p);
+  // Join (joined_rounds.cc): the pushes a round of `ks` needs now (its pushers that have not
+  // joined), and an open round completed once SetJoined dropped the pushes it waited for.
+  int ExpectedNow(const RoundKey* ks) const;
+  void HandleJoinChanged(const Event& ev);
   // Asynchronous keys (async_rounds.cc), on the key's engine thread.
   void HandleAsyncPush(const Event& ev);
   void HandleAsyncPull(const Event& ev);
@@ -309,6 +323,8 @@ class SummationEngine {
   bool async_ = false;
   int64_t max_staleness_ = -1;
   std::unique_ptr<std::atomic<bool>[]> left_;  // [worker]: left the job (asynchronous mode)
+  std::unique_ptr<std::atomic<bool>[]> joined_;  // [worker]: has joined (SetJoined)
+  std::atomic<bool> any_joined_{false};
   bool timing_ = false;
   bool fixed_staging_ = false;
   ReplySink* const sink_;

@@ -281,6 +281,17 @@ void BindCore(py::module_& m) {
       },
       py::arg("handle"), py::arg("timeout") = -1.0);
   m.def("release", [](int64_t handle) { Require()->handles().Release(handle); });
+  m.def("join", []() {  // Horovod's join (docs/collectives.md): the rank that joined last
+    auto core = Require();
+    int last = -1;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = core->Join(&last);
+    }
+    Check(st);
+    return last;
+  });
 }
 
 }  // namespace python

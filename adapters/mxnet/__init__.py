@@ -77,6 +77,7 @@ from .collectives import (
     grouped_allreduce,
     grouped_allreduce_,
     grouped_reducescatter,
+    join,
     reducescatter,
 )
 from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
@@ -126,6 +127,7 @@ __all__ = [
     "grouped_allgather",
     "grouped_reducescatter",
     "barrier",
+    "join",
     "ProcessSet",
     "global_process_set",
     "add_process_set",

@@ -242,3 +242,11 @@ def grouped_reducescatter(tensors, name: Optional[str] = None, op=None,
     (``<name>.<i>``, Sum or Average)."""
     names = _grouped_names(tensors, name, "grouped_reducescatter")
     return [reducescatter(t, n, op, process_set) for t, n in zip(tensors, names)]
+
+
+def join() -> int:
+    """Horovod's ``join``: this rank has run out of data; blocks until every rank has joined,
+    while the others' allreduce, allgather, broadcast and reducescatter complete without it
+    (zeros to a sum, no rows to a gather). Returns the rank that joined last. Errors:
+    ``byteps.collectives.join``."""
+    return collectives.join()

@@ -63,6 +63,7 @@ from .gather_scatter import (
     grouped_allgather,
     grouped_allreduce,
     grouped_reducescatter,
+    join,
     reducescatter,
 )
 from .ops import (
@@ -114,6 +115,7 @@ __all__ = [
     "grouped_reducescatter",
     "reducescatter",
     "barrier",
+    "join",
     "ProcessSet",
     "global_process_set",
     "add_process_set",

@@ -235,3 +235,11 @@ def grouped_reducescatter(tensors, name: Optional[str] = None, op: Optional[str]
     names = _names(tensors, name, "BytePSGroupedReducescatter", "grouped_reducescatter")
     return [reducescatter(t, name=n, op=op, process_set=process_set)
             for t, n in zip(tensors, names)]
+
+
+def join() -> int:
+    """Horovod's ``join``: this rank has run out of data; blocks until every rank has joined,
+    while the others' allreduce, allgather, broadcast and reducescatter complete without it
+    (zeros to a sum, no rows to a gather; an Average still divides by ``size()``). Returns the
+    rank that joined last (an int; eagerly). Errors: ``byteps.collectives.join``."""
+    return collectives.join()

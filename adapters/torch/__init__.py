@@ -25,7 +25,7 @@ its ops :data:`Average`, :data:`Sum`, :data:`Min`, :data:`Max`, :data:`Product`
 :class:`SyncBatchNorm` (batch statistics over every rank), and Horovod's process sets
 (:class:`ProcessSet`, :data:`global_process_set`, :func:`add_process_set`,
 :func:`remove_process_set`; every collective and ``DistributedOptimizer`` take
-``process_set=``; docs/collectives.md).
+``process_set=``; docs/collectives.md) and :func:`join` (uneven data).
 
 CPU and CUDA tensors: a CUDA tensor goes through the core's device stages (copied to pinned
 host memory after its producer's event and back; docs/gpu.md) where CUDA support is on
@@ -108,6 +108,7 @@ from .gather_scatter import (  # noqa: E402
     grouped_allgather_async,
     grouped_reducescatter,
     grouped_reducescatter_async,
+    join,
     reducescatter,
     reducescatter_async,
 )
@@ -159,6 +160,7 @@ __all__ = [
     "poll",
     "synchronize",
     "barrier",
+    "join",
     "ProcessSet",
     "global_process_set",
     "add_process_set",

@@ -394,3 +394,15 @@ def allgather_object(obj, name: Optional[str] = None, process_set=None) -> list:
     Horovod); ``process_set``: its ranks' objects only."""
     return collectives.allgather_object(obj, name if name is not None else type(obj).__name__,
                                         process_set)
+
+
+def join(device: int = -1) -> int:
+    """Horovod's ``join``: this rank has run out of data; blocks until every rank has joined,
+    while the others' allreduce, allgather, broadcast and reducescatter (and
+    ``DistributedOptimizer``'s reductions) complete without it: it contributes zeros to a sum
+    (an Average still divides by ``size()``) and no rows to a gather. Returns the rank that
+    joined last. ``device`` is Horovod's (the device of its zero tensors): accepted, ignored
+    here, where nothing is sent for the joined rank. Errors: ``byteps.collectives.join``."""
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise InvalidTypeError(f"join: device must be an int, got {type(device).__name__}")
+    return collectives.join()

@@ -156,6 +156,14 @@ def test_horovod_allgather_broadcast_reducescatter(workers, servers, local_size)
     assert_marker(job, "TORCH_GATHER_SCATTER_OK", workers * (local_size or 1))
 
 
+@pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)], ids=["2w1s", "3w2s"])
+def test_horovod_join(workers, servers):
+    """hvd.join: the others' allreduce, allgather and broadcast without the joined rank, the
+    same last rank everywhere, and DistributedOptimizer over uneven data."""
+    job = launch(WORKERS / "join_worker.py", workers, servers, timeout=240)
+    assert_marker(job, "TORCH_JOIN_OK", workers)
+
+
 @pytest.mark.parametrize("workers,servers,local_size", [(3, 2, None), (2, 1, 2)],
                          ids=["3w2s", "2wx2local1s"])
 def test_horovod_process_sets(workers, servers, local_size):

@@ -3,7 +3,7 @@ allgather, broadcast, reducescatter and alltoall (docs/collectives.md) through e
 against exact expected values: every dtype of the framework, uneven allgather and alltoall
 (a rank with nothing to send included), every root, reducescatter whose rows do not divide by
 the ranks, tensors around the partition bound (the job sets ``BYTEPS_PARTITION_BYTES``
-to :data:`PARTITION_BYTES`), and all of them in process sets.
+to :data:`PARTITION_BYTES`), all of them in process sets, and join with uneven data.
 
 Cases get the helpers of ``cases.py`` through :func:`register` (this module does not import
 it: the pytest driver loads ``cases.py`` under another module name).
@@ -159,3 +159,32 @@ def register(case: Callable, helpers) -> None:
                         "float32", True, "set alltoall")
         if received is not None:
             assert list(received) == [(k + r) % 3 + 1 for k in ranks], received
+
+    @case("horovod")
+    def join_with_uneven_data(shim):
+        """Horovod's join with uneven data: rank r runs r + 1 steps of an allreduce Sum (a new
+        name each step, over the partition bound too) and joins; each step's result is the sum
+        over the ranks still running; join() returns the last rank (the one with the most
+        steps) everywhere. Where join is refused (several processes per machine, a scheme other
+        than ps) every rank gets ConfigError instead."""
+        import os
+
+        from byteps.errors import ConfigError
+
+        n, r = shim.size(), shim.rank()
+        if shim.bps.local_size() > 1 or os.environ.get("BYTEPS_SYNC", "ps") != "ps":
+            try:
+                shim.join()
+            except ConfigError:
+                return
+            raise AssertionError("join() where it is refused did not raise ConfigError")
+        big = PARTITION_BYTES // 4 + 5
+        for step in range(r + 1):
+            shape = (big,) if step % 2 else (7, 3)
+            t = shim.tensor(h.rank_data(r, shape, "float32", 800 + step), "float32")
+            out = shim.allreduce_sum(t, f"conf.join.{step}")
+            want = sum(h.rank_data(k, shape, "float32", 800 + step).astype(np.float64)
+                       for k in range(n) if step < k + 1)
+            h.assert_values(shim.to_numpy(out), want, "float32", True, f"join step {step}")
+        last = shim.join()
+        assert last == n - 1, f"join() returned {last}, want {n - 1}"

@@ -19,7 +19,7 @@ Modes (each prints ``OK <n> cases`` at the end, ``FAIL <what>`` on a failed chec
   size at the first call and sums exactly, on the CPU path and through a host copy.
 * ``gather_scatter``: Horovod's ``allgather``, ``broadcast`` / ``broadcast_`` from every root and
   ``reducescatter`` (Sum, Average) and ``alltoall`` on NDArrays, and in process sets (the even
-  and the odd ranks).
+  and the odd ranks); Horovod's join (refused with several processes per machine).
 * ``allreduce``: Horovod's ``allreduce`` / ``allreduce_`` with every op (Average, Sum, Min,
   Max, Product) on every dtype against the fold of every rank's inputs, the scale factors, and
   Horovod's errors (op with average, Adasum).
@@ -327,6 +327,23 @@ def process_sets() -> None:
            lambda: bps.allreduce(x, name="ps.other", process_set=sets[1 - side[rank]]),
            ["not in"])
     ok("process sets")
+    if local > 1:
+        expect("join with several processes per machine", errors.ConfigError, bps.join,
+               ["join()"])
+        return
+    if rank == 0:  # Horovod's join: the others go on without rank 0
+        last = bps.join()
+    else:
+        got = bps.allreduce(mx.nd.full((4,), 6.0), name="join.ar")
+        if not np.allclose(got.asnumpy(), 6.0 * (size - 1) / size):
+            fail(f"allreduce with rank 0 joined: {got.asnumpy()}")
+        got = bps.allgather(mx.nd.full((rank,), rank), name="join.ag")
+        if got.asnumpy().tolist() != [r for r in range(1, size) for _ in range(r)]:
+            fail(f"allgather with rank 0 joined: {got.asnumpy()}")
+        last = bps.join()
+    if last == 0:
+        fail("join() returned 0, the rank that joined first")
+    ok("join")
 
 
 # ------------------------------------------------------------------------------ bad input --

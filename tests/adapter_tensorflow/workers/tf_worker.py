@@ -476,6 +476,25 @@ def t_process_sets():
         check(True, "an operation of the other set")
 
 
+def t_join():
+    """Horovod's join: rank 0 joins at once; the others' allreduce Average (the joined rank
+    counts as zeros), allgather (no rows from it) and broadcast complete without it; join()
+    returns the same rank everywhere, not 0."""
+    if R == 0:
+        last = bps.join()
+    else:
+        got = bps.allreduce(tf.fill([4], 6.0), name="join.ar")
+        check(close(got.numpy(), np.full(4, 6.0 * (N - 1) / N)), f"join allreduce {got}")
+        got = bps.allgather(tf.fill([R, 2], R), name="join.ag")
+        want = np.concatenate([np.full((r, 2), r) for r in range(1, N)])
+        check(np.array_equal(got.numpy(), want), "join allgather")
+        got = bps.broadcast(tf.fill([3], float(R)), N - 1, name="join.bc")
+        check(np.array_equal(got.numpy(), np.full(3, float(N - 1))), "join broadcast")
+        last = bps.join()
+    check(last != 0 and bps.allgather_object(last, name="join.last") == [last] * N,
+          f"join() returned {last}")
+
+
 def main():
     global R, N
     tmpdir = sys.argv[1]
@@ -488,6 +507,7 @@ def main():
     run("sync batch norm", t_sync_batch_norm)
     if N > 1:
         run("process sets", t_process_sets)
+        run("join", t_join)
     run("broadcast", t_broadcast)
     run("push_pull gradient", t_push_pull_gradient)
     run("tape", t_tape)

@@ -253,6 +253,10 @@ class Shim:
         """Horovod's ``allreduce`` with op Sum."""
         raise NotImplementedError
 
+    def join(self) -> int:
+        """Horovod's ``join`` (the adapter's re-export of ``byteps.collectives.join``)."""
+        return self.bps.join()
+
     def add_process_set(self, ranks):
         """Horovod's ``add_process_set`` (the adapter's re-export of
         ``byteps.process_sets.add_process_set``)."""

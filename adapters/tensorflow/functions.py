@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 import tensorflow as tf
+from byteps import collectives
 from byteps.errors import InvalidArgumentError, InvalidTypeError
 from byteps.naming import broadcast_object
 
@@ -134,9 +137,10 @@ def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = Non
               is_variable: bool = True, process_set=None) -> tf.Tensor:
     """Return ``root_rank``'s value of ``tensor`` on every rank (bit for bit).
 
-    Implemented as upstream: a sum to which every other rank contributes zeros. Differentiable:
-    the gradient w.r.t. the root's input is the sum of the upstream gradients of all ranks,
-    zero on the other ranks (upstream/Horovod).
+    Horovod's broadcast over the worker mesh (``byteps.collectives.broadcast_start``: a chain
+    from the root's machine, docs/collectives.md), eagerly or as one ``tf.numpy_function``.
+    Differentiable: the gradient w.r.t. the root's input is the sum of the upstream gradients
+    of all ranks, zero on the other ranks (upstream/Horovod).
 
     Args:
         tensor: as for :func:`push_pull` (same shape and dtype on every rank).
@@ -161,10 +165,35 @@ def broadcast(tensor, root_rank: int, scope: str = "", name: Optional[str] = Non
     base = _base(tensor, scope, name, "BytePSBroadcast", "broadcast")
     dense = ops._as_dense(tensor, "broadcast")
     root = ops._check_root(root_rank, "broadcast")
-    if process_set is not None and process_set.process_set_id and \
-            root not in process_set.ranks:
-        raise InvalidArgumentError(f"broadcast: root_rank {root} is not in {process_set!r}")
-    return ops._broadcast_one(dense, base, root, process_set)
+    return _mesh_broadcast(dense, base, root, process_set)
+
+
+def _mesh_broadcast(x: tf.Tensor, base: str, root: int, process_set) -> tf.Tensor:
+    def run(a):
+        return collectives.broadcast_start(np.asarray(a), root, base,
+                                           process_set=process_set).wait()
+
+    def call(t):
+        if tf.executing_eagerly():
+            return tf.convert_to_tensor(run(t.numpy()))
+        out = tf.numpy_function(run, [t], t.dtype, stateful=True, name="BytePSBroadcast")
+        out.set_shape(t.shape)
+        return out
+
+    if not x.dtype.is_floating:
+        return call(x)
+    is_root = ops.rank() == root
+
+    @tf.custom_gradient
+    def _bc(v):
+        def grad(dy):
+            dy = ops._as_dense(dy, "broadcast gradient")
+            g = ops._push_pull_many([dy], [base + ".grad"], False, process_set=process_set)[0]
+            return g if is_root else tf.zeros_like(g)
+
+        return call(v), grad
+
+    return _bc(x)
 
 
 def _var_name(var: Any, i: int) -> str:

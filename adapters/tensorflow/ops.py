@@ -325,30 +325,6 @@ def _push_pull_one(tensor: tf.Tensor, base: str, average: bool, op: str = "sum",
     return _pp(tensor)
 
 
-def _broadcast_one(tensor: tf.Tensor, base: str, root_rank: int,
-                   process_set=None) -> tf.Tensor:
-    """Differentiable broadcast: a sum to which every rank (of ``process_set``) but the root
-    contributes zeros. The gradient is the sum of the upstream gradients on the root and zero
-    elsewhere (upstream/Horovod)."""
-    is_root = rank() == root_rank
-    ps = process_set
-    if not tensor.dtype.is_floating:
-        return _push_pull_many([tensor], [base], False, zero=[not is_root], process_set=ps)[0]
-
-    @tf.custom_gradient
-    def _bc(x):
-        y = _push_pull_many([x], [base], False, zero=[not is_root], process_set=ps)[0]
-
-        def grad(dy):
-            dy = _as_dense(dy, "broadcast gradient")
-            g = _push_pull_many([dy], [base + ".grad"], False, process_set=ps)[0]
-            return g if is_root else tf.zeros_like(g)
-
-        return y, grad
-
-    return _bc(tensor)
-
-
 @tf.autograph.experimental.do_not_convert
 def push_pull_gradients(grads: Sequence[Any], names: Sequence[str], average: bool,
                         compression, fn: str,

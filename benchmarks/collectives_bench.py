@@ -19,7 +19,9 @@ of the slowest rank's time, of
   splits (gloo: ``all_to_all_single``), each of a tensor of ``size`` bytes (allgather: the
   gathered bytes);
 * grouped_allreduce of ``GROUP`` tensors of 4 KiB (gloo: the same all_reduces started together
-  and waited for together).
+  and waited for together);
+* byteps only: a training step (forward, backward, ``DistributedOptimizer``) of a small CNN
+  with ``BatchNorm2d`` and the same with ``byteps.torch.SyncBatchNorm``.
 
 Worker code runs in this module behind the hidden ``--worker`` flag; every rank prints
 ``RESULT {json}`` with its times.
@@ -43,6 +45,12 @@ WORLD = 2
 GROUP = 200
 OPS = ("allreduce.sum", "allreduce.min", "allreduce.max", "allgather", "broadcast",
        "reducescatter", "alltoall", "grouped_allreduce")
+#: The training steps timed by the byteps job (key: "<step>@step").
+STEPS = ("bn_step", "syncbn_step")
+#: The collectives whose route is the worker mesh: their wire-limited optimum in bytes that
+#: cross each worker link, per byte of the tensor (docs/collectives.md, the analysis).
+MESH_BOUND = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
+              "alltoall": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
 #: The emulated cluster's layouts (n worker hosts, k CPU-server hosts) and link, as table1's.
@@ -164,12 +172,45 @@ def worker_main(args: argparse.Namespace) -> None:
                 res["times"][key] = None
                 res["errors"][key] = str(exc).splitlines()[0][:200]
                 barrier()
+    if byteps:
+        for step in STEPS:
+            res["times"][f"{step}@step"] = _time_steps(hvd, step == "syncbn_step",
+                                                       max(args.iters), barrier)
     barrier()
     print("RESULT " + json.dumps(res), flush=True)
     if byteps:
         hvd.shutdown()
     else:
         dist.destroy_process_group()
+
+
+def _time_steps(hvd, sync_bn: bool, iters: int, barrier) -> list:
+    """The times of ``iters`` training steps (after two warm-up steps) of a small CNN on a
+    batch of 32 images of 3 x 32 x 32: BatchNorm2d, or SyncBatchNorm (its statistics over every
+    rank's batch: two push_pulls per layer and step), gradients through DistributedOptimizer."""
+    import torch
+
+    norm = hvd.SyncBatchNorm if sync_bn else torch.nn.BatchNorm2d
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), norm(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, padding=1, stride=2), norm(64), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    tag = "sync" if sync_bn else "plain"
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        named_parameters=[(f"{tag}.{n}", p) for n, p in model.named_parameters()])
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    times = []
+    for i in range(iters + 2):
+        barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return times
 
 
 def _worker_cmd(plan: dict, backend: str) -> list:
@@ -271,12 +312,22 @@ def bench_markdown(results: dict, img_dir: str, img_rel: str) -> tuple:
                         f"allreduce {op.capitalize()} vs Sum, {nbytes >> 20} MiB{where}",
                         "within 5 % of Sum's time", f"{_ms(t)} vs {_ms(total)} ms", total / t,
                         0.95))
+            if not loopback:
+                targets += _cluster_targets(n, k, nbytes, bp, gl, plan["bandwidth_mbit"], where)
         key = f"grouped_allreduce@{plan['sizes'][0]}"
         b, g = bp.get(key), gl.get(key)
         if b and g:
             targets.append(report.target(f"grouped_allreduce of {GROUP} x 4 KiB vs gloo{where}",
                                          "at least gloo's speed", f"{_ms(b)} vs {_ms(g)} ms",
                                          g / b, 1.0))
+        plain, sync = bp.get("bn_step@step"), bp.get("syncbn_step@step")
+        if plain and sync:
+            rows.append(["training step, BatchNorm2d", "CNN, batch 32", _ms(plain), "—", "—"])
+            rows.append(["training step, SyncBatchNorm", "CNN, batch 32", _ms(sync), "—", "—"])
+            if k == 0:
+                targets.append(report.target(
+                    f"SyncBatchNorm step vs BatchNorm step{where}", "at most 1.2 x",
+                    f"{_ms(sync)} vs {_ms(plain)} ms", 1.2 * plain / sync, 1.0))
         if not loopback:
             md += ["", f"### n = {n}, k = {k}"]
         md += ["", report._table(["collective", "tensor", "byteps ms", "gloo ms",
@@ -285,6 +336,33 @@ def bench_markdown(results: dict, img_dir: str, img_rel: str) -> tuple:
         if errors:
             md += ["", "gloo lacks: " + "; ".join(f"{e[:-6]} ({gl[e]})" for e in errors)]
     return "\n".join(md), targets
+
+
+def _cluster_targets(n: int, k: int, nbytes: int, bp: dict, gl: dict, mbit: float,
+                     where: str) -> list:
+    """The emulated cluster's targets of one size: each mesh collective within 1.15 x its
+    wire-limited optimum and (allgather, reducescatter, alltoall: gloo's ring meets the same
+    bound) at least gloo's speed; allreduce Sum's speed-up over gloo's ring at least 0.95 x the
+    theory's where the servers help (k > 0: ring 2(n-1)/n M/B against max(1, n/k) M/B)."""
+    out, size = [], f"{nbytes >> 20} MiB"
+    per_s = mbit * 1e6 / 8
+    for op, share in MESH_BOUND.items():
+        b, g = bp.get(f"{op}@{nbytes}"), gl.get(f"{op}@{nbytes}")
+        if not b:
+            continue
+        bound = share(n) * nbytes / per_s
+        out.append(report.target(f"{op} {size} vs its optimum{where}", "within 1.15 x",
+                                 f"{_ms(b)} vs {_ms(bound)} ms", 1.15 * bound / b, 1.0))
+        if g and op != "broadcast":
+            out.append(report.target(f"{op} {size} vs gloo{where}", "at least gloo's speed",
+                                     f"{_ms(b)} vs {_ms(g)} ms", g / b, 1.0))
+    b, g = bp.get(f"allreduce.sum@{nbytes}"), gl.get(f"allreduce.sum@{nbytes}")
+    if k > 0 and b and g:
+        theory = (2 * (n - 1) / n) / max(1.0, n / k)
+        out.append(report.target(f"allreduce Sum {size} speed-up over gloo{where}",
+                                 f"at least 0.95 x the theory's {theory:.2f}x",
+                                 f"{g / b:.2f}x", g / b / theory, 0.95))
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -237,9 +237,16 @@ def grouped_reducescatter(tensors, name: Optional[str] = None, op: Optional[str]
             for t, n in zip(tensors, names)]
 
 
-def join() -> int:
+@tf.autograph.experimental.do_not_convert
+def join():
     """Horovod's ``join``: this rank has run out of data; blocks until every rank has joined,
     while the others' allreduce, allgather, broadcast and reducescatter complete without it
     (zeros to a sum, no rows to a gather; an Average still divides by ``size()``). Returns the
-    rank that joined last (an int; eagerly). Errors: ``byteps.collectives.join``."""
-    return collectives.join()
+    rank that joined last: an int eagerly, an int32 scalar tensor inside ``tf.function`` (one
+    ``tf.numpy_function``, as Horovod's op). Errors: ``byteps.collectives.join``."""
+    if tf.executing_eagerly():
+        return collectives.join()
+    out = tf.numpy_function(lambda: np.int32(collectives.join()), [], tf.int32, stateful=True,
+                            name="BytePSJoin")
+    out.set_shape([])
+    return out

@@ -66,3 +66,23 @@ def test_async_optimizers(tmp_path):
     job = launch_job(launch_config(2, 1), [PY, HERE / "workers" / "async_worker.py"],
                      timeout=180, job_env=framework_env({"BYTEPS_ENABLE_ASYNC": "1"}))
     assert_marker(job, "TF_ASYNC_OK", 2)
+
+
+def test_horovod_tf2_synthetic_benchmark_runs_unchanged():
+    """examples/horovod/tensorflow2_synthetic_benchmark.py: a script written against Horovod's
+    TensorFlow API (DistributedGradientTape with compression in a tf.function step,
+    broadcast_variables of the model and the optimizer, SyncBatchNormalization, allreduce and
+    allgather of metrics, join) runs with only its import changed; the ranks end with identical
+    parameters and the averaged loss is the mean of the gathered ones."""
+    job = _launch(REPO / "examples" / "horovod" / "tensorflow2_synthetic_benchmark.py", 2, 1,
+                  args=["--num-iters", "2", "--num-batches-per-iter", "2", "--batch-size", "8"],
+                  timeout=240)
+    assert job.returncode == 0, job.output[-8000:]
+    assert "Total img/sec on 2 CPU(s)" in job.output, job.output[-4000:]
+    assert "Parameters identical on all ranks: True" in job.output, job.output[-4000:]
+    m = re.search(r"Average last loss over 2 ranks: ([\d.]+) \(per rank: ([^)]*)\)",
+                  job.output)
+    assert m, job.output[-4000:]
+    per_rank = [float(v) for v in m.group(2).split(", ")]
+    assert len(per_rank) == 2 and abs(sum(per_rank) / 2 - float(m.group(1))) < 1e-3
+    assert re.search(r"Last rank to join: [01]\b", job.output), job.output[-4000:]

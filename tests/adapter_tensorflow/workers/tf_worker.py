@@ -493,6 +493,8 @@ def t_join():
         last = bps.join()
     check(last != 0 and bps.allgather_object(last, name="join.last") == [last] * N,
           f"join() returned {last}")
+    last = int(tf.function(bps.join)())  # inside tf.function: every rank joins at once
+    check(0 <= last < N, f"join() in tf.function returned {last}")
 
 
 def main():

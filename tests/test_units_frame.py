@@ -133,7 +133,7 @@ class TestFrame:
         with pytest.raises(ValueError, match="magic"):
             T.decode_header(T.encode_header(21, magic=magic))
 
-    @pytest.mark.parametrize("type_", [0, 12, 13, 19, 35, 100, 0xFFFF])
+    @pytest.mark.parametrize("type_", [0, 12, 13, 19, 37, 100, 0xFFFF])  # 35, 36: JOIN, JOIN_DONE
     def test_unknown_type(self, type_):
         with pytest.raises(ValueError, match="type"):
             T.decode_header(T.encode_header(type_))

@@ -521,8 +521,8 @@ void SummationEngine::HandleStallQuery(const Event& ev) {
   bool open = ks->round[p] == ev.round && !ks->complete[p] && ks->count[p] > 0;
   // A first-level HiPS round whose group sum is up at the top level misses no one here.
   bool done = ks->round[p] == ev.round && (ks->complete[p] || ks->forwarded[p]);
-  for (int w : ks->senders)
-    if (!done && !(open && ks->pushed[p][w])) missing.push_back(w);
+  for (int w : ks->senders)  // a joined machine (joined_rounds.cc) is awaited by no round
+    if (!done && !(open && ks->pushed[p][w]) && !joined_[w].load()) missing.push_back(w);
   sink_->SendStallReport(ev.worker, ks->key, ev.round, missing);
 }
 

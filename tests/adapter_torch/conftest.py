@@ -34,10 +34,17 @@ def _make_fake_basics(size=1):
         if not m.state["init"]:
             raise NotInitializedError("fake: not initialised")
 
-    m.init = lambda lazy=True: m.state.update(init=True)
+    def _one_rank_set(process_set):
+        # one rank: only the global set (None, or id 0) exists
+        if process_set is not None and getattr(process_set, "process_set_id", None) != 0:
+            raise InvalidArgumentError("fake: a job of one rank has no other process set")
+
+    m.init = lambda lazy=True, process_sets=None: (
+        [_one_rank_set(ps) for ps in (process_sets if isinstance(process_sets, list) else [])],
+        m.state.update(init=True))[-1]
     m.shutdown = lambda: m.state.update(init=False)
     m.suspend = m.shutdown
-    m.barrier = lambda: _req()  # one process: nobody to wait for
+    m.barrier = lambda process_set=None: (_one_rank_set(process_set), _req())[-1]
     m.resume = lambda num_workers, num_servers, global_rank, context=None: m.state.update(
         init=True)
     m.is_initialized = lambda: m.state["init"]
@@ -58,8 +65,9 @@ def _make_fake_basics(size=1):
     m.cross_size = lambda: (_req(), 1)[1]
     m.is_homogeneous = lambda: (_req(), True)[1]
 
-    def declare(name, compression=None):
+    def declare(name, compression=None, process_set=None):
         _req()
+        _one_rank_set(process_set)
         if compression is not None:
             m.state["compression"][name] = dict(compression)
         return m.state["keys"].setdefault(name, len(m.state["keys"]))
@@ -69,11 +77,12 @@ def _make_fake_basics(size=1):
     m.unique_name = lambda prefix="noname": f"{prefix}.{next(counter)}"
 
     def push_pull_async(name, input_ptr, output_ptr, nbytes, dtype, shape, average,
-                        priority=None, version=0, op="sum"):
+                        priority=None, version=0, op="sum", process_set=None):
         # one rank: every op's result is the input itself (a copy)
         if dtype not in m.SUPPORTED_DTYPES:
             raise InvalidTypeError(f"unsupported dtype {dtype!r}")
         _req()
+        _one_rank_set(process_set)
         if name in m.state["inflight"].values():
             raise InvalidArgumentError(f"duplicate in-flight name {name!r}")
         declare(name)

@@ -146,7 +146,7 @@ def test_non_contiguous_inplace_writes_back(fake_bps, monkeypatch):
     orig = fake.push_pull_async
 
     def doubling(name, inp, out, nbytes, dtype, shape, average, priority=None, version=0,
-                 op="sum"):
+                 op="sum", process_set=None):
         h = orig(name, inp, out, nbytes, dtype, shape, average, priority, version, op)
         # simulate a 2-rank sum of identical inputs: the core writes 2*x into the buffer
         n = nbytes // 4

@@ -15,41 +15,24 @@ root: every rank gets its error, and the job stays usable).
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
 import numpy as np
+from numpy_cases import Cases, data
 
 import byteps.basics as bps
 from byteps import collectives, errors
 
 RANK = -1
-CASES = 0
+C = Cases()  # this rank's cases (numpy_cases)
+fail, check = C.fail, C.check
 
 
-def fail(msg: str) -> None:
-    print(f"FAIL rank {RANK}: {msg}", flush=True)
-    os._exit(1)
 
 
-def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    global CASES
-    if got.shape != want.shape or got.dtype != want.dtype:
-        fail(f"{what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
-    if not np.array_equal(got, want, equal_nan=got.dtype.kind == "f"):
-        bad = np.argwhere(got != want)[:3].tolist()
-        fail(f"{what}: differs at {bad}")
-    CASES += 1
 
 
-def data(rank: int, case: int, shape, dtype) -> np.ndarray:
-    """Small integers (exact in every dtype), distinct per rank and case."""
-    n = int(np.prod(shape, dtype=np.int64))
-    x = (np.arange(n, dtype=np.int64) * 7 + rank * 13 + case * 3) % 23 + 1
-    if np.dtype(dtype) == np.bool_:
-        return (x % 2 == 0).reshape(shape)
-    return x.astype(dtype).reshape(shape)
 
 
 def allgather_cases(size: int) -> None:
@@ -139,7 +122,6 @@ def alltoall_cases(size: int) -> None:
 
 
 def errors_cases(size: int) -> None:
-    global CASES
     try:  # rank 0's rows are wider than the others'
         collectives.allgather_start(np.zeros((2, 3 if RANK == 0 else 4), np.float32),
                                     "bad.trailing").wait()
@@ -148,13 +130,12 @@ def errors_cases(size: int) -> None:
         if "differ beyond the first dimension" not in str(e):
             fail(f"unexpected message: {e}")
         print("CAUGHT trailing-dims:", e, flush=True)
-        CASES += 1
+        C.count += 1
     try:  # each rank names itself as the root
         collectives.broadcast_start(np.zeros(4, np.float32), RANK, "bad.root").wait(60)
         fail("broadcast with rank-dependent roots did not fail")
     except errors.BytePSError as e:
-        print(f"CAUGHT rank-dependent-root: {type(e).__name__}: {e}", flush=True)
-        CASES += 1
+        C.caught("rank-dependent-root", e)
     # The job goes on.
     got = collectives.allgather_start(np.full(2, RANK, np.int32), "after.errors").wait()
     check(got, np.repeat(np.arange(size, dtype=np.int32), 2), "allgather after the errors")
@@ -164,7 +145,7 @@ def main() -> None:
     global RANK
     mode = sys.argv[1]
     bps.init()
-    RANK = bps.rank()
+    RANK = C.rank = bps.rank()
     size = bps.size()
     try:
         if mode == "collectives":
@@ -179,7 +160,7 @@ def main() -> None:
     except Exception:
         fail(traceback.format_exc())
     bps.shutdown()
-    print(f"OK {CASES} cases", flush=True)
+    print(f"OK {C.count} cases", flush=True)
 
 
 if __name__ == "__main__":

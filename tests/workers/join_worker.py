@@ -14,34 +14,24 @@ ConfigError. Prints ``OK <n> cases`` last, ``FAIL <message>`` on a failure.
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
 import numpy as np
+from numpy_cases import Cases, data
 
 import byteps.basics as bps
 from byteps import collectives, errors
 
 RANK = -1
-CASES = 0
+C = Cases()  # this rank's cases (numpy_cases)
+fail, check = C.fail, C.close
 
 
-def fail(msg: str) -> None:
-    print(f"FAIL rank {RANK}: {msg}", flush=True)
-    os._exit(1)
 
 
-def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    global CASES
-    if got.shape != want.shape or not np.allclose(got, want):
-        fail(f"{what}: got {got.tolist()}, want {want.tolist()}")
-    CASES += 1
 
 
-def data(rank: int, case: int, shape=(6,)) -> np.ndarray:
-    n = int(np.prod(shape))
-    return ((np.arange(n) * 5 + rank * 11 + case * 3) % 17 + 1).astype(np.float32).reshape(shape)
 
 
 def push_pull(x: np.ndarray, name: str, average: bool = False) -> np.ndarray:
@@ -54,33 +44,32 @@ def push_pull(x: np.ndarray, name: str, average: bool = False) -> np.ndarray:
 def everyone(size: int, tag: str) -> None:
     """Every rank takes part: old and new names."""
     for name in ("pp.old", f"pp.{tag}.new"):
-        check(push_pull(data(RANK, 1), name), sum(data(r, 1) for r in range(size)),
+        check(push_pull(data(RANK, 1, (6,)), name), sum(data(r, 1, (6,)) for r in range(size)),
               f"{tag}: push_pull {name} with every rank")
     got = collectives.allgather_start(np.full((RANK + 1,), RANK, np.float32), "ag").wait()
     check(got, np.concatenate([np.full((r + 1,), r, np.float32) for r in range(size)]),
           f"{tag}: allgather with every rank")
-    got = collectives.broadcast_start(data(RANK, 2), size - 1, "bc").wait()
-    check(got, data(size - 1, 2), f"{tag}: broadcast with every rank")
+    got = collectives.broadcast_start(data(RANK, 2, (6,)), size - 1, "bc").wait()
+    check(got, data(size - 1, 2, (6,)), f"{tag}: broadcast with every rank")
 
 
 def episode(size: int, first: int, tag: str) -> None:
-    global CASES
     if RANK == first:
         last = collectives.join()
     else:
         here = [r for r in range(size) if r != first]
         for rnd in range(3):  # the old name and a new one, several rounds
             for name in ("pp.old", f"pp.{tag}.during"):
-                got = push_pull(data(RANK, rnd), name)
-                check(got, sum(data(r, rnd) for r in here), f"{tag}: sum {name} round {rnd}")
-            got = push_pull(data(RANK, 9), f"pp.{tag}.avg", average=True)
-            check(got, sum(data(r, 9) for r in here) / size, f"{tag}: average over the job")
+                got = push_pull(data(RANK, rnd, (6,)), name)
+                check(got, sum(data(r, rnd, (6,)) for r in here), f"{tag}: sum {name} round {rnd}")
+            got = push_pull(data(RANK, 9, (6,)), f"pp.{tag}.avg", average=True)
+            check(got, sum(data(r, 9, (6,)) for r in here) / size, f"{tag}: average over the job")
         got = collectives.allgather_start(np.full((RANK + 1, 2), RANK, np.float32),
                                           "ag").wait()
         check(got, np.concatenate([np.full((r + 1, 2), r, np.float32) for r in here]),
               f"{tag}: allgather without the joined rank")
-        got = collectives.broadcast_start(data(RANK, 4), here[-1], "bc").wait()
-        check(got, data(here[-1], 4), f"{tag}: broadcast from {here[-1]}")
+        got = collectives.broadcast_start(data(RANK, 4, (6,)), here[-1], "bc").wait()
+        check(got, data(here[-1], 4, (6,)), f"{tag}: broadcast from {here[-1]}")
         rows = 2 * size + 1
         counts = collectives.shard_counts(rows, size)
         lo = sum(counts[:RANK])
@@ -91,8 +80,7 @@ def episode(size: int, first: int, tag: str) -> None:
             collectives.alltoall_start(np.zeros((size, 1), np.float32), None, "a2a").wait()
             fail(f"{tag}: alltoall while a rank has joined did not fail")
         except errors.InvalidArgumentError as e:
-            print(f"CAUGHT {tag} alltoall: {e}", flush=True)
-            CASES += 1
+            C.caught(f"{tag} alltoall", e)
         bps.barrier()
         last = collectives.join()
     if last == first:
@@ -100,15 +88,16 @@ def episode(size: int, first: int, tag: str) -> None:
     lasts = collectives.allgather_object(last, f"{tag}.last")
     if lasts != [last] * size:
         fail(f"{tag}: join() returned different ranks: {lasts}")
-    CASES += 1
+    C.count += 1
     everyone(size, tag)
 
 
 def main() -> None:
-    global RANK, CASES
+    global RANK
     mode = sys.argv[1]
     bps.init()
     RANK, size = bps.rank(), bps.size()
+    C.rank = RANK
     try:
         if mode == "join":
             everyone(size, "before")
@@ -119,15 +108,14 @@ def main() -> None:
                 collectives.join()
                 fail("join() with several processes per machine did not fail")
             except errors.ConfigError as e:
-                print(f"CAUGHT refused: {e}", flush=True)
-                CASES += 1
+                C.caught("refused", e)
             bps.barrier()
         else:
             fail(f"unknown mode {mode}")
     except Exception:
         fail(traceback.format_exc())
     bps.shutdown()
-    print(f"OK {CASES} cases", flush=True)
+    print(f"OK {C.count} cases", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,38 +16,25 @@ in, a set the ranks added differently, a removed set (errors), and a global allr
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
 import numpy as np
+from numpy_cases import Cases, data
 
 import byteps.basics as bps
 from byteps import collectives, errors
 from byteps.process_sets import ProcessSet, add_process_set, remove_process_set
 
 RANK = -1
-CASES = 0
+C = Cases()  # this rank's cases (numpy_cases)
+fail, check = C.fail, C.check
 
 
-def fail(msg: str) -> None:
-    print(f"FAIL rank {RANK}: {msg}", flush=True)
-    os._exit(1)
 
 
-def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    global CASES
-    if got.shape != want.shape or got.dtype != want.dtype:
-        fail(f"{what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
-    if not np.array_equal(got, want):
-        fail(f"{what}: differs at {np.argwhere(got != want)[:3].tolist()}")
-    CASES += 1
 
 
-def data(rank: int, case: int, shape, dtype="float32") -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
-    x = (np.arange(n, dtype=np.int64) * 7 + rank * 13 + case * 3) % 23 + 1
-    return x.astype(dtype).reshape(shape)
 
 
 def push_pull(x: np.ndarray, name: str, ps, average=False, op="sum") -> np.ndarray:
@@ -97,12 +84,10 @@ def run_set(ps: ProcessSet, tag: str) -> None:
 
 
 def expect(kind, what: str, fn) -> None:
-    global CASES
     try:
         fn()
     except kind as e:
-        print(f"CAUGHT {what}: {type(e).__name__}: {e}", flush=True)
-        CASES += 1
+        C.caught(what, e)
         return
     fail(f"{what}: no {kind.__name__}")
 
@@ -145,7 +130,7 @@ def main() -> None:
     global RANK
     mode = sys.argv[1]
     bps.init()
-    RANK = bps.rank()
+    RANK = C.rank = bps.rank()
     try:
         if mode == "sets":
             sets_mode()
@@ -154,7 +139,7 @@ def main() -> None:
     except Exception:
         fail(traceback.format_exc())
     bps.shutdown()
-    print(f"OK {CASES} cases", flush=True)
+    print(f"OK {C.count} cases", flush=True)
 
 
 if __name__ == "__main__":

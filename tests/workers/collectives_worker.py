@@ -15,16 +15,11 @@ root: every rank gets its error, and the job stays usable).
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import numpy as np
 from numpy_cases import Cases, data
 
-import byteps.basics as bps
 from byteps import collectives, errors
 
-RANK = -1
 C = Cases()  # this rank's cases (numpy_cases)
 fail, check = C.fail, C.check
 
@@ -48,13 +43,13 @@ def allgather_cases(size: int) -> None:
     ]
     for case, (rows, rest, dtype) in enumerate(cases):
         for rnd in range(2):  # the same layout twice, then (case 0) another one
-            mine = data(RANK, case + rnd, (rows(RANK),) + rest, dtype)
+            mine = data(C.rank, case + rnd, (rows(C.rank),) + rest, dtype)
             got = collectives.allgather_start(mine, f"ag{case}").wait()
             want = np.concatenate([data(r, case + rnd, (rows(r),) + rest, dtype)
                                    for r in range(size)])
             check(got, want, f"allgather case {case} round {rnd}")
     for extra in range(3):  # the layout changes every call
-        mine = data(RANK, 40 + extra, (RANK + extra, 2), "int32")
+        mine = data(C.rank, 40 + extra, (C.rank + extra, 2), "int32")
         got = collectives.allgather_start(mine, "ag.changing").wait()
         want = np.concatenate([data(r, 40 + extra, (r + extra, 2), "int32")
                                for r in range(size)])
@@ -65,11 +60,11 @@ def broadcast_cases(size: int) -> None:
     for root in range(size):
         for case, (shape, dtype) in enumerate([((7, 3), "float32"), ((40000,), "int64"),
                                                ((3,), "bool"), ((), "float64")]):
-            mine = data(RANK, 100 + case, shape, dtype)
+            mine = data(C.rank, 100 + case, shape, dtype)
             got = collectives.broadcast_start(mine, root, f"bc{case}").wait()
             check(got, data(root, 100 + case, shape, dtype), f"broadcast root {root} case {case}")
-            if RANK != root:  # the input is left as it was
-                check(mine, data(RANK, 100 + case, shape, dtype), "broadcast input")
+            if C.rank != root:  # the input is left as it was
+                check(mine, data(C.rank, 100 + case, shape, dtype), "broadcast input")
 
 
 def reducescatter_cases(size: int) -> None:
@@ -79,19 +74,19 @@ def reducescatter_cases(size: int) -> None:
                                                 (30001, (2,), "float64"),
                                                 (5, (2,), "int64")]):
         counts = collectives.shard_counts(rows, size)
-        start = sum(counts[:RANK])
+        start = sum(counts[:C.rank])
         for op, fold in folds.items():
             ins = [data(r, 200 + case, (rows,) + rest, dtype) for r in range(size)]
             want = ins[0].copy()
             for x in ins[1:]:
                 want = fold(want, x).astype(dtype)
-            got = collectives.reducescatter_start(ins[RANK], f"rs{case}.{op}", op=op).wait()
-            check(got, want[start:start + counts[RANK]], f"reducescatter {op} case {case}")
+            got = collectives.reducescatter_start(ins[C.rank], f"rs{case}.{op}", op=op).wait()
+            check(got, want[start:start + counts[C.rank]], f"reducescatter {op} case {case}")
         if np.dtype(dtype).kind == "f":
             ins = [data(r, 300 + case, (rows,) + rest, dtype) for r in range(size)]
-            got = collectives.reducescatter_start(ins[RANK], f"rs{case}.avg",
+            got = collectives.reducescatter_start(ins[C.rank], f"rs{case}.avg",
                                                   average=True).wait()
-            want = (sum(ins) / size).astype(dtype)[start:start + counts[RANK]]
+            want = (sum(ins) / size).astype(dtype)[start:start + counts[C.rank]]
             np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
@@ -107,23 +102,23 @@ def alltoall_cases(size: int) -> None:
         for rnd in range(2):
             def rows_of(i, j, count=count, rest=rest, dtype=dtype, key=case + rnd):
                 return data(i * 31 + j, key, (count(i, j),) + rest, dtype)
-            mine = np.concatenate([rows_of(RANK, j) for j in range(size)])
-            splits = [count(RANK, j) for j in range(size)]
+            mine = np.concatenate([rows_of(C.rank, j) for j in range(size)])
+            splits = [count(C.rank, j) for j in range(size)]
             got, received = collectives.alltoall_start(mine, splits, f"a2a{case}").wait()
-            check(got, np.concatenate([rows_of(i, RANK) for i in range(size)]),
+            check(got, np.concatenate([rows_of(i, C.rank) for i in range(size)]),
                   f"alltoall case {case} round {rnd}")
-            check(received, np.array([count(i, RANK) for i in range(size)], np.int64),
+            check(received, np.array([count(i, C.rank) for i in range(size)], np.int64),
                   f"alltoall received splits case {case}")
-    even = data(RANK, 9, (2 * size, 3), "int32")  # no splits: even
+    even = data(C.rank, 9, (2 * size, 3), "int32")  # no splits: even
     got, received = collectives.alltoall_start(even, None, "a2a.even").wait()
-    want = np.concatenate([data(i, 9, (2 * size, 3), "int32")[2 * RANK:2 * RANK + 2]
+    want = np.concatenate([data(i, 9, (2 * size, 3), "int32")[2 * C.rank:2 * C.rank + 2]
                            for i in range(size)])
     check(got, want, "alltoall even")
 
 
 def errors_cases(size: int) -> None:
     try:  # rank 0's rows are wider than the others'
-        collectives.allgather_start(np.zeros((2, 3 if RANK == 0 else 4), np.float32),
+        collectives.allgather_start(np.zeros((2, 3 if C.rank == 0 else 4), np.float32),
                                     "bad.trailing").wait()
         fail("allgather with different trailing dims did not fail")
     except errors.InvalidArgumentError as e:
@@ -132,36 +127,24 @@ def errors_cases(size: int) -> None:
         print("CAUGHT trailing-dims:", e, flush=True)
         C.count += 1
     try:  # each rank names itself as the root
-        collectives.broadcast_start(np.zeros(4, np.float32), RANK, "bad.root").wait(60)
+        collectives.broadcast_start(np.zeros(4, np.float32), C.rank, "bad.root").wait(60)
         fail("broadcast with rank-dependent roots did not fail")
     except errors.BytePSError as e:
         C.caught("rank-dependent-root", e)
     # The job goes on.
-    got = collectives.allgather_start(np.full(2, RANK, np.int32), "after.errors").wait()
+    got = collectives.allgather_start(np.full(2, C.rank, np.int32), "after.errors").wait()
     check(got, np.repeat(np.arange(size, dtype=np.int32), 2), "allgather after the errors")
 
 
-def main() -> None:
-    global RANK
-    mode = sys.argv[1]
-    bps.init()
-    RANK = C.rank = bps.rank()
-    size = bps.size()
-    try:
-        if mode == "collectives":
-            allgather_cases(size)
-            broadcast_cases(size)
-            reducescatter_cases(size)
-            alltoall_cases(size)
-        elif mode == "errors":
-            errors_cases(size)
-        else:
-            fail(f"unknown mode {mode}")
-    except Exception:
-        fail(traceback.format_exc())
-    bps.shutdown()
-    print(f"OK {C.count} cases", flush=True)
+def collectives_mode(size: int) -> None:
+    allgather_cases(size)
+    broadcast_cases(size)
+    reducescatter_cases(size)
+    alltoall_cases(size)
+
+
+MODES = {"collectives": collectives_mode, "errors": errors_cases}
 
 
 if __name__ == "__main__":
-    main()
+    C.main(MODES)

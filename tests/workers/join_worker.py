@@ -14,16 +14,12 @@ ConfigError. Prints ``OK <n> cases`` last, ``FAIL <message>`` on a failure.
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import numpy as np
 from numpy_cases import Cases, data
 
 import byteps.basics as bps
 from byteps import collectives, errors
 
-RANK = -1
 C = Cases()  # this rank's cases (numpy_cases)
 fail, check = C.fail, C.close
 
@@ -44,37 +40,37 @@ def push_pull(x: np.ndarray, name: str, average: bool = False) -> np.ndarray:
 def everyone(size: int, tag: str) -> None:
     """Every rank takes part: old and new names."""
     for name in ("pp.old", f"pp.{tag}.new"):
-        check(push_pull(data(RANK, 1, (6,)), name), sum(data(r, 1, (6,)) for r in range(size)),
+        check(push_pull(data(C.rank, 1, (6,)), name), sum(data(r, 1, (6,)) for r in range(size)),
               f"{tag}: push_pull {name} with every rank")
-    got = collectives.allgather_start(np.full((RANK + 1,), RANK, np.float32), "ag").wait()
+    got = collectives.allgather_start(np.full((C.rank + 1,), C.rank, np.float32), "ag").wait()
     check(got, np.concatenate([np.full((r + 1,), r, np.float32) for r in range(size)]),
           f"{tag}: allgather with every rank")
-    got = collectives.broadcast_start(data(RANK, 2, (6,)), size - 1, "bc").wait()
+    got = collectives.broadcast_start(data(C.rank, 2, (6,)), size - 1, "bc").wait()
     check(got, data(size - 1, 2, (6,)), f"{tag}: broadcast with every rank")
 
 
 def episode(size: int, first: int, tag: str) -> None:
-    if RANK == first:
+    if C.rank == first:
         last = collectives.join()
     else:
         here = [r for r in range(size) if r != first]
         for rnd in range(3):  # the old name and a new one, several rounds
             for name in ("pp.old", f"pp.{tag}.during"):
-                got = push_pull(data(RANK, rnd, (6,)), name)
+                got = push_pull(data(C.rank, rnd, (6,)), name)
                 check(got, sum(data(r, rnd, (6,)) for r in here), f"{tag}: sum {name} round {rnd}")
-            got = push_pull(data(RANK, 9, (6,)), f"pp.{tag}.avg", average=True)
+            got = push_pull(data(C.rank, 9, (6,)), f"pp.{tag}.avg", average=True)
             check(got, sum(data(r, 9, (6,)) for r in here) / size, f"{tag}: average over the job")
-        got = collectives.allgather_start(np.full((RANK + 1, 2), RANK, np.float32),
+        got = collectives.allgather_start(np.full((C.rank + 1, 2), C.rank, np.float32),
                                           "ag").wait()
         check(got, np.concatenate([np.full((r + 1, 2), r, np.float32) for r in here]),
               f"{tag}: allgather without the joined rank")
-        got = collectives.broadcast_start(data(RANK, 4, (6,)), here[-1], "bc").wait()
+        got = collectives.broadcast_start(data(C.rank, 4, (6,)), here[-1], "bc").wait()
         check(got, data(here[-1], 4, (6,)), f"{tag}: broadcast from {here[-1]}")
         rows = 2 * size + 1
         counts = collectives.shard_counts(rows, size)
-        lo = sum(counts[:RANK])
-        got = collectives.reducescatter_start(data(RANK, 5, (rows, 2)), "rs").wait()
-        want = sum(data(r, 5, (rows, 2)) for r in here)[lo:lo + counts[RANK]]
+        lo = sum(counts[:C.rank])
+        got = collectives.reducescatter_start(data(C.rank, 5, (rows, 2)), "rs").wait()
+        want = sum(data(r, 5, (rows, 2)) for r in here)[lo:lo + counts[C.rank]]
         check(got, want, f"{tag}: reducescatter without the joined rank")
         try:
             collectives.alltoall_start(np.zeros((size, 1), np.float32), None, "a2a").wait()
@@ -92,31 +88,23 @@ def episode(size: int, first: int, tag: str) -> None:
     everyone(size, tag)
 
 
-def main() -> None:
-    global RANK
-    mode = sys.argv[1]
-    bps.init()
-    RANK, size = bps.rank(), bps.size()
-    C.rank = RANK
+def join_mode(size: int) -> None:
+    everyone(size, "before")
+    episode(size, 1, "first")
+    episode(size, 0, "second")
+
+
+def refused_mode(size: int) -> None:
     try:
-        if mode == "join":
-            everyone(size, "before")
-            episode(size, 1, "first")
-            episode(size, 0, "second")
-        elif mode == "refused":
-            try:
-                collectives.join()
-                fail("join() with several processes per machine did not fail")
-            except errors.ConfigError as e:
-                C.caught("refused", e)
-            bps.barrier()
-        else:
-            fail(f"unknown mode {mode}")
-    except Exception:
-        fail(traceback.format_exc())
-    bps.shutdown()
-    print(f"OK {C.count} cases", flush=True)
+        collectives.join()
+        fail("join() with several processes per machine did not fail")
+    except errors.ConfigError as e:
+        C.caught("refused", e)
+    bps.barrier()
+
+
+MODES = {"join": join_mode, "refused": refused_mode}
 
 
 if __name__ == "__main__":
-    main()
+    C.main(MODES)

@@ -5,8 +5,13 @@ the process with ``FAIL rank <r>: <message>`` (the job tests look for it) or cou
 from __future__ import annotations
 
 import os
+import sys
+import traceback
+from typing import Callable, Mapping
 
 import numpy as np
+
+import byteps.basics as bps
 
 
 class Cases:
@@ -33,6 +38,21 @@ class Cases:
         if got.shape != want.shape or not np.allclose(got, want, rtol=1e-6):
             self.fail(f"{what}: got {got.tolist()}, want {want.tolist()}")
         self.count += 1
+
+    def main(self, modes: Mapping[str, Callable[[int], None]]) -> None:
+        """``python <worker> MODE``: init, run ``modes[MODE](size)``, shut down, print ``OK <n>
+        cases``; an exception is this rank's failure."""
+        mode = sys.argv[1]
+        bps.init()
+        self.rank = bps.rank()
+        try:
+            if mode not in modes:
+                self.fail(f"unknown mode {mode}")
+            modes[mode](bps.size())
+        except Exception:
+            self.fail(traceback.format_exc())
+        bps.shutdown()
+        print(f"OK {self.count} cases", flush=True)
 
     def caught(self, what: str, exc: BaseException) -> None:
         """An error a case expected: printed as ``CAUGHT <what>: ...`` and counted."""

@@ -16,9 +16,6 @@ in, a set the ranks added differently, a removed set (errors), and a global allr
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import numpy as np
 from numpy_cases import Cases, data
 
@@ -26,7 +23,6 @@ import byteps.basics as bps
 from byteps import collectives, errors
 from byteps.process_sets import ProcessSet, add_process_set, remove_process_set
 
-RANK = -1
 C = Cases()  # this rank's cases (numpy_cases)
 fail, check = C.fail, C.check
 
@@ -47,8 +43,8 @@ def push_pull(x: np.ndarray, name: str, ps, average=False, op="sum") -> np.ndarr
 def run_set(ps: ProcessSet, tag: str) -> None:
     ranks, me = ps.ranks, ps.rank()
     n = len(ranks)
-    if ps.size() != n or ranks[me] != RANK or not ps.included():
-        fail(f"{ps!r}: size {ps.size()}, rank {me} of global rank {RANK}")
+    if ps.size() != n or ranks[me] != C.rank or not ps.included():
+        fail(f"{ps!r}: size {ps.size()}, rank {me} of global rank {C.rank}")
     for case, shape in enumerate([(5, 3), (40000,)]):  # 40000 float32: three partitions
         ins = [data(r, case, shape) for r in ranks]
         check(push_pull(ins[me], f"{tag}.sum{case}", ps), sum(ins), f"{tag} sum {shape}")
@@ -62,7 +58,7 @@ def run_set(ps: ProcessSet, tag: str) -> None:
         got = collectives.allgather_start(ins[me], f"{tag}.ag", process_set=ps).wait()
         check(got, np.concatenate(ins), f"{tag} allgather round {rnd}")
     for root in ranks:
-        mine = data(RANK, 20, (30000,), "int64")
+        mine = data(C.rank, 20, (30000,), "int64")
         got = collectives.broadcast_start(mine, root, f"{tag}.bc", process_set=ps).wait()
         check(got, data(root, 20, (30000,), "int64"), f"{tag} broadcast from {root}")
     rows = 2 * n + 1
@@ -92,8 +88,8 @@ def expect(kind, what: str, fn) -> None:
     fail(f"{what}: no {kind.__name__}")
 
 
-def sets_mode() -> None:
-    size, local = bps.size(), bps.local_size()
+def sets_mode(size: int) -> None:
+    local = bps.local_size()
     if local == 1:
         even = ProcessSet([0, 2])
         bps.init(process_sets=[even])  # initialized: registers the sets only (Horovod's static)
@@ -107,40 +103,27 @@ def sets_mode() -> None:
     if [s.process_set_id for s in sets] != list(range(1, len(sets) + 1)):
         fail(f"ids: {sets}")
     for i, ps in enumerate(sets):
-        if RANK in ps.ranks:
+        if C.rank in ps.ranks:
             run_set(ps, f"set{i}")
-    outside = next(ps for ps in sets if RANK not in ps.ranks)
+    outside = next(ps for ps in sets if C.rank not in ps.ranks)
     expect(errors.InvalidArgumentError, "not in the set",
            lambda: push_pull(np.zeros(2, np.float32), "outside", outside))
     expect(errors.InvalidArgumentError, "different sets",
-           lambda: add_process_set([RANK]))
+           lambda: add_process_set([C.rank]))
     gone = sets[-1]
     if not remove_process_set(gone) or gone.process_set_id is not None:
         fail("remove_process_set did not remove the set")
-    if RANK in gone.ranks:
+    if C.rank in gone.ranks:
         expect(errors.InvalidArgumentError, "removed set",
                lambda: push_pull(np.zeros(2, np.float32), "removed", gone))
-    x = data(RANK, 50, (4,))  # every rank again
+    x = data(C.rank, 50, (4,))  # every rank again
     check(push_pull(x, "global.after", None), sum(data(r, 50, (4,)) for r in range(size)),
           "global allreduce after the sets")
     bps.barrier()
 
 
-def main() -> None:
-    global RANK
-    mode = sys.argv[1]
-    bps.init()
-    RANK = C.rank = bps.rank()
-    try:
-        if mode == "sets":
-            sets_mode()
-        else:
-            fail(f"unknown mode {mode}")
-    except Exception:
-        fail(traceback.format_exc())
-    bps.shutdown()
-    print(f"OK {C.count} cases", flush=True)
+MODES = {"sets": sets_mode}
 
 
 if __name__ == "__main__":
-    main()
+    C.main(MODES)

@@ -37,6 +37,8 @@ small exchange, which every caller sees alike: a joined rank's push_pull contrib
 none); with a rank missing, allgather and broadcast go through the summation service instead
 of the mesh (each present rank's bytes in their place, zeros elsewhere, summed), reducescatter
 sums the whole tensor there and keeps this rank's shard, and alltoall is refused.
+Asynchronous training (no mesh) broadcasts the summed way; the other collectives raise
+``ConfigError`` there.
 """
 
 from __future__ import annotations
@@ -362,10 +364,12 @@ def broadcast_start(a: np.ndarray, root_rank: int, name: str,
         root = among.scope.ranks.index(root_rank)
     a = _contiguous(a)
     _check_movable(a, "broadcast")
-    present = _present(f"broadcast.{name}", among)
+    # Asynchronous training has no worker mesh (nor join): the summed way.
+    present = (np.ones(among.size, bool) if _core.async_mode()
+               else _present(f"broadcast.{name}", among))
     if not present[root]:
         raise InvalidArgumentError(f"broadcast '{name}': root_rank {root_rank} has joined")
-    if not present.all():  # a rank has joined: the root's bytes and zeros, summed
+    if not present.all() or _core.async_mode():  # the root's bytes and zeros, summed
         buf = (a.reshape(-1).view(np.uint8).copy() if among.rank == root
                else np.zeros(a.nbytes, np.uint8))
         core = _core_name("broadcast.joined", name, root_rank, str(a.dtype), a.shape)

@@ -116,9 +116,12 @@ class WorkerCore : public PullSink, public CollectiveSink {
   void StartThreads();
   void BuildStagePlan();
   // --- operations (worker_ops.cc) ---
-  // The tensor `name`, made with the next declared key of `process_set` when new (null when
-  // that set has 65535 tensors already).
-  TensorContext* FindOrCreateLocked(const std::string& name, uint32_t process_set);
+  // *out: the tensor `name` of `process_set`, made with the set's next declared key when new.
+  // InvalidArgument when the set has 65535 tensors already or `name` belongs to another set.
+  Status ContextOf(const std::string& name, uint32_t process_set, TensorContext** out);
+  // Makes and registers the tensor `name` under declared key `key` (its set's next keys come
+  // after it), under ctx_mu_.
+  TensorContext* MakeContextLocked(const std::string& name, uint32_t key);
   // Join: the others declared `name` as `key` while this machine was joined (worker_join.cc).
   void AdoptTensor(uint32_t key, const std::string& name);
   // A tensor's process set checked against this job and machine (InitContext).

@@ -83,15 +83,7 @@ void WorkerCore::AdoptTensor(uint32_t key, const std::string& name) {
                        << "that name or key is taken; its next use fails on every rank";
     return;
   }
-  auto ctx = std::make_unique<TensorContext>();
-  ctx->name = name;
-  ctx->process_set = key >> 16;
-  ctx->declared_key = key;
-  uint32_t& made = set_tensors_[key >> 16];
-  made = std::max(made, (key & 0xffff) + 1);
-  by_name_[name] = ctx.get();
-  by_key_[key] = ctx.get();
-  contexts_.push_back(std::move(ctx));
+  MakeContextLocked(name, key);
 }
 
 }  // namespace byteps

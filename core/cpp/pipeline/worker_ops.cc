@@ -19,24 +19,41 @@ uint64_t Fnv1a(uint64_t h, const void* p, size_t n) {
 }
 }  // namespace
 
-TensorContext* WorkerCore::FindOrCreateLocked(const std::string& name, uint32_t process_set) {
-  auto it = by_name_.find(name);
-  if (it != by_name_.end()) return it->second;
-  // Keys are numbered per process set: the ranks of a set make its tensors in the same order,
-  // whatever the other sets' tensors are.
-  uint32_t& made = set_tensors_[process_set];
-  if (made >= (1u << 16) - 1 || process_set > 0xffff) return nullptr;
+TensorContext* WorkerCore::MakeContextLocked(const std::string& name, uint32_t key) {
   auto ctx = std::make_unique<TensorContext>();
   ctx->name = name;
-  ctx->process_set = process_set;
-  ctx->declared_key = process_set << 16 | made++;
+  ctx->process_set = DeclaredKeySet(key);
+  ctx->declared_key = key;
+  uint32_t& made = set_tensors_[ctx->process_set];
+  made = std::max(made, (key & 0xffff) + 1);
   TensorContext* raw = ctx.get();
-  by_key_[raw->declared_key] = raw;
-  auto early = early_errors_.find(raw->declared_key);
+  by_key_[key] = raw;
+  auto early = early_errors_.find(key);
   if (early != early_errors_.end()) raw->sticky = early->second;
   by_name_[name] = raw;
   contexts_.push_back(std::move(ctx));
   return raw;
+}
+
+Status WorkerCore::ContextOf(const std::string& name, uint32_t process_set, TensorContext** out) {
+  std::lock_guard<std::mutex> lk(ctx_mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) {
+    // Keys are numbered per process set: the ranks of a set make its tensors in the same
+    // order, whatever the other sets' tensors are.
+    const uint32_t made = set_tensors_[process_set];
+    if (made >= (1u << 16) - 1 || process_set > 0xffff)
+      return Status::InvalidArgument("too many tensors declared in process set " +
+                                     std::to_string(process_set) + " (at most 65535)");
+    *out = MakeContextLocked(name, process_set << 16 | made);
+    return Status::OK();
+  }
+  *out = it->second;
+  if ((*out)->process_set != process_set)
+    return Status::InvalidArgument("tensor '" + name + "' belongs to process set " +
+                                   std::to_string((*out)->process_set) + ", not " +
+                                   std::to_string(process_set));
+  return Status::OK();
 }
 
 Status WorkerCore::Declare(const std::string& name, const std::string& compression,
@@ -56,17 +73,7 @@ Status WorkerCore::Declare(const std::string& name, const std::string& compressi
     canonical = compress::FormatSpec(kw);
   }
   TensorContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(ctx_mu_);
-    ctx = FindOrCreateLocked(name, process_set);
-    if (!ctx)
-      return Status::InvalidArgument("too many tensors declared in process set " +
-                                     std::to_string(process_set) + " (at most 65535)");
-  }
-  if (ctx->process_set != process_set)
-    return Status::InvalidArgument("tensor '" + name + "' belongs to process set " +
-                                   std::to_string(ctx->process_set) + ", not " +
-                                   std::to_string(process_set));
+  BPS_RETURN_IF_ERROR(ContextOf(name, process_set, &ctx));
   *key = ctx->declared_key;
   std::lock_guard<std::mutex> lk(ctx->mu);
   if (!sync.empty() && !(ctx->sync_declared && ctx->sync == scheme)) {
@@ -285,17 +292,7 @@ Status WorkerCore::Enqueue(const PushPullArgs& a, int64_t* handle) {
     return Status::InvalidArgument("tensor '" + a.name + "': " + CollectiveName(kind) +
                                    " combines nothing: average=False and op sum");
   TensorContext* ctx;
-  {
-    std::lock_guard<std::mutex> lk(ctx_mu_);
-    ctx = FindOrCreateLocked(a.name, a.process_set);
-    if (!ctx)
-      return Status::InvalidArgument("too many tensors declared in process set " +
-                                     std::to_string(a.process_set) + " (at most 65535)");
-  }
-  if (ctx->process_set != a.process_set)
-    return Status::InvalidArgument("tensor '" + a.name + "' belongs to process set " +
-                                   std::to_string(ctx->process_set) + ", not " +
-                                   std::to_string(a.process_set));
+  BPS_RETURN_IF_ERROR(ContextOf(a.name, a.process_set, &ctx));
   if (tuner_ && !tuner_->done()) {
     uint32_t round;
     {

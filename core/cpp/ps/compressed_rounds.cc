@@ -58,12 +58,10 @@ void SummationEngine::ConfigureKey(uint64_t key, const KeyConfigMsg& m, int work
     if (!st.ok()) return sink_->SendError(worker, what + ": " + st.message());
   }
   // The key exists: made by this config, another worker's, or a plain push.
-  const std::vector<int> all = [&] {
-    std::vector<int> v;
-    for (int w = 0; w < num_worker_; ++w) v.push_back(w);
-    return v;
-  }();
-  const bool same_senders = ks->senders == (m.members.empty() ? all : role.senders);
+  // (A key made without a role has every worker machine as its senders, ascending.)
+  const bool same_senders = m.members.empty()
+                                ? ks->senders.size() == static_cast<size_t>(num_worker_)
+                                : ks->senders == role.senders;
   const bool same = canonical.empty()
                         ? !ks->compressed() && ks->dtype == dtype && ks->len == m.count * es &&
                               ks->op == op

@@ -115,8 +115,10 @@ def _agree(name: str, values: Sequence[int]) -> list:
     for i, v in enumerate(values):
         table[_core.rank() * k + i] = int(v)
     address = ctypes.addressof(table)
-    _core.wait(_core.push_pull_async(name, address, address, 8 * n * k, "int64", [n, k], False),
-               -1.0)
+    from . import basics  # basics imports this module; through it BYTEPS_SYNC=auto declares
+
+    basics.wait(basics.push_pull_async(name, address, address, 8 * n * k, "int64", [n, k],
+                                       False))
     return [list(table[r * k:(r + 1) * k]) for r in range(n)]
 
 

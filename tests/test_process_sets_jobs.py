@@ -38,3 +38,14 @@ def test_process_sets(job):
                   if line.startswith("CAUGHT")}
         # "removed set": only the ranks of the removed (last) set try it
         assert caught - {"removed set"} == CAUGHT[job] - {"removed set"}, out[-6000:]
+
+
+@pytest.mark.timeout(300)
+def test_process_sets_under_sync_auto():
+    """BYTEPS_SYNC=auto declares every tensor through the cost model before its first
+    push_pull: the sets' own agreement (add_process_set's digests) goes that way too, and every
+    collective of every set still matches NumPy."""
+    rc, out, _ = run_job(JOBS["3w2s"], "sets",
+                         env=["BYTEPS_PARTITION_BYTES=65536", "BYTEPS_SYNC=auto"], timeout=240,
+                         script=WORKER)
+    assert_ok(rc, out, world_size(JOBS["3w2s"]), min_cases=12)

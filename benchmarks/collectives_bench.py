@@ -154,7 +154,7 @@ def worker_main(args: argparse.Namespace) -> None:
     for nbytes, iters in zip(args.sizes, args.iters):
         t = torch.zeros(nbytes // 4)
         small = [torch.zeros(1024) for _ in range(GROUP)]
-        for op in OPS:
+        for op in [o for o in OPS if o in args.ops]:
             arg = small if op == "grouped_allreduce" else t
             name = f"bench.{op}.{nbytes}"
             key = f"{op}@{nbytes}"
@@ -173,7 +173,7 @@ def worker_main(args: argparse.Namespace) -> None:
                 res["errors"][key] = str(exc).splitlines()[0][:200]
                 barrier()
     if byteps:
-        for step in STEPS:
+        for step in [s for s in STEPS if s in args.ops]:
             res["times"][f"{step}@step"] = _time_steps(hvd, step == "syncbn_step",
                                                        max(args.iters), barrier)
     barrier()
@@ -373,6 +373,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--iters", type=int, nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--sizes", type=int, nargs="+", help=argparse.SUPPRESS)
+    p.add_argument("--ops", nargs="+", choices=OPS + STEPS, default=list(OPS + STEPS),
+                   help=argparse.SUPPRESS)  # worker: time only these (a focused run)
     p.add_argument("--json", help="also save the raw results to this file")
     args = p.parse_args(argv)
     if args.worker:

@@ -4,11 +4,13 @@ push_pull.
 
 In training, each forward sums three things over all ranks in one push_pull (float64, per
 channel: the count of values, their sum, the sum of their squares, made from this rank's mean
-and variance as ``torch.var_mean`` computes them), so every rank normalises
-with the mean and biased variance of the concatenated batch; the running statistics are updated
+and biased variance as ``torch.batch_norm_update_stats`` computes them), so every rank
+normalises with the mean and biased variance of the concatenated batch (``torch.batch_norm``
+with those as its statistics); the running statistics are updated
 with that mean and the unbiased variance, as ``torch.nn.BatchNorm*d`` on the concatenated
 batch would. Backward sums ``Σ dy`` and ``Σ dy·x̂`` per channel over the ranks (one more
-push_pull) for the input's gradient; the weight's and bias's gradients stay this rank's own, as
+push_pull; this rank's two from ``native_batch_norm_backward`` in one pass) for the input's
+gradient; the weight's and bias's gradients stay this rank's own, as
 torch and Horovod return them (the optimizer then averages them like every gradient). In eval
 mode, or with one rank, it is ``torch.nn.functional.batch_norm``.
 
@@ -42,14 +44,13 @@ class _SyncBatchNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, name):
-        dims = [0] + list(range(2, x.dim()))
         c = x.size(1)
         work = x.detach() if x.dtype in (torch.float32, torch.float64) else x.detach().float()
         count = x.numel() // c
         stats = torch.zeros(1 + 2 * c, dtype=torch.float64)
         stats[0] = count
-        if count:
-            var, mean = torch.var_mean(work, dim=dims, unbiased=False)  # stable, per rank
+        if count:  # this rank's mean and biased variance (torch's fused per-channel kernel)
+            mean, var = torch.batch_norm_update_stats(work, None, None, 0.0)
             mean64 = mean.double()
             stats[1:1 + c] = count * mean64
             stats[1 + c:] = count * (var.double() + mean64 * mean64)
@@ -66,23 +67,28 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                 running_var.mul_(1 - momentum).add_((var * n / (n - 1)).to(running_var.dtype),
                                                    alpha=momentum)
         invstd64 = torch.rsqrt(var + eps)
-        shape = [1, c] + [1] * (x.dim() - 2)
-        # y = x·a + b per channel: a = w·σ⁻¹, b = bias − mean·a (one fused pass over x)
-        a = invstd64 if weight is None else invstd64 * weight.detach().double()
-        b = -mean * a if bias is None else bias.detach().double() - mean * a
-        y = torch.addcmul(b.to(work.dtype).view(shape), work, a.to(work.dtype).view(shape))
+        # (x − mean)·σ⁻¹·w + bias with the job's mean and variance: torch's batch_norm with
+        # them as its statistics (one fused pass over x)
+        wd = work.dtype
+        y = torch.batch_norm(work, None if weight is None else weight.detach().to(wd),
+                             None if bias is None else bias.detach().to(wd), mean.to(wd),
+                             var.to(wd), False, 0.0, eps, False)
         ctx.save_for_backward(work, mean, invstd64, weight)
-        ctx.meta = (n, name, shape, dims, bias is not None)
+        ctx.meta = (n, name, [1, c] + [1] * (x.dim() - 2), bias is not None)
         return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         work, mean, invstd, weight = ctx.saved_tensors  # mean, invstd: float64 per channel
-        n, name, shape, dims, has_bias = ctx.meta
+        n, name, shape, has_bias = ctx.meta
         dyw = dy.to(work.dtype)
-        local_dy = dyw.sum(dims).double()
-        # Σ dy·x̂ = σ⁻¹ (Σ dy·x − mean Σ dy): no x̂ tensor
-        local_dy_xhat = invstd * ((dyw * work).sum(dims).double() - mean * local_dy)
+        if work.numel():  # Σ dy and Σ dy·x̂ per channel in one fused pass (torch's kernel)
+            _, dy_xhat, dy_sum = torch.ops.aten.native_batch_norm_backward(
+                dyw, work, None, None, None, mean.to(work.dtype), invstd.to(work.dtype), True,
+                0.0, [False, True, True])
+            local_dy, local_dy_xhat = dy_sum.double(), dy_xhat.double()
+        else:  # (the kernel divides by the count)
+            local_dy = local_dy_xhat = torch.zeros(mean.numel(), dtype=torch.float64)
         sums = _sum_over_ranks(torch.cat([local_dy, local_dy_xhat]), name + ".grad")
         c = mean.numel()
         mean_dy, mean_dy_xhat = sums[:c] / n, sums[c:] / n
@@ -90,9 +96,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         s_ = invstd if weight is None else invstd * weight.detach().double()
         k = -s_ * invstd * mean_dy_xhat
         k0 = -s_ * mean_dy - k * mean
-        dx = torch.addcmul(torch.addcmul(k0.to(work.dtype).view(shape), work,
-                                         k.to(work.dtype).view(shape)),
-                           dyw, s_.to(work.dtype).view(shape))
+        dx = torch.addcmul(k0.to(work.dtype).view(shape), work, k.to(work.dtype).view(shape))
+        dx.addcmul_(dyw, s_.to(work.dtype).view(shape))
         grad_weight = local_dy_xhat.to(weight.dtype) if weight is not None else None
         grad_bias = local_dy.to(weight.dtype) if has_bias and weight is not None else None
         return dx.to(dy.dtype), grad_weight, grad_bias, None, None, None, None, None

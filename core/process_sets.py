@@ -115,10 +115,11 @@ def _agree(name: str, values: Sequence[int]) -> list:
     for i, v in enumerate(values):
         table[_core.rank() * k + i] = int(v)
     address = ctypes.addressof(table)
-    from . import basics  # basics imports this module; through it BYTEPS_SYNC=auto declares
-
-    basics.wait(basics.push_pull_async(name, address, address, 8 * n * k, "int64", [n, k],
-                                       False))
+    # Declared through the summation service whatever BYTEPS_SYNC says (under "auto" the core
+    # takes no undeclared tensor; basics, which would declare it, imports this module).
+    _core.declare(name, "", "ps", 0)
+    _core.wait(_core.push_pull_async(name, address, address, 8 * n * k, "int64", [n, k], False),
+               -1.0)
     return [list(table[r * k:(r + 1) * k]) for r in range(n)]
 
 

@@ -48,7 +48,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from . import _core, basics, process_sets
+from . import _core, basics, buffers, process_sets
 from .errors import InvalidArgumentError, InvalidTypeError
 from .process_sets import Scope
 
@@ -278,7 +278,7 @@ def _allgather(a: np.ndarray, name: str, priority: Optional[int], among: _Ranks)
         return _allgather_summed(a, name, counts, row_bytes, priority, among), counts
     lay = plan_layout(counts, machines, row_bytes, among.machines)
     me = among.rank
-    buf = (np.zeros if basics.local_size() > 1 else np.empty)((lay.rows * row_bytes,), np.uint8)
+    buf = (buffers.zeros if basics.local_size() > 1 else buffers.empty)(lay.rows * row_bytes)
     begin = lay.start[me] * row_bytes
     buf[begin:begin + a.nbytes] = a.reshape(-1).view(np.uint8)
     core = _core_name("allgather", name, lay.blocks, str(a.dtype), rest)
@@ -290,8 +290,8 @@ def _allgather(a: np.ndarray, name: str, priority: Optional[int], among: _Ranks)
         out = buf.view(a.dtype).reshape((lay.rows,) + rest)
         if lay.order == sorted(lay.order):
             return out
-        return np.concatenate([out[lay.start[r]:lay.start[r] + lay.counts[r]]
-                               for r in range(len(counts))])
+        return buffers.concatenate([out[lay.start[r]:lay.start[r] + lay.counts[r]]
+                                    for r in range(len(counts))], out)
 
     return Pending(handle, (buf,), finish), lay.counts
 
@@ -310,7 +310,7 @@ def _allgather_summed(a: np.ndarray, name: str, counts: Sequence[int], row_bytes
     """allgather while a rank has joined (it contributes no rows): every rank's rows in rank
     order, summed through the servers (each byte comes from one rank, zeros from the others)."""
     starts = np.cumsum([0] + [int(c) for c in counts])
-    buf = np.zeros(int(starts[-1]) * row_bytes, np.uint8)
+    buf = buffers.zeros(int(starts[-1]) * row_bytes)
     begin = int(starts[among.rank]) * row_bytes
     buf[begin:begin + a.nbytes] = a.reshape(-1).view(np.uint8)
     core = _core_name("allgather.joined", name, [int(c) for c in counts], str(a.dtype),
@@ -370,19 +370,19 @@ def broadcast_start(a: np.ndarray, root_rank: int, name: str,
     if not present[root]:
         raise InvalidArgumentError(f"broadcast '{name}': root_rank {root_rank} has joined")
     if not present.all() or _core.async_mode():  # the root's bytes and zeros, summed
-        buf = (a.reshape(-1).view(np.uint8).copy() if among.rank == root
-               else np.zeros(a.nbytes, np.uint8))
+        buf = (buffers.copy_of(a.reshape(-1).view(np.uint8)) if among.rank == root
+               else buffers.zeros(a.nbytes))
         core = _core_name("broadcast.joined", name, root_rank, str(a.dtype), a.shape)
         handle = _summed(buf, core, priority, among)
         return Pending(handle, (buf,), lambda: buf.view(a.dtype).reshape(a.shape))
     root_machine = rank_machines(f"broadcast.{name}", among)[root]
     me = among.rank
     if me == root:
-        buf = a.reshape(-1).view(np.uint8).copy()
+        buf = buffers.copy_of(a.reshape(-1).view(np.uint8))
     elif basics.local_size() > 1 and among.me == root_machine:
-        buf = np.zeros(a.nbytes, np.uint8)  # the root's machine sums its processes' buffers
+        buf = buffers.zeros(a.nbytes)  # the root's machine sums its processes' buffers
     else:
-        buf = np.empty(a.nbytes, np.uint8)
+        buf = buffers.empty(a.nbytes)
     core = _core_name("broadcast", name, root_rank, str(a.dtype), a.shape)
     handle = collective_async("broadcast", core, buf.ctypes.data, buf.ctypes.data, buf.nbytes,
                               "uint8", (buf.nbytes,), root=root_machine, root_rank=root,
@@ -411,25 +411,25 @@ def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool
     counts = shard_counts(a.shape[0], among.size)
     mine = slice(sum(counts[:among.rank]), sum(counts[:among.rank + 1]))
     if not _present(f"reducescatter.{name}", among).all():  # a rank has joined
-        whole = _contiguous(a).copy()
+        whole = buffers.copy_of(_contiguous(a))
         core = _core_name("reducescatter.joined", name, dtype, a.shape)
         handle = _summed(whole, core, priority, among, dtype, op, average)
-        return Pending(handle, (whole,), lambda: whole[mine].copy())
+        return Pending(handle, (whole,), lambda: buffers.copy_of(whole[mine]))
     lay = plan_layout(counts, rank_machines(f"reducescatter.{name}", among), row_bytes,
                       among.machines)
     if lay.order == sorted(lay.order):
         src = a
     else:  # the shards in buffer order, so that each machine's shards are one block
         offsets = np.cumsum([0] + counts)
-        src = np.concatenate([a[offsets[r]:offsets[r + 1]] for r in lay.order])
-    out = np.empty_like(src)
+        src = buffers.concatenate([a[offsets[r]:offsets[r + 1]] for r in lay.order], a)
+    out = buffers.empty(src.nbytes).view(src.dtype).reshape(src.shape)
     core = _core_name("reducescatter", name, lay.blocks, dtype, a.shape)
     handle = collective_async("reducescatter", core, src.ctypes.data, out.ctypes.data,
                               out.nbytes, dtype, out.shape, blocks=lay.blocks, op=op,
                               average=average, priority=priority, scope=among.scope)
     me = among.rank
     return Pending(handle, (src, out),
-                   lambda: out[lay.start[me]:lay.start[me] + counts[me]].copy())
+                   lambda: buffers.copy_of(out[lay.start[me]:lay.start[me] + counts[me]]))
 
 
 def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
@@ -485,7 +485,7 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
                     start[s, d] = row
                     row += int(counts[s][d])
     blocks.append(row * row_bytes)
-    buf = (np.zeros if basics.local_size() > 1 else np.empty)((row * row_bytes,), np.uint8)
+    buf = (buffers.zeros if basics.local_size() > 1 else buffers.empty)(row * row_bytes)
     flat = a.view(np.uint8).reshape(rows, row_bytes)  # (a is C-contiguous)
     first = 0
     for d in range(size):
@@ -501,7 +501,7 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     def finish() -> tuple:
         parts = [buf[start[s, me] * row_bytes:(start[s, me] + received[s]) * row_bytes]
                  for s in range(size)]
-        out = np.concatenate(parts) if parts else buf[:0]
+        out = buffers.concatenate(parts, buf)
         return out.view(a.dtype).reshape((sum(received),) + rest), np.array(received, np.int64)
 
     return Pending(handle, (buf,), finish)

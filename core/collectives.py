@@ -477,10 +477,10 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     by_machine = [sorted(r for r in range(size) if machine[r] == m) for m in range(n)]
     start = {}  # (source, destination) -> first row in the buffer
     blocks, row = [], 0
-    for k in range(n):  # phase k: machine sm sends machine (sm + k) mod n
+    for dm in range(n):  # block dm * n + sm: what machine sm sends machine dm
         for sm in range(n):
             blocks.append(row * row_bytes)
-            for d in by_machine[(sm + k) % n]:
+            for d in by_machine[dm]:
                 for s in by_machine[sm]:
                     start[s, d] = row
                     row += int(counts[s][d])
@@ -499,9 +499,14 @@ def alltoall_start(a: np.ndarray, splits: Optional[Sequence[int]], name: str,
     received = [int(counts[s][me]) for s in range(size)]
 
     def finish() -> tuple:
-        parts = [buf[start[s, me] * row_bytes:(start[s, me] + received[s]) * row_bytes]
-                 for s in range(size)]
-        out = buffers.concatenate(parts, buf)
+        if all(start[s, me] + received[s] == start[s + 1, me] for s in range(size - 1)):
+            # one run of the buffer, in source order (one process per machine): no copy
+            b = start[0, me] * row_bytes
+            out = buf[b:b + sum(received) * row_bytes]
+        else:
+            out = buffers.concatenate(
+                [buf[start[s, me] * row_bytes:(start[s, me] + received[s]) * row_bytes]
+                 for s in range(size)], buf)
         return out.view(a.dtype).reshape((sum(received),) + rest), np.array(received, np.int64)
 
     return Pending(handle, (buf,), finish)

@@ -139,14 +139,25 @@ void WorkerCore::SetUpCollective(TensorContext* ctx) {
   // to, that machine). Queued round-robin over the owners (the first partition of each
   // machine's block, then the second of each, ...), the partitions in flight keep every link
   // busy.
+  // An alltoall's buffer is destination-major (block d * n + s: what s sends d); its partitions
+  // are queued phase by phase, block (d, s) in phase (d - s) mod n, in buffer order within a
+  // phase (collective_programs.h).
   std::vector<std::pair<uint64_t, size_t>> rounds;  // (round within its owner, owner) by index
   const auto& l = ctx->layout;
+  const bool alltoall = l.kind == Collective::kAlltoall;
   const bool interleave = l.kind == Collective::kAllgather || l.kind == Collective::kReducescatter;
+  const size_t n =
+      ctx->set_machines.empty() ? static_cast<size_t>(cfg_.num_worker) : ctx->set_machines.size();
   size_t owner = 0, first = 0;
   for (size_t i = 0; i < ctx->parts.size(); ++i) {
     const size_t off = ctx->parts[i]->part.offset;
     size_t o = owner;
-    while (interleave && o + 1 < l.blocks.size() - 1 && off >= l.blocks[o + 1]) ++o;
+    while ((interleave || alltoall) && o + 1 < l.blocks.size() - 1 && off >= l.blocks[o + 1]) ++o;
+    if (alltoall) {  // (phase, index)
+      owner = o;
+      rounds.emplace_back((o / n + n - o % n) % n, i);
+      continue;
+    }
     if (o != owner || i == 0) {
       owner = o;
       first = i;

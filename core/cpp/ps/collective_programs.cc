@@ -146,10 +146,10 @@ CollProgram BuildLayoutProgram(const CollLayout& layout, int n, int me, size_t o
       break;
     }
     case Collective::kAlltoall: {
-      // What s sends d (phase (d - s) mod n), clipped to the partition. Every machine skips
-      // the same empty ones.
+      // What s sends d (block d * n + s), clipped to the partition. Every machine skips the
+      // same empty ones.
       auto cell = [&](int d, int s, size_t* o, size_t* l) {
-        const int i = b.mod(d - s) * n + s;
+        const int i = d * n + s;
         CollLayout one;
         one.blocks = {layout.blocks[i], layout.blocks[i + 1]};
         b.Block(one, 0, o, l);

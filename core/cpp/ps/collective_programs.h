@@ -20,11 +20,12 @@
 //   combines block me - k - 2 from its predecessor into its own; after n - 1 steps block me is
 //   complete here (the other blocks of the output hold partial sums). (n - 1)/n of the bytes
 //   cross each link.
-// * alltoall: the buffer holds every machine's data in n phases; in phase k machine s sends
-//   machine (s + k) mod n, so block i = k * n + s = [blocks[i], blocks[i + 1]) is what s sends
-//   (s + k) mod n. The partitions go in buffer order, so while a phase's partitions are in
+// * alltoall: the buffer holds every machine's data, destination-major: block i = d * n + s =
+//   [blocks[i], blocks[i + 1]) is what s sends d, so what d receives is one run of the buffer
+//   (in source order). The partitions are queued phase by phase (the worker core's
+//   coll_position), block (d, s) in phase (d - s) mod n, so while a phase's partitions are in
 //   flight every machine sends to a different one and receives from a different one: no link
-//   idles and none takes two senders (destination-major order made every sender wait on one
+//   idles and none takes two senders (destination-major queueing made every sender wait on one
 //   receiver's link at a time). Direct: each machine sends its block to each destination over
 //   their own connection (the mesh is complete) and acknowledges each block it receives with
 //   an empty message, so a sender never starts a round before its destinations reached the

@@ -83,9 +83,15 @@ def empty(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8) if nbytes < MAPPED_MIN_BYTES else _mapped(nbytes)[0]
 
 
+def empty_like(a: np.ndarray) -> np.ndarray:
+    """A new C-contiguous array of ``a``'s dtype and shape in a buffer of this module, contents
+    unspecified."""
+    return empty(a.nbytes).view(a.dtype).reshape(a.shape)
+
+
 def copy_of(a: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``a`` (same dtype and shape) in a buffer of this module."""
-    out = empty(a.nbytes).view(a.dtype).reshape(a.shape)
+    out = empty_like(a)
     out[...] = a
     return out
 

@@ -422,7 +422,7 @@ def reducescatter_start(a: np.ndarray, name: str, op: str = "sum", average: bool
     else:  # the shards in buffer order, so that each machine's shards are one block
         offsets = np.cumsum([0] + counts)
         src = buffers.concatenate([a[offsets[r]:offsets[r + 1]] for r in lay.order], a)
-    out = buffers.empty(src.nbytes).view(src.dtype).reshape(src.shape)
+    out = buffers.empty_like(src)
     core = _core_name("reducescatter", name, lay.blocks, dtype, a.shape)
     handle = collective_async("reducescatter", core, src.ctypes.data, out.ctypes.data,
                               out.nbytes, dtype, out.shape, blocks=lay.blocks, op=op,

@@ -67,7 +67,8 @@ def np_dtype(dtype: str):
 
 
 def _period(dtype: str) -> int:
-    """:func:`values` repeats along the tensor with this period (``i * 7`` modulo it)."""
+    """The modulus of :func:`values` for ``dtype``: its values repeat along the tensor with
+    this period (``i * 7`` modulo it)."""
     return {"uint8": 21, "int8": 25, "float16": 41, "bfloat16": 41}.get(dtype, 2001)
 
 
@@ -77,16 +78,11 @@ def values(case: int, rank: int, n: int, dtype: str, rnd: int = 0) -> np.ndarray
     dtypes so floor division of the average is exercised. Element i depends on i only through
     ``i * 7`` modulo :func:`_period`, so one period is computed and repeated (the oracle of a
     64 MiB tensor over 4 ranks otherwise costs seconds of every rank's CPU)."""
-    i = np.arange(min(n, _period(dtype)), dtype=np.int64)
-    base = i * 7 + rank * 13 + case * 5 + rnd * 3
-    if dtype == "uint8":
-        one = base % 21
-    elif dtype == "int8":
-        one = (base % 25) - 12
-    elif dtype in ("float16", "bfloat16"):
-        one = (base % 41) - 20
-    else:
-        one = (base % 2001) - 1000 + rnd
+    m = _period(dtype)
+    i = np.arange(min(n, m), dtype=np.int64)
+    base = (i * 7 + rank * 13 + case * 5 + rnd * 3) % m
+    # centred on 0 for the signed dtypes: int8 -12..12, float16/bfloat16 -20..20, else -1000..
+    one = base - {"uint8": 0, "int8": 12, "float16": 20, "bfloat16": 20}.get(dtype, 1000 - rnd)
     return np.resize(one, n) if n > one.size else one
 
 
